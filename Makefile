@@ -1,0 +1,43 @@
+# The two commands a newcomer runs: `make demo` and `make test`. Both create .venv, build the
+# extension once (release profile, shared with the Rust tests) and leave `oxlake` importable.
+VENV       := .venv
+PY         := $(VENV)/bin/python
+PYTHON     ?= python3
+export CARGO_TARGET_DIR ?= $(CURDIR)/target
+export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
+
+.PHONY: demo test develop rust-test py-test lint bench clean
+
+$(VENV)/.ready: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "maturin>=1.8,<2"
+	touch $@
+
+develop: $(VENV)/.ready
+	cd $(CURDIR) && VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test -q
+
+demo: develop
+	$(PY) -m oxlake.demo
+
+rust-test:
+	cargo test --release -p oxlake
+
+py-test: develop
+	$(PY) -m pytest -q tests
+
+test: develop rust-test py-test
+
+lint: develop
+	cargo fmt --all -- --check
+	cargo clippy --release --all-targets -- -D warnings
+	$(VENV)/bin/ruff check python tests benches
+	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/mypy python/oxlake
+
+bench: develop
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test,bench -q
+	$(PY) benches/compare.py
+
+clean:
+	rm -rf $(VENV) target

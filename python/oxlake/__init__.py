@@ -1,0 +1,43 @@
+"""oxlake: native IO for Apache Hudi tables.
+
+>>> import oxlake, pyarrow as pa
+>>> t = oxlake.create_table("/tmp/trips", schema, record_key="id", partition_by=["city"],
+...                         ordering_field="ts")                        # doctest: +SKIP
+>>> t.upsert(pa.table({...}))                                           # doctest: +SKIP
+>>> t.to_pandas(filter="city = 'sf'")                                   # doctest: +SKIP
+"""
+
+from oxlake._native import (
+    CommitConflictError,
+    CorruptTableError,
+    InvalidArgumentError,
+    InvalidDataError,
+    OxlakeError,
+    SchemaMismatchError,
+    StorageError,
+    TableExistsError,
+    TableNotFoundError,
+    UnsupportedError,
+    __version__,
+)
+from oxlake.table import FileGroup, Instant, Scan, Table, WriteResult, create_table
+
+__all__ = [
+    "CommitConflictError",
+    "CorruptTableError",
+    "FileGroup",
+    "Instant",
+    "InvalidArgumentError",
+    "InvalidDataError",
+    "OxlakeError",
+    "Scan",
+    "SchemaMismatchError",
+    "StorageError",
+    "Table",
+    "TableExistsError",
+    "TableNotFoundError",
+    "UnsupportedError",
+    "WriteResult",
+    "__version__",
+    "create_table",
+]

@@ -1,0 +1,252 @@
+"""The Pythonic API over the native extension: `Table`, `create_table`, `Scan`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import pyarrow as pa
+
+from oxlake import _native
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: A filter: a SQL boolean expression, or (column, op, value) tuples that must all hold.
+FilterLike = str | Sequence[tuple[str, str, Any]]
+
+
+class Instant(NamedTuple):
+    """One instant of the timeline."""
+
+    time: str
+    action: str
+    state: str
+
+
+class FileGroup(NamedTuple):
+    """A file group at the latest instant."""
+
+    partition: str
+    file_id: str
+    base_file: str
+    size: int
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a write did. `instant` is None when there was nothing to write."""
+
+    instant: str | None
+    num_inserts: int
+    num_updates: int
+    num_deletes: int
+    files: list[str]
+
+
+class Scan:
+    """The result of a read: an Arrow stream, consumed once.
+
+    Exports `__arrow_c_stream__` (pandas, Polars, DuckDB and pyarrow take it without copies),
+    iterates `pyarrow.RecordBatch`, and has `to_arrow()` and `to_pandas()`.
+    """
+
+    def __init__(self, native: _native.RecordBatchStream) -> None:
+        self._native = native
+        self._schema = pa.schema(native.schema)
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self._schema
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        return self._native.__arrow_c_stream__(requested_schema)
+
+    def reader(self) -> pa.RecordBatchReader:
+        """The stream as a `pyarrow.RecordBatchReader`."""
+        return pa.RecordBatchReader.from_stream(self._native)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return iter(self.reader())
+
+    def to_arrow(self) -> pa.Table:
+        return self.reader().read_all()
+
+    def to_pandas(self) -> pd.DataFrame:
+        return self.to_arrow().to_pandas()
+
+
+def _arrow_stream(data: Any) -> Any:
+    """Anything tabular as an object exporting `__arrow_c_stream__`."""
+    if isinstance(data, pa.RecordBatch):
+        return pa.Table.from_batches([data])
+    if type(data).__module__.startswith("pandas"):
+        return pa.Table.from_pandas(data, preserve_index=False)
+    if hasattr(data, "__arrow_c_stream__"):
+        return data
+    raise _native.InvalidArgumentError(
+        f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch or RecordBatchReader, "
+        "a pandas DataFrame, or any object with __arrow_c_stream__"
+    )
+
+
+def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | None:
+    if filter is None or isinstance(filter, str):
+        return filter
+    return [tuple(f) for f in filter]  # type: ignore[misc]
+
+
+class Table:
+    """An Apache Hudi table. Operations are synchronous and release the GIL while they run."""
+
+    def __init__(
+        self,
+        uri: str,
+        storage_options: dict[str, str] | None = None,
+        *,
+        heartbeat_interval: float = 10.0,
+    ) -> None:
+        self._t = _native.Table(uri, storage_options, heartbeat_interval)
+
+    @classmethod
+    def _wrap(cls, native: _native.Table) -> Table:
+        t = cls.__new__(cls)
+        t._t = native
+        return t
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    @property
+    def uri(self) -> str:
+        return str(self._t.uri)
+
+    @property
+    def schema(self) -> pa.Schema:
+        """Schema of reads: the five `_hoodie_*` meta fields, then the data columns."""
+        return pa.schema(self._t.schema)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """`hoodie.properties`."""
+        return dict(self._t.properties)
+
+    def timeline(self) -> list[Instant]:
+        """Every instant, oldest first."""
+        return [Instant(*i) for i in self._t.timeline()]
+
+    def file_groups(self) -> list[FileGroup]:
+        """The live file groups at the latest instant."""
+        return [FileGroup(*g) for g in self._t.file_groups()]
+
+    def rollback_failed(self) -> list[str]:
+        """Rolls back writes whose writer is gone (expired heartbeat); returns their instants."""
+        return list(self._t.rollback_failed())
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _write(self, operation: str, data: Any, target_file_size: int | None) -> WriteResult:
+        instant, ins, upd, dels, files = self._t.write(operation, _arrow_stream(data), target_file_size)
+        return WriteResult(instant, ins, upd, dels, list(files))
+
+    def insert(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+        """Adds records (duplicate keys in `data` are combined by the ordering field first)."""
+        return self._write("insert", data, target_file_size)
+
+    def upsert(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+        """Updates records whose key exists and inserts the others."""
+        return self._write("upsert", data, target_file_size)
+
+    def delete(self, data: Any) -> WriteResult:
+        """Deletes the records whose keys are in `data` (record key and partition columns)."""
+        return self._write("delete", data, None)
+
+    def insert_overwrite(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+        """Replaces every partition present in `data` with `data`."""
+        return self._write("insert_overwrite", data, target_file_size)
+
+    def insert_overwrite_table(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+        """Replaces the whole table with `data`."""
+        return self._write("insert_overwrite_table", data, target_file_size)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    def scan(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike | None = None,
+        as_of: str | None = None,
+        query: str = "snapshot",
+        start: str | None = None,
+        end: str | None = None,
+        batch_size: int | None = None,
+    ) -> Scan:
+        """Reads the table.
+
+        `query="snapshot"` reads the table as of `as_of` (an instant time, default latest);
+        `query="incremental"` reads the records changed by the commits in `(start, end]`.
+        `filter` is a SQL expression (`"city = 'sf' AND fare > 10"`) or `[(col, op, value), ...]`.
+        """
+        native = self._t.scan(
+            list(columns) if columns is not None else None,
+            _filter(filter),
+            as_of,
+            query,
+            start,
+            end,
+            batch_size,
+        )
+        return Scan(native)
+
+    def to_arrow(self, **kwargs: Any) -> pa.Table:
+        """`scan(**kwargs).to_arrow()`."""
+        return self.scan(**kwargs).to_arrow()
+
+    def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
+        """`scan(**kwargs).to_pandas()`."""
+        return self.scan(**kwargs).to_pandas()
+
+    def planned_files(
+        self, as_of: str | None = None, query: str = "snapshot", start: str | None = None, end: str | None = None
+    ) -> list[str]:
+        """The base files a scan would read, before partition pruning."""
+        return list(self._t.planned_files(as_of, query, start, end))
+
+    def __repr__(self) -> str:
+        return f"oxlake.Table({self.uri!r})"
+
+
+def create_table(
+    uri: str,
+    schema: pa.Schema,
+    record_key: str | Sequence[str],
+    partition_by: Sequence[str] | None = None,
+    ordering_field: str | None = None,
+    table_type: str = "copy_on_write",
+    storage_options: dict[str, str] | None = None,
+    *,
+    name: str | None = None,
+    hive_style: bool = True,
+    heartbeat_interval: float = 10.0,
+) -> Table:
+    """Creates an Apache Hudi table (version 6) and returns it open.
+
+    `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
+    `partition_by` the partition fields (`field=value` directories when `hive_style`);
+    `ordering_field` the event-time field that decides which version of a record wins.
+    """
+    keys = [record_key] if isinstance(record_key, str) else list(record_key)
+    table_name = name if name is not None else uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+    native = _native.create_table(
+        uri,
+        schema,
+        keys,
+        list(partition_by or []),
+        ordering_field,
+        table_type,
+        table_name,
+        hive_style,
+        storage_options,
+        heartbeat_interval,
+    )
+    return Table._wrap(native)

@@ -1,0 +1,325 @@
+//! The commit protocol: how a write becomes visible, atomically, or not at all.
+//!
+//! A write of instant `t` (DESIGN.md §3):
+//! 1. `t.<action>.requested` is created with a conditional put: this claims `t`. Times are UTC
+//!    `yyyyMMddHHmmssSSS`, strictly increasing; on a clash the writer takes the next one.
+//!    A heartbeat file `.hoodie/.heartbeat/t` is written first and refreshed while the write runs.
+//! 2. `t.<action>.inflight`, then the data files, each named with `t`.
+//! 3. (Seam for the metadata table: its deltacommit `t` completes here, before step 4.)
+//! 4. The conflict check: every data instant completed since the writer began must touch file
+//!    groups disjoint from `t`'s; otherwise the write is rolled back and fails with
+//!    [`Error::CommitConflict`].
+//! 5. `t.<action>`, the completed instant, created last with a conditional put. Its appearance is
+//!    the commit: before it no reader sees any of `t`'s files (readers keep only files of completed
+//!    instants), after it all of them.
+//!
+//! A crash anywhere leaves `t` pending. The next writer finds it with an expired heartbeat and rolls
+//! it back: `r.rollback.requested` naming `t`, `r.rollback.inflight`, `t`'s data files deleted,
+//! `r.rollback` completed, then `t`'s pending files removed. Each step is idempotent, so a crash
+//! during a rollback is finished by the writer after.
+
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+use crate::error::{Error, Result};
+use crate::format::commit::CommitMetadata;
+use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::format::instant::{self, Action, Instant, State};
+use crate::storage::Storage;
+use crate::table::Table;
+use crate::table::fs_view::FileGroupId;
+use crate::timeline::Timeline;
+
+const HEARTBEAT_DIR: &str = ".hoodie/.heartbeat";
+/// A heartbeat older than this many intervals means the writer is gone.
+const HEARTBEAT_TOLERANCE: u32 = 3;
+/// How many instant times a writer tries before giving up on a busy table.
+const CLAIM_ATTEMPTS: usize = 20;
+
+/// A write in progress: an instant claimed on the timeline and its heartbeat.
+#[derive(Debug)]
+pub struct Transaction {
+    instant: Instant,
+    /// The completed data instants when the write began; anything completed later is checked.
+    seen: HashSet<String>,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+/// What a rollback plan names (stored in `r.rollback.requested`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RollbackPlan {
+    instant_to_rollback: RollbackTarget,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RollbackTarget {
+    commit_time: String,
+    action: String,
+}
+
+/// What a completed rollback did (stored in `r.rollback`).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RollbackMetadata {
+    start_rollback_time: String,
+    commits_rollback: Vec<String>,
+    total_files_deleted: usize,
+    deleted_files: Vec<String>,
+}
+
+impl Transaction {
+    /// Rolls back crashed writes, then claims a new instant for `action` and marks it inflight.
+    pub async fn begin(table: &mut Table, action: Action) -> Result<Self> {
+        table.reload().await?;
+        rollback_failed(table).await?;
+        let storage = table.storage().clone();
+        let mut last = table.timeline().last_time().map(str::to_string);
+        for _ in 0..CLAIM_ATTEMPTS {
+            let time = instant::next_after(last.as_deref())?;
+            write_heartbeat(&storage, &time).await?;
+            let requested = Instant::new(time.clone(), action, State::Requested);
+            if table.timeline().create(&storage, &requested, Bytes::new()).await? {
+                failpoint("after-requested");
+                let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+                let heartbeat = Some(spawn_heartbeat(storage.clone(), time.clone(), table.options().heartbeat_interval));
+                let tx = Transaction { instant: requested, seen, heartbeat };
+                let inflight = tx.instant.with_state(State::Inflight);
+                let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
+                table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
+                failpoint("after-inflight");
+                return Ok(tx);
+            }
+            storage.delete(&heartbeat_path(&time)).await?;
+            table.reload().await?;
+            last = Some(table.timeline().last_time().map_or(time.clone(), |t| t.max(&time).to_string()));
+        }
+        Err(Error::CommitConflict { instant: last.unwrap_or_default(), detail: "could not claim an instant time".into() })
+    }
+
+    /// The instant time of this write.
+    pub fn time(&self) -> &str {
+        &self.instant.time
+    }
+
+    pub fn action(&self) -> Action {
+        self.instant.action
+    }
+
+    /// Checks for conflicts and makes the write visible. On a conflict the write is rolled back.
+    pub async fn commit(mut self, table: &mut Table, metadata: &CommitMetadata) -> Result<Instant> {
+        failpoint("before-commit");
+        table.reload().await?;
+        if let Some(conflict) = self.find_conflict(table, metadata).await? {
+            let detail = format!("instant {conflict} completed meanwhile and touched the same file groups");
+            self.abort(table).await?;
+            return Err(Error::CommitConflict { instant: conflict, detail });
+        }
+        let completed = self.instant.with_state(State::Completed);
+        let created = table.timeline().create(table.storage(), &completed, Bytes::from(metadata.to_json()?)).await?;
+        failpoint("after-commit");
+        self.stop_heartbeat(table.storage()).await?;
+        if !created {
+            return Err(Error::CommitConflict {
+                instant: self.instant.time.clone(),
+                detail: "the instant was completed by another writer".into(),
+            });
+        }
+        table.reload().await?;
+        Ok(completed)
+    }
+
+    /// Rolls this write back (its files and its pending instant) and records a rollback instant.
+    pub async fn abort(mut self, table: &mut Table) -> Result<()> {
+        table.reload().await?;
+        let pending = self.instant.with_state(State::Inflight);
+        let result = rollback(table, &pending, None).await;
+        self.stop_heartbeat(table.storage()).await?;
+        result
+    }
+
+    async fn find_conflict(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<String>> {
+        let ours = touched_groups(metadata);
+        for other in table.timeline().completed_data() {
+            if other.time == self.instant.time || self.seen.contains(&other.time) {
+                continue;
+            }
+            let theirs = touched_groups(&table.timeline().commit_metadata(table.storage(), other).await?);
+            if !ours.is_disjoint(&theirs) {
+                return Ok(Some(other.time.clone()));
+            }
+        }
+        Ok(None)
+    }
+
+    async fn stop_heartbeat(&mut self, storage: &Storage) -> Result<()> {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+        storage.delete(&heartbeat_path(&self.instant.time)).await
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        // A transaction dropped without commit or abort (an error, a cancelled call) stops beating,
+        // so that the next writer can roll it back once the heartbeat expires.
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+}
+
+/// The file groups a commit wrote or replaced.
+fn touched_groups(m: &CommitMetadata) -> HashSet<FileGroupId> {
+    let written = m.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone()));
+    let replaced = m.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string()));
+    written.chain(replaced).collect()
+}
+
+fn heartbeat_path(time: &str) -> String {
+    format!("{HEARTBEAT_DIR}/{time}")
+}
+
+async fn write_heartbeat(storage: &Storage, time: &str) -> Result<()> {
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+    storage.put(&heartbeat_path(time), Bytes::from(now.to_string())).await
+}
+
+fn spawn_heartbeat(storage: Storage, time: String, interval: Duration) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(interval).await;
+            if let Err(e) = write_heartbeat(&storage, &time).await {
+                log::warn!("heartbeat of {time} failed: {e}");
+            }
+        }
+    })
+}
+
+/// Whether the writer of a pending instant is gone: no heartbeat, or one older than the tolerance.
+async fn is_expired(table: &Table, time: &str) -> Result<bool> {
+    let Some(bytes) = table.storage().get_opt(&heartbeat_path(time)).await? else { return Ok(true) };
+    let beat: u128 = std::str::from_utf8(&bytes).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+    let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let limit = table.options().heartbeat_interval.as_millis() * u128::from(HEARTBEAT_TOLERANCE);
+    Ok(now.saturating_sub(beat) > limit)
+}
+
+/// Rolls back every pending data instant whose writer is gone, and finishes interrupted rollbacks.
+/// Returns the instants rolled back.
+pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
+    let mut done = Vec::new();
+    // Interrupted rollbacks first: they name their target.
+    let pending_rollbacks: Vec<Instant> =
+        table.timeline().pending().filter(|i| i.action == Action::Rollback).cloned().collect();
+    for r in pending_rollbacks {
+        let path = table.timeline().path_of(&r.with_state(State::Requested));
+        let plan = table.storage().get_opt(&path).await?.and_then(|b| serde_json::from_slice::<RollbackPlan>(&b).ok());
+        match plan {
+            Some(plan) => {
+                let target = plan.instant_to_rollback.commit_time;
+                let action = Action::parse(&plan.instant_to_rollback.action).unwrap_or(Action::Commit);
+                rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r)).await?;
+                done.push(target);
+            }
+            None => table.timeline().remove_pending(table.storage(), &r).await?,
+        }
+        table.reload().await?;
+    }
+    let failed: Vec<Instant> = table
+        .timeline()
+        .pending()
+        .filter(|i| i.action.writes_data() || i.action == Action::Compaction)
+        .cloned()
+        .collect();
+    for instant in failed {
+        if is_expired(table, &instant.time).await? {
+            rollback(table, &instant, None).await?;
+            done.push(instant.time.clone());
+            table.reload().await?;
+        }
+    }
+    Ok(done)
+}
+
+/// Rolls back one pending instant, resuming `existing` when a rollback of it was interrupted.
+async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) -> Result<()> {
+    let storage = table.storage();
+    let timeline = table.timeline();
+    let r = match existing {
+        Some(r) => r,
+        None => {
+            let time = instant::next_after(timeline.last_time())?;
+            let plan = RollbackPlan {
+                instant_to_rollback: RollbackTarget { commit_time: target.time.clone(), action: target.action.to_string() },
+            };
+            let requested = Instant::new(time.clone(), Action::Rollback, State::Requested);
+            let plan = serde_json::to_vec(&plan).map_err(|e| Error::invalid_data(e))?;
+            if !timeline.create(storage, &requested, Bytes::from(plan)).await? {
+                return Err(Error::CommitConflict { instant: time, detail: "rollback instant taken".into() });
+            }
+            requested
+        }
+    };
+    timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
+    failpoint("rollback-after-inflight");
+    let deleted = delete_files_of(storage, &target.time).await?;
+    failpoint("rollback-after-delete");
+    let meta = RollbackMetadata {
+        start_rollback_time: r.time.clone(),
+        commits_rollback: vec![target.time.clone()],
+        total_files_deleted: deleted.len(),
+        deleted_files: deleted,
+    };
+    let meta = serde_json::to_vec_pretty(&meta).map_err(|e| Error::invalid_data(e))?;
+    timeline.create(storage, &r.with_state(State::Completed), Bytes::from(meta)).await?;
+    timeline.remove_pending(storage, target).await?;
+    storage.delete(&heartbeat_path(&target.time)).await?;
+    log::info!("rolled back instant {} as rollback {}", target.time, r.time);
+    Ok(())
+}
+
+/// Deletes every data file written by instant `time`; returns their paths.
+async fn delete_files_of(storage: &Storage, time: &str) -> Result<Vec<String>> {
+    let mut deleted = Vec::new();
+    for f in storage.list_recursive("").await? {
+        if f.path.starts_with(".hoodie/") {
+            continue;
+        }
+        let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+        let of_instant = BaseFileName::parse(name).is_some_and(|b| b.instant == time)
+            || LogFileName::parse(name).is_some_and(|l| l.instant == time);
+        if of_instant {
+            storage.delete(&f.path).await?;
+            deleted.push(f.path);
+        }
+    }
+    Ok(deleted)
+}
+
+/// Crash simulation for the crash tests: with `OXLAKE_FAILPOINT=<name>` in the environment the
+/// process aborts at that step, as a `kill -9` would stop it there.
+fn failpoint(name: &str) {
+    if std::env::var("OXLAKE_FAILPOINT").is_ok_and(|v| v == name) {
+        log::error!("failpoint {name}: aborting the process");
+        std::process::abort();
+    }
+}
+
+/// Timeline helper for tests and tools: the rollback instants and what each rolled back.
+pub async fn rollbacks(storage: &Storage, timeline: &Timeline) -> Result<Vec<(String, Vec<String>)>> {
+    let mut out = Vec::new();
+    for r in timeline.instants().iter().filter(|i| i.action == Action::Rollback && i.is_completed()) {
+        let bytes = storage.get(&timeline.path_of(r)).await?;
+        let meta: RollbackMetadata =
+            serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(timeline.path_of(r), e))?;
+        out.push((r.time.clone(), meta.commits_rollback));
+    }
+    Ok(out)
+}

@@ -1,0 +1,444 @@
+//! `hoodie.properties`: the table's configuration, typed, validated on open, written once on create.
+//!
+//! Keys are defined here once. Values are kept ASCII and free of backslashes because hudi-rs does not
+//! decode Java `.properties` escapes (FORMAT.md §1). Unknown keys written by other engines are kept
+//! verbatim so that a rewrite of the file (e.g. to un-advertise a metadata table) loses nothing.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::error::{Error, Result};
+
+/// Path of the properties file, relative to the table root.
+pub const PROPERTIES_FILE: &str = ".hoodie/hoodie.properties";
+
+/// The keys oxlake reads or writes.
+pub mod keys {
+    pub const NAME: &str = "hoodie.table.name";
+    pub const TYPE: &str = "hoodie.table.type";
+    pub const VERSION: &str = "hoodie.table.version";
+    pub const LAYOUT_VERSION: &str = "hoodie.timeline.layout.version";
+    pub const RECORD_KEY_FIELDS: &str = "hoodie.table.recordkey.fields";
+    pub const PARTITION_FIELDS: &str = "hoodie.table.partition.fields";
+    pub const PRECOMBINE_FIELD: &str = "hoodie.table.precombine.field";
+    pub const ORDERING_FIELDS: &str = "hoodie.table.ordering.fields";
+    pub const HIVE_STYLE: &str = "hoodie.datasource.write.hive_style_partitioning";
+    pub const URL_ENCODE: &str = "hoodie.datasource.write.partitionpath.urlencode";
+    pub const DROP_PARTITION_COLUMNS: &str = "hoodie.datasource.write.drop.partition.columns";
+    pub const BASE_FILE_FORMAT: &str = "hoodie.table.base.file.format";
+    pub const TIMEZONE: &str = "hoodie.table.timeline.timezone";
+    pub const KEYGEN_CLASS: &str = "hoodie.table.keygenerator.class";
+    pub const KEYGEN_TYPE: &str = "hoodie.table.keygenerator.type";
+    pub const PAYLOAD_CLASS: &str = "hoodie.compaction.payload.class";
+    pub const MERGE_MODE: &str = "hoodie.record.merge.mode";
+    pub const POPULATE_META_FIELDS: &str = "hoodie.populate.meta.fields";
+    pub const DATABASE_NAME: &str = "hoodie.database.name";
+    pub const CHECKSUM: &str = "hoodie.table.checksum";
+    pub const ARCHIVELOG_FOLDER: &str = "hoodie.archivelog.folder";
+    pub const TIMELINE_PATH: &str = "hoodie.timeline.path";
+    pub const CREATE_SCHEMA: &str = "hoodie.table.create.schema";
+}
+
+const DEFAULT_PAYLOAD: &str = "org.apache.hudi.common.model.DefaultHoodieRecordPayload";
+const OVERWRITE_PAYLOAD: &str = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload";
+
+/// Copy-on-write or merge-on-read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TableType {
+    CopyOnWrite,
+    MergeOnRead,
+}
+
+impl TableType {
+    /// Parses the Python-facing spelling (`copy_on_write`, `merge_on_read`) or Hudi's.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "copy_on_write" | "cow" => Some(TableType::CopyOnWrite),
+            "merge_on_read" | "mor" => Some(TableType::MergeOnRead),
+            _ => None,
+        }
+    }
+
+    fn hudi_name(self) -> &'static str {
+        match self {
+            TableType::CopyOnWrite => "COPY_ON_WRITE",
+            TableType::MergeOnRead => "MERGE_ON_READ",
+        }
+    }
+}
+
+impl fmt::Display for TableType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            TableType::CopyOnWrite => "copy_on_write",
+            TableType::MergeOnRead => "merge_on_read",
+        })
+    }
+}
+
+/// How two versions of one record are reconciled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MergeMode {
+    /// The record with the greater ordering value wins; ties go to the later commit.
+    EventTime,
+    /// The later commit wins.
+    CommitTime,
+}
+
+/// Which key generator wrote the table: decides the record-key format and the partition path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyGenerator {
+    /// One key field, value as is; at most one partition field.
+    Simple,
+    /// `f1:v1,f2:v2` keys; any number of partition fields.
+    Complex,
+    /// No partition fields; the key as `Simple` (one field) or `Complex` (several).
+    NonPartitioned,
+    /// Timestamp-based partition paths (read support only).
+    Timestamp,
+    /// A key generator oxlake does not know; reads work, writes are refused.
+    Other(String),
+}
+
+/// The parsed, validated `hoodie.properties`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TableConfig {
+    pub name: String,
+    pub table_type: TableType,
+    pub version: u32,
+    pub layout_version: u32,
+    pub record_key_fields: Vec<String>,
+    pub partition_fields: Vec<String>,
+    pub ordering_field: Option<String>,
+    pub hive_style: bool,
+    pub url_encode: bool,
+    pub key_generator: KeyGenerator,
+    pub merge_mode: MergeMode,
+    pub populate_meta_fields: bool,
+    pub timezone_utc: bool,
+    /// Every key of the file, including those above and the ones oxlake does not interpret.
+    pub raw: BTreeMap<String, String>,
+}
+
+/// What a caller chooses when creating a table; everything else is derived.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    pub name: String,
+    pub table_type: TableType,
+    pub record_key_fields: Vec<String>,
+    pub partition_fields: Vec<String>,
+    pub ordering_field: Option<String>,
+    pub hive_style: bool,
+}
+
+impl TableConfig {
+    /// Derives the version 6 configuration of a new table.
+    pub fn new_v6(opts: &CreateOptions) -> Result<Self> {
+        check_name("name", &opts.name)?;
+        if opts.record_key_fields.is_empty() {
+            return Err(Error::invalid_arg("record_key", "at least one record key field is required"));
+        }
+        for f in opts.record_key_fields.iter().chain(&opts.partition_fields).chain(&opts.ordering_field) {
+            check_name("field", f)?;
+        }
+        let key_generator = if opts.partition_fields.is_empty() {
+            KeyGenerator::NonPartitioned
+        } else if opts.record_key_fields.len() == 1 && opts.partition_fields.len() == 1 {
+            KeyGenerator::Simple
+        } else {
+            KeyGenerator::Complex
+        };
+        let merge_mode = if opts.ordering_field.is_some() { MergeMode::EventTime } else { MergeMode::CommitTime };
+        let mut cfg = TableConfig {
+            name: opts.name.clone(),
+            table_type: opts.table_type,
+            version: 6,
+            layout_version: 1,
+            record_key_fields: opts.record_key_fields.clone(),
+            partition_fields: opts.partition_fields.clone(),
+            ordering_field: opts.ordering_field.clone(),
+            hive_style: opts.hive_style,
+            url_encode: false,
+            key_generator,
+            merge_mode,
+            populate_meta_fields: true,
+            timezone_utc: true,
+            raw: BTreeMap::new(),
+        };
+        cfg.raw = cfg.to_v6_map();
+        Ok(cfg)
+    }
+
+    fn to_v6_map(&self) -> BTreeMap<String, String> {
+        let mut m = BTreeMap::new();
+        let mut set = |k: &str, v: &str| {
+            m.insert(k.to_string(), v.to_string());
+        };
+        set(keys::NAME, &self.name);
+        set(keys::TYPE, self.table_type.hudi_name());
+        set(keys::VERSION, "6");
+        set(keys::LAYOUT_VERSION, "1");
+        set(keys::RECORD_KEY_FIELDS, &self.record_key_fields.join(","));
+        if !self.partition_fields.is_empty() {
+            set(keys::PARTITION_FIELDS, &self.partition_fields.join(","));
+        }
+        if let Some(o) = &self.ordering_field {
+            set(keys::PRECOMBINE_FIELD, o);
+        }
+        set(keys::HIVE_STYLE, bool_str(self.hive_style));
+        set(keys::URL_ENCODE, "false");
+        set(keys::DROP_PARTITION_COLUMNS, "false");
+        set(keys::BASE_FILE_FORMAT, "PARQUET");
+        set(keys::TIMEZONE, "UTC");
+        let keygen = match self.key_generator {
+            KeyGenerator::Simple => "org.apache.hudi.keygen.SimpleKeyGenerator",
+            KeyGenerator::NonPartitioned => "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
+            _ => "org.apache.hudi.keygen.ComplexKeyGenerator",
+        };
+        set(keys::KEYGEN_CLASS, keygen);
+        let payload = match self.merge_mode {
+            MergeMode::EventTime => DEFAULT_PAYLOAD,
+            MergeMode::CommitTime => OVERWRITE_PAYLOAD,
+        };
+        set(keys::PAYLOAD_CLASS, payload);
+        set(keys::POPULATE_META_FIELDS, "true");
+        set(keys::DATABASE_NAME, "default");
+        set(keys::ARCHIVELOG_FOLDER, "archived");
+        set(keys::CHECKSUM, &checksum("default", &self.name).to_string());
+        m
+    }
+
+    /// Parses and validates the text of `hoodie.properties`.
+    pub fn parse(text: &str) -> Result<Self> {
+        let raw = parse_properties(text);
+        Self::from_map(raw)
+    }
+
+    fn from_map(raw: BTreeMap<String, String>) -> Result<Self> {
+        let get = |k: &str| raw.get(k).map(|s| s.trim()).filter(|s| !s.is_empty());
+        let required = |k: &str| get(k).ok_or_else(|| bad(format!("missing required key `{k}`")));
+        let name = required(keys::NAME)?.to_string();
+        let table_type = TableType::parse(required(keys::TYPE)?)
+            .ok_or_else(|| bad(format!("`{}` must be COPY_ON_WRITE or MERGE_ON_READ", keys::TYPE)))?;
+        let version: u32 = required(keys::VERSION)?
+            .parse()
+            .map_err(|_| bad(format!("`{}` is not a number", keys::VERSION)))?;
+        if !matches!(version, 6 | 8 | 9) {
+            return Err(Error::unsupported(format!("table version {version} (supported: 6, 8, 9)")));
+        }
+        let layout_version: u32 = match get(keys::LAYOUT_VERSION) {
+            Some(v) => v.parse().map_err(|_| bad(format!("`{}` is not a number", keys::LAYOUT_VERSION)))?,
+            None if version == 6 => 1,
+            None => 2,
+        };
+        if (version == 6) != (layout_version == 1) {
+            return Err(bad(format!("timeline layout {layout_version} does not go with table version {version}")));
+        }
+        if get(keys::DROP_PARTITION_COLUMNS).is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+            return Err(Error::unsupported("hoodie.datasource.write.drop.partition.columns=true"));
+        }
+        if let Some(fmt) = get(keys::BASE_FILE_FORMAT)
+            && !fmt.eq_ignore_ascii_case("parquet")
+        {
+            return Err(Error::unsupported(format!("base file format {fmt}")));
+        }
+        let list = |k: &str| -> Vec<String> {
+            get(k).map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                .unwrap_or_default()
+        };
+        let ordering = {
+            let fields = if raw.contains_key(keys::ORDERING_FIELDS) { list(keys::ORDERING_FIELDS) } else { list(keys::PRECOMBINE_FIELD) };
+            if fields.len() > 1 {
+                return Err(Error::unsupported(format!("several ordering fields: {}", fields.join(","))));
+            }
+            fields.into_iter().next()
+        };
+        let keygen_name = get(keys::KEYGEN_TYPE).or(get(keys::KEYGEN_CLASS)).unwrap_or("");
+        let mut key_generator = key_generator_of(keygen_name);
+        let partition_fields = list(keys::PARTITION_FIELDS);
+        if partition_fields.is_empty() && key_generator != KeyGenerator::NonPartitioned {
+            key_generator = KeyGenerator::NonPartitioned;
+        }
+        let record_key_fields = list(keys::RECORD_KEY_FIELDS);
+        let merge_mode = infer_merge_mode(&raw, ordering.is_some());
+        let flag = |k: &str, default: bool| get(k).map(|v| v.eq_ignore_ascii_case("true")).unwrap_or(default);
+        let timezone_utc = !get(keys::TIMEZONE).is_some_and(|v| v.eq_ignore_ascii_case("local"));
+        Ok(TableConfig {
+            name,
+            table_type,
+            version,
+            layout_version,
+            record_key_fields,
+            partition_fields: if key_generator == KeyGenerator::NonPartitioned { vec![] } else { partition_fields },
+            ordering_field: ordering,
+            hive_style: flag(keys::HIVE_STYLE, false),
+            url_encode: flag(keys::URL_ENCODE, false),
+            key_generator,
+            merge_mode,
+            populate_meta_fields: flag(keys::POPULATE_META_FIELDS, true),
+            timezone_utc,
+            raw,
+        })
+    }
+
+    /// The text of `hoodie.properties` (sorted keys, no escapes).
+    pub fn to_properties(&self) -> String {
+        let mut out = String::from("#Properties saved by oxlake\n");
+        for (k, v) in &self.raw {
+            out.push_str(k);
+            out.push('=');
+            out.push_str(v);
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Whether the table has partition fields.
+    pub fn is_partitioned(&self) -> bool {
+        !self.partition_fields.is_empty()
+    }
+
+    /// Directory of the active timeline, relative to the table root.
+    pub fn timeline_dir(&self) -> String {
+        if self.layout_version == 1 {
+            ".hoodie".to_string()
+        } else {
+            let sub = self.raw.get(keys::TIMELINE_PATH).map(|s| s.trim()).filter(|s| !s.is_empty()).unwrap_or("timeline");
+            format!(".hoodie/{sub}")
+        }
+    }
+
+    /// Whether keys are written `field:value,...` (complex) rather than as the bare value.
+    pub fn complex_keys(&self) -> bool {
+        match self.key_generator {
+            KeyGenerator::Simple => false,
+            KeyGenerator::NonPartitioned => self.record_key_fields.len() > 1,
+            _ => true,
+        }
+    }
+}
+
+fn key_generator_of(name: &str) -> KeyGenerator {
+    let short = name.rsplit('.').next().unwrap_or(name).to_ascii_uppercase();
+    match short.as_str() {
+        "" | "SIMPLE" | "SIMPLEKEYGENERATOR" | "SIMPLE_AVRO" | "SIMPLEAVROKEYGENERATOR" => KeyGenerator::Simple,
+        "COMPLEX" | "COMPLEXKEYGENERATOR" | "COMPLEX_AVRO" | "COMPLEXAVROKEYGENERATOR" => KeyGenerator::Complex,
+        "NON_PARTITION" | "NON_PARTITION_AVRO" | "NONPARTITIONEDKEYGENERATOR" | "NONPARTITIONEDAVROKEYGENERATOR" => {
+            KeyGenerator::NonPartitioned
+        }
+        s if s.contains("TIMESTAMP") => KeyGenerator::Timestamp,
+        _ => KeyGenerator::Other(name.to_string()),
+    }
+}
+
+/// Apache Hudi's inference for tables before version 9: explicit merge mode, else the payload class.
+fn infer_merge_mode(raw: &BTreeMap<String, String>, has_ordering: bool) -> MergeMode {
+    let mode = raw.get(keys::MERGE_MODE).map(|s| s.trim().to_ascii_uppercase());
+    match mode.as_deref() {
+        Some("COMMIT_TIME_ORDERING") => return MergeMode::CommitTime,
+        Some("EVENT_TIME_ORDERING") => return MergeMode::EventTime,
+        _ => {}
+    }
+    match raw.get(keys::PAYLOAD_CLASS).map(|s| s.trim()) {
+        Some(p) if p.ends_with("OverwriteWithLatestAvroPayload") => MergeMode::CommitTime,
+        _ if has_ordering => MergeMode::EventTime,
+        _ => MergeMode::CommitTime,
+    }
+}
+
+/// `key=value` lines; `#` comments; split at the first `=` (as hudi-rs reads them).
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
+        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().replace("\\:", ":"))))
+        .collect()
+}
+
+/// `CRC32("<database>.<table>")`, the checksum Apache Hudi validates.
+pub fn checksum(database: &str, table: &str) -> u32 {
+    crc32fast::hash(format!("{database}.{table}").as_bytes())
+}
+
+fn bool_str(b: bool) -> &'static str {
+    if b { "true" } else { "false" }
+}
+
+fn bad(detail: String) -> Error {
+    Error::corrupt(PROPERTIES_FILE, detail)
+}
+
+/// Names end up in properties files, paths and Avro schemas: keep them plain.
+fn check_name(what: &str, s: &str) -> Result<()> {
+    let ok = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
+    if ok { Ok(()) } else { Err(Error::invalid_arg(what, format!("`{s}` must be non-empty ASCII letters, digits, `_`, `-` or `.`"))) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> CreateOptions {
+        CreateOptions {
+            name: "trips".into(),
+            table_type: TableType::CopyOnWrite,
+            record_key_fields: vec!["id".into()],
+            partition_fields: vec!["city".into()],
+            ordering_field: Some("ts".into()),
+            hive_style: true,
+        }
+    }
+
+    #[test]
+    fn checksum_matches_apache_hudi() {
+        assert_eq!(checksum("default", "v6_trips_8i1u"), 3843273058);
+        assert_eq!(checksum("", "v8_trips_8i3u1d_metadata"), 380169000);
+    }
+
+    #[test]
+    fn written_properties_parse_back() {
+        let cfg = TableConfig::new_v6(&opts()).unwrap();
+        let back = TableConfig::parse(&cfg.to_properties()).unwrap();
+        assert_eq!(back, cfg);
+        assert_eq!(back.key_generator, KeyGenerator::Simple);
+        assert_eq!(back.merge_mode, MergeMode::EventTime);
+        assert_eq!(back.raw[keys::CHECKSUM], checksum("default", "trips").to_string());
+    }
+
+    #[test]
+    fn key_generator_follows_the_fields() {
+        let mut o = opts();
+        o.record_key_fields = vec!["id".into(), "name".into()];
+        assert_eq!(TableConfig::new_v6(&o).unwrap().key_generator, KeyGenerator::Complex);
+        o.partition_fields.clear();
+        let cfg = TableConfig::new_v6(&o).unwrap();
+        assert_eq!(cfg.key_generator, KeyGenerator::NonPartitioned);
+        assert!(cfg.complex_keys());
+    }
+
+    #[test]
+    fn invalid_files_are_typed_errors() {
+        assert!(matches!(TableConfig::parse("hoodie.table.name=t\n"), Err(Error::CorruptTable { .. })));
+        let v7 = "hoodie.table.name=t\nhoodie.table.type=COPY_ON_WRITE\nhoodie.table.version=7\n";
+        assert!(matches!(TableConfig::parse(v7), Err(Error::Unsupported { .. })));
+        let garbage = "hoodie.table.name=t\nhoodie.table.type=SIDEWAYS\nhoodie.table.version=6\n";
+        assert!(matches!(TableConfig::parse(garbage), Err(Error::CorruptTable { .. })));
+        let layout = "hoodie.table.name=t\nhoodie.table.type=cow\nhoodie.table.version=8\nhoodie.timeline.layout.version=1\n";
+        assert!(matches!(TableConfig::parse(layout), Err(Error::CorruptTable { .. })));
+    }
+
+    #[test]
+    fn payload_class_decides_merge_mode_before_v9() {
+        let text = "hoodie.table.name=t\nhoodie.table.type=MERGE_ON_READ\nhoodie.table.version=6\n\
+                    hoodie.table.precombine.field=ts\n\
+                    hoodie.compaction.payload.class=org.apache.hudi.common.model.OverwriteWithLatestAvroPayload\n";
+        assert_eq!(TableConfig::parse(text).unwrap().merge_mode, MergeMode::CommitTime);
+    }
+
+    #[test]
+    fn names_are_checked() {
+        let mut o = opts();
+        o.name = "a=b".into();
+        assert!(matches!(TableConfig::new_v6(&o), Err(Error::InvalidArgument { .. })));
+    }
+}

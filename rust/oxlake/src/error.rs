@@ -1,0 +1,107 @@
+//! One error type for the crate. Every variant carries the facts a caller needs to act on it;
+//! conversions to DataFusion and Python errors happen only at the edges.
+
+use std::fmt;
+
+/// Result alias used across the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, as data.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// No table at `uri` (no `.hoodie/hoodie.properties`).
+    #[error("no table at {uri}: {reason}")]
+    TableNotFound { uri: String, reason: String },
+
+    /// `create` found a table already there.
+    #[error("a table already exists at {uri}")]
+    TableExists { uri: String },
+
+    /// The data handed to a write does not match the table schema.
+    #[error("schema mismatch: {detail}")]
+    SchemaMismatch { detail: String },
+
+    /// The data is well-typed but violates a rule of the table (null key, missing column...).
+    #[error("invalid data: {detail}")]
+    InvalidData { detail: String },
+
+    /// An argument of an API call is not valid (unknown option, bad filter...).
+    #[error("invalid argument `{name}`: {detail}")]
+    InvalidArgument { name: String, detail: String },
+
+    /// Another writer claimed or changed what this write needed.
+    #[error("commit conflict at instant {instant}: {detail}")]
+    CommitConflict { instant: String, detail: String },
+
+    /// A table file could not be understood.
+    #[error("corrupt table file {path}: {detail}")]
+    CorruptTable { path: String, detail: String },
+
+    /// The table uses a feature oxlake does not implement.
+    #[error("unsupported: {feature}")]
+    Unsupported { feature: String },
+
+    /// The object store failed (after retries for transient errors).
+    #[error("storage error on {path}: {source}")]
+    Storage {
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// Arrow failed while building or converting batches.
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+
+    /// Parquet failed while reading or writing a file.
+    #[error("parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+
+    /// DataFusion failed while planning or executing a read.
+    #[error("query: {0}")]
+    DataFusion(Box<datafusion::error::DataFusionError>),
+}
+
+impl Error {
+    pub(crate) fn invalid_data(detail: impl fmt::Display) -> Self {
+        Error::InvalidData { detail: detail.to_string() }
+    }
+
+    pub(crate) fn invalid_arg(name: &str, detail: impl fmt::Display) -> Self {
+        Error::InvalidArgument { name: name.to_string(), detail: detail.to_string() }
+    }
+
+    pub(crate) fn corrupt(path: impl fmt::Display, detail: impl fmt::Display) -> Self {
+        Error::CorruptTable { path: path.to_string(), detail: detail.to_string() }
+    }
+
+    pub(crate) fn unsupported(feature: impl fmt::Display) -> Self {
+        Error::Unsupported { feature: feature.to_string() }
+    }
+
+    pub(crate) fn storage(path: impl fmt::Display, source: object_store::Error) -> Self {
+        Error::Storage { path: path.to_string(), source }
+    }
+}
+
+impl From<datafusion::error::DataFusionError> for Error {
+    fn from(e: datafusion::error::DataFusionError) -> Self {
+        use datafusion::error::DataFusionError as D;
+        // Unwrap our own errors that travelled through DataFusion, so callers see the real kind.
+        match e {
+            D::External(inner) => match inner.downcast::<Error>() {
+                Ok(ours) => *ours,
+                Err(other) => Error::DataFusion(Box::new(D::External(other))),
+            },
+            D::ArrowError(a, _) => Error::Arrow(*a),
+            D::Context(_, inner) => Error::from(*inner),
+            other => Error::DataFusion(Box::new(other)),
+        }
+    }
+}
+
+impl From<Error> for datafusion::error::DataFusionError {
+    fn from(e: Error) -> Self {
+        datafusion::error::DataFusionError::External(Box::new(e))
+    }
+}

@@ -1,0 +1,101 @@
+//! Data file names: base files `<fileId>_<writeToken>_<instant>.parquet` and log files
+//! `.<fileId>_<instant>.log.<version>_<writeToken>`.
+
+use crate::format::instant::is_instant_time;
+
+/// Marker file Apache Hudi puts in every partition directory.
+pub const PARTITION_METADATA: &str = ".hoodie_partition_metadata";
+
+/// A parsed base file name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BaseFileName {
+    pub file_id: String,
+    pub write_token: String,
+    pub instant: String,
+}
+
+impl BaseFileName {
+    /// Parses `<fileId>_<writeToken>_<instant>.parquet`.
+    pub fn parse(name: &str) -> Option<Self> {
+        let stem = name.strip_suffix(".parquet")?;
+        let mut parts = stem.split('_');
+        let (file_id, write_token, instant) = (parts.next()?, parts.next()?, parts.next()?);
+        if parts.next().is_some() || file_id.is_empty() || write_token.is_empty() || !is_instant_time(instant) {
+            return None;
+        }
+        Some(BaseFileName { file_id: file_id.into(), write_token: write_token.into(), instant: instant.into() })
+    }
+
+    /// The file name.
+    pub fn name(&self) -> String {
+        format!("{}_{}_{}.parquet", self.file_id, self.write_token, self.instant)
+    }
+}
+
+/// A parsed log file name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LogFileName {
+    pub file_id: String,
+    /// Base instant (v6) or deltacommit instant (v8+).
+    pub instant: String,
+    pub extension: String,
+    pub version: u32,
+    pub write_token: String,
+}
+
+impl LogFileName {
+    /// Parses `.<fileId>_<instant>.<ext>.<version>_<writeToken>`.
+    pub fn parse(name: &str) -> Option<Self> {
+        let rest = name.strip_prefix('.')?;
+        let (file_id, rest) = rest.split_once('_')?;
+        let (middle, write_token) = rest.rsplit_once('_')?;
+        let mut m = middle.splitn(3, '.');
+        let (instant, extension, version) = (m.next()?, m.next()?, m.next()?);
+        if !is_instant_time(instant) || extension.is_empty() || file_id.is_empty() {
+            return None;
+        }
+        Some(LogFileName {
+            file_id: file_id.into(),
+            instant: instant.into(),
+            extension: extension.into(),
+            version: version.parse().ok()?,
+            write_token: write_token.into(),
+        })
+    }
+
+    /// The file name.
+    pub fn name(&self) -> String {
+        format!(".{}_{}.{}.{}_{}", self.file_id, self.instant, self.extension, self.version, self.write_token)
+    }
+}
+
+/// A new file id: a UUID and a file-group index, as Apache Hudi names them.
+pub fn new_file_id() -> String {
+    format!("{}-0", uuid::Uuid::new_v4())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_file_names() {
+        let n = "6e1d5cc4-c487-487d-abbe-fe9b30b1c0cc-0_0-1112-3190_20240418173551906.parquet";
+        let b = BaseFileName::parse(n).unwrap();
+        assert_eq!(b.file_id, "6e1d5cc4-c487-487d-abbe-fe9b30b1c0cc-0");
+        assert_eq!(b.write_token, "0-1112-3190");
+        assert_eq!(b.instant, "20240418173551906");
+        assert_eq!(b.name(), n);
+        assert!(BaseFileName::parse("stray.parquet").is_none());
+        assert!(BaseFileName::parse("a_b_c_20240418173551906.parquet").is_none());
+    }
+
+    #[test]
+    fn log_file_names() {
+        let n = ".0712b9f9-d2d5-4cae-bcf4-8fd7146af503-0_20250126040823628.log.2_1-0-1";
+        let l = LogFileName::parse(n).unwrap();
+        assert_eq!((l.instant.as_str(), l.version, l.write_token.as_str()), ("20250126040823628", 2, "1-0-1"));
+        assert_eq!(l.name(), n);
+        assert!(LogFileName::parse(PARTITION_METADATA).is_none());
+    }
+}

@@ -1,0 +1,5 @@
+//! On-disk models of the Hudi format, kept apart from the IO that reads and writes them.
+
+pub mod commit;
+pub mod file_name;
+pub mod instant;

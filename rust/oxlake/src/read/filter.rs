@@ -1,0 +1,97 @@
+//! User filters: a SQL boolean expression, or a conjunction of `(column, op, value)` predicates.
+
+use datafusion::common::{Column, ScalarValue};
+use datafusion::dataframe::DataFrame;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::{Expr, lit};
+
+use crate::error::{Error, Result};
+
+/// A filter on the rows of a scan.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Filter {
+    /// A SQL boolean expression, e.g. `city = 'sf' AND fare > 10`.
+    Sql(String),
+    /// Predicates that must all hold.
+    Predicates(Vec<Predicate>),
+}
+
+/// `column op value`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Predicate {
+    pub column: String,
+    pub op: Op,
+    /// One value, or several for `In` and `NotIn`.
+    pub values: Vec<ScalarValue>,
+}
+
+/// Comparison operators of predicates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    Eq,
+    NotEq,
+    Lt,
+    LtEq,
+    Gt,
+    GtEq,
+    In,
+    NotIn,
+}
+
+impl Op {
+    /// Parses `=`, `==`, `!=`, `<`, `<=`, `>`, `>=`, `in`, `not in`.
+    pub fn parse(s: &str) -> Result<Self> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "=" | "==" => Op::Eq,
+            "!=" | "<>" => Op::NotEq,
+            "<" => Op::Lt,
+            "<=" => Op::LtEq,
+            ">" => Op::Gt,
+            ">=" => Op::GtEq,
+            "in" => Op::In,
+            "not in" => Op::NotIn,
+            other => return Err(Error::invalid_arg("filter", format!("unknown operator `{other}`"))),
+        })
+    }
+}
+
+impl Filter {
+    /// The filter as a DataFusion expression over the columns of `df`.
+    pub fn to_expr(&self, df: &DataFrame) -> DfResult<Expr> {
+        match self {
+            Filter::Sql(sql) => df.parse_sql_expr(sql),
+            Filter::Predicates(preds) => {
+                let schema = df.schema();
+                let mut exprs = Vec::with_capacity(preds.len());
+                for p in preds {
+                    if schema.field_with_unqualified_name(&p.column).is_err() {
+                        return Err(DataFusionError::Plan(format!("no column `{}`", p.column)));
+                    }
+                    exprs.push(p.to_expr()?);
+                }
+                Ok(exprs.into_iter().reduce(Expr::and).unwrap_or_else(|| lit(true)))
+            }
+        }
+    }
+}
+
+impl Predicate {
+    fn to_expr(&self) -> DfResult<Expr> {
+        let col = Expr::Column(Column::new_unqualified(&self.column));
+        let one = || {
+            self.values.first().cloned().map(lit).ok_or_else(|| {
+                DataFusionError::Plan(format!("predicate on `{}` has no value", self.column))
+            })
+        };
+        Ok(match self.op {
+            Op::Eq => col.eq(one()?),
+            Op::NotEq => col.not_eq(one()?),
+            Op::Lt => col.lt(one()?),
+            Op::LtEq => col.lt_eq(one()?),
+            Op::Gt => col.gt(one()?),
+            Op::GtEq => col.gt_eq(one()?),
+            Op::In => col.in_list(self.values.iter().cloned().map(lit).collect(), false),
+            Op::NotIn => col.in_list(self.values.iter().cloned().map(lit).collect(), true),
+        })
+    }
+}

@@ -1,0 +1,190 @@
+//! The DataFusion table provider of a planned scan.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
+use arrow::compute::cast;
+use arrow::datatypes::{Field, Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, ToDFSchema};
+use datafusion::datasource::TableType;
+use datafusion::datasource::file_format::FileFormat;
+use datafusion::datasource::file_format::parquet::ParquetFormat;
+use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
+use datafusion::catalog::TableProvider;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, col, lit};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+
+use super::{PlannedFile, ScanPlan};
+use crate::error::{Error, Result};
+use crate::keys::KeySpec;
+use crate::schema::COMMIT_TIME;
+use crate::storage::Storage;
+use crate::table::Table;
+
+/// A Hudi table (at one snapshot or one incremental window) as a DataFusion table.
+#[derive(Debug)]
+pub struct HudiTableProvider {
+    schema: SchemaRef,
+    files: Vec<PlannedFile>,
+    commit_range: Option<(String, String)>,
+    keys: KeySpec,
+    store_url: ObjectStoreUrl,
+    storage: Storage,
+}
+
+impl HudiTableProvider {
+    pub fn try_new(table: &Table, plan: ScanPlan) -> Result<Self> {
+        let url = table.storage().store_url();
+        let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(Error::from)?;
+        Ok(HudiTableProvider {
+            schema: table.schema(),
+            files: plan.files,
+            commit_range: plan.commit_range,
+            keys: KeySpec::from_config(table.config()),
+            store_url,
+            storage: table.storage().clone(),
+        })
+    }
+
+    /// The files the scan will read (before partition pruning).
+    pub fn files(&self) -> &[PlannedFile] {
+        &self.files
+    }
+
+    /// Keeps the files whose partition values can satisfy the filters that use only partition
+    /// columns. A partition path that does not parse is kept (never drop data on a doubt).
+    pub fn prune_partitions(&self, state: &dyn Session, filters: &[Expr]) -> DfResult<Vec<&PlannedFile>> {
+        let part_names = &self.keys.partition_fields;
+        let usable: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                let cols = f.column_refs();
+                !cols.is_empty() && cols.iter().all(|c| part_names.contains(&c.name))
+            })
+            .cloned()
+            .collect();
+        let Some(predicate) = conjunction(usable) else { return Ok(self.files.iter().collect()) };
+        let mut partitions: BTreeMap<&str, Option<bool>> = BTreeMap::new();
+        for f in &self.files {
+            partitions.insert(&f.partition, None);
+        }
+        let paths: Vec<&str> = partitions.keys().copied().collect();
+        let parsed: Vec<Option<Vec<Option<String>>>> = paths.iter().map(|p| self.keys.parse_partition_path(p)).collect();
+        let fields: Vec<Field> = part_names
+            .iter()
+            .map(|n| self.schema.field_with_name(n).map(|f| f.clone().with_nullable(true)))
+            .collect::<std::result::Result<_, _>>()?;
+        let part_schema = Arc::new(Schema::new(fields));
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(part_names.len());
+        for (i, field) in part_schema.fields().iter().enumerate() {
+            let strings: StringArray =
+                parsed.iter().map(|v| v.as_ref().and_then(|vals| vals[i].clone())).collect();
+            // A value that does not cast to the column type is unknown: the partition is kept.
+            columns.push(cast(&strings, field.data_type()).unwrap_or_else(|_| arrow::array::new_null_array(field.data_type(), paths.len())));
+        }
+        let batch = RecordBatch::try_new(part_schema.clone(), columns)?;
+        let df_schema: DFSchema = part_schema.to_dfschema()?;
+        let physical = state.create_physical_expr(predicate, &df_schema)?;
+        let result = physical.evaluate(&batch)?.into_array(batch.num_rows())?;
+        let mask = result.as_any().downcast_ref::<BooleanArray>().cloned().unwrap_or_else(|| BooleanArray::from(vec![true; paths.len()]));
+        for (i, p) in paths.iter().enumerate() {
+            let keep = parsed[i].is_none() || mask.is_null(i) || mask.value(i);
+            partitions.insert(p, Some(keep));
+        }
+        Ok(self.files.iter().filter(|f| partitions.get(f.partition.as_str()).copied().flatten().unwrap_or(true)).collect())
+    }
+}
+
+/// Splits files into `n` groups of similar total size (largest first onto the lightest group).
+fn balance(files: &[&PlannedFile], n: usize) -> Vec<FileGroup> {
+    let mut sorted: Vec<&&PlannedFile> = files.iter().collect();
+    sorted.sort_by(|a, b| b.size.cmp(&a.size));
+    let n = n.max(1).min(files.len().max(1));
+    let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    for f in sorted {
+        if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
+            g.0 += f.size;
+            g.1.push(PartitionedFile::new(f.path.clone(), f.size));
+        }
+    }
+    groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()
+}
+
+#[async_trait]
+impl TableProvider for HudiTableProvider {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> DfResult<Vec<TableProviderFilterPushDown>> {
+        // Filters prune partitions and row groups; DataFusion still applies them to the rows.
+        Ok(vec![TableProviderFilterPushDown::Inexact; filters.len()])
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let files = self.prune_partitions(state, filters)?;
+        let projected = match projection {
+            Some(p) => Arc::new(self.schema.project(p)?),
+            None => self.schema.clone(),
+        };
+        if files.is_empty() {
+            return Ok(Arc::new(EmptyExec::new(projected)));
+        }
+        // Incremental reads filter on the commit time, so the scan must read that column.
+        let commit_idx = self.schema.index_of(COMMIT_TIME)?;
+        let mut scan_projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+        let extra = self.commit_range.is_some() && !scan_projection.contains(&commit_idx);
+        if extra {
+            scan_projection.push(commit_idx);
+        }
+        let groups = balance(&files, state.config().target_partitions());
+        let source = Arc::new(ParquetSource::new(self.schema.clone()));
+        let config = FileScanConfigBuilder::new(self.store_url.clone(), source)
+            .with_file_groups(groups)
+            .with_projection_indices(Some(scan_projection.clone()))?
+            .with_limit(if self.commit_range.is_some() { None } else { limit })
+            .build();
+        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+        let mut plan = format.create_physical_plan(state, config).await?;
+        if let Some((start, end)) = &self.commit_range {
+            let scanned = Arc::new(self.schema.project(&scan_projection)?);
+            let df_schema = scanned.clone().to_dfschema()?;
+            let window = col(COMMIT_TIME).gt(lit(start.as_str())).and(col(COMMIT_TIME).lt_eq(lit(end.as_str())));
+            let predicate = state.create_physical_expr(window, &df_schema)?;
+            plan = Arc::new(FilterExec::try_new(predicate, plan)?);
+            if extra {
+                let exprs: Vec<(Arc<dyn datafusion::physical_expr::PhysicalExpr>, String)> = (0..scan_projection.len() - 1)
+                    .map(|i| {
+                        let f = scanned.field(i);
+                        let c: Arc<dyn datafusion::physical_expr::PhysicalExpr> =
+                            Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i));
+                        (c, f.name().clone())
+                    })
+                    .collect();
+                plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
+            }
+        }
+        let _ = &self.storage;
+        Ok(plan)
+    }
+}

@@ -1,0 +1,389 @@
+//! Object storage behind one type.
+//!
+//! A [`Storage`] is an `object_store` store plus the table's root inside it. Paths handed to its
+//! methods are relative to the table root (`.hoodie/hoodie.properties`, `city=sf/f1_0-1-0_t.parquet`).
+//! Timeline transitions use [`Storage::put_if_absent`], a conditional create that is atomic on local
+//! disk and on S3 (`If-None-Match: *`); transient failures are retried a bounded number of times.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
+};
+use url::Url;
+
+use crate::error::{Error, Result};
+
+/// How many times a transient failure is retried, and the first pause (doubled each time).
+const RETRIES: u32 = 3;
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+
+/// A table's storage: the store, the table root inside it, and the URL DataFusion knows it by.
+#[derive(Clone, Debug)]
+pub struct Storage {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    /// `file:///`, `s3://bucket/` or `memory:///`: the key under which DataFusion finds `store`.
+    store_url: Url,
+    uri: String,
+}
+
+/// A file found by a listing, with its path relative to the table root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileInfo {
+    /// Path relative to the table root, `/`-separated.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl Storage {
+    /// Opens the storage for a table URI.
+    ///
+    /// Accepts plain paths and `file://` URLs (local disk), `s3://bucket/prefix` and `memory://name`.
+    /// S3 options (`endpoint`, `region`, `access_key_id`, `secret_access_key`, `session_token`,
+    /// `allow_http`, or their `aws_*` spellings) come from `options`, then from the usual
+    /// `AWS_*` environment variables.
+    pub fn open(uri: &str, options: &HashMap<String, String>) -> Result<Self> {
+        let uri = uri.trim_end_matches('/');
+        if uri.is_empty() {
+            return Err(Error::invalid_arg("uri", "empty table URI"));
+        }
+        match uri.split_once("://") {
+            Some(("s3" | "s3a", rest)) => Self::open_s3(uri, rest, options),
+            Some(("memory", rest)) => Self::in_memory(rest),
+            Some(("file", rest)) => Self::open_local(uri, rest),
+            Some((scheme, _)) => Err(Error::invalid_arg("uri", format!("unsupported scheme `{scheme}`"))),
+            None => Self::open_local(uri, uri),
+        }
+    }
+
+    /// A fresh in-memory store (unit tests).
+    pub fn in_memory(root: &str) -> Result<Self> {
+        Ok(Storage {
+            store: Arc::new(InMemory::new()),
+            root: Path::from(root.trim_matches('/')),
+            store_url: url_of("memory:///")?,
+            uri: format!("memory://{}", root.trim_matches('/')),
+        })
+    }
+
+    fn open_local(uri: &str, path: &str) -> Result<Self> {
+        let abs = std::path::absolute(path).map_err(|e| Error::invalid_arg("uri", e))?;
+        let root = Path::from_absolute_path(&abs)
+            .map_err(|e| Error::invalid_arg("uri", format!("{uri}: {e}")))?;
+        Ok(Storage {
+            store: Arc::new(LocalFileSystem::new()),
+            root,
+            store_url: url_of("file:///")?,
+            uri: abs.to_string_lossy().into_owned(),
+        })
+    }
+
+    fn open_s3(uri: &str, rest: &str, options: &HashMap<String, String>) -> Result<Self> {
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(Error::invalid_arg("uri", format!("{uri}: no bucket")));
+        }
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket).with_retry(RetryConfig {
+            max_retries: RETRIES as usize,
+            ..RetryConfig::default()
+        });
+        for (key, value) in options {
+            let key = key.to_ascii_lowercase();
+            let key = key.strip_prefix("aws_").unwrap_or(&key);
+            let config_key = match key {
+                "endpoint" | "endpoint_url" => "aws_endpoint",
+                "region" => "aws_region",
+                "access_key_id" => "aws_access_key_id",
+                "secret_access_key" => "aws_secret_access_key",
+                "session_token" => "aws_session_token",
+                "allow_http" => "aws_allow_http",
+                "virtual_hosted_style_request" => "aws_virtual_hosted_style_request",
+                other => return Err(Error::invalid_arg("storage_options", format!("unknown key `{other}`"))),
+            };
+            let parsed = config_key
+                .parse()
+                .map_err(|e| Error::invalid_arg("storage_options", format!("{key}: {e}")))?;
+            builder = builder.with_config(parsed, value.clone());
+        }
+        let store = builder
+            .build()
+            .map_err(|e| Error::invalid_arg("storage_options", format!("{uri}: {e}")))?;
+        Ok(Storage {
+            store: Arc::new(store),
+            root: Path::from(prefix.trim_matches('/')),
+            store_url: url_of(&format!("s3://{bucket}/"))?,
+            uri: uri.to_string(),
+        })
+    }
+
+    /// The table URI as given (local paths made absolute).
+    pub fn uri(&self) -> &str {
+        &self.uri
+    }
+
+    /// The underlying store, for DataFusion's registry.
+    pub fn object_store(&self) -> Arc<dyn ObjectStore> {
+        self.store.clone()
+    }
+
+    /// The URL DataFusion registers the store under.
+    pub fn store_url(&self) -> &Url {
+        &self.store_url
+    }
+
+    /// The full store path of a table-relative path.
+    pub fn path(&self, rel: &str) -> Path {
+        let rel = rel.trim_matches('/');
+        if rel.is_empty() {
+            return self.root.clone();
+        }
+        if self.root.as_ref().is_empty() {
+            return Path::from(rel);
+        }
+        Path::from(format!("{}/{}", self.root, rel))
+    }
+
+    /// Reads a whole file.
+    pub async fn get(&self, rel: &str) -> Result<Bytes> {
+        let path = self.path(rel);
+        retry(rel, || async { self.store.get(&path).await?.bytes().await }).await
+    }
+
+    /// Reads a file, or `None` when it does not exist.
+    pub async fn get_opt(&self, rel: &str) -> Result<Option<Bytes>> {
+        match self.get(rel).await {
+            Ok(b) => Ok(Some(b)),
+            Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Size and modification time of a file, or `None` when it does not exist.
+    pub async fn head(&self, rel: &str) -> Result<Option<ObjectMeta>> {
+        let path = self.path(rel);
+        match retry(rel, || self.store.head(&path)).await {
+            Ok(m) => Ok(Some(m)),
+            Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Writes a file, replacing any previous content.
+    pub async fn put(&self, rel: &str, data: Bytes) -> Result<()> {
+        let path = self.path(rel);
+        retry(rel, || self.store.put(&path, PutPayload::from(data.clone()))).await?;
+        Ok(())
+    }
+
+    /// Creates a file only if nothing is there yet. Returns `false` when it already existed.
+    ///
+    /// This is the one primitive the commit protocol relies on: at most one caller wins.
+    pub async fn put_if_absent(&self, rel: &str, data: Bytes) -> Result<bool> {
+        let path = self.path(rel);
+        let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
+        let result = retry(rel, || self.store.put_opts(&path, PutPayload::from(data.clone()), opts.clone())).await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(Error::Storage { source: object_store::Error::AlreadyExists { .. }, .. }) => Ok(false),
+            // S3 reports a lost race on `If-None-Match` as a failed precondition.
+            Err(Error::Storage { source: object_store::Error::Precondition { .. }, .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes a file; a file that is already gone is not an error.
+    pub async fn delete(&self, rel: &str) -> Result<()> {
+        let path = self.path(rel);
+        match retry(rel, || self.store.delete(&path)).await {
+            Ok(()) | Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lists the files directly inside a directory (not recursive), paths relative to the root.
+    pub async fn list_dir(&self, rel_dir: &str) -> Result<Vec<FileInfo>> {
+        let prefix = self.path(rel_dir);
+        let listing = retry(rel_dir, || self.store.list_with_delimiter(Some(&prefix))).await?;
+        Ok(listing.objects.into_iter().map(|m| self.file_info(&m)).collect())
+    }
+
+    /// Lists the sub-directories directly inside a directory, paths relative to the root.
+    pub async fn list_subdirs(&self, rel_dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(rel_dir);
+        let listing = retry(rel_dir, || self.store.list_with_delimiter(Some(&prefix))).await?;
+        Ok(listing.common_prefixes.iter().map(|p| self.relative(p)).collect())
+    }
+
+    /// Lists every file under a directory, recursively.
+    pub async fn list_recursive(&self, rel_dir: &str) -> Result<Vec<FileInfo>> {
+        let prefix = self.path(rel_dir);
+        retry(rel_dir, || async {
+            self.store.list(Some(&prefix)).map_ok(|m| self.file_info(&m)).try_collect::<Vec<_>>().await
+        })
+        .await
+    }
+
+    fn file_info(&self, meta: &ObjectMeta) -> FileInfo {
+        FileInfo { path: self.relative(&meta.location), size: meta.size }
+    }
+
+    fn relative(&self, path: &Path) -> String {
+        let full = path.as_ref();
+        let root = self.root.as_ref();
+        if root.is_empty() {
+            return full.to_string();
+        }
+        full.strip_prefix(root).map(|r| r.trim_start_matches('/')).unwrap_or(full).to_string()
+    }
+}
+
+fn url_of(s: &str) -> Result<Url> {
+    Url::parse(s).map_err(|e| Error::invalid_arg("uri", format!("{s}: {e}")))
+}
+
+/// Retries an operation on transient errors with exponential backoff.
+async fn retry<T, F, Fut>(what: &str, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = object_store::Result<T>>,
+{
+    let mut pause = FIRST_BACKOFF;
+    let mut attempt = 0;
+    loop {
+        match op().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt < RETRIES && is_transient(&e) => {
+                log::warn!("retrying {what} after transient storage error: {e}");
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+                attempt += 1;
+            }
+            Err(e) => return Err(Error::storage(what, e)),
+        }
+    }
+}
+
+/// Errors that say something about the object (absent, present, changed, not allowed) are final;
+/// anything generic (I/O, network) may pass.
+fn is_transient(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    !matches!(
+        e,
+        E::NotFound { .. }
+            | E::AlreadyExists { .. }
+            | E::Precondition { .. }
+            | E::NotModified { .. }
+            | E::NotImplemented { .. }
+            | E::NotSupported { .. }
+            | E::InvalidPath { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::UnknownConfigurationKey { .. }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn put_if_absent_admits_one_writer() {
+        let s = Storage::in_memory("t").unwrap();
+        assert!(s.put_if_absent(".hoodie/1.commit", Bytes::from_static(b"a")).await.unwrap());
+        assert!(!s.put_if_absent(".hoodie/1.commit", Bytes::from_static(b"b")).await.unwrap());
+        assert_eq!(s.get(".hoodie/1.commit").await.unwrap(), Bytes::from_static(b"a"));
+    }
+
+    #[tokio::test]
+    async fn listings_are_relative_to_the_root() {
+        let s = Storage::in_memory("base/t").unwrap();
+        s.put("a/x.parquet", Bytes::from_static(b"1")).await.unwrap();
+        s.put("a/b/y.parquet", Bytes::from_static(b"22")).await.unwrap();
+        s.put("z", Bytes::from_static(b"333")).await.unwrap();
+        let mut all: Vec<_> = s.list_recursive("").await.unwrap().into_iter().map(|f| (f.path, f.size)).collect();
+        all.sort();
+        assert_eq!(all, vec![("a/b/y.parquet".into(), 2), ("a/x.parquet".into(), 1), ("z".into(), 3)]);
+        assert_eq!(s.list_subdirs("a").await.unwrap(), vec!["a/b".to_string()]);
+        assert_eq!(s.list_dir("a").await.unwrap(), vec![FileInfo { path: "a/x.parquet".into(), size: 1 }]);
+        assert_eq!(s.get_opt("missing").await.unwrap(), None);
+        s.delete("missing").await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn local_paths_and_file_urls_agree() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("t");
+        let a = Storage::open(p.to_str().unwrap(), &HashMap::new()).unwrap();
+        let b = Storage::open(&format!("file://{}", p.display()), &HashMap::new()).unwrap();
+        a.put("x/y", Bytes::from_static(b"v")).await.unwrap();
+        assert_eq!(b.get("x/y").await.unwrap(), Bytes::from_static(b"v"));
+        assert!(p.join("x/y").exists());
+    }
+
+    #[test]
+    fn unknown_schemes_and_options_are_refused() {
+        assert!(matches!(Storage::open("gs://b/t", &HashMap::new()), Err(Error::InvalidArgument { .. })));
+        let opts = HashMap::from([("colour".to_string(), "blue".to_string())]);
+        assert!(matches!(Storage::open("s3://b/t", &opts), Err(Error::InvalidArgument { .. })));
+    }
+}
+
+/// A Parquet file in a [`Storage`], read with ranged gets (footer first, then the column chunks
+/// a reader asks for).
+#[derive(Debug)]
+pub struct ParquetFile {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    size: u64,
+}
+
+/// Bytes read with the footer on the first request: enough for the footer of most files.
+const FOOTER_HINT: usize = 64 * 1024;
+
+impl ParquetFile {
+    /// A reader of `rel` (table-relative) whose size is known from a listing.
+    pub fn open(storage: &Storage, rel: &str, size: u64) -> Self {
+        ParquetFile { store: storage.object_store(), path: storage.path(rel), size }
+    }
+}
+
+impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
+    fn get_bytes(&mut self, range: std::ops::Range<u64>) -> futures::future::BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        Box::pin(async move {
+            self.store.get_range(&self.path, range).await.map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        })
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<std::ops::Range<u64>>,
+    ) -> futures::future::BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        Box::pin(async move {
+            self.store.get_ranges(&self.path, &ranges).await.map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+        })
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a parquet::arrow::arrow_reader::ArrowReaderOptions>,
+    ) -> futures::future::BoxFuture<'a, parquet::errors::Result<Arc<parquet::file::metadata::ParquetMetaData>>> {
+        Box::pin(async move {
+            let size = self.size;
+            let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+                .with_prefetch_hint(Some(FOOTER_HINT))
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(meta))
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! The active timeline: every instant of the table with its latest state.
+//!
+//! Loading lists the timeline directory once. Each instant time appears once, in its most advanced
+//! state (a compaction requested at `t` and completed as `t.commit` is one completed instant).
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use crate::config::TableConfig;
+use crate::error::{Error, Result};
+use crate::format::commit::CommitMetadata;
+use crate::format::instant::{Action, Instant, State};
+use crate::storage::Storage;
+
+/// The instants of one table, sorted by time.
+#[derive(Clone, Debug, Default)]
+pub struct Timeline {
+    instants: Vec<Instant>,
+    dir: String,
+    layout: u32,
+}
+
+impl Timeline {
+    /// Lists the timeline directory of a table.
+    pub async fn load(storage: &Storage, config: &TableConfig) -> Result<Self> {
+        let dir = config.timeline_dir();
+        let files = storage.list_dir(&dir).await?;
+        let names = files.iter().map(|f| f.path.rsplit('/').next().unwrap_or(&f.path));
+        Ok(Self::from_file_names(names, dir, config.layout_version))
+    }
+
+    /// Builds a timeline from file names (those that are not instants are ignored).
+    pub fn from_file_names<'a>(names: impl IntoIterator<Item = &'a str>, dir: String, layout: u32) -> Self {
+        let mut by_time: BTreeMap<String, Instant> = BTreeMap::new();
+        for name in names {
+            let Some(instant) = Instant::parse_file_name(name, layout) else { continue };
+            match by_time.get(&instant.time) {
+                Some(seen) if seen.state >= instant.state => {}
+                _ => {
+                    by_time.insert(instant.time.clone(), instant);
+                }
+            }
+        }
+        Timeline { instants: by_time.into_values().collect(), dir, layout }
+    }
+
+    /// All instants, oldest first.
+    pub fn instants(&self) -> &[Instant] {
+        &self.instants
+    }
+
+    /// The greatest instant time ever claimed, in any state.
+    pub fn last_time(&self) -> Option<&str> {
+        self.instants.last().map(|i| i.time.as_str())
+    }
+
+    /// The earliest instant time in the active timeline; older files count as committed (archived).
+    pub fn earliest_time(&self) -> Option<&str> {
+        self.instants.first().map(|i| i.time.as_str())
+    }
+
+    /// Completed commits, deltacommits and replacecommits, oldest first.
+    pub fn completed_data(&self) -> impl Iterator<Item = &Instant> {
+        self.instants.iter().filter(|i| i.is_completed() && i.action.writes_data())
+    }
+
+    /// Completed data instants with time at most `as_of`.
+    pub fn completed_data_as_of<'a>(&'a self, as_of: &'a str) -> impl Iterator<Item = &'a Instant> + 'a {
+        self.completed_data().filter(move |i| i.time.as_str() <= as_of)
+    }
+
+    /// The latest completed data instant: the default snapshot.
+    pub fn latest_completed_data(&self) -> Option<&Instant> {
+        self.completed_data().last()
+    }
+
+    /// Instants not completed, of any action.
+    pub fn pending(&self) -> impl Iterator<Item = &Instant> {
+        self.instants.iter().filter(|i| !i.is_completed())
+    }
+
+    /// Whether a file written at instant `time` is visible: its instant completed, or it predates
+    /// the active timeline (archived, hence committed).
+    pub fn is_committed(&self, time: &str) -> bool {
+        match self.instants.binary_search_by(|i| i.time.as_str().cmp(time)) {
+            Ok(idx) => self.instants[idx].is_completed(),
+            Err(_) => self.earliest_time().is_some_and(|e| time < e),
+        }
+    }
+
+    /// The instant at a time, if any.
+    pub fn get(&self, time: &str) -> Option<&Instant> {
+        self.instants.binary_search_by(|i| i.time.as_str().cmp(time)).ok().map(|idx| &self.instants[idx])
+    }
+
+    /// Path of an instant's file, relative to the table root.
+    pub fn path_of(&self, instant: &Instant) -> String {
+        if self.layout >= 2 && instant.is_completed() {
+            let completion = instant.completion.as_deref().unwrap_or(&instant.time);
+            return format!("{}/{}_{}.{}", self.dir, instant.time, completion, instant.action);
+        }
+        format!("{}/{}", self.dir, instant.file_name())
+    }
+
+    /// Reads the commit metadata of a completed data instant.
+    pub async fn commit_metadata(&self, storage: &Storage, instant: &Instant) -> Result<CommitMetadata> {
+        let path = self.path_of(instant);
+        let bytes = storage.get(&path).await?;
+        if self.layout >= 2 {
+            return Err(Error::unsupported(format!("reading layout-2 commit metadata ({path})")));
+        }
+        CommitMetadata::from_json(&path, &bytes)
+    }
+
+    /// Writes an instant's file with a conditional create. Returns `false` when it already existed.
+    pub async fn create(&self, storage: &Storage, instant: &Instant, content: Bytes) -> Result<bool> {
+        if self.layout != 1 {
+            return Err(Error::unsupported("writing timeline layout 2"));
+        }
+        storage.put_if_absent(&self.path_of(instant), content).await
+    }
+
+    /// Deletes the requested and inflight files of an instant (after a rollback).
+    pub async fn remove_pending(&self, storage: &Storage, instant: &Instant) -> Result<()> {
+        // Inflight first: a half-removed instant then still reads as requested, never as running.
+        storage.delete(&self.path_of(&instant.with_state(State::Inflight))).await?;
+        storage.delete(&self.path_of(&instant.with_state(State::Requested))).await
+    }
+
+    /// The directory holding the timeline.
+    pub fn dir(&self) -> &str {
+        &self.dir
+    }
+
+    /// Whether a data action of this timeline was ever completed.
+    pub fn is_empty(&self) -> bool {
+        self.completed_data().next().is_none()
+    }
+
+    /// Replacecommits and other data instants, for callers that filter by action.
+    pub fn completed_of(&self, action: Action) -> impl Iterator<Item = &Instant> {
+        self.completed_data().filter(move |i| i.action == action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tl(names: &[&str]) -> Timeline {
+        Timeline::from_file_names(names.iter().copied(), ".hoodie".into(), 1)
+    }
+
+    #[test]
+    fn collapses_states_and_sorts() {
+        let t = tl(&[
+            "20240102000000000.commit",
+            "20240101000000000.commit.requested",
+            "20240101000000000.inflight",
+            "20240101000000000.commit",
+            "20240102000000000.inflight",
+            "20240103000000000.commit.requested",
+            "hoodie.properties",
+        ]);
+        let got: Vec<_> = t.instants().iter().map(|i| (i.time.as_str(), i.state)).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("20240101000000000", State::Completed),
+                ("20240102000000000", State::Completed),
+                ("20240103000000000", State::Requested)
+            ]
+        );
+        assert_eq!(t.latest_completed_data().unwrap().time, "20240102000000000");
+        assert_eq!(t.pending().count(), 1);
+        assert_eq!(t.last_time(), Some("20240103000000000"));
+    }
+
+    #[test]
+    fn commit_visibility() {
+        let t = tl(&["20240102000000000.commit", "20240103000000000.inflight"]);
+        assert!(t.is_committed("20240102000000000"));
+        assert!(!t.is_committed("20240103000000000"));
+        assert!(!t.is_committed("20240102500000000"));
+        assert!(t.is_committed("20240101000000000"), "older than the active timeline: archived");
+    }
+
+    #[test]
+    fn compaction_completes_as_commit() {
+        let t = tl(&["20240102000000000.compaction.requested", "20240102000000000.commit"]);
+        let i = &t.instants()[0];
+        assert_eq!((i.action, i.state), (Action::Commit, State::Completed));
+    }
+}

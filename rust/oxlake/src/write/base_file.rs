@@ -1,0 +1,233 @@
+//! Writing base files: new file groups, and copy-on-write rewrites that merge changes into the
+//! previous base file while streaming it (memory: the changes plus one batch).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, make_comparator, new_null_array};
+use arrow::compute::{SortOptions, cast, filter_record_batch, take, take_record_batch};
+use arrow::datatypes::SchemaRef;
+use futures::StreamExt;
+use parquet::arrow::AsyncArrowWriter;
+use object_store::buffered::BufWriter;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use tokio::sync::Semaphore;
+
+use super::Incoming;
+use super::plan::{FileWork, WriteConfig, WritePlan};
+use crate::error::{Error, Result};
+use crate::format::commit::WriteStat;
+use crate::format::file_name::BaseFileName;
+use crate::schema::RECORD_KEY;
+use crate::storage::{ParquetFile, Storage};
+use crate::table::Table;
+
+/// Rows per batch when appending inserts.
+const INSERT_BATCH: usize = 8192;
+
+/// A base file written by this instant, with its write stat.
+#[derive(Debug)]
+pub(crate) struct Written {
+    pub partition: String,
+    pub stat: WriteStat,
+}
+
+/// Everything a file task needs, shareable across tasks.
+struct Context {
+    storage: Storage,
+    schema: SchemaRef,
+    instant: String,
+    incoming: Option<Arc<Incoming>>,
+    ordering_field: Option<String>,
+    props: WriterProperties,
+}
+
+/// Writes every planned file, `config.parallelism` at a time.
+pub(crate) async fn write_all(
+    table: &Table,
+    instant: &str,
+    plan: &WritePlan,
+    incoming: Option<&Arc<Incoming>>,
+    config: &WriteConfig,
+) -> Result<Vec<Written>> {
+    let ordering_field = match table.config().merge_mode {
+        crate::config::MergeMode::EventTime => table.config().ordering_field.clone(),
+        crate::config::MergeMode::CommitTime => None,
+    };
+    let ctx = Arc::new(Context {
+        storage: table.storage().clone(),
+        schema: table.schema(),
+        instant: instant.to_string(),
+        incoming: incoming.cloned(),
+        ordering_field,
+        props: WriterProperties::builder()
+            .set_compression(Compression::SNAPPY)
+            .set_max_row_group_row_count(Some(config.row_group_size))
+            .build(),
+    });
+    let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (index, work) in plan.work.iter().enumerate() {
+        let ctx = ctx.clone();
+        let permits = permits.clone();
+        let work = FileWork {
+            partition: work.partition.clone(),
+            file_id: work.file_id.clone(),
+            old: work.old.clone(),
+            changes: work.changes.clone(),
+            deletes: work.deletes,
+            inserts: work.inserts.clone(),
+        };
+        tasks.spawn(async move {
+            let _permit = permits.acquire_owned().await.map_err(|e| Error::invalid_data(e))?;
+            write_file(&ctx, index, work).await
+        });
+    }
+    let mut written = Vec::with_capacity(plan.work.len());
+    while let Some(joined) = tasks.join_next().await {
+        let result = joined.map_err(|e| Error::invalid_data(format!("writer task failed: {e}")))?;
+        written.push(result?);
+    }
+    written.sort_by(|a, b| (&a.partition, &a.stat.file_id).cmp(&(&b.partition, &b.stat.file_id)));
+    Ok(written)
+}
+
+async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Written> {
+    let name = BaseFileName { file_id: work.file_id.clone(), write_token: format!("{index}-0-1"), instant: ctx.instant.clone() };
+    let file_name = name.name();
+    let rel = if work.partition.is_empty() { file_name.clone() } else { format!("{}/{}", work.partition, file_name) };
+    let sink = BufWriter::new(ctx.storage.object_store(), ctx.storage.path(&rel));
+    let mut writer = AsyncArrowWriter::try_new(sink, ctx.schema.clone(), Some(ctx.props.clone()))?;
+    let mut meta = MetaWriter { instant: &ctx.instant, index, partition: &work.partition, file_name: &file_name, seq: 0 };
+    let mut stat = WriteStat {
+        file_id: work.file_id.clone(),
+        path: Some(rel.clone()),
+        prev_commit: Some(work.old.as_ref().map_or("null".to_string(), |o| o.name.instant.clone())),
+        partition_path: Some(work.partition.clone()),
+        ..WriteStat::default()
+    };
+
+    if let Some(old) = &work.old {
+        let reader = ParquetFile::open(&ctx.storage, &old.path, old.size);
+        let mut stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
+        while let Some(batch) = stream.next().await {
+            let batch = align(&batch?, &ctx.schema)?;
+            let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat)?;
+            if kept.num_rows() > 0 {
+                writer.write(&kept).await?;
+            }
+            if !replaced.is_empty() {
+                writer.write(&meta.new_rows(ctx, &replaced)?).await?;
+            }
+            stat.num_writes += (kept.num_rows() + replaced.len()) as i64;
+        }
+    }
+    for chunk in work.inserts.chunks(INSERT_BATCH) {
+        writer.write(&meta.new_rows(ctx, chunk)?).await?;
+        stat.num_inserts += chunk.len() as i64;
+        stat.num_writes += chunk.len() as i64;
+    }
+    writer.close().await?;
+    let size = ctx.storage.head(&rel).await?.map(|m| m.size).unwrap_or_default() as i64;
+    stat.total_write_bytes = size;
+    stat.file_size_in_bytes = size;
+    Ok(Written { partition: work.partition, stat })
+}
+
+/// Splits one batch of the old file into the rows kept as they were and the incoming rows that
+/// replace the others. Under event-time ordering an incoming row (or a delete carrying an ordering
+/// value) with a lower ordering value than the stored row loses, and the stored row is kept.
+fn merge_batch(ctx: &Context, work: &FileWork, batch: &RecordBatch, stat: &mut WriteStat) -> Result<(RecordBatch, Vec<u32>)> {
+    if work.changes.is_empty() {
+        return Ok((batch.clone(), vec![]));
+    }
+    let keys = string_column(batch, RECORD_KEY)?;
+    let incoming = ctx.incoming.as_ref().ok_or_else(|| Error::invalid_data("changes without input"))?;
+    let cmp = match (&ctx.ordering_field, &incoming.ordering) {
+        (Some(field), Some(new)) => match batch.column_by_name(field) {
+            Some(old) => {
+                let old = cast(old, new.data_type())?;
+                Some((make_comparator(old.as_ref(), new.as_ref(), SortOptions { descending: false, nulls_first: true })?, old))
+            }
+            None => None,
+        },
+        _ => None,
+    };
+    let mut keep = Vec::with_capacity(batch.num_rows());
+    let mut replaced = Vec::new();
+    for row in 0..batch.num_rows() {
+        let change = keys.is_valid(row).then(|| work.changes.get(keys.value(row))).flatten();
+        let Some(&new_row) = change else {
+            keep.push(true);
+            continue;
+        };
+        let stored_wins = cmp.as_ref().is_some_and(|(c, _)| c(row, new_row as usize).is_gt());
+        if stored_wins {
+            keep.push(true);
+        } else if work.deletes {
+            keep.push(false);
+            stat.num_deletes += 1;
+        } else {
+            keep.push(false);
+            replaced.push(new_row);
+            stat.num_update_writes += 1;
+        }
+    }
+    let kept = filter_record_batch(batch, &BooleanArray::from(keep))?;
+    Ok((kept, replaced))
+}
+
+/// Fills the meta fields of incoming rows as Apache Hudi does.
+struct MetaWriter<'a> {
+    instant: &'a str,
+    index: usize,
+    partition: &'a str,
+    file_name: &'a str,
+    seq: u64,
+}
+
+impl MetaWriter<'_> {
+    fn new_rows(&mut self, ctx: &Context, rows: &[u32]) -> Result<RecordBatch> {
+        let incoming = ctx.incoming.as_ref().ok_or_else(|| Error::invalid_data("rows without input"))?;
+        let indices = UInt32Array::from(rows.to_vec());
+        let data = take_record_batch(&incoming.batch, &indices)?;
+        let n = rows.len();
+        let seqnos: StringArray = (0..n)
+            .map(|i| Some(format!("{}_{}_{}", self.instant, self.index, self.seq + i as u64)))
+            .collect();
+        self.seq += n as u64;
+        let mut columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![self.instant; n])),
+            Arc::new(seqnos),
+            take(&incoming.keys, &indices, None)?,
+            Arc::new(StringArray::from(vec![self.partition; n])),
+            Arc::new(StringArray::from(vec![self.file_name; n])),
+        ];
+        columns.extend(data.columns().iter().cloned());
+        Ok(RecordBatch::try_new(ctx.schema.clone(), columns)?)
+    }
+}
+
+/// Makes a batch of an older base file match the current file schema (columns by name).
+fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema() == *schema {
+        return Ok(batch.clone());
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => cast(c, f.data_type()).map_err(Error::from),
+            None => Ok(new_null_array(f.data_type(), batch.num_rows())),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+}
+
+fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
+    let col = batch.column_by_name(name).ok_or_else(|| Error::corrupt(name, "meta column missing from base file"))?;
+    let s = cast(col, &arrow::datatypes::DataType::Utf8)?;
+    s.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| Error::corrupt(name, "not a string column"))
+}

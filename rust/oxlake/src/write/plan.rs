@@ -1,0 +1,243 @@
+//! Planning a write: index lookup and file-group assignment.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{Array, StringArray};
+use futures::{StreamExt, TryStreamExt};
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+
+use super::{Incoming, WriteOperation};
+use crate::error::{Error, Result};
+use crate::format::file_name::new_file_id;
+use crate::schema::RECORD_KEY;
+use crate::storage::{ParquetFile, Storage};
+use crate::table::Table;
+use crate::table::fs_view::BaseFile;
+
+/// Sizing of the files a write produces.
+#[derive(Clone, Debug)]
+pub struct WriteConfig {
+    /// Base files are filled up to about this size (bytes).
+    pub target_file_size: u64,
+    /// Base files below this size take inserts until they reach the target.
+    pub small_file_limit: u64,
+    /// Bytes per record assumed before the table has a commit to learn from.
+    pub default_record_size: u64,
+    /// Rows per Parquet row group.
+    pub row_group_size: usize,
+    /// Files written at once.
+    pub parallelism: usize,
+}
+
+impl Default for WriteConfig {
+    fn default() -> Self {
+        WriteConfig {
+            target_file_size: 120 * 1024 * 1024,
+            small_file_limit: 100 * 1024 * 1024,
+            default_record_size: 1024,
+            row_group_size: 128 * 1024,
+            parallelism: std::thread::available_parallelism().map_or(2, |n| n.get()),
+        }
+    }
+}
+
+/// One base file to write: a new file group, or a rewrite of an existing one.
+#[derive(Debug)]
+pub(crate) struct FileWork {
+    pub partition: String,
+    pub file_id: String,
+    /// The base file rewritten by this work (copy-on-write), if the group exists.
+    pub old: Option<BaseFile>,
+    /// Keys of the old file changed by this write, with the incoming row that changes them.
+    pub changes: HashMap<String, u32>,
+    /// Whether `changes` are deletes (else updates).
+    pub deletes: bool,
+    /// Incoming rows appended as new records.
+    pub inserts: Vec<u32>,
+}
+
+/// Everything a write will do.
+#[derive(Debug, Default)]
+pub(crate) struct WritePlan {
+    pub work: Vec<FileWork>,
+    /// Replaced file groups by partition (insert overwrite).
+    pub replaced: BTreeMap<String, Vec<String>>,
+}
+
+pub(crate) async fn plan(table: &Table, op: WriteOperation, incoming: Option<&Arc<Incoming>>, config: &WriteConfig) -> Result<WritePlan> {
+    let timeline = table.timeline();
+    let latest = timeline.latest_completed_data().map(|i| i.time.clone());
+    // The latest slice of every live file group, by partition.
+    let mut live: HashMap<String, Vec<BaseFile>> = HashMap::new();
+    if let Some(latest) = &latest {
+        let view = table.file_system_view().await?;
+        let replaced = table.replaced_file_groups(latest).await?;
+        for (g, s) in view.slices_as_of(latest, &replaced) {
+            if let Some(base) = &s.base {
+                live.entry(g.partition.clone()).or_default().push(base.clone());
+            }
+        }
+    }
+    let mut plan = WritePlan::default();
+    let rows_by_partition = incoming.map(|i| group_by_partition(&i.partitions)).unwrap_or_default();
+
+    match op {
+        WriteOperation::InsertOverwriteTable | WriteOperation::InsertOverwrite => {
+            for (partition, files) in &live {
+                if op == WriteOperation::InsertOverwriteTable || rows_by_partition.contains_key(partition) {
+                    plan.replaced.insert(partition.clone(), files.iter().map(|f| f.name.file_id.clone()).collect());
+                }
+            }
+            let per_file = records_per_file(table, config).await?;
+            for (partition, rows) in rows_by_partition {
+                assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
+            }
+        }
+        WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete => {
+            let Some(incoming) = incoming else { return Ok(plan) };
+            let per_file = records_per_file(table, config).await?;
+            for (partition, rows) in rows_by_partition {
+                let files = live.get(&partition).map(Vec::as_slice).unwrap_or(&[]);
+                let (found, missing) = if op == WriteOperation::Insert {
+                    (Vec::new(), rows)
+                } else {
+                    lookup(table.storage(), files, incoming, rows, config.parallelism).await?
+                };
+                let deletes = op == WriteOperation::Delete;
+                for (file, changes) in found {
+                    plan.work.push(FileWork {
+                        partition: partition.clone(),
+                        file_id: file.name.file_id.clone(),
+                        old: Some(file),
+                        changes,
+                        deletes,
+                        inserts: vec![],
+                    });
+                }
+                if !deletes {
+                    assign_inserts(&mut plan, &partition, missing, files, per_file, config);
+                }
+            }
+        }
+    }
+    Ok(plan)
+}
+
+fn group_by_partition(partitions: &StringArray) -> BTreeMap<String, Vec<u32>> {
+    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (row, p) in partitions.iter().enumerate() {
+        out.entry(p.unwrap_or_default().to_string()).or_default().push(row as u32);
+    }
+    out
+}
+
+/// Records a new base file should hold, from the bytes per record of the latest commit.
+async fn records_per_file(table: &Table, config: &WriteConfig) -> Result<u64> {
+    let mut record_size = config.default_record_size;
+    if let Some(latest) = table.timeline().latest_completed_data() {
+        let meta = table.timeline().commit_metadata(table.storage(), latest).await?;
+        let (bytes, records) = meta.write_stats().fold((0i64, 0i64), |(b, r), (_, s)| (b + s.total_write_bytes, r + s.num_writes));
+        if bytes > 0 && records > 0 {
+            record_size = (bytes / records).max(1) as u64;
+        }
+    }
+    Ok((config.target_file_size / record_size).max(1))
+}
+
+/// Inserts go to small files of the partition first (merged into work already planned for them),
+/// then to new file groups of `per_file` records.
+fn assign_inserts(plan: &mut WritePlan, partition: &str, rows: Vec<u32>, files: &[BaseFile], per_file: u64, config: &WriteConfig) {
+    let mut rows = rows.into_iter().peekable();
+    for f in files.iter().filter(|f| f.size < config.small_file_limit) {
+        if rows.peek().is_none() {
+            break;
+        }
+        let room = config.target_file_size.saturating_sub(f.size) * per_file / config.target_file_size.max(1);
+        let take: Vec<u32> = rows.by_ref().take(room as usize).collect();
+        if take.is_empty() {
+            continue;
+        }
+        match plan.work.iter_mut().find(|w| w.partition == partition && w.file_id == f.name.file_id) {
+            Some(w) => w.inserts.extend(take),
+            None => plan.work.push(FileWork {
+                partition: partition.to_string(),
+                file_id: f.name.file_id.clone(),
+                old: Some(f.clone()),
+                changes: HashMap::new(),
+                deletes: false,
+                inserts: take,
+            }),
+        }
+    }
+    loop {
+        let chunk: Vec<u32> = rows.by_ref().take(per_file as usize).collect();
+        if chunk.is_empty() {
+            break;
+        }
+        plan.work.push(FileWork {
+            partition: partition.to_string(),
+            file_id: new_file_id(),
+            old: None,
+            changes: HashMap::new(),
+            deletes: false,
+            inserts: chunk,
+        });
+    }
+}
+
+/// Finds which base file holds each incoming key of one partition by reading the files' key
+/// column. Returns the changes per file and the rows whose key is in none of them.
+async fn lookup(
+    storage: &Storage,
+    files: &[BaseFile],
+    incoming: &Incoming,
+    rows: Vec<u32>,
+    parallelism: usize,
+) -> Result<(Vec<(BaseFile, HashMap<String, u32>)>, Vec<u32>)> {
+    let mut wanted: HashMap<&str, u32> = rows.iter().map(|&r| (incoming.keys.value(r as usize), r)).collect();
+    let key_sets: Vec<(BaseFile, HashSet<String>)> = futures::stream::iter(files.iter().cloned())
+        .map(|f| async move {
+            let keys = read_keys(storage, &f).await?;
+            Ok::<_, Error>((f, keys))
+        })
+        .buffer_unordered(parallelism.max(1))
+        .try_collect()
+        .await?;
+    let mut found = Vec::new();
+    for (file, keys) in key_sets {
+        let mut changes = HashMap::new();
+        for k in keys {
+            if let Some(row) = wanted.remove(k.as_str()) {
+                changes.insert(k, row);
+            }
+        }
+        if !changes.is_empty() {
+            found.push((file, changes));
+        }
+    }
+    let mut missing: Vec<u32> = wanted.into_values().collect();
+    missing.sort_unstable();
+    Ok((found, missing))
+}
+
+/// The record keys of a base file, reading only that column.
+async fn read_keys(storage: &Storage, file: &BaseFile) -> Result<HashSet<String>> {
+    let reader = ParquetFile::open(storage, &file.path, file.size);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
+    let mut stream = builder.with_projection(mask).build()?;
+    let mut keys = HashSet::new();
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        let col = batch.column(0);
+        let strings = arrow::compute::cast(col, &arrow::datatypes::DataType::Utf8)?;
+        let strings = strings
+            .as_any()
+            .downcast_ref::<StringArray>()
+            .ok_or_else(|| Error::corrupt(&file.path, "record key column is not a string"))?;
+        keys.extend(strings.iter().flatten().map(str::to_string));
+    }
+    Ok(keys)
+}

@@ -1,0 +1,49 @@
+//! The Python exception hierarchy: `OxlakeError` and one subclass per kind of `oxlake::Error`.
+
+use pyo3::create_exception;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+
+create_exception!(oxlake, OxlakeError, PyException, "Base class of every oxlake error.");
+create_exception!(oxlake, TableNotFoundError, OxlakeError, "No table at the given URI.");
+create_exception!(oxlake, TableExistsError, OxlakeError, "A table already exists at the given URI.");
+create_exception!(oxlake, SchemaMismatchError, OxlakeError, "The data does not match the table schema.");
+create_exception!(oxlake, InvalidDataError, OxlakeError, "The data breaks a rule of the table (null key, missing column).");
+create_exception!(oxlake, InvalidArgumentError, OxlakeError, "An argument is not valid (bad filter, unknown option).");
+create_exception!(oxlake, CommitConflictError, OxlakeError, "Another writer changed the same file groups.");
+create_exception!(oxlake, CorruptTableError, OxlakeError, "A table file could not be understood.");
+create_exception!(oxlake, UnsupportedError, OxlakeError, "The table uses a feature oxlake does not implement.");
+create_exception!(oxlake, StorageError, OxlakeError, "The object store failed.");
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("OxlakeError", py.get_type::<OxlakeError>())?;
+    m.add("TableNotFoundError", py.get_type::<TableNotFoundError>())?;
+    m.add("TableExistsError", py.get_type::<TableExistsError>())?;
+    m.add("SchemaMismatchError", py.get_type::<SchemaMismatchError>())?;
+    m.add("InvalidDataError", py.get_type::<InvalidDataError>())?;
+    m.add("InvalidArgumentError", py.get_type::<InvalidArgumentError>())?;
+    m.add("CommitConflictError", py.get_type::<CommitConflictError>())?;
+    m.add("CorruptTableError", py.get_type::<CorruptTableError>())?;
+    m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
+    m.add("StorageError", py.get_type::<StorageError>())?;
+    Ok(())
+}
+
+/// Maps an oxlake error to its Python exception.
+pub fn to_py(e: oxlake::Error) -> PyErr {
+    use oxlake::Error as E;
+    let msg = e.to_string();
+    match e {
+        E::TableNotFound { .. } => TableNotFoundError::new_err(msg),
+        E::TableExists { .. } => TableExistsError::new_err(msg),
+        E::SchemaMismatch { .. } => SchemaMismatchError::new_err(msg),
+        E::InvalidData { .. } => InvalidDataError::new_err(msg),
+        E::InvalidArgument { .. } => InvalidArgumentError::new_err(msg),
+        E::CommitConflict { .. } => CommitConflictError::new_err(msg),
+        E::CorruptTable { .. } | E::Parquet(_) => CorruptTableError::new_err(msg),
+        E::Unsupported { .. } => UnsupportedError::new_err(msg),
+        E::Storage { .. } => StorageError::new_err(msg),
+        E::Arrow(_) | E::DataFusion(_) => OxlakeError::new_err(msg),
+    }
+}

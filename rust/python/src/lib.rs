@@ -1,0 +1,20 @@
+//! Python bindings of oxlake: `oxlake._native`. Bindings only; all logic lives in the `oxlake`
+//! crate. The Pythonic API (`oxlake.Table`, `oxlake.create_table`) wraps this module.
+
+mod arrow_ffi;
+mod errors;
+mod runtime;
+mod table;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    errors::register(m)?;
+    m.add_class::<table::PyTable>()?;
+    m.add_class::<arrow_ffi::PyRecordBatchStream>()?;
+    m.add_class::<arrow_ffi::PySchema>()?;
+    m.add_function(wrap_pyfunction!(table::create_table, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,257 @@
+//! `oxlake._native.Table`: one open table, its operations grouped by topic.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::common::ScalarValue;
+use oxlake::read::{Filter, Op, Predicate, QueryType, ScanOptions};
+use oxlake::{CreateOptions, Table, TableOptions, TableType, WriteConfig, WriteOperation};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PySet, PyString, PyTuple};
+use tokio::sync::Mutex;
+
+use crate::arrow_ffi::{PyRecordBatchStream, PySchema, import_batches, import_schema};
+use crate::errors::InvalidArgumentError;
+use crate::runtime::run;
+
+#[pyclass(name = "Table", module = "oxlake._native")]
+pub struct PyTable {
+    inner: Arc<Mutex<Table>>,
+}
+
+fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_interval: f64) -> PyResult<TableOptions> {
+    if !(heartbeat_interval.is_finite() && heartbeat_interval > 0.0) {
+        return Err(InvalidArgumentError::new_err("heartbeat_interval must be a positive number of seconds"));
+    }
+    Ok(TableOptions {
+        storage_options: storage_options.unwrap_or_default(),
+        heartbeat_interval: Duration::from_secs_f64(heartbeat_interval),
+    })
+}
+
+/// Creates a table and returns it open.
+#[pyfunction]
+#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0))]
+#[allow(clippy::too_many_arguments)]
+pub fn create_table(
+    py: Python<'_>,
+    uri: String,
+    schema: Bound<'_, PyAny>,
+    record_key: Vec<String>,
+    partition_by: Vec<String>,
+    ordering_field: Option<String>,
+    table_type: String,
+    name: String,
+    hive_style: bool,
+    storage_options: Option<HashMap<String, String>>,
+    heartbeat_interval: f64,
+) -> PyResult<PyTable> {
+    let schema = import_schema(&schema)?;
+    let table_type = TableType::parse(&table_type)
+        .ok_or_else(|| InvalidArgumentError::new_err(format!("table_type `{table_type}`: expected copy_on_write or merge_on_read")))?;
+    let create = CreateOptions { name, table_type, record_key_fields: record_key, partition_fields: partition_by, ordering_field, hive_style };
+    let options = table_options(storage_options, heartbeat_interval)?;
+    let table = run(py, async move { Table::create(&uri, options, create, schema).await })?;
+    Ok(PyTable { inner: Arc::new(Mutex::new(table)) })
+}
+
+#[pymethods]
+impl PyTable {
+    /// Opens an existing table.
+    #[new]
+    #[pyo3(signature = (uri, storage_options=None, heartbeat_interval=10.0))]
+    fn new(py: Python<'_>, uri: String, storage_options: Option<HashMap<String, String>>, heartbeat_interval: f64) -> PyResult<Self> {
+        let options = table_options(storage_options, heartbeat_interval)?;
+        let table = run(py, async move { Table::open(&uri, options).await })?;
+        Ok(PyTable { inner: Arc::new(Mutex::new(table)) })
+    }
+
+    // ---- metadata -------------------------------------------------------------------------
+
+    #[getter]
+    fn uri(&self, py: Python<'_>) -> PyResult<String> {
+        self.with(py, |t| Ok(t.uri().to_string()))
+    }
+
+    /// The schema of reads: meta fields, then the data columns.
+    #[getter]
+    fn schema(&self, py: Python<'_>) -> PyResult<PySchema> {
+        self.with(py, |t| Ok(PySchema(t.schema())))
+    }
+
+    /// `hoodie.properties` as a dict.
+    #[getter]
+    fn properties(&self, py: Python<'_>) -> PyResult<HashMap<String, String>> {
+        self.with(py, |t| Ok(t.config().raw.clone().into_iter().collect()))
+    }
+
+    /// The instants: (time, action, state), oldest first.
+    fn timeline(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String)>> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            Ok(t.timeline().instants().iter().map(|i| (i.time.clone(), i.action.to_string(), i.state.to_string())).collect())
+        })
+    }
+
+    /// File groups at the latest instant: (partition, file id, base file path, size in bytes).
+    fn file_groups(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String, u64)>> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            let Some(latest) = t.timeline().latest_completed_data().map(|i| i.time.clone()) else { return Ok(vec![]) };
+            let view = t.file_system_view().await?;
+            let replaced = t.replaced_file_groups(&latest).await?;
+            Ok(view
+                .slices_as_of(&latest, &replaced)
+                .filter_map(|(g, s)| s.base.as_ref().map(|b| (g.partition.clone(), g.file_id.clone(), b.path.clone(), b.size)))
+                .collect())
+        })
+    }
+
+    /// Rolls back writes whose writer is gone; returns the instants rolled back.
+    fn rollback_failed(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            oxlake::commit::rollback_failed(&mut t).await
+        })
+    }
+
+    // ---- writes ---------------------------------------------------------------------------
+
+    /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).
+    #[pyo3(signature = (operation, data, target_file_size=None))]
+    fn write(
+        &self,
+        py: Python<'_>,
+        operation: &str,
+        data: Bound<'_, PyAny>,
+        target_file_size: Option<u64>,
+    ) -> PyResult<(Option<String>, u64, u64, u64, Vec<String>)> {
+        let op = WriteOperation::parse(operation).ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
+        let batches = import_batches(&data)?;
+        let mut config = WriteConfig::default();
+        if let Some(size) = target_file_size {
+            config.target_file_size = size.max(1);
+            config.small_file_limit = size.max(1) * 5 / 6;
+        }
+        let inner = self.inner.clone();
+        let r = run(py, async move {
+            let mut t = inner.lock().await;
+            t.write(op, batches, &config).await
+        })?;
+        Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files))
+    }
+
+    // ---- reads ----------------------------------------------------------------------------
+
+    /// Scans the table; returns a stream exporting `__arrow_c_stream__`.
+    #[pyo3(signature = (columns=None, filter=None, as_of=None, query="snapshot", start=None, end=None, batch_size=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn scan(
+        &self,
+        py: Python<'_>,
+        columns: Option<Vec<String>>,
+        filter: Option<Bound<'_, PyAny>>,
+        as_of: Option<String>,
+        query: &str,
+        start: Option<String>,
+        end: Option<String>,
+        batch_size: Option<usize>,
+    ) -> PyResult<PyRecordBatchStream> {
+        let opts = ScanOptions {
+            columns,
+            filter: filter.map(|f| parse_filter(&f)).transpose()?,
+            as_of,
+            query: QueryType::parse(query).map_err(crate::errors::to_py)?,
+            start,
+            end,
+            batch_size,
+        };
+        let inner = self.inner.clone();
+        let stream = run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            t.scan(&opts).await
+        })?;
+        PyRecordBatchStream::new(stream)
+    }
+
+    /// The base files a scan would read (after planning, before partition pruning).
+    #[pyo3(signature = (as_of=None, query="snapshot", start=None, end=None))]
+    fn planned_files(&self, py: Python<'_>, as_of: Option<String>, query: &str, start: Option<String>, end: Option<String>) -> PyResult<Vec<String>> {
+        let opts = ScanOptions { as_of, query: QueryType::parse(query).map_err(crate::errors::to_py)?, start, end, ..Default::default() };
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            Ok(t.plan_scan(&opts).await?.files.into_iter().map(|f| f.path).collect())
+        })
+    }
+}
+
+impl PyTable {
+    fn with<T: Send + 'static>(&self, py: Python<'_>, f: impl FnOnce(&Table) -> oxlake::Result<T> + Send + 'static) -> PyResult<T> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let t = inner.lock().await;
+            f(&t)
+        })
+    }
+}
+
+/// A SQL string, or a list of `(column, op, value)` tuples.
+fn parse_filter(obj: &Bound<'_, PyAny>) -> PyResult<Filter> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Filter::Sql(s.to_str()?.to_string()));
+    }
+    let list = obj
+        .cast::<PyList>()
+        .map_err(|_| InvalidArgumentError::new_err("filter must be a SQL string or a list of (column, op, value) tuples"))?;
+    let mut preds = Vec::with_capacity(list.len());
+    for item in list.iter() {
+        let t = item
+            .cast::<PyTuple>()
+            .map_err(|_| InvalidArgumentError::new_err("each filter item must be a (column, op, value) tuple"))?;
+        if t.len() != 3 {
+            return Err(InvalidArgumentError::new_err("each filter item must be a (column, op, value) tuple"));
+        }
+        let column: String = t.get_item(0)?.extract()?;
+        let op: String = t.get_item(1)?.extract()?;
+        let op = Op::parse(&op).map_err(crate::errors::to_py)?;
+        let value = t.get_item(2)?;
+        let values = if matches!(op, Op::In | Op::NotIn) {
+            if !(value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() || value.is_instance_of::<PySet>()) {
+                return Err(InvalidArgumentError::new_err(format!("`{column}`: in / not in take a list of values")));
+            }
+            value.try_iter()?.map(|v| scalar(&v?)).collect::<PyResult<Vec<_>>>()?
+        } else {
+            vec![scalar(&value)?]
+        };
+        preds.push(Predicate { column, op, values });
+    }
+    Ok(Filter::Predicates(preds))
+}
+
+fn scalar(v: &Bound<'_, PyAny>) -> PyResult<ScalarValue> {
+    if v.is_none() {
+        Ok(ScalarValue::Null)
+    } else if v.is_instance_of::<PyBool>() {
+        Ok(ScalarValue::Boolean(Some(v.extract()?)))
+    } else if v.is_instance_of::<PyInt>() {
+        Ok(ScalarValue::Int64(Some(v.extract()?)))
+    } else if v.is_instance_of::<PyFloat>() {
+        Ok(ScalarValue::Float64(Some(v.extract()?)))
+    } else if v.is_instance_of::<PyString>() {
+        Ok(ScalarValue::Utf8(Some(v.extract()?)))
+    } else if v.is_instance_of::<PyDict>() {
+        Err(InvalidArgumentError::new_err("filter values must be None, bool, int, float or str"))
+    } else {
+        Ok(ScalarValue::Utf8(Some(v.str()?.to_string())))
+    }
+}

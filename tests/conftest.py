@@ -1,0 +1,87 @@
+"""Shared helpers: tables in temporary folders, rows as sorted plain data."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import oxlake
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+if not SHARED.exists():  # CI clones the repo next to shared/; a checkout elsewhere may set it.
+    SHARED = Path(os.environ.get("OXLAKE_SHARED", "/work/shared"))
+COMPAT = SHARED / "compat" / "hudi"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("name", pa.string()),
+        pa.field("city", pa.string()),
+        pa.field("ts", pa.int64()),
+        pa.field("fare", pa.float64()),
+    ]
+)
+
+
+def rows(data: pa.Table | oxlake.Scan, *, keep_meta: bool = False, key: str | tuple[str, ...] = "id") -> list[dict[str, Any]]:
+    """Rows as dicts without meta fields, sorted by `key`."""
+    table = data.to_arrow() if isinstance(data, oxlake.Scan) else data
+    if not keep_meta:
+        table = table.select([n for n in table.column_names if not n.startswith("_hoodie_")])
+    out = table.to_pylist()
+    keys = (key,) if isinstance(key, str) else key
+    return sorted(out, key=lambda r: tuple((r[k] is None, r[k]) for k in keys))
+
+
+def trips(ids: list[int], *, ts: int = 1, city: str | None = None, fare: float = 10.0, name: str = "n") -> pa.Table:
+    cities = ["sf", "nyc", "chennai"]
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "name": [f"{name}{i}" for i in ids],
+            "city": [city if city is not None else cities[i % 3] for i in ids],
+            "ts": pa.array([ts] * len(ids), pa.int64()),
+            "fare": [fare + i for i in ids],
+        },
+        schema=SCHEMA,
+    )
+
+
+@pytest.fixture
+def table_path(tmp_path: Path) -> str:
+    return str(tmp_path / "t")
+
+
+@pytest.fixture
+def table(table_path: str) -> oxlake.Table:
+    return oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
+
+
+def python() -> str:
+    return sys.executable
+
+
+def hudi_read(path: str, *, as_of: str | None = None, start: str | None = None, end: str | None = None) -> pa.Table:
+    """Reads a table with hudi-rs (PyPI `hudi`), the second reader of everything we write."""
+    from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
+
+    table = HudiTableBuilder.from_base_uri(path).build()
+    opts = HudiReadOptions()
+    if start is not None or end is not None:
+        opts = opts.with_query_type(HudiQueryType.Incremental)
+        if start is not None:
+            opts = opts.with_start_timestamp(start)
+        if end is not None:
+            opts = opts.with_end_timestamp(end)
+    elif as_of is not None:
+        opts = opts.with_as_of_timestamp(as_of)
+    batches = table.read(opts)
+    if not batches:
+        return pa.table({})
+    return pa.Table.from_batches(batches)

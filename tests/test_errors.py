@@ -1,0 +1,112 @@
+"""Bad input: a typed exception, and the table exactly as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import SCHEMA, rows, trips
+
+import oxlake
+
+
+def snapshot(t: oxlake.Table) -> tuple[list, list, list]:
+    files = sorted(str(p.relative_to(t.uri)) for p in Path(t.uri).rglob("*") if p.is_file() and ".heartbeat" not in str(p))
+    return rows(t.scan()), t.timeline(), files
+
+
+@pytest.fixture
+def filled(table: oxlake.Table) -> oxlake.Table:
+    table.insert(trips(list(range(6))))
+    return table
+
+
+def test_schema_mismatch(filled: oxlake.Table) -> None:
+    before = snapshot(filled)
+    bad = trips([7]).append_column("extra", pa.array([1]))
+    with pytest.raises(oxlake.SchemaMismatchError, match="extra"):
+        filled.upsert(bad)
+    wrong_type = trips([7]).set_column(3, "ts", pa.array(["not a number"]))
+    with pytest.raises(oxlake.SchemaMismatchError):
+        filled.upsert(wrong_type)
+    assert snapshot(filled) == before
+
+
+def test_null_record_key(filled: oxlake.Table) -> None:
+    before = snapshot(filled)
+    schema = SCHEMA.set(0, pa.field("id", pa.int64(), nullable=True))
+    data = pa.table({"id": [None], "name": ["x"], "city": ["sf"], "ts": [1], "fare": [1.0]}, schema=schema)
+    with pytest.raises(oxlake.InvalidDataError):
+        filled.upsert(data)
+    assert snapshot(filled) == before
+
+
+def test_missing_partition_or_ordering_column(filled: oxlake.Table) -> None:
+    before = snapshot(filled)
+    with pytest.raises(oxlake.InvalidDataError, match="city"):
+        filled.delete(trips([1]).select(["id"]))
+    with pytest.raises(oxlake.InvalidDataError, match="ts"):
+        filled.upsert(trips([1]).drop_columns(["ts"]))
+    assert snapshot(filled) == before
+
+
+def test_unknown_column_and_malformed_filters(filled: oxlake.Table) -> None:
+    with pytest.raises(oxlake.InvalidArgumentError):
+        filled.to_arrow(filter="nope = 1")
+    with pytest.raises(oxlake.InvalidArgumentError):
+        filled.to_arrow(filter="city = = 'sf'")
+    with pytest.raises(oxlake.InvalidArgumentError):
+        filled.to_arrow(filter=[("nope", "=", 1)])
+    with pytest.raises(oxlake.InvalidArgumentError):
+        filled.to_arrow(filter=[("id", "~", 1)])
+    with pytest.raises(oxlake.InvalidArgumentError):
+        filled.to_arrow(columns=["nope"])
+    with pytest.raises(oxlake.InvalidArgumentError):
+        filled.to_arrow(query="sideways")
+
+
+def test_not_a_table(tmp_path: Path) -> None:
+    with pytest.raises(oxlake.TableNotFoundError):
+        oxlake.Table(str(tmp_path))
+    with pytest.raises(oxlake.TableNotFoundError):
+        oxlake.Table(str(tmp_path / "missing"))
+
+
+def test_corrupt_properties(filled: oxlake.Table) -> None:
+    props = Path(filled.uri) / ".hoodie" / "hoodie.properties"
+    props.write_text("hoodie.table.name=t\nhoodie.table.type=SIDEWAYS\nhoodie.table.version=6\n")
+    with pytest.raises(oxlake.CorruptTableError):
+        oxlake.Table(filled.uri)
+    props.write_text("garbage without equals signs\n")
+    with pytest.raises(oxlake.CorruptTableError):
+        oxlake.Table(filled.uri)
+
+
+def test_create_twice_and_bad_create_arguments(table_path: str) -> None:
+    oxlake.create_table(table_path, SCHEMA, record_key="id")
+    with pytest.raises(oxlake.TableExistsError):
+        oxlake.create_table(table_path, SCHEMA, record_key="id")
+    with pytest.raises(oxlake.InvalidArgumentError):
+        oxlake.create_table(table_path + "2", SCHEMA, record_key="nope")
+    with pytest.raises(oxlake.InvalidArgumentError):
+        oxlake.create_table(table_path + "3", SCHEMA, record_key="id", table_type="sideways")
+    assert not Path(table_path + "2").exists() or not (Path(table_path + "2") / ".hoodie").exists()
+
+
+def test_not_arrow_data(filled: oxlake.Table) -> None:
+    with pytest.raises(oxlake.InvalidArgumentError):
+        filled.insert([{"id": 1}])
+
+
+def test_errors_share_one_base_class() -> None:
+    for cls in (
+        oxlake.TableNotFoundError,
+        oxlake.TableExistsError,
+        oxlake.SchemaMismatchError,
+        oxlake.InvalidDataError,
+        oxlake.CommitConflictError,
+        oxlake.CorruptTableError,
+        oxlake.StorageError,
+    ):
+        assert issubclass(cls, oxlake.OxlakeError)
