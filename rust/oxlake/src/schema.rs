@@ -6,7 +6,7 @@ use std::sync::Arc;
 use arrow::array::{ArrayRef, RecordBatch, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
-use arrow::ipc::convert::{IpcSchemaEncoder, try_schema_from_flatbuffer_bytes};
+use arrow::ipc::convert::{IpcSchemaEncoder, fb_to_schema};
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
@@ -90,9 +90,8 @@ pub fn encode_arrow_schema(schema: &Schema) -> String {
 /// Decodes [`encode_arrow_schema`].
 pub fn decode_arrow_schema(text: &str) -> Result<SchemaRef> {
     let bytes = BASE64.decode(text.trim()).map_err(|e| Error::corrupt("hoodie.properties", format!("schema: {e}")))?;
-    let schema = try_schema_from_flatbuffer_bytes(&bytes)
-        .map_err(|e| Error::corrupt("hoodie.properties", format!("schema: {e}")))?;
-    Ok(Arc::new(schema))
+    let fb = arrow::ipc::root_as_schema(&bytes).map_err(|e| Error::corrupt("hoodie.properties", format!("schema: {e}")))?;
+    Ok(Arc::new(fb_to_schema(fb)))
 }
 
 /// The Avro schema (JSON) of a data schema, as Apache Hudi records it: a record named

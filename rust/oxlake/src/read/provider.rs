@@ -106,7 +106,7 @@ impl HudiTableProvider {
 }
 
 /// Splits files into `n` groups of similar total size (largest first onto the lightest group).
-fn balance(files: &[&PlannedFile], n: usize) -> Vec<FileGroup> {
+fn balance(storage: &Storage, files: &[&PlannedFile], n: usize) -> Vec<FileGroup> {
     let mut sorted: Vec<&&PlannedFile> = files.iter().collect();
     sorted.sort_by(|a, b| b.size.cmp(&a.size));
     let n = n.max(1).min(files.len().max(1));
@@ -114,7 +114,7 @@ fn balance(files: &[&PlannedFile], n: usize) -> Vec<FileGroup> {
     for f in sorted {
         if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
             g.0 += f.size;
-            g.1.push(PartitionedFile::new(f.path.clone(), f.size));
+            g.1.push(PartitionedFile::new(storage.path(&f.path).to_string(), f.size));
         }
     }
     groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()
@@ -157,7 +157,7 @@ impl TableProvider for HudiTableProvider {
         if extra {
             scan_projection.push(commit_idx);
         }
-        let groups = balance(&files, state.config().target_partitions());
+        let groups = balance(&self.storage, &files, state.config().target_partitions());
         let source = Arc::new(ParquetSource::new(self.schema.clone()));
         let config = FileScanConfigBuilder::new(self.store_url.clone(), source)
             .with_file_groups(groups)
@@ -184,7 +184,6 @@ impl TableProvider for HudiTableProvider {
                 plan = Arc::new(ProjectionExec::try_new(exprs, plan)?);
             }
         }
-        let _ = &self.storage;
         Ok(plan)
     }
 }

@@ -179,6 +179,7 @@ async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Time
 mod tests {
     use super::*;
     use arrow::datatypes::{Field, Schema};
+    use std::sync::Arc;
 
     fn create_opts() -> CreateOptions {
         CreateOptions {
