@@ -62,13 +62,18 @@ def test_format_md_expectations(extracted: dict[str, str]) -> None:
         assert id_name_active(t.to_arrow()) == latest, name
         c1 = t.timeline()[0].time
         assert id_name_active(t.to_arrow(as_of=c1)) == first, name
-        filtered = t.to_arrow(filter="byteField >= 10 AND byteField < 20 AND shortField != 100")
-        assert sorted(filtered["name"].to_pylist()) == ["Alice", "Carol"], name
+        if name != "v6_nonpartitioned":  # the partitioned tables carry byteField 10/20/30
+            filtered = t.to_arrow(filter="byteField >= 10 AND byteField < 20 AND shortField != 100")
+            assert sorted(filtered["name"].to_pylist()) == ["Alice", "Carol"], name
     empty = oxlake.Table(extracted["v6_empty"])
     assert empty.to_arrow().num_rows == 0
     overwritten = oxlake.Table(extracted["v6_simplekeygen_nonhivestyle_overwritetable"])
     commits = [i.time for i in overwritten.timeline() if i.state == "completed"]
-    inc = lambda s, e: sorted(zip(*(overwritten.to_arrow(query="incremental", start=s, end=e)[c].to_pylist() for c in ("name", "isActive")), strict=True))  # noqa: E731
+
+    def inc(start: str | None, end: str | None) -> list[tuple]:
+        out = overwritten.to_arrow(query="incremental", start=start, end=end)
+        return sorted(zip(out["name"].to_pylist(), out["isActive"].to_pylist(), strict=True))
+
     assert inc("19700101000000000", commits[0]) == [("Alice", True), ("Bob", False), ("Carol", True)]
     assert inc(commits[0], commits[1]) == [("Alice", False), ("Diana", True)]
     assert inc(commits[1], commits[2]) == [("Diana", False)]

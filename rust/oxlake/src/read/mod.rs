@@ -164,6 +164,8 @@ pub fn session(table: &Table, batch_size: Option<usize>) -> SessionContext {
     options.execution.parquet.schema_force_view_types = false;
     options.execution.parquet.pushdown_filters = true;
     options.execution.parquet.reorder_filters = true;
+    // Column names are case-sensitive in Hudi tables (`byteField`): no SQL identifier folding.
+    options.sql_parser.enable_ident_normalization = false;
     let ctx = SessionContext::new_with_config(config);
     ctx.register_object_store(table.storage().store_url(), table.storage().object_store());
     ctx

@@ -204,6 +204,13 @@ fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Resu
         }
         raw
     } else {
+        // The ordering field decides between versions of a record: it must be given, not
+        // filled with nulls like other absent nullable columns.
+        if let Some(name) = &table.config().ordering_field
+            && source_schema.column_with_name(name).is_none()
+        {
+            return Err(Error::invalid_data(format!("ordering column `{name}` is missing")));
+        }
         let conformed: Vec<RecordBatch> = batches.iter().map(|b| schema::conform(b, &data_schema)).collect::<Result<_>>()?;
         concat_batches(&data_schema, &conformed)?
     };
@@ -220,9 +227,6 @@ fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Resu
             None if op == WriteOperation::Delete => None,
             None => return Err(Error::invalid_data(format!("ordering column `{name}` is missing"))),
         },
-        (Some(name), _) if op != WriteOperation::Delete && batch.column_by_name(name).is_none() => {
-            return Err(Error::invalid_data(format!("ordering column `{name}` is missing")));
-        }
         _ => None,
     };
     dedup(Incoming { batch, keys, partitions, ordering }).map(Some)
