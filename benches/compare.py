@@ -56,14 +56,25 @@ def run_one(task: str, work: Path) -> dict[str, Any]:
     start = time.perf_counter()
     rows = 0
     if task == "write_pyarrow":
-        ds.write_dataset(data, work / "pyarrow", format="parquet", partitioning=["city"], partitioning_flavor="hive",
-                         existing_data_behavior="delete_matching")
+        ds.write_dataset(
+            data,
+            work / "pyarrow",
+            format="parquet",
+            partitioning=["city"],
+            partitioning_flavor="hive",
+            existing_data_behavior="delete_matching",
+        )
         rows = data.num_rows
     elif task == "write_oxlake":
         import oxlake
 
-        t = oxlake.create_table(str(work / "oxlake"), data.schema, record_key="trip_id", partition_by=["city"],
-                                ordering_field="ts")
+        t = oxlake.create_table(
+            str(work / "oxlake"),
+            data.schema,
+            record_key="trip_id",
+            partition_by=["city"],
+            ordering_field="ts",
+        )
         rows = t.insert(data).num_inserts
     elif task == "write_deltalake":
         from deltalake import write_deltalake
@@ -96,11 +107,21 @@ def run_one(task: str, work: Path) -> dict[str, Any]:
 
 
 OUTPUT = {"write_pyarrow": "pyarrow", "write_oxlake": "oxlake", "write_deltalake": "delta"}
-TASKS = ["write_pyarrow", "write_oxlake", "write_deltalake", "read_pyarrow", "read_oxlake", "read_hudi_rs", "read_deltalake"]
+TASKS = [
+    "write_pyarrow",
+    "write_oxlake",
+    "write_deltalake",
+    "read_pyarrow",
+    "read_oxlake",
+    "read_hudi_rs",
+    "read_deltalake",
+]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--work", help=argparse.SUPPRESS)
@@ -119,8 +140,11 @@ def main() -> int:
             for _ in range(args.repeat):
                 if task in OUTPUT:
                     shutil.rmtree(work / OUTPUT[task], ignore_errors=True)
-                out = subprocess.run([sys.executable, __file__, "--one", task, "--work", str(work)],
-                                     capture_output=True, text=True)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--one", task, "--work", str(work)],
+                    capture_output=True,
+                    text=True,
+                )
                 if out.returncode != 0:
                     print(f"{task}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
                     break
@@ -134,7 +158,8 @@ def main() -> int:
         for task, r in results.items():
             floor = results.get("write_pyarrow" if task.startswith("write") else "read_pyarrow")
             ratio = f"{r['seconds'] / floor['seconds']:.2f}x" if floor else "-"
-            print(f"{task:<18}{r['rows'] / r['seconds']:>14,.0f}{r['seconds']:>10.2f}{r['peak_bytes'] / 1e6:>10.0f}{ratio:>12}")
+            rate = r["rows"] / r["seconds"]
+            print(f"{task:<18}{rate:>14,.0f}{r['seconds']:>10.2f}{r['peak_bytes'] / 1e6:>10.0f}{ratio:>12}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

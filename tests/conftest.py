@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import oxlake
 import pyarrow as pa
 import pytest
-
-import oxlake
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -29,7 +28,9 @@ SCHEMA = pa.schema(
 )
 
 
-def rows(data: pa.Table | oxlake.Scan, *, keep_meta: bool = False, key: str | tuple[str, ...] = "id") -> list[dict[str, Any]]:
+def rows(
+    data: pa.Table | oxlake.Scan, *, keep_meta: bool = False, key: str | tuple[str, ...] = "id"
+) -> list[dict[str, Any]]:
     """Rows as dicts without meta fields, sorted by `key`."""
     table = data.to_arrow() if isinstance(data, oxlake.Scan) else data
     if not keep_meta:
@@ -39,7 +40,9 @@ def rows(data: pa.Table | oxlake.Scan, *, keep_meta: bool = False, key: str | tu
     return sorted(out, key=lambda r: tuple((r[k] is None, r[k]) for k in keys))
 
 
-def trips(ids: list[int], *, ts: int = 1, city: str | None = None, fare: float = 10.0, name: str = "n") -> pa.Table:
+def trips(
+    ids: list[int], *, ts: int = 1, city: str | None = None, fare: float = 10.0, name: str = "n"
+) -> pa.Table:
     cities = ["sf", "nyc", "chennai"]
     return pa.table(
         {
@@ -60,14 +63,18 @@ def table_path(tmp_path: Path) -> str:
 
 @pytest.fixture
 def table(table_path: str) -> oxlake.Table:
-    return oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
+    return oxlake.create_table(
+        table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts"
+    )
 
 
 def python() -> str:
     return sys.executable
 
 
-def hudi_read(path: str, *, as_of: str | None = None, start: str | None = None, end: str | None = None) -> pa.Table:
+def hudi_read(
+    path: str, *, as_of: str | None = None, start: str | None = None, end: str | None = None
+) -> pa.Table:
     """Reads a table with hudi-rs (PyPI `hudi`), the second reader of everything we write."""
     from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
 

@@ -42,9 +42,18 @@ class SeaweedS3:
         self.log = open(Path(self.dir) / "weed.log", "w")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [
-                weed, "server", f"-dir={self.dir}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-master.port={ports[0]}", f"-volume.port={ports[1]}", f"-filer.port={ports[2]}",
-                "-s3", f"-s3.port={ports[3]}", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                weed,
+                "server",
+                f"-dir={self.dir}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                f"-master.port={ports[0]}",
+                f"-volume.port={ports[1]}",
+                f"-filer.port={ports[2]}",
+                "-s3",
+                f"-s3.port={ports[3]}",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
                 "-master.volumeSizeLimitMB=64",
             ],
             stdout=self.log,
@@ -76,7 +85,9 @@ class SeaweedS3:
 
     def put_if_absent(self, path: str, body: bytes) -> int:
         """A conditional create as another writer would send it; returns the HTTP status."""
-        req = urllib.request.Request(f"{self.endpoint}/{path}", data=body, method="PUT", headers={"If-None-Match": "*"})
+        req = urllib.request.Request(
+            f"{self.endpoint}/{path}", data=body, method="PUT", headers={"If-None-Match": "*"}
+        )
         try:
             return int(urllib.request.urlopen(req, timeout=10).status)
         except urllib.error.HTTPError as e:

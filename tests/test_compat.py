@@ -9,11 +9,10 @@ from __future__ import annotations
 import zipfile
 from pathlib import Path
 
+import oxlake
 import pyarrow as pa
 import pytest
 from conftest import COMPAT, hudi_read
-
-import oxlake
 
 V6_COW = sorted((COMPAT / "sample_table" / "cow").glob("v6_*.zip")) if COMPAT.exists() else []
 
@@ -36,7 +35,9 @@ def plain(table: pa.Table) -> list[tuple]:
 
 
 def id_name_active(table: pa.Table) -> list[tuple]:
-    return sorted(zip(table["id"].to_pylist(), table["name"].to_pylist(), table["isActive"].to_pylist(), strict=True))
+    return sorted(
+        zip(table["id"].to_pylist(), table["name"].to_pylist(), table["isActive"].to_pylist(), strict=True)
+    )
 
 
 @pytest.mark.skipif(not V6_COW, reason="the compatibility corpus is not next to the project")
@@ -45,7 +46,9 @@ def test_reads_like_hudi_rs_at_every_instant(extracted: dict[str, str], name: st
     path = extracted[name]
     t = oxlake.Table(path)
     assert plain(t.to_arrow()) == plain(hudi_read(path))
-    completed = [i for i in t.timeline() if i.state == "completed" and i.action in ("commit", "replacecommit")]
+    completed = [
+        i for i in t.timeline() if i.state == "completed" and i.action in ("commit", "replacecommit")
+    ]
     for i in completed:
         assert plain(t.to_arrow(as_of=i.time)) == plain(hudi_read(path, as_of=i.time)), i
     for a, b in zip(completed, completed[1:], strict=False):

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import oxlake
 import pyarrow as pa
 import pytest
 from conftest import SCHEMA, rows, trips
-
-import oxlake
 
 
 def expected(*tables: pa.Table) -> list[dict]:
@@ -72,7 +71,9 @@ def test_event_time_ordering_keeps_the_newer_row(table: oxlake.Table) -> None:
 
 
 def test_duplicates_in_one_batch_are_combined_by_ordering(table: oxlake.Table) -> None:
-    batch = pa.concat_tables([trips([1], ts=3, name="b"), trips([1], ts=9, name="a"), trips([1], ts=4, name="c")])
+    batch = pa.concat_tables(
+        [trips([1], ts=3, name="b"), trips([1], ts=9, name="a"), trips([1], ts=4, name="c")]
+    )
     res = table.insert(batch)
     assert res.num_inserts == 1
     assert [r["name"] for r in rows(table.scan())] == ["a1"]
@@ -129,7 +130,11 @@ def test_incremental_between_consecutive_instants(table: oxlake.Table) -> None:
     a = table.insert(trips([1, 2, 3]))
     b = table.upsert(trips([2, 4], ts=2, name="x"))
     c = table.upsert(trips([3], ts=3, name="y"))
-    window = lambda s, e: sorted(r["id"] for r in table.to_arrow(query="incremental", start=s, end=e).to_pylist())  # noqa: E731
+
+    def window(start: str | None, end: str | None) -> list[int]:
+        out = table.to_arrow(query="incremental", start=start, end=end)
+        return sorted(out["id"].to_pylist())
+
     assert window(None, a.instant) == [1, 2, 3]
     assert window(a.instant, b.instant) == [2, 4]
     assert window(b.instant, c.instant) == [3]
@@ -144,7 +149,9 @@ def test_filters_sql_and_tuples(table: oxlake.Table) -> None:
     want = [r for r in rows(trips(list(range(30)))) if r["city"] == "sf" and r["fare"] > 20]
     assert sql == tup == want
     assert rows(table.scan(filter=[("id", "in", [1, 2, 3])])) == rows(trips([1, 2, 3]))
-    assert rows(table.scan(filter=[("city", "not in", ["sf", "nyc"])])) == [r for r in rows(trips(list(range(30)))) if r["city"] == "chennai"]
+    assert rows(table.scan(filter=[("city", "not in", ["sf", "nyc"])])) == [
+        r for r in rows(trips(list(range(30)))) if r["city"] == "chennai"
+    ]
 
 
 def test_partition_pruning_reads_only_matching_partitions(table: oxlake.Table) -> None:
@@ -179,8 +186,12 @@ def test_complex_keys_non_partitioned(table_path: str) -> None:
 
 def test_plain_partition_paths_multiple_fields(table_path: str) -> None:
     schema = pa.schema([("id", pa.int64()), ("country", pa.string()), ("year", pa.int32())])
-    t = oxlake.create_table(table_path, schema, record_key="id", partition_by=["country", "year"], hive_style=False)
-    t.insert(pa.table({"id": [1, 2, 3], "country": ["fr", "fr", "in"], "year": [2023, 2024, 2024]}, schema=schema))
+    t = oxlake.create_table(
+        table_path, schema, record_key="id", partition_by=["country", "year"], hive_style=False
+    )
+    t.insert(
+        pa.table({"id": [1, 2, 3], "country": ["fr", "fr", "in"], "year": [2023, 2024, 2024]}, schema=schema)
+    )
     assert (Path(table_path) / "fr" / "2024").is_dir()
     assert sorted(r["id"] for r in t.to_arrow(filter=[("year", "=", 2024)]).to_pylist()) == [2, 3]
     assert sorted(r["id"] for r in t.to_arrow(filter="country = 'fr' AND year < 2024").to_pylist()) == [1]
@@ -195,7 +206,10 @@ def test_empty_inputs_write_nothing(table: oxlake.Table) -> None:
 
 
 def test_nulls_in_non_key_columns(table: oxlake.Table) -> None:
-    data = pa.table({"id": [1, 2], "name": [None, "b"], "city": ["sf", None], "ts": [1, None], "fare": [None, 2.0]}, schema=SCHEMA)
+    data = pa.table(
+        {"id": [1, 2], "name": [None, "b"], "city": ["sf", None], "ts": [1, None], "fare": [None, 2.0]},
+        schema=SCHEMA,
+    )
     table.insert(data)
     out = rows(table.scan())
     assert out == [

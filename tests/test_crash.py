@@ -13,10 +13,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import oxlake
 import pytest
 from conftest import SCHEMA, rows, trips
-
-import oxlake
 
 HEARTBEAT = 0.2  # seconds; a crashed writer's heartbeat expires after three intervals
 
@@ -34,7 +33,12 @@ WRITER = textwrap.dedent(
 @pytest.mark.parametrize("failpoint", ["after-requested", "after-inflight", "before-commit", "after-commit"])
 def test_killed_writer_leaves_committed_data(table_path: str, failpoint: str) -> None:
     t = oxlake.create_table(
-        table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", heartbeat_interval=HEARTBEAT
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        heartbeat_interval=HEARTBEAT,
     )
     t.insert(trips(list(range(6))))
     committed = rows(t.scan())
@@ -46,7 +50,12 @@ def test_killed_writer_leaves_committed_data(table_path: str, failpoint: str) ->
     reader = oxlake.Table(table_path)
     if failpoint == "after-commit":
         # The completed instant was written: the write is committed, only cleanup was lost.
-        assert {r["name"] for r in rows(reader.scan()) if r["id"] in (2, 3, 40, 41)} == {"crashed2", "crashed3", "crashed40", "crashed41"}
+        assert {r["name"] for r in rows(reader.scan()) if r["id"] in (2, 3, 40, 41)} == {
+            "crashed2",
+            "crashed3",
+            "crashed40",
+            "crashed41",
+        }
         return
     assert rows(reader.scan()) == committed
     pending = [i for i in reader.timeline() if i.state != "completed"]
@@ -86,11 +95,17 @@ def test_interrupted_rollback_is_finished(table_path: str) -> None:
     t = oxlake.create_table(table_path, SCHEMA, record_key="id", heartbeat_interval=HEARTBEAT)
     t.insert(trips([1, 2]))
     script = WRITER.format(tests=str(Path(__file__).parent), uri=table_path, hb=HEARTBEAT)
-    subprocess.run([sys.executable, "-c", script], env=dict(os.environ, OXLAKE_FAILPOINT="before-commit"), capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", script],
+        env=dict(os.environ, OXLAKE_FAILPOINT="before-commit"),
+        capture_output=True,
+    )
     time.sleep(HEARTBEAT * 4)
-    roll = "import oxlake; oxlake.Table({uri!r}, heartbeat_interval={hb}).rollback_failed()".format(uri=table_path, hb=HEARTBEAT)
+    roll = f"import oxlake; oxlake.Table({table_path!r}, heartbeat_interval={HEARTBEAT}).rollback_failed()"
     proc = subprocess.run(
-        [sys.executable, "-c", roll], env=dict(os.environ, OXLAKE_FAILPOINT="rollback-after-delete"), capture_output=True
+        [sys.executable, "-c", roll],
+        env=dict(os.environ, OXLAKE_FAILPOINT="rollback-after-delete"),
+        capture_output=True,
     )
     assert proc.returncode != 0
     assert [r["id"] for r in rows(oxlake.Table(table_path).scan())] == [1, 2]

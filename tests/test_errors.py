@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import oxlake
 import pyarrow as pa
 import pytest
 from conftest import SCHEMA, rows, trips
 
-import oxlake
-
 
 def snapshot(t: oxlake.Table) -> tuple[list, list, list]:
-    files = sorted(str(p.relative_to(t.uri)) for p in Path(t.uri).rglob("*") if p.is_file() and ".heartbeat" not in str(p))
+    files = sorted(
+        str(p.relative_to(t.uri))
+        for p in Path(t.uri).rglob("*")
+        if p.is_file() and ".heartbeat" not in str(p)
+    )
     return rows(t.scan()), t.timeline(), files
 
 

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import oxlake
 import pyarrow as pa
 from conftest import SCHEMA, hudi_read, rows, trips
-
-import oxlake
 
 
 def same(ours: pa.Table, theirs: pa.Table, key: str | tuple[str, ...] = "id") -> None:
@@ -32,16 +31,28 @@ def test_hudi_incremental_windows_match(table: oxlake.Table) -> None:
 
 
 def test_hudi_reads_complex_keys_and_plain_paths(table_path: str) -> None:
-    schema = pa.schema([("k1", pa.int32()), ("k2", pa.string()), ("region", pa.string()), ("v", pa.float64())])
-    t = oxlake.create_table(table_path, schema, record_key=["k1", "k2"], partition_by=["region"], hive_style=False)
-    t.insert(pa.table({"k1": [1, 1, 2], "k2": ["a", "b", "a"], "region": ["eu", "us", "eu"], "v": [1.0, 2.0, 3.0]}, schema=schema))
+    schema = pa.schema(
+        [("k1", pa.int32()), ("k2", pa.string()), ("region", pa.string()), ("v", pa.float64())]
+    )
+    t = oxlake.create_table(
+        table_path, schema, record_key=["k1", "k2"], partition_by=["region"], hive_style=False
+    )
+    t.insert(
+        pa.table(
+            {"k1": [1, 1, 2], "k2": ["a", "b", "a"], "region": ["eu", "us", "eu"], "v": [1.0, 2.0, 3.0]},
+            schema=schema,
+        )
+    )
     t.upsert(pa.table({"k1": [1], "k2": ["b"], "region": ["us"], "v": [20.0]}, schema=schema))
     same(t.to_arrow(), hudi_read(table_path), key=("k1", "k2"))
 
 
 def test_hudi_reads_non_partitioned_table_with_nulls(table_path: str) -> None:
     t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
-    data = pa.table({"id": [1, 2], "name": [None, "b"], "city": ["sf", None], "ts": [1, None], "fare": [None, 2.0]}, schema=SCHEMA)
+    data = pa.table(
+        {"id": [1, 2], "name": [None, "b"], "city": ["sf", None], "ts": [1, None], "fare": [None, 2.0]},
+        schema=SCHEMA,
+    )
     t.insert(data)
     t.upsert(trips([3]))
     same(t.to_arrow(), hudi_read(table_path))

@@ -10,12 +10,11 @@ import shutil
 import tempfile
 from typing import Any
 
+import oxlake
 import pyarrow as pa
 from conftest import SCHEMA
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import oxlake
 
 CITIES = ["sf", "nyc"]
 Row = dict[str, Any]
@@ -29,7 +28,9 @@ row = st.builds(
     st.integers(min_value=0, max_value=5),
     st.floats(min_value=0, max_value=100, allow_nan=False),
 )
-op = st.tuples(st.sampled_from(["insert", "upsert", "delete", "insert_overwrite"]), st.lists(row, min_size=0, max_size=8))
+op = st.tuples(
+    st.sampled_from(["insert", "upsert", "delete", "insert_overwrite"]), st.lists(row, min_size=0, max_size=8)
+)
 
 
 def combine(batch: list[Row]) -> list[Row]:
@@ -83,7 +84,9 @@ def read(t: oxlake.Table, **kw: Any) -> list[tuple]:
 def test_operations_match_the_model(ops: list[tuple[str, list[Row]]]) -> None:
     path = tempfile.mkdtemp()
     try:
-        t = oxlake.create_table(path + "/t", SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
+        t = oxlake.create_table(
+            path + "/t", SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts"
+        )
         model: Model = {}
         history: list[tuple[str, set[tuple[str, int]], Model]] = []  # (instant, keys written, model after)
         for name, batch in ops:
@@ -91,7 +94,9 @@ def test_operations_match_the_model(ops: list[tuple[str, list[Row]]]) -> None:
             if name == "insert":
                 # Plain inserts of existing keys would duplicate them (as in Apache Hudi); the model
                 # keeps one row per key, so only new keys are inserted.
-                data = pa.Table.from_pylist([r for r in batch if (r["city"], r["id"]) not in model], schema=SCHEMA)
+                data = pa.Table.from_pylist(
+                    [r for r in batch if (r["city"], r["id"]) not in model], schema=SCHEMA
+                )
                 batch = data.to_pylist()
             res = getattr(t, name)(data)
             after, written = apply(model, name, batch)

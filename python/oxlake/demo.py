@@ -31,7 +31,9 @@ def progress(items: list[T], label: str) -> Iterator[T]:
     for i, item in enumerate(items, 1):
         yield item
         done = int(30 * i / n)
-        sys.stderr.write(f"\r  {label:<22}[{'#' * done}{'.' * (30 - done)}] {i}/{n} {time.perf_counter() - start:5.1f}s")
+        sys.stderr.write(
+            f"\r  {label:<22}[{'#' * done}{'.' * (30 - done)}] {i}/{n} {time.perf_counter() - start:5.1f}s"
+        )
         sys.stderr.flush()
     sys.stderr.write("\n")
 
@@ -93,9 +95,12 @@ def main() -> int:
     changes = changes.set_column(
         changes.schema.get_field_index("fare"), "fare", pc.multiply(changes["fare"], pa.scalar(1.1))
     )
-    changes = changes.set_column(changes.schema.get_field_index("ts"), "ts", pc.add(changes["ts"], pa.scalar(1)))
+    changes = changes.set_column(
+        changes.schema.get_field_index("ts"), "ts", pc.add(changes["ts"], pa.scalar(1))
+    )
     r = timed(f"upsert {changes.num_rows:,} rows (10%)", lambda: table.upsert(changes))
-    print(f"    -> instant {r.instant}: {r.num_updates:,} updates, {r.num_inserts:,} inserts, {len(r.files)} files")
+    print(f"    -> instant {r.instant}: {r.num_updates:,} updates, {r.num_inserts:,} inserts")
+    print(f"       {len(r.files)} files rewritten")
 
     doomed = data.filter(pc.equal(pc.bit_wise_and(data["trip_id"], pa.scalar(1023)), pa.scalar(0)))
     r = timed(f"delete {doomed.num_rows:,} rows", lambda: table.delete(doomed.select(["trip_id", "city"])))
@@ -109,13 +114,17 @@ def main() -> int:
     print(f"  snapshot rows                            {rows:,} (expected {args.rows - doomed.num_rows:,})")
     sf = timed(
         "filter city = 'san_francisco' AND fare > 100",
-        lambda: table.to_arrow(filter="city = 'san_francisco' AND fare > 100", columns=["trip_id", "fare", "ts"]),
+        lambda: table.to_arrow(
+            filter="city = 'san_francisco' AND fare > 100", columns=["trip_id", "fare", "ts"]
+        ),
     )
     print(f"    -> {sf.num_rows:,} rows")
     first = table.timeline()[0].time
     old = timed("time travel to the first commit", lambda: table.to_arrow(as_of=first, columns=["trip_id"]))
     print(f"    -> {old.num_rows:,} rows as of {first}")
-    inc = timed("incremental after the first commit", lambda: table.to_arrow(query="incremental", start=first))
+    inc = timed(
+        "incremental after the first commit", lambda: table.to_arrow(query="incremental", start=first)
+    )
     print(f"    -> {inc.num_rows:,} rows changed since {first}")
 
     print("\ntimeline")

@@ -94,7 +94,7 @@ def _arrow_stream(data: Any) -> Any:
 def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | None:
     if filter is None or isinstance(filter, str):
         return filter
-    return [tuple(f) for f in filter]  # type: ignore[misc]
+    return [tuple(f) for f in filter]
 
 
 class Table:
@@ -207,7 +207,11 @@ class Table:
         return self.scan(**kwargs).to_pandas()
 
     def planned_files(
-        self, as_of: str | None = None, query: str = "snapshot", start: str | None = None, end: str | None = None
+        self,
+        as_of: str | None = None,
+        query: str = "snapshot",
+        start: str | None = None,
+        end: str | None = None,
     ) -> list[str]:
         """The base files a scan would read, before partition pruning."""
         return list(self._t.planned_files(as_of, query, start, end))

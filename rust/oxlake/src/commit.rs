@@ -82,9 +82,12 @@ impl Transaction {
         let mut last = table.timeline().last_time().map(str::to_string);
         for _ in 0..CLAIM_ATTEMPTS {
             let time = instant::next_after(last.as_deref())?;
-            write_heartbeat(&storage, &time).await?;
             let requested = Instant::new(time.clone(), action, State::Requested);
             if table.timeline().create(&storage, &requested, Bytes::new()).await? {
+                // The heartbeat follows the claim: a writer that lost the race for `time` must
+                // not touch the winner's heartbeat. Until it exists, the requested file's own age
+                // stands in for it (see `is_expired`).
+                write_heartbeat(&storage, &time).await?;
                 failpoint("after-requested");
                 let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
                 let heartbeat = Some(spawn_heartbeat(storage.clone(), time.clone(), table.options().heartbeat_interval));
@@ -95,7 +98,6 @@ impl Transaction {
                 failpoint("after-inflight");
                 return Ok(tx);
             }
-            storage.delete(&heartbeat_path(&time)).await?;
             table.reload().await?;
             last = Some(table.timeline().last_time().map_or(time.clone(), |t| t.max(&time).to_string()));
         }
@@ -202,13 +204,19 @@ fn spawn_heartbeat(storage: Storage, time: String, interval: Duration) -> JoinHa
     })
 }
 
-/// Whether the writer of a pending instant is gone: no heartbeat, or one older than the tolerance.
-async fn is_expired(table: &Table, time: &str) -> Result<bool> {
-    let Some(bytes) = table.storage().get_opt(&heartbeat_path(time)).await? else { return Ok(true) };
-    let beat: u128 = std::str::from_utf8(&bytes).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+/// Whether the writer of a pending instant is gone: its last sign of life (the heartbeat, or the
+/// instant's own timeline file before the first heartbeat) is older than the tolerance.
+async fn is_expired(table: &Table, instant: &Instant) -> Result<bool> {
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
     let limit = table.options().heartbeat_interval.as_millis() * u128::from(HEARTBEAT_TOLERANCE);
-    Ok(now.saturating_sub(beat) > limit)
+    let last_sign = match table.storage().get_opt(&heartbeat_path(&instant.time)).await? {
+        Some(bytes) => std::str::from_utf8(&bytes).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0),
+        None => match table.storage().head(&table.timeline().path_of(instant)).await? {
+            Some(meta) => u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
+            None => 0,
+        },
+    };
+    Ok(now.saturating_sub(last_sign) > limit)
 }
 
 /// Rolls back every pending data instant whose writer is gone, and finishes interrupted rollbacks.
@@ -239,7 +247,7 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
         .cloned()
         .collect();
     for instant in failed {
-        if is_expired(table, &instant.time).await? {
+        if is_expired(table, &instant).await? {
             rollback(table, &instant, None).await?;
             done.push(instant.time.clone());
             table.reload().await?;

@@ -108,7 +108,12 @@ async fn partition_pruning_skips_files() {
 async fn schema_mismatch_leaves_no_trace() {
     let dir = tempfile::tempdir().unwrap();
     let mut t = create(&dir).await;
-    let wrong = RecordBatch::try_from_iter(vec![("id", Arc::new(StringArray::from(vec!["x"])) as ArrayRef)]).unwrap();
+    let wrong = RecordBatch::try_from_iter(vec![
+        ("id", Arc::new(StringArray::from(vec!["x"])) as ArrayRef),
+        ("city", Arc::new(StringArray::from(vec!["odd"])) as ArrayRef),
+        ("ts", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+    ])
+    .unwrap();
     let err = t.write(WriteOperation::Insert, vec![wrong], &WriteConfig::default()).await.unwrap_err();
     assert!(matches!(err, oxlake::Error::SchemaMismatch { .. }), "{err}");
     t.reload().await.unwrap();
