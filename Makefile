@@ -30,7 +30,7 @@ test: develop rust-test py-test
 
 lint: develop
 	cargo fmt --all -- --check
-	cargo clippy --release --all-targets -- -D warnings
+	cargo clippy --release --all-targets -p oxlake -p oxlake-python -- -D warnings
 	$(VENV)/bin/ruff check python tests benches
 	$(VENV)/bin/ruff format --check python tests benches
 	$(VENV)/bin/mypy python/oxlake

@@ -103,7 +103,8 @@ fn benches(c: &mut Criterion) {
     g.throughput(Throughput::Elements((ROWS / 10) as u64));
     g.bench_function("upsert_10_percent", |b| {
         b.iter(|| {
-            rt.block_on(table.write(WriteOperation::Upsert, vec![updates.clone()], &WriteConfig::default())).expect("upsert")
+            rt.block_on(table.write(WriteOperation::Upsert, vec![updates.clone()], &WriteConfig::default()))
+                .expect("upsert")
         })
     });
 

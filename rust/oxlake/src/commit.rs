@@ -90,7 +90,8 @@ impl Transaction {
                 write_heartbeat(&storage, &time).await?;
                 failpoint("after-requested");
                 let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
-                let heartbeat = Some(spawn_heartbeat(storage.clone(), time.clone(), table.options().heartbeat_interval));
+                let heartbeat =
+                    Some(spawn_heartbeat(storage.clone(), time.clone(), table.options().heartbeat_interval));
                 let tx = Transaction { instant: requested, seen, heartbeat };
                 let inflight = tx.instant.with_state(State::Inflight);
                 let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
@@ -101,7 +102,10 @@ impl Transaction {
             table.reload().await?;
             last = Some(table.timeline().last_time().map_or(time.clone(), |t| t.max(&time).to_string()));
         }
-        Err(Error::CommitConflict { instant: last.unwrap_or_default(), detail: "could not claim an instant time".into() })
+        Err(Error::CommitConflict {
+            instant: last.unwrap_or_default(),
+            detail: "could not claim an instant time".into(),
+        })
     }
 
     /// The instant time of this write.
@@ -265,10 +269,13 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
         None => {
             let time = instant::next_after(timeline.last_time())?;
             let plan = RollbackPlan {
-                instant_to_rollback: RollbackTarget { commit_time: target.time.clone(), action: target.action.to_string() },
+                instant_to_rollback: RollbackTarget {
+                    commit_time: target.time.clone(),
+                    action: target.action.to_string(),
+                },
             };
             let requested = Instant::new(time.clone(), Action::Rollback, State::Requested);
-            let plan = serde_json::to_vec(&plan).map_err(|e| Error::invalid_data(e))?;
+            let plan = serde_json::to_vec(&plan).map_err(Error::invalid_data)?;
             if !timeline.create(storage, &requested, Bytes::from(plan)).await? {
                 return Err(Error::CommitConflict { instant: time, detail: "rollback instant taken".into() });
             }
@@ -285,7 +292,7 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
         total_files_deleted: deleted.len(),
         deleted_files: deleted,
     };
-    let meta = serde_json::to_vec_pretty(&meta).map_err(|e| Error::invalid_data(e))?;
+    let meta = serde_json::to_vec_pretty(&meta).map_err(Error::invalid_data)?;
     timeline.create(storage, &r.with_state(State::Completed), Bytes::from(meta)).await?;
     timeline.remove_pending(storage, target).await?;
     storage.delete(&heartbeat_path(&target.time)).await?;

@@ -220,9 +220,8 @@ impl TableConfig {
         let name = required(keys::NAME)?.to_string();
         let table_type = TableType::parse(required(keys::TYPE)?)
             .ok_or_else(|| bad(format!("`{}` must be COPY_ON_WRITE or MERGE_ON_READ", keys::TYPE)))?;
-        let version: u32 = required(keys::VERSION)?
-            .parse()
-            .map_err(|_| bad(format!("`{}` is not a number", keys::VERSION)))?;
+        let version: u32 =
+            required(keys::VERSION)?.parse().map_err(|_| bad(format!("`{}` is not a number", keys::VERSION)))?;
         if !matches!(version, 6 | 8 | 9) {
             return Err(Error::unsupported(format!("table version {version} (supported: 6, 8, 9)")));
         }
@@ -243,11 +242,16 @@ impl TableConfig {
             return Err(Error::unsupported(format!("base file format {fmt}")));
         }
         let list = |k: &str| -> Vec<String> {
-            get(k).map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+            get(k)
+                .map(|v| v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
                 .unwrap_or_default()
         };
         let ordering = {
-            let fields = if raw.contains_key(keys::ORDERING_FIELDS) { list(keys::ORDERING_FIELDS) } else { list(keys::PRECOMBINE_FIELD) };
+            let fields = if raw.contains_key(keys::ORDERING_FIELDS) {
+                list(keys::ORDERING_FIELDS)
+            } else {
+                list(keys::PRECOMBINE_FIELD)
+            };
             if fields.len() > 1 {
                 return Err(Error::unsupported(format!("several ordering fields: {}", fields.join(","))));
             }
@@ -303,7 +307,8 @@ impl TableConfig {
         if self.layout_version == 1 {
             ".hoodie".to_string()
         } else {
-            let sub = self.raw.get(keys::TIMELINE_PATH).map(|s| s.trim()).filter(|s| !s.is_empty()).unwrap_or("timeline");
+            let sub =
+                self.raw.get(keys::TIMELINE_PATH).map(|s| s.trim()).filter(|s| !s.is_empty()).unwrap_or("timeline");
             format!(".hoodie/{sub}")
         }
     }
@@ -371,7 +376,11 @@ fn bad(detail: String) -> Error {
 /// Names end up in properties files, paths and Avro schemas: keep them plain.
 fn check_name(what: &str, s: &str) -> Result<()> {
     let ok = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.');
-    if ok { Ok(()) } else { Err(Error::invalid_arg(what, format!("`{s}` must be non-empty ASCII letters, digits, `_`, `-` or `.`"))) }
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::invalid_arg(what, format!("`{s}` must be non-empty ASCII letters, digits, `_`, `-` or `.`")))
+    }
 }
 
 #[cfg(test)]
@@ -423,7 +432,8 @@ mod tests {
         assert!(matches!(TableConfig::parse(v7), Err(Error::Unsupported { .. })));
         let garbage = "hoodie.table.name=t\nhoodie.table.type=SIDEWAYS\nhoodie.table.version=6\n";
         assert!(matches!(TableConfig::parse(garbage), Err(Error::CorruptTable { .. })));
-        let layout = "hoodie.table.name=t\nhoodie.table.type=cow\nhoodie.table.version=8\nhoodie.timeline.layout.version=1\n";
+        let layout =
+            "hoodie.table.name=t\nhoodie.table.type=cow\nhoodie.table.version=8\nhoodie.timeline.layout.version=1\n";
         assert!(matches!(TableConfig::parse(layout), Err(Error::CorruptTable { .. })));
     }
 

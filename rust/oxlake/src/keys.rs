@@ -131,7 +131,8 @@ fn string_columns(batch: &RecordBatch, names: &[String], what: &str) -> Result<V
             let col: &ArrayRef = batch
                 .column_by_name(name)
                 .ok_or_else(|| Error::invalid_data(format!("{what} column `{name}` is missing")))?;
-            let s = cast(col, &DataType::Utf8).map_err(|e| Error::invalid_data(format!("{what} column `{name}`: {e}")))?;
+            let s =
+                cast(col, &DataType::Utf8).map_err(|e| Error::invalid_data(format!("{what} column `{name}`: {e}")))?;
             s.as_any()
                 .downcast_ref::<StringArray>()
                 .cloned()

@@ -72,9 +72,26 @@ fn normalize_type(name: &str, t: &DataType) -> Result<DataType> {
         }
         D::Struct(fs) => D::Struct(fs.iter().map(|f| normalize_field(f).map(Arc::new)).collect::<Result<_>>()?),
         D::Map(f, sorted) => D::Map(Arc::new(normalize_field(f)?), *sorted),
-        D::Null | D::Boolean | D::Int8 | D::Int16 | D::Int32 | D::Int64 | D::UInt8 | D::UInt16 | D::UInt32
-        | D::Float32 | D::Float64 | D::Utf8 | D::Binary | D::FixedSizeBinary(_) | D::Date32 | D::Date64
-        | D::Timestamp(_, _) | D::Decimal128(_, _) | D::Time32(_) | D::Time64(_) => t.clone(),
+        D::Null
+        | D::Boolean
+        | D::Int8
+        | D::Int16
+        | D::Int32
+        | D::Int64
+        | D::UInt8
+        | D::UInt16
+        | D::UInt32
+        | D::Float32
+        | D::Float64
+        | D::Utf8
+        | D::Binary
+        | D::FixedSizeBinary(_)
+        | D::Date32
+        | D::Date64
+        | D::Timestamp(_, _)
+        | D::Decimal128(_, _)
+        | D::Time32(_)
+        | D::Time64(_) => t.clone(),
         other => {
             return Err(Error::SchemaMismatch { detail: format!("column `{name}`: type {other} cannot be stored") });
         }
@@ -90,7 +107,8 @@ pub fn encode_arrow_schema(schema: &Schema) -> String {
 /// Decodes [`encode_arrow_schema`].
 pub fn decode_arrow_schema(text: &str) -> Result<SchemaRef> {
     let bytes = BASE64.decode(text.trim()).map_err(|e| Error::corrupt("hoodie.properties", format!("schema: {e}")))?;
-    let fb = arrow::ipc::root_as_schema(&bytes).map_err(|e| Error::corrupt("hoodie.properties", format!("schema: {e}")))?;
+    let fb =
+        arrow::ipc::root_as_schema(&bytes).map_err(|e| Error::corrupt("hoodie.properties", format!("schema: {e}")))?;
     Ok(Arc::new(fb_to_schema(fb)))
 }
 
@@ -233,7 +251,8 @@ fn arrow_type(t: &Value) -> Result<(DataType, bool)> {
                 }
                 (_, "map") => {
                     let (value, nullable) = arrow_type(o.get("values").ok_or_else(bad)?)?;
-                    let entries = Fields::from(vec![Field::new("key", D::Utf8, false), Field::new("value", value, nullable)]);
+                    let entries =
+                        Fields::from(vec![Field::new("key", D::Utf8, false), Field::new("value", value, nullable)]);
                     D::Map(Arc::new(Field::new("key_value", D::Struct(entries), false)), false)
                 }
                 (_, "fixed") => D::FixedSizeBinary(o.get("size").and_then(Value::as_i64).unwrap_or(0) as i32),
@@ -271,7 +290,12 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
                     c.clone()
                 } else {
                     cast_with_options(c, f.data_type(), &opts).map_err(|e| Error::SchemaMismatch {
-                        detail: format!("column `{}`: cannot store {} as {}: {e}", f.name(), c.data_type(), f.data_type()),
+                        detail: format!(
+                            "column `{}`: cannot store {} as {}: {e}",
+                            f.name(),
+                            c.data_type(),
+                            f.data_type()
+                        ),
                     })?
                 }
             }
@@ -352,7 +376,8 @@ mod tests {
 
         let extra = RecordBatch::try_from_iter(vec![("z", Arc::new(Int8Array::from(vec![1])) as ArrayRef)]).unwrap();
         assert!(matches!(conform(&extra, &target), Err(Error::SchemaMismatch { .. })));
-        let lossy = RecordBatch::try_from_iter(vec![("a", Arc::new(StringArray::from(vec!["x"])) as ArrayRef)]).unwrap();
+        let lossy =
+            RecordBatch::try_from_iter(vec![("a", Arc::new(StringArray::from(vec!["x"])) as ArrayRef)]).unwrap();
         assert!(matches!(conform(&lossy, &target), Err(Error::SchemaMismatch { .. })));
     }
 

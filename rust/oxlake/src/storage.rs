@@ -15,9 +15,7 @@ use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{
-    ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
-};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 use url::Url;
 
 use crate::error::{Error, Result};
@@ -78,8 +76,7 @@ impl Storage {
 
     fn open_local(uri: &str, path: &str) -> Result<Self> {
         let abs = std::path::absolute(path).map_err(|e| Error::invalid_arg("uri", e))?;
-        let root = Path::from_absolute_path(&abs)
-            .map_err(|e| Error::invalid_arg("uri", format!("{uri}: {e}")))?;
+        let root = Path::from_absolute_path(&abs).map_err(|e| Error::invalid_arg("uri", format!("{uri}: {e}")))?;
         Ok(Storage {
             store: Arc::new(LocalFileSystem::new()),
             root,
@@ -93,10 +90,9 @@ impl Storage {
         if bucket.is_empty() {
             return Err(Error::invalid_arg("uri", format!("{uri}: no bucket")));
         }
-        let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket).with_retry(RetryConfig {
-            max_retries: RETRIES as usize,
-            ..RetryConfig::default()
-        });
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_retry(RetryConfig { max_retries: RETRIES as usize, ..RetryConfig::default() });
         for (key, value) in options {
             let key = key.to_ascii_lowercase();
             let key = key.strip_prefix("aws_").unwrap_or(&key);
@@ -110,14 +106,11 @@ impl Storage {
                 "virtual_hosted_style_request" => "aws_virtual_hosted_style_request",
                 other => return Err(Error::invalid_arg("storage_options", format!("unknown key `{other}`"))),
             };
-            let parsed = config_key
-                .parse()
-                .map_err(|e| Error::invalid_arg("storage_options", format!("{key}: {e}")))?;
+            let parsed =
+                config_key.parse().map_err(|e| Error::invalid_arg("storage_options", format!("{key}: {e}")))?;
             builder = builder.with_config(parsed, value.clone());
         }
-        let store = builder
-            .build()
-            .map_err(|e| Error::invalid_arg("storage_options", format!("{uri}: {e}")))?;
+        let store = builder.build().map_err(|e| Error::invalid_arg("storage_options", format!("{uri}: {e}")))?;
         Ok(Storage {
             store: Arc::new(store),
             root: Path::from(prefix.trim_matches('/')),
@@ -358,9 +351,15 @@ impl ParquetFile {
 }
 
 impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
-    fn get_bytes(&mut self, range: std::ops::Range<u64>) -> futures::future::BoxFuture<'_, parquet::errors::Result<Bytes>> {
+    fn get_bytes(
+        &mut self,
+        range: std::ops::Range<u64>,
+    ) -> futures::future::BoxFuture<'_, parquet::errors::Result<Bytes>> {
         Box::pin(async move {
-            self.store.get_range(&self.path, range).await.map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+            self.store
+                .get_range(&self.path, range)
+                .await
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
         })
     }
 
@@ -369,7 +368,10 @@ impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
         ranges: Vec<std::ops::Range<u64>>,
     ) -> futures::future::BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         Box::pin(async move {
-            self.store.get_ranges(&self.path, &ranges).await.map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+            self.store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
         })
     }
 

@@ -60,7 +60,11 @@ impl PyRecordBatchStream {
 impl PyRecordBatchStream {
     /// Exports the stream (the Arrow PyCapsule interface). A stream can be exported once.
     #[pyo3(signature = (requested_schema=None))]
-    fn __arrow_c_stream__<'py>(&self, py: Python<'py>, requested_schema: Option<Bound<'py, PyAny>>) -> PyResult<Bound<'py, PyCapsule>> {
+    fn __arrow_c_stream__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyCapsule>> {
         let _ = requested_schema;
         let reader = self
             .inner
@@ -100,7 +104,9 @@ pub fn import_batches(obj: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
     let capsule = obj
         .call_method0("__arrow_c_stream__")
         .map_err(|_| InvalidArgumentError::new_err("data must be Arrow data (an object with __arrow_c_stream__)"))?;
-    let capsule = capsule.cast_into::<PyCapsule>().map_err(|_| InvalidArgumentError::new_err("__arrow_c_stream__ did not return a capsule"))?;
+    let capsule = capsule
+        .cast_into::<PyCapsule>()
+        .map_err(|_| InvalidArgumentError::new_err("__arrow_c_stream__ did not return a capsule"))?;
     let ptr = capsule.pointer_checked(Some(STREAM))?;
     // SAFETY: the capsule holds an `ArrowArrayStream` (checked by name); `from_raw` moves it out and
     // leaves a released stream behind, so the capsule's destructor will not release it twice.
@@ -119,13 +125,16 @@ pub fn import_batches(obj: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
 
 /// Imports an object exporting `__arrow_c_schema__`.
 pub fn import_schema(obj: &Bound<'_, PyAny>) -> PyResult<SchemaRef> {
-    let capsule = obj
-        .call_method0("__arrow_c_schema__")
-        .map_err(|_| InvalidArgumentError::new_err("schema must be an Arrow schema (an object with __arrow_c_schema__)"))?;
-    let capsule = capsule.cast_into::<PyCapsule>().map_err(|_| InvalidArgumentError::new_err("__arrow_c_schema__ did not return a capsule"))?;
+    let capsule = obj.call_method0("__arrow_c_schema__").map_err(|_| {
+        InvalidArgumentError::new_err("schema must be an Arrow schema (an object with __arrow_c_schema__)")
+    })?;
+    let capsule = capsule
+        .cast_into::<PyCapsule>()
+        .map_err(|_| InvalidArgumentError::new_err("__arrow_c_schema__ did not return a capsule"))?;
     let ptr = capsule.pointer_checked(Some(SCHEMA))?;
     // SAFETY: the capsule holds an `ArrowSchema` (checked by name) that stays alive while we read it.
     let ffi = unsafe { &*ptr.as_ptr().cast::<FFI_ArrowSchema>() };
-    let schema = Schema::try_from(ffi).map_err(|e| InvalidArgumentError::new_err(format!("invalid Arrow schema: {e}")))?;
+    let schema =
+        Schema::try_from(ffi).map_err(|e| InvalidArgumentError::new_err(format!("invalid Arrow schema: {e}")))?;
     Ok(Arc::new(schema))
 }

@@ -8,7 +8,12 @@ create_exception!(oxlake, OxlakeError, PyException, "Base class of every oxlake 
 create_exception!(oxlake, TableNotFoundError, OxlakeError, "No table at the given URI.");
 create_exception!(oxlake, TableExistsError, OxlakeError, "A table already exists at the given URI.");
 create_exception!(oxlake, SchemaMismatchError, OxlakeError, "The data does not match the table schema.");
-create_exception!(oxlake, InvalidDataError, OxlakeError, "The data breaks a rule of the table (null key, missing column).");
+create_exception!(
+    oxlake,
+    InvalidDataError,
+    OxlakeError,
+    "The data breaks a rule of the table (null key, missing column)."
+);
 create_exception!(oxlake, InvalidArgumentError, OxlakeError, "An argument is not valid (bad filter, unknown option).");
 create_exception!(oxlake, CommitConflictError, OxlakeError, "Another writer changed the same file groups.");
 create_exception!(oxlake, CorruptTableError, OxlakeError, "A table file could not be understood.");

@@ -45,7 +45,8 @@ where
     let rt = runtime()?;
     let mut handle = rt.spawn(fut);
     loop {
-        let waited = py.detach(|| rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut handle).await }));
+        let waited =
+            py.detach(|| rt.block_on(async { tokio::time::timeout(Duration::from_millis(100), &mut handle).await }));
         match waited {
             Ok(Ok(result)) => return result.map_err(to_py),
             Ok(Err(join)) => return Err(OxlakeError::new_err(format!("oxlake task failed: {join}"))),

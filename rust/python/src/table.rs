@@ -15,6 +15,9 @@ use crate::arrow_ffi::{PyRecordBatchStream, PySchema, import_batches, import_sch
 use crate::errors::InvalidArgumentError;
 use crate::runtime::run;
 
+/// What a write did: (instant, inserts, updates, deletes, files); `oxlake.WriteResult` in Python.
+type WriteSummary = (Option<String>, u64, u64, u64, Vec<String>);
+
 #[pyclass(name = "Table", module = "oxlake._native")]
 pub struct PyTable {
     inner: Arc<Mutex<Table>>,
@@ -48,9 +51,17 @@ pub fn create_table(
     heartbeat_interval: f64,
 ) -> PyResult<PyTable> {
     let schema = import_schema(&schema)?;
-    let table_type = TableType::parse(&table_type)
-        .ok_or_else(|| InvalidArgumentError::new_err(format!("table_type `{table_type}`: expected copy_on_write or merge_on_read")))?;
-    let create = CreateOptions { name, table_type, record_key_fields: record_key, partition_fields: partition_by, ordering_field, hive_style };
+    let table_type = TableType::parse(&table_type).ok_or_else(|| {
+        InvalidArgumentError::new_err(format!("table_type `{table_type}`: expected copy_on_write or merge_on_read"))
+    })?;
+    let create = CreateOptions {
+        name,
+        table_type,
+        record_key_fields: record_key,
+        partition_fields: partition_by,
+        ordering_field,
+        hive_style,
+    };
     let options = table_options(storage_options, heartbeat_interval)?;
     let table = run(py, async move { Table::create(&uri, options, create, schema).await })?;
     Ok(PyTable { inner: Arc::new(Mutex::new(table)) })
@@ -61,7 +72,12 @@ impl PyTable {
     /// Opens an existing table.
     #[new]
     #[pyo3(signature = (uri, storage_options=None, heartbeat_interval=10.0))]
-    fn new(py: Python<'_>, uri: String, storage_options: Option<HashMap<String, String>>, heartbeat_interval: f64) -> PyResult<Self> {
+    fn new(
+        py: Python<'_>,
+        uri: String,
+        storage_options: Option<HashMap<String, String>>,
+        heartbeat_interval: f64,
+    ) -> PyResult<Self> {
         let options = table_options(storage_options, heartbeat_interval)?;
         let table = run(py, async move { Table::open(&uri, options).await })?;
         Ok(PyTable { inner: Arc::new(Mutex::new(table)) })
@@ -92,7 +108,11 @@ impl PyTable {
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
-            Ok(t.timeline().instants().iter().map(|i| (i.time.clone(), i.action.to_string(), i.state.to_string())).collect())
+            Ok(t.timeline()
+                .instants()
+                .iter()
+                .map(|i| (i.time.clone(), i.action.to_string(), i.state.to_string()))
+                .collect())
         })
     }
 
@@ -107,7 +127,9 @@ impl PyTable {
             let replaced = t.replaced_file_groups(&latest).await?;
             Ok(view
                 .slices_as_of(&latest, &replaced)
-                .filter_map(|(g, s)| s.base.as_ref().map(|b| (g.partition.clone(), g.file_id.clone(), b.path.clone(), b.size)))
+                .filter_map(|(g, s)| {
+                    s.base.as_ref().map(|b| (g.partition.clone(), g.file_id.clone(), b.path.clone(), b.size))
+                })
                 .collect())
         })
     }
@@ -132,8 +154,9 @@ impl PyTable {
         operation: &str,
         data: Bound<'_, PyAny>,
         target_file_size: Option<u64>,
-    ) -> PyResult<(Option<String>, u64, u64, u64, Vec<String>)> {
-        let op = WriteOperation::parse(operation).ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
+    ) -> PyResult<WriteSummary> {
+        let op = WriteOperation::parse(operation)
+            .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
         let batches = import_batches(&data)?;
         let mut config = WriteConfig::default();
         if let Some(size) = target_file_size {
@@ -184,8 +207,21 @@ impl PyTable {
 
     /// The base files a scan would read (after planning, before partition pruning).
     #[pyo3(signature = (as_of=None, query="snapshot", start=None, end=None))]
-    fn planned_files(&self, py: Python<'_>, as_of: Option<String>, query: &str, start: Option<String>, end: Option<String>) -> PyResult<Vec<String>> {
-        let opts = ScanOptions { as_of, query: QueryType::parse(query).map_err(crate::errors::to_py)?, start, end, ..Default::default() };
+    fn planned_files(
+        &self,
+        py: Python<'_>,
+        as_of: Option<String>,
+        query: &str,
+        start: Option<String>,
+        end: Option<String>,
+    ) -> PyResult<Vec<String>> {
+        let opts = ScanOptions {
+            as_of,
+            query: QueryType::parse(query).map_err(crate::errors::to_py)?,
+            start,
+            end,
+            ..Default::default()
+        };
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
@@ -196,7 +232,11 @@ impl PyTable {
 }
 
 impl PyTable {
-    fn with<T: Send + 'static>(&self, py: Python<'_>, f: impl FnOnce(&Table) -> oxlake::Result<T> + Send + 'static) -> PyResult<T> {
+    fn with<T: Send + 'static>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Table) -> oxlake::Result<T> + Send + 'static,
+    ) -> PyResult<T> {
         let inner = self.inner.clone();
         run(py, async move {
             let t = inner.lock().await;
@@ -210,9 +250,9 @@ fn parse_filter(obj: &Bound<'_, PyAny>) -> PyResult<Filter> {
     if let Ok(s) = obj.cast::<PyString>() {
         return Ok(Filter::Sql(s.to_str()?.to_string()));
     }
-    let list = obj
-        .cast::<PyList>()
-        .map_err(|_| InvalidArgumentError::new_err("filter must be a SQL string or a list of (column, op, value) tuples"))?;
+    let list = obj.cast::<PyList>().map_err(|_| {
+        InvalidArgumentError::new_err("filter must be a SQL string or a list of (column, op, value) tuples")
+    })?;
     let mut preds = Vec::with_capacity(list.len());
     for item in list.iter() {
         let t = item
@@ -226,7 +266,10 @@ fn parse_filter(obj: &Bound<'_, PyAny>) -> PyResult<Filter> {
         let op = Op::parse(&op).map_err(crate::errors::to_py)?;
         let value = t.get_item(2)?;
         let values = if matches!(op, Op::In | Op::NotIn) {
-            if !(value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() || value.is_instance_of::<PySet>()) {
+            if !(value.is_instance_of::<PyList>()
+                || value.is_instance_of::<PyTuple>()
+                || value.is_instance_of::<PySet>())
+            {
                 return Err(InvalidArgumentError::new_err(format!("`{column}`: in / not in take a list of values")));
             }
             value.try_iter()?.map(|v| scalar(&v?)).collect::<PyResult<Vec<_>>>()?

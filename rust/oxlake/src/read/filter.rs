@@ -79,9 +79,11 @@ impl Predicate {
     fn to_expr(&self) -> DfResult<Expr> {
         let col = Expr::Column(Column::new_unqualified(&self.column));
         let one = || {
-            self.values.first().cloned().map(lit).ok_or_else(|| {
-                DataFusionError::Plan(format!("predicate on `{}` has no value", self.column))
-            })
+            self.values
+                .first()
+                .cloned()
+                .map(lit)
+                .ok_or_else(|| DataFusionError::Plan(format!("predicate on `{}` has no value", self.column)))
         };
         Ok(match self.op {
             Op::Eq => col.eq(one()?),

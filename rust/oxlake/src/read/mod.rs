@@ -93,7 +93,10 @@ impl Table {
                 };
                 let view = self.file_system_view().await?;
                 let replaced = self.replaced_file_groups(&as_of).await?;
-                let files = view.slices_as_of(&as_of, &replaced).filter_map(|(g, s)| planned(g.partition.as_str(), s)).collect();
+                let files = view
+                    .slices_as_of(&as_of, &replaced)
+                    .filter_map(|(g, s)| planned(g.partition.as_str(), s))
+                    .collect();
                 Ok(ScanPlan { files, commit_range: None })
             }
             QueryType::Incremental => {
@@ -154,9 +157,8 @@ fn planned(partition: &str, slice: &crate::table::fs_view::FileSlice) -> Option<
 
 /// A session that knows the table's store and returns plain (not view) string types.
 pub fn session(table: &Table, batch_size: Option<usize>) -> SessionContext {
-    let mut config = SessionConfig::new().with_target_partitions(
-        std::thread::available_parallelism().map_or(2, |n| n.get()),
-    );
+    let mut config =
+        SessionConfig::new().with_target_partitions(std::thread::available_parallelism().map_or(2, |n| n.get()));
     if let Some(n) = batch_size {
         config = config.with_batch_size(n.max(1));
     }

@@ -8,13 +8,13 @@ use arrow::compute::cast;
 use arrow::datatypes::{Field, Schema, SchemaRef};
 use async_trait::async_trait;
 use datafusion::catalog::Session;
+use datafusion::catalog::TableProvider;
 use datafusion::common::{DFSchema, ToDFSchema};
 use datafusion::datasource::TableType;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
-use datafusion::catalog::TableProvider;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::logical_expr::utils::conjunction;
@@ -79,7 +79,8 @@ impl HudiTableProvider {
             partitions.insert(&f.partition, None);
         }
         let paths: Vec<&str> = partitions.keys().copied().collect();
-        let parsed: Vec<Option<Vec<Option<String>>>> = paths.iter().map(|p| self.keys.parse_partition_path(p)).collect();
+        let parsed: Vec<Option<Vec<Option<String>>>> =
+            paths.iter().map(|p| self.keys.parse_partition_path(p)).collect();
         let fields: Vec<Field> = part_names
             .iter()
             .map(|n| self.schema.field_with_name(n).map(|f| f.clone().with_nullable(true)))
@@ -87,28 +88,38 @@ impl HudiTableProvider {
         let part_schema = Arc::new(Schema::new(fields));
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(part_names.len());
         for (i, field) in part_schema.fields().iter().enumerate() {
-            let strings: StringArray =
-                parsed.iter().map(|v| v.as_ref().and_then(|vals| vals[i].clone())).collect();
+            let strings: StringArray = parsed.iter().map(|v| v.as_ref().and_then(|vals| vals[i].clone())).collect();
             // A value that does not cast to the column type is unknown: the partition is kept.
-            columns.push(cast(&strings, field.data_type()).unwrap_or_else(|_| arrow::array::new_null_array(field.data_type(), paths.len())));
+            columns.push(
+                cast(&strings, field.data_type())
+                    .unwrap_or_else(|_| arrow::array::new_null_array(field.data_type(), paths.len())),
+            );
         }
         let batch = RecordBatch::try_new(part_schema.clone(), columns)?;
         let df_schema: DFSchema = part_schema.to_dfschema()?;
         let physical = state.create_physical_expr(predicate, &df_schema)?;
         let result = physical.evaluate(&batch)?.into_array(batch.num_rows())?;
-        let mask = result.as_any().downcast_ref::<BooleanArray>().cloned().unwrap_or_else(|| BooleanArray::from(vec![true; paths.len()]));
+        let mask = result
+            .as_any()
+            .downcast_ref::<BooleanArray>()
+            .cloned()
+            .unwrap_or_else(|| BooleanArray::from(vec![true; paths.len()]));
         for (i, p) in paths.iter().enumerate() {
             let keep = parsed[i].is_none() || mask.is_null(i) || mask.value(i);
             partitions.insert(p, Some(keep));
         }
-        Ok(self.files.iter().filter(|f| partitions.get(f.partition.as_str()).copied().flatten().unwrap_or(true)).collect())
+        Ok(self
+            .files
+            .iter()
+            .filter(|f| partitions.get(f.partition.as_str()).copied().flatten().unwrap_or(true))
+            .collect())
     }
 }
 
 /// Splits files into `n` groups of similar total size (largest first onto the lightest group).
 fn balance(storage: &Storage, files: &[&PlannedFile], n: usize) -> Vec<FileGroup> {
     let mut sorted: Vec<&&PlannedFile> = files.iter().collect();
-    sorted.sort_by(|a, b| b.size.cmp(&a.size));
+    sorted.sort_by_key(|f| std::cmp::Reverse(f.size));
     let n = n.max(1).min(files.len().max(1));
     let mut groups: Vec<(u64, Vec<PartitionedFile>)> = (0..n).map(|_| (0, Vec::new())).collect();
     for f in sorted {
@@ -152,7 +163,8 @@ impl TableProvider for HudiTableProvider {
         }
         // Incremental reads filter on the commit time, so the scan must read that column.
         let commit_idx = self.schema.index_of(COMMIT_TIME)?;
-        let mut scan_projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..self.schema.fields().len()).collect());
+        let mut scan_projection: Vec<usize> =
+            projection.cloned().unwrap_or_else(|| (0..self.schema.fields().len()).collect());
         let extra = self.commit_range.is_some() && !scan_projection.contains(&commit_idx);
         if extra {
             scan_projection.push(commit_idx);
@@ -173,7 +185,8 @@ impl TableProvider for HudiTableProvider {
             let predicate = state.create_physical_expr(window, &df_schema)?;
             plan = Arc::new(FilterExec::try_new(predicate, plan)?);
             if extra {
-                let exprs: Vec<(Arc<dyn datafusion::physical_expr::PhysicalExpr>, String)> = (0..scan_projection.len() - 1)
+                let exprs: Vec<(Arc<dyn datafusion::physical_expr::PhysicalExpr>, String)> = (0..scan_projection.len()
+                    - 1)
                     .map(|i| {
                         let f = scanned.field(i);
                         let c: Arc<dyn datafusion::physical_expr::PhysicalExpr> =

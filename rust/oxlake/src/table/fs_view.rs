@@ -106,7 +106,10 @@ impl FileSystemView {
     fn add_base(&mut self, partition: &str, base: BaseFile) {
         let instant = base.name.instant.clone();
         let g = self.group(partition, &base.name.file_id.clone());
-        let slice = g.slices.entry(instant.clone()).or_insert_with(|| FileSlice { base_instant: instant, ..Default::default() });
+        let slice = g
+            .slices
+            .entry(instant.clone())
+            .or_insert_with(|| FileSlice { base_instant: instant, ..Default::default() });
         slice.base = Some(base);
     }
 
@@ -115,15 +118,21 @@ impl FileSystemView {
         let g = self.group(partition, &log.name.file_id.clone());
         // Logs are attached once all bases are known (see `attach_pending_logs`); park them in a
         // slice keyed by their own instant for now.
-        g.slices.entry(instant.clone()).or_insert_with(|| FileSlice { base_instant: instant, ..Default::default() }).logs.push(log);
+        g.slices
+            .entry(instant.clone())
+            .or_insert_with(|| FileSlice { base_instant: instant, ..Default::default() })
+            .logs
+            .push(log);
     }
 
     /// Moves each log into the slice with the greatest base instant not after the log's instant.
     fn attach_pending_logs(&mut self) {
         for g in self.groups.values_mut() {
-            let parked: Vec<String> = g.slices.iter().filter(|(_, s)| s.base.is_none()).map(|(k, _)| k.clone()).collect();
+            let parked: Vec<String> =
+                g.slices.iter().filter(|(_, s)| s.base.is_none()).map(|(k, _)| k.clone()).collect();
             for key in parked {
-                let target = g.slices.range(..key.clone()).rev().find(|(_, s)| s.base.is_some()).map(|(k, _)| k.clone());
+                let target =
+                    g.slices.range(..key.clone()).rev().find(|(_, s)| s.base.is_some()).map(|(k, _)| k.clone());
                 if let Some(target) = target
                     && let Some(mut slice) = g.slices.remove(&key)
                     && let Some(t) = g.slices.get_mut(&target)
@@ -133,7 +142,11 @@ impl FileSystemView {
             }
             for s in g.slices.values_mut() {
                 s.logs.sort_by(|a, b| {
-                    (&a.name.instant, a.name.version, &a.name.write_token).cmp(&(&b.name.instant, b.name.version, &b.name.write_token))
+                    (&a.name.instant, a.name.version, &a.name.write_token).cmp(&(
+                        &b.name.instant,
+                        b.name.version,
+                        &b.name.write_token,
+                    ))
                 });
             }
         }

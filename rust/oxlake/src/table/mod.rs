@@ -54,7 +54,10 @@ impl Table {
         let text = match storage.get_opt(PROPERTIES_FILE).await? {
             Some(b) => b,
             None => {
-                return Err(Error::TableNotFound { uri: storage.uri().to_string(), reason: format!("no {PROPERTIES_FILE}") });
+                return Err(Error::TableNotFound {
+                    uri: storage.uri().to_string(),
+                    reason: format!("no {PROPERTIES_FILE}"),
+                });
             }
         };
         let text = std::str::from_utf8(&text).map_err(|e| Error::corrupt(PROPERTIES_FILE, e))?;
@@ -65,7 +68,12 @@ impl Table {
     }
 
     /// Creates a table with the given data schema (no meta fields) and returns it open.
-    pub async fn create(uri: &str, options: TableOptions, create: CreateOptions, data_schema: SchemaRef) -> Result<Self> {
+    pub async fn create(
+        uri: &str,
+        options: TableOptions,
+        create: CreateOptions,
+        data_schema: SchemaRef,
+    ) -> Result<Self> {
         let storage = Storage::open(uri, &options.storage_options)?;
         let data_schema = schema::normalize(&data_schema)?;
         check_fields(&create, &data_schema)?;
@@ -147,7 +155,10 @@ fn check_fields(create: &CreateOptions, schema: &SchemaRef) -> Result<()> {
             .map_err(|_| Error::invalid_arg(arg, format!("column `{name}` is not in the schema")))?;
         let nested = matches!(field.data_type(), DataType::List(_) | DataType::Struct(_) | DataType::Map(_, _));
         if nested || field.data_type() == &DataType::Binary {
-            return Err(Error::invalid_arg(arg, format!("column `{name}` of type {} cannot be used", field.data_type())));
+            return Err(Error::invalid_arg(
+                arg,
+                format!("column `{name}` of type {} cannot be used", field.data_type()),
+            ));
         }
     }
     Ok(())

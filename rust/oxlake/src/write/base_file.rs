@@ -3,12 +3,14 @@
 
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, make_comparator, new_null_array};
+use arrow::array::{
+    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, make_comparator, new_null_array,
+};
 use arrow::compute::{SortOptions, cast, filter_record_batch, take, take_record_batch};
 use arrow::datatypes::SchemaRef;
 use futures::StreamExt;
-use parquet::arrow::AsyncArrowWriter;
 use object_store::buffered::BufWriter;
+use parquet::arrow::AsyncArrowWriter;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
@@ -80,7 +82,7 @@ pub(crate) async fn write_all(
             inserts: work.inserts.clone(),
         };
         tasks.spawn(async move {
-            let _permit = permits.acquire_owned().await.map_err(|e| Error::invalid_data(e))?;
+            let _permit = permits.acquire_owned().await.map_err(Error::invalid_data)?;
             write_file(&ctx, index, work).await
         });
     }
@@ -94,12 +96,17 @@ pub(crate) async fn write_all(
 }
 
 async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Written> {
-    let name = BaseFileName { file_id: work.file_id.clone(), write_token: format!("{index}-0-1"), instant: ctx.instant.clone() };
+    let name = BaseFileName {
+        file_id: work.file_id.clone(),
+        write_token: format!("{index}-0-1"),
+        instant: ctx.instant.clone(),
+    };
     let file_name = name.name();
     let rel = if work.partition.is_empty() { file_name.clone() } else { format!("{}/{}", work.partition, file_name) };
     let sink = BufWriter::new(ctx.storage.object_store(), ctx.storage.path(&rel));
     let mut writer = AsyncArrowWriter::try_new(sink, ctx.schema.clone(), Some(ctx.props.clone()))?;
-    let mut meta = MetaWriter { instant: &ctx.instant, index, partition: &work.partition, file_name: &file_name, seq: 0 };
+    let mut meta =
+        MetaWriter { instant: &ctx.instant, index, partition: &work.partition, file_name: &file_name, seq: 0 };
     let mut stat = WriteStat {
         file_id: work.file_id.clone(),
         path: Some(rel.clone()),
@@ -138,7 +145,12 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
 /// Splits one batch of the old file into the rows kept as they were and the incoming rows that
 /// replace the others. Under event-time ordering an incoming row (or a delete carrying an ordering
 /// value) with a lower ordering value than the stored row loses, and the stored row is kept.
-fn merge_batch(ctx: &Context, work: &FileWork, batch: &RecordBatch, stat: &mut WriteStat) -> Result<(RecordBatch, Vec<u32>)> {
+fn merge_batch(
+    ctx: &Context,
+    work: &FileWork,
+    batch: &RecordBatch,
+    stat: &mut WriteStat,
+) -> Result<(RecordBatch, Vec<u32>)> {
     if work.changes.is_empty() {
         return Ok((batch.clone(), vec![]));
     }
@@ -148,7 +160,10 @@ fn merge_batch(ctx: &Context, work: &FileWork, batch: &RecordBatch, stat: &mut W
         (Some(field), Some(new)) => match batch.column_by_name(field) {
             Some(old) => {
                 let old = cast(old, new.data_type())?;
-                Some((make_comparator(old.as_ref(), new.as_ref(), SortOptions { descending: false, nulls_first: true })?, old))
+                Some((
+                    make_comparator(old.as_ref(), new.as_ref(), SortOptions { descending: false, nulls_first: true })?,
+                    old,
+                ))
             }
             None => None,
         },
@@ -193,9 +208,8 @@ impl MetaWriter<'_> {
         let indices = UInt32Array::from(rows.to_vec());
         let data = take_record_batch(&incoming.batch, &indices)?;
         let n = rows.len();
-        let seqnos: StringArray = (0..n)
-            .map(|i| Some(format!("{}_{}_{}", self.instant, self.index, self.seq + i as u64)))
-            .collect();
+        let seqnos: StringArray =
+            (0..n).map(|i| Some(format!("{}_{}_{}", self.instant, self.index, self.seq + i as u64))).collect();
         self.seq += n as u64;
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(vec![self.instant; n])),

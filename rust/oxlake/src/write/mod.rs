@@ -13,9 +13,9 @@ mod plan;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use arrow::array::make_comparator;
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::{SortOptions, concat_batches, take_record_batch};
-use arrow::array::make_comparator;
 
 use crate::commit::Transaction;
 use crate::error::{Error, Result};
@@ -102,7 +102,12 @@ impl Table {
     ///
     /// Bad input (schema mismatch, null keys, missing columns) fails before anything is written;
     /// a failure during the write rolls the instant back, leaving the table as it was.
-    pub async fn write(&mut self, op: WriteOperation, batches: Vec<RecordBatch>, config: &WriteConfig) -> Result<WriteResult> {
+    pub async fn write(
+        &mut self,
+        op: WriteOperation,
+        batches: Vec<RecordBatch>,
+        config: &WriteConfig,
+    ) -> Result<WriteResult> {
         self.check_writable()?;
         let Some(incoming) = prepare(self, op, batches)? else {
             if op != WriteOperation::InsertOverwriteTable {
@@ -130,7 +135,12 @@ impl Table {
         Ok(())
     }
 
-    async fn execute(&mut self, op: WriteOperation, incoming: Option<Arc<Incoming>>, config: &WriteConfig) -> Result<WriteResult> {
+    async fn execute(
+        &mut self,
+        op: WriteOperation,
+        incoming: Option<Arc<Incoming>>,
+        config: &WriteConfig,
+    ) -> Result<WriteResult> {
         let tx = Transaction::begin(self, op.action()).await?;
         let outcome = async {
             let plan = plan::plan(self, op, incoming.as_ref(), config).await?;
@@ -211,7 +221,8 @@ fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Resu
         {
             return Err(Error::invalid_data(format!("ordering column `{name}` is missing")));
         }
-        let conformed: Vec<RecordBatch> = batches.iter().map(|b| schema::conform(b, &data_schema)).collect::<Result<_>>()?;
+        let conformed: Vec<RecordBatch> =
+            batches.iter().map(|b| schema::conform(b, &data_schema)).collect::<Result<_>>()?;
         concat_batches(&data_schema, &conformed)?
     };
     if batch.num_rows() == 0 {
@@ -281,11 +292,9 @@ mod tests {
 
     #[test]
     fn dedup_keeps_greatest_ordering_then_last() {
-        let batch = RecordBatch::try_from_iter(vec![(
-            "v",
-            Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])) as ArrayRef,
-        )])
-        .unwrap();
+        let batch =
+            RecordBatch::try_from_iter(vec![("v", Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5])) as ArrayRef)])
+                .unwrap();
         let incoming = Incoming {
             keys: StringArray::from(vec!["a", "b", "a", "a", "b"]),
             partitions: StringArray::from(vec!["p"; 5]),

@@ -66,7 +66,12 @@ pub(crate) struct WritePlan {
     pub replaced: BTreeMap<String, Vec<String>>,
 }
 
-pub(crate) async fn plan(table: &Table, op: WriteOperation, incoming: Option<&Arc<Incoming>>, config: &WriteConfig) -> Result<WritePlan> {
+pub(crate) async fn plan(
+    table: &Table,
+    op: WriteOperation,
+    incoming: Option<&Arc<Incoming>>,
+    config: &WriteConfig,
+) -> Result<WritePlan> {
     let timeline = table.timeline();
     let latest = timeline.latest_completed_data().map(|i| i.time.clone());
     // The latest slice of every live file group, by partition.
@@ -138,7 +143,8 @@ async fn records_per_file(table: &Table, config: &WriteConfig) -> Result<u64> {
     let mut record_size = config.default_record_size;
     if let Some(latest) = table.timeline().latest_completed_data() {
         let meta = table.timeline().commit_metadata(table.storage(), latest).await?;
-        let (bytes, records) = meta.write_stats().fold((0i64, 0i64), |(b, r), (_, s)| (b + s.total_write_bytes, r + s.num_writes));
+        let (bytes, records) =
+            meta.write_stats().fold((0i64, 0i64), |(b, r), (_, s)| (b + s.total_write_bytes, r + s.num_writes));
         if bytes > 0 && records > 0 {
             record_size = (bytes / records).max(1) as u64;
         }
@@ -148,7 +154,14 @@ async fn records_per_file(table: &Table, config: &WriteConfig) -> Result<u64> {
 
 /// Inserts go to small files of the partition first (merged into work already planned for them),
 /// then to new file groups of `per_file` records.
-fn assign_inserts(plan: &mut WritePlan, partition: &str, rows: Vec<u32>, files: &[BaseFile], per_file: u64, config: &WriteConfig) {
+fn assign_inserts(
+    plan: &mut WritePlan,
+    partition: &str,
+    rows: Vec<u32>,
+    files: &[BaseFile],
+    per_file: u64,
+    config: &WriteConfig,
+) {
     let mut rows = rows.into_iter().peekable();
     for f in files.iter().filter(|f| f.size < config.small_file_limit) {
         if rows.peek().is_none() {

@@ -67,7 +67,12 @@ async fn write_read_time_travel_incremental() {
     let as_of = |time: &Option<String>| ScanOptions { as_of: time.clone(), ..Default::default() };
     assert_eq!(ids(&t, as_of(&a.instant)).await, vec![1, 2, 3, 4]);
     assert_eq!(ids(&t, as_of(&b.instant)).await, vec![1, 2, 3, 4, 5]);
-    let inc = ScanOptions { query: oxlake::QueryType::Incremental, start: a.instant.clone(), end: b.instant.clone(), ..Default::default() };
+    let inc = ScanOptions {
+        query: oxlake::QueryType::Incremental,
+        start: a.instant.clone(),
+        end: b.instant.clone(),
+        ..Default::default()
+    };
     assert_eq!(ids(&t, inc).await, vec![2, 5]);
     let filtered = ScanOptions { filter: Some(Filter::Sql("city = 'odd' AND id > 1".into())), ..Default::default() };
     assert_eq!(ids(&t, filtered).await, vec![3, 5]);
