@@ -127,3 +127,48 @@ async fn schema_mismatch_leaves_no_trace() {
     assert_eq!(nulls.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
     let _ = nulls.first().map(|b| b.column(0).len());
 }
+
+/// Bytes the Parquet scan of a query read, from DataFusion's metrics.
+async fn bytes_scanned(table: &Table, sql_filter: Option<&str>) -> (usize, usize) {
+    use datafusion::physical_plan::{ExecutionPlan, collect};
+    let ctx = oxlake::read::session(table, None);
+    let mut df = ctx.read_table(Arc::new(table.provider(&ScanOptions::default()).await.unwrap())).unwrap();
+    if let Some(f) = sql_filter {
+        let expr = df.parse_sql_expr(f).unwrap();
+        df = df.filter(expr).unwrap();
+    }
+    let plan = df.create_physical_plan().await.unwrap();
+    let rows: usize = collect(plan.clone(), ctx.task_ctx()).await.unwrap().iter().map(|b| b.num_rows()).sum();
+    fn find(plan: &Arc<dyn ExecutionPlan>) -> usize {
+        let own = if plan.name() == "DataSourceExec" {
+            plan.metrics().and_then(|m| m.sum_by_name("bytes_scanned")).map(|v| v.as_usize()).unwrap_or(0)
+        } else {
+            0
+        };
+        own + plan.children().iter().map(|c| find(c)).sum::<usize>()
+    }
+    (rows, find(&plan))
+}
+
+#[tokio::test]
+async fn filters_prune_row_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = CreateOptions {
+        name: "t".into(),
+        table_type: TableType::CopyOnWrite,
+        record_key_fields: vec!["id".into()],
+        partition_fields: vec![],
+        ordering_field: Some("ts".into()),
+        hive_style: true,
+    };
+    let mut t =
+        Table::create(dir.path().join("t").to_str().unwrap(), TableOptions::default(), opts, schema()).await.unwrap();
+    let ids: Vec<i64> = (0..100_000).collect();
+    let config = WriteConfig { row_group_size: 1_000, ..WriteConfig::default() };
+    t.write(WriteOperation::Insert, vec![batch(&ids, 1)], &config).await.unwrap();
+    let (all_rows, all_bytes) = bytes_scanned(&t, None).await;
+    let (some_rows, some_bytes) = bytes_scanned(&t, Some("id < 1500")).await;
+    assert_eq!((all_rows, some_rows), (100_000, 1_500));
+    // Two row groups of a hundred hold the matching ids: the rest is never read.
+    assert!(some_bytes * 10 < all_bytes, "filtered scan read {some_bytes} of {all_bytes} bytes");
+}
