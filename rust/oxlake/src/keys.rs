@@ -37,6 +37,9 @@ impl KeySpec {
     /// The record key of every row. A null (or, for simple keys, empty) key is invalid data.
     pub fn record_keys(&self, batch: &RecordBatch) -> Result<StringArray> {
         let cols = string_columns(batch, &self.record_key_fields, "record key")?;
+        if cols.is_empty() {
+            return Err(Error::invalid_data("the table declares no record key fields"));
+        }
         let mut out = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
             let key = if self.complex_keys {
