@@ -15,6 +15,20 @@ pub const NULL_KEY: &str = "__null__";
 pub const EMPTY_KEY: &str = "__empty__";
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
+/// The partitions of a batch: distinct paths, and the index of its path for every row.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Partitions {
+    pub paths: Vec<String>,
+    pub ids: Vec<u32>,
+}
+
+impl Partitions {
+    /// The partition path of a row.
+    pub fn path(&self, row: usize) -> &str {
+        &self.paths[self.ids[row] as usize]
+    }
+}
+
 /// How a table derives keys and partition paths from a record.
 #[derive(Clone, Debug)]
 pub struct KeySpec {
@@ -40,9 +54,17 @@ impl KeySpec {
         if cols.is_empty() {
             return Err(Error::invalid_data("the table declares no record key fields"));
         }
+        if !self.complex_keys {
+            // Simple keys are the column's text as is: no per-row work beyond the checks.
+            let col = &cols[0];
+            if let Some(row) = (0..col.len()).find(|&r| col.is_null(r) || col.value(r).is_empty()) {
+                return Err(null_key(&self.record_key_fields, row));
+            }
+            return Ok(col.clone());
+        }
         let mut out = Vec::with_capacity(batch.num_rows());
         for row in 0..batch.num_rows() {
-            let key = if self.complex_keys {
+            let key = {
                 let mut all_missing = true;
                 let parts: Vec<String> = self
                     .record_key_fields
@@ -63,41 +85,56 @@ impl KeySpec {
                     return Err(null_key(&self.record_key_fields, row));
                 }
                 parts.join(",")
-            } else {
-                match value(&cols[0], row) {
-                    Some(v) if !v.is_empty() => v.to_string(),
-                    _ => return Err(null_key(&self.record_key_fields, row)),
-                }
             };
             out.push(key);
         }
         Ok(StringArray::from(out))
     }
 
-    /// The partition path of every row (`""` for non-partitioned tables).
-    pub fn partition_paths(&self, batch: &RecordBatch) -> Result<StringArray> {
+    /// The partition of every row (`""` for non-partitioned tables). Each distinct combination of
+    /// values is turned into a path once; rows carry the index of theirs.
+    pub fn partitions(&self, batch: &RecordBatch) -> Result<Partitions> {
+        let rows = batch.num_rows();
         if self.partition_fields.is_empty() {
-            return Ok(StringArray::from(vec![""; batch.num_rows()]));
+            return Ok(Partitions { paths: vec![String::new()], ids: vec![0; rows] });
         }
         let cols = string_columns(batch, &self.partition_fields, "partition")?;
-        let mut out = Vec::with_capacity(batch.num_rows());
-        for row in 0..batch.num_rows() {
-            let mut segments = Vec::with_capacity(cols.len());
-            for (name, c) in self.partition_fields.iter().zip(&cols) {
-                let v = match value(c, row) {
-                    None | Some("") => DEFAULT_PARTITION,
-                    Some(v) if v.contains('/') || v == "." || v == ".." => {
-                        return Err(Error::invalid_data(format!(
-                            "partition value `{v}` of `{name}` (row {row}) cannot be a directory name"
-                        )));
-                    }
-                    Some(v) => v,
-                };
-                segments.push(if self.hive_style { format!("{name}={v}") } else { v.to_string() });
-            }
-            out.push(segments.join("/"));
+        let mut seen: hashbrown::HashMap<Vec<Option<&str>>, u32> = hashbrown::HashMap::new();
+        let mut paths = Vec::new();
+        let mut ids = Vec::with_capacity(rows);
+        let mut values: Vec<Option<&str>> = Vec::with_capacity(cols.len());
+        for row in 0..rows {
+            values.clear();
+            values.extend(cols.iter().map(|c| value(c, row).filter(|v| !v.is_empty())));
+            let id = match seen.get(&values) {
+                Some(&id) => id,
+                None => {
+                    let id = paths.len() as u32;
+                    paths.push(self.path_of(&values, row)?);
+                    seen.insert(values.clone(), id);
+                    id
+                }
+            };
+            ids.push(id);
         }
-        Ok(StringArray::from(out))
+        Ok(Partitions { paths, ids })
+    }
+
+    fn path_of(&self, values: &[Option<&str>], row: usize) -> Result<String> {
+        let mut segments = Vec::with_capacity(values.len());
+        for (name, v) in self.partition_fields.iter().zip(values) {
+            let v = match v {
+                None => DEFAULT_PARTITION,
+                Some(v) if v.contains('/') || *v == "." || *v == ".." => {
+                    return Err(Error::invalid_data(format!(
+                        "partition value `{v}` of `{name}` (row {row}) cannot be a directory name"
+                    )));
+                }
+                Some(v) => v,
+            };
+            segments.push(if self.hive_style { format!("{name}={v}") } else { v.to_string() });
+        }
+        Ok(segments.join("/"))
     }
 
     /// Parses a partition path into one value per partition field (`None` for the default partition).
@@ -185,11 +222,13 @@ mod tests {
     #[test]
     fn partition_paths_hive_and_plain() {
         let b = batch();
-        let hive = spec(&["id"], &["city", "name"], false, true).partition_paths(&b).unwrap();
-        assert_eq!(hive.value(0), "city=sf/name=Alice");
-        assert_eq!(hive.value(1), "city=__HIVE_DEFAULT_PARTITION__/name=__HIVE_DEFAULT_PARTITION__");
-        let plain = spec(&["id"], &["city"], false, false).partition_paths(&b).unwrap();
-        assert_eq!(plain.value(2), "nyc");
+        let hive = spec(&["id"], &["city", "name"], false, true).partitions(&b).unwrap();
+        assert_eq!(hive.path(0), "city=sf/name=Alice");
+        assert_eq!(hive.path(1), "city=__HIVE_DEFAULT_PARTITION__/name=__HIVE_DEFAULT_PARTITION__");
+        assert_eq!(hive.paths.len(), 3);
+        let plain = spec(&["id"], &["city"], false, false).partitions(&b).unwrap();
+        assert_eq!(plain.path(2), "nyc");
+        assert_eq!(plain.ids, vec![0, 1, 2]);
         let s = spec(&["id"], &["city", "name"], false, true);
         assert_eq!(
             s.parse_partition_path("city=sf/name=__HIVE_DEFAULT_PARTITION__"),

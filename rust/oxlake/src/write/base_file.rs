@@ -1,10 +1,12 @@
 //! Writing base files: new file groups, and copy-on-write rewrites that merge changes into the
 //! previous base file while streaming it (memory: the changes plus one batch).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array, make_comparator, new_null_array,
+    Array, ArrayRef, BooleanArray, RecordBatch, StringArray, StringBuilder, UInt32Array, make_comparator,
+    new_null_array,
 };
 use arrow::compute::{SortOptions, cast, filter_record_batch, take, take_record_batch};
 use arrow::datatypes::SchemaRef;
@@ -14,6 +16,7 @@ use parquet::arrow::AsyncArrowWriter;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
 use tokio::sync::Semaphore;
 
 use super::Incoming;
@@ -21,7 +24,7 @@ use super::plan::{FileWork, WriteConfig, WritePlan};
 use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
 use crate::format::file_name::BaseFileName;
-use crate::schema::RECORD_KEY;
+use crate::schema::{COMMIT_SEQNO, RECORD_KEY};
 use crate::storage::{ParquetFile, Storage};
 use crate::table::Table;
 
@@ -65,6 +68,10 @@ pub(crate) async fn write_all(
         ordering_field,
         props: WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
+            // Sequence numbers and record keys are unique per row: dictionary pages would only be
+            // built to be thrown away.
+            .set_column_dictionary_enabled(ColumnPath::from(COMMIT_SEQNO), false)
+            .set_column_dictionary_enabled(ColumnPath::from(RECORD_KEY), false)
             .set_max_row_group_row_count(Some(config.row_group_size))
             .build(),
     });
@@ -208,8 +215,14 @@ impl MetaWriter<'_> {
         let indices = UInt32Array::from(rows.to_vec());
         let data = take_record_batch(&incoming.batch, &indices)?;
         let n = rows.len();
-        let seqnos: StringArray =
-            (0..n).map(|i| Some(format!("{}_{}_{}", self.instant, self.index, self.seq + i as u64))).collect();
+        // `<instant>_<task>_<n>`, written into one buffer (no string per row).
+        let mut seqnos = StringBuilder::with_capacity(n, n * (self.instant.len() + 12));
+        for i in 0..n {
+            write!(seqnos, "{}_{}_{}", self.instant, self.index, self.seq + i as u64)
+                .map_err(|e| Error::invalid_data(format!("sequence number: {e}")))?;
+            seqnos.append_value("");
+        }
+        let seqnos = seqnos.finish();
         self.seq += n as u64;
         let mut columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from(vec![self.instant; n])),

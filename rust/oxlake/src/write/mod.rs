@@ -10,7 +10,6 @@
 mod base_file;
 mod plan;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow::array::make_comparator;
@@ -21,7 +20,7 @@ use crate::commit::Transaction;
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::instant::Action;
-use crate::keys::KeySpec;
+use crate::keys::{KeySpec, Partitions};
 use crate::schema;
 use crate::table::Table;
 
@@ -92,7 +91,7 @@ pub(crate) struct Incoming {
     /// Data columns in table order (for deletes: the columns given).
     pub batch: RecordBatch,
     pub keys: StringArray,
-    pub partitions: StringArray,
+    pub partitions: Partitions,
     /// The ordering column, when the table orders by event time and the input has it.
     pub ordering: Option<ArrayRef>,
 }
@@ -230,7 +229,7 @@ fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Resu
     }
     let spec = KeySpec::from_config(table.config());
     let keys = spec.record_keys(&batch)?;
-    let partitions = spec.partition_paths(&batch)?;
+    let partitions = spec.partitions(&batch)?;
     let cfg = table.config();
     let ordering = match (&cfg.ordering_field, cfg.merge_mode) {
         (Some(name), crate::config::MergeMode::EventTime) => match batch.column_by_name(name) {
@@ -251,32 +250,38 @@ fn dedup(input: Incoming) -> Result<Incoming> {
         Some(o) => Some(make_comparator(o.as_ref(), o.as_ref(), SortOptions { descending: false, nulls_first: true })?),
         None => None,
     };
-    let mut winner: HashMap<(&str, &str), u32> = HashMap::with_capacity(n);
-    let mut order: Vec<(&str, &str)> = Vec::with_capacity(n);
-    for row in 0..n {
-        let k = (input.partitions.value(row), input.keys.value(row));
-        match winner.get_mut(&k) {
-            None => {
-                winner.insert(k, row as u32);
-                order.push(k);
-            }
-            Some(prev) => {
-                let later_wins = cmp.as_ref().is_none_or(|c| c(*prev as usize, row).is_le());
-                if later_wins {
-                    *prev = row as u32;
+    // One slot per distinct (partition, key), in order of first appearance, holding the winning row.
+    let kept: Vec<u32> = {
+        let mut slot_of: hashbrown::HashMap<(u32, &str), usize> = hashbrown::HashMap::with_capacity(n);
+        let mut slots: Vec<u32> = Vec::with_capacity(n);
+        for row in 0..n {
+            let k = (input.partitions.ids[row], input.keys.value(row));
+            match slot_of.entry(k) {
+                hashbrown::hash_map::Entry::Vacant(e) => {
+                    e.insert(slots.len());
+                    slots.push(row as u32);
+                }
+                hashbrown::hash_map::Entry::Occupied(e) => {
+                    let slot = *e.get();
+                    let later_wins = cmp.as_ref().is_none_or(|c| c(slots[slot] as usize, row).is_le());
+                    if later_wins {
+                        slots[slot] = row as u32;
+                    }
                 }
             }
         }
-    }
-    if order.len() == n {
+        slots
+    };
+    if kept.len() == n {
         return Ok(input);
     }
-    let indices = UInt32Array::from(order.iter().map(|k| winner[k]).collect::<Vec<_>>());
+    let ids = kept.iter().map(|&r| input.partitions.ids[r as usize]).collect();
+    let indices = UInt32Array::from(kept);
     let take = |a: &dyn Array| arrow::compute::take(a, &indices, None);
     Ok(Incoming {
         batch: take_record_batch(&input.batch, &indices)?,
         keys: downcast_str(take(&input.keys)?)?,
-        partitions: downcast_str(take(&input.partitions)?)?,
+        partitions: Partitions { paths: input.partitions.paths.clone(), ids },
         ordering: input.ordering.as_ref().map(|o| take(o.as_ref())).transpose()?,
     })
 }
@@ -297,7 +302,7 @@ mod tests {
                 .unwrap();
         let incoming = Incoming {
             keys: StringArray::from(vec!["a", "b", "a", "a", "b"]),
-            partitions: StringArray::from(vec!["p"; 5]),
+            partitions: Partitions { paths: vec!["p".into()], ids: vec![0; 5] },
             ordering: Some(Arc::new(Int64Array::from(vec![Some(5), Some(1), Some(9), Some(9), None]))),
             batch,
         };

@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, StringArray};
+
+use crate::keys::Partitions;
 use futures::{StreamExt, TryStreamExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
@@ -87,6 +89,7 @@ pub(crate) async fn plan(
     }
     let mut plan = WritePlan::default();
     let rows_by_partition = incoming.map(|i| group_by_partition(&i.partitions)).unwrap_or_default();
+    let per_file = records_per_file(table, incoming, config).await?;
 
     match op {
         WriteOperation::InsertOverwriteTable | WriteOperation::InsertOverwrite => {
@@ -95,14 +98,12 @@ pub(crate) async fn plan(
                     plan.replaced.insert(partition.clone(), files.iter().map(|f| f.name.file_id.clone()).collect());
                 }
             }
-            let per_file = records_per_file(table, config).await?;
             for (partition, rows) in rows_by_partition {
                 assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
             }
         }
         WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete => {
             let Some(incoming) = incoming else { return Ok(plan) };
-            let per_file = records_per_file(table, config).await?;
             for (partition, rows) in rows_by_partition {
                 let files = live.get(&partition).map(Vec::as_slice).unwrap_or(&[]);
                 let (found, missing) = if op == WriteOperation::Insert {
@@ -130,17 +131,27 @@ pub(crate) async fn plan(
     Ok(plan)
 }
 
-fn group_by_partition(partitions: &StringArray) -> BTreeMap<String, Vec<u32>> {
-    let mut out: BTreeMap<String, Vec<u32>> = BTreeMap::new();
-    for (row, p) in partitions.iter().enumerate() {
-        out.entry(p.unwrap_or_default().to_string()).or_default().push(row as u32);
+fn group_by_partition(partitions: &Partitions) -> BTreeMap<String, Vec<u32>> {
+    let mut rows: Vec<Vec<u32>> = vec![Vec::new(); partitions.paths.len()];
+    for (row, &id) in partitions.ids.iter().enumerate() {
+        rows[id as usize].push(row as u32);
     }
-    out
+    partitions.paths.iter().cloned().zip(rows).filter(|(_, r)| !r.is_empty()).collect()
 }
 
-/// Records a new base file should hold, from the bytes per record of the latest commit.
-async fn records_per_file(table: &Table, config: &WriteConfig) -> Result<u64> {
+/// Parquet (snappy) bytes per byte of Arrow memory, to size the first files of a table.
+const PARQUET_PER_ARROW_BYTE: f64 = 0.4;
+
+/// Records a new base file should hold: from the bytes per record of the latest commit, else
+/// estimated from the input's Arrow size, else the configured default.
+async fn records_per_file(table: &Table, incoming: Option<&Arc<Incoming>>, config: &WriteConfig) -> Result<u64> {
     let mut record_size = config.default_record_size;
+    if let Some(i) = incoming
+        && i.batch.num_rows() > 0
+    {
+        let arrow_bytes = i.batch.get_array_memory_size() as f64 / i.batch.num_rows() as f64;
+        record_size = ((arrow_bytes * PARQUET_PER_ARROW_BYTE) as u64).max(1);
+    }
     if let Some(latest) = table.timeline().latest_completed_data() {
         let meta = table.timeline().commit_metadata(table.storage(), latest).await?;
         let (bytes, records) =
