@@ -71,10 +71,10 @@ fn benches(c: &mut Criterion) {
         complex_keys: false,
         hive_style: true,
     };
-    g.bench_function("record_keys_and_partition_paths", |b| {
+    g.bench_function("record_keys_and_partitions", |b| {
         b.iter(|| {
             black_box(spec.record_keys(&data).expect("keys"));
-            black_box(spec.partition_paths(&data).expect("paths"));
+            black_box(spec.partitions(&data).expect("partitions"));
         })
     });
 
