@@ -36,6 +36,7 @@ lint: develop
 	$(VENV)/bin/mypy python/oxlake
 
 bench: develop
+	cargo bench -p oxlake-benches --bench core -- --warm-up-time 1 --measurement-time 4
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test,bench -q
 	$(PY) benches/compare.py
 

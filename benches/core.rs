@@ -1,7 +1,7 @@
 //! Criterion benches of the Rust core: key generation, a copy-on-write insert and upsert, a full
 //! scan, and timeline parsing.
 //!
-//!     cargo bench -p oxlake --bench core
+//!     cargo bench -p oxlake-benches --bench core
 
 use std::hint::black_box;
 use std::sync::Arc;
