@@ -7,10 +7,11 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import oxlake
 import pytest
-from conftest import rows, trips
+from conftest import SCHEMA, rows, trips
 
 
 def test_cli_show_and_timeline(table: oxlake.Table) -> None:
@@ -70,3 +71,45 @@ def test_gil_is_released_while_rust_works(table: oxlake.Table) -> None:
     t.join()
     # The counting thread ran during the write: at least a few ticks per 10 ms of writing.
     assert ticks > elapsed * 100 / 4
+
+
+def test_ctrl_c_interrupts_a_long_write(table_path: str) -> None:
+    """SIGINT during a long write raises KeyboardInterrupt promptly; the table keeps its committed data."""
+    import signal
+    import textwrap
+
+    oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
+    oxlake.Table(table_path).insert(trips([1, 2, 3]))
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import oxlake
+        from conftest import trips
+        data = trips(list(range(3_000_000)))
+        t = oxlake.Table({table_path!r})
+        print("writing", flush=True)
+        try:
+            for _ in range(20):
+                t.upsert(data)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            sys.exit(3)
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "writing"
+    time.sleep(1.0)
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 3 and "interrupted" in out
+    assert time.perf_counter() - sent < 10
+    # Whatever was committed before the interrupt is readable; the interrupted instant is not visible.
+    t = oxlake.Table(table_path)
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    assert all(i.action == "commit" for i in completed)
+    assert len([i for i in t.timeline() if i.state != "completed"]) <= 1
+    # Before any upsert completed the table holds the 3 inserted rows; after one, all 3,000,000 ids.
+    assert t.to_arrow(columns=["id"]).num_rows == (3 if len(completed) == 1 else 3_000_000)
