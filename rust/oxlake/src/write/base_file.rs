@@ -20,7 +20,7 @@ use parquet::schema::types::ColumnPath;
 use tokio::sync::Semaphore;
 
 use super::Incoming;
-use super::plan::{FileWork, WriteConfig, WritePlan};
+use super::plan::{FileWork, WriteConfig};
 use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
 use crate::format::file_name::BaseFileName;
@@ -52,7 +52,7 @@ struct Context {
 pub(crate) async fn write_all(
     table: &Table,
     instant: &str,
-    plan: &WritePlan,
+    work: Vec<FileWork>,
     incoming: Option<&Arc<Incoming>>,
     config: &WriteConfig,
 ) -> Result<Vec<Written>> {
@@ -77,23 +77,16 @@ pub(crate) async fn write_all(
     });
     let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
-    for (index, work) in plan.work.iter().enumerate() {
+    let count = work.len();
+    for (index, work) in work.into_iter().enumerate() {
         let ctx = ctx.clone();
         let permits = permits.clone();
-        let work = FileWork {
-            partition: work.partition.clone(),
-            file_id: work.file_id.clone(),
-            old: work.old.clone(),
-            changes: work.changes.clone(),
-            deletes: work.deletes,
-            inserts: work.inserts.clone(),
-        };
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await.map_err(Error::invalid_data)?;
             write_file(&ctx, index, work).await
         });
     }
-    let mut written = Vec::with_capacity(plan.work.len());
+    let mut written = Vec::with_capacity(count);
     while let Some(joined) = tasks.join_next().await {
         let result = joined.map_err(|e| Error::invalid_data(format!("writer task failed: {e}")))?;
         written.push(result?);

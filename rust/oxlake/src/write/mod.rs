@@ -144,11 +144,12 @@ impl Table {
         let outcome = async {
             let plan = plan::plan(self, op, incoming.as_ref(), config).await?;
             write_partition_markers(self, tx.time(), &plan).await?;
-            let written = base_file::write_all(self, tx.time(), &plan, incoming.as_ref(), config).await?;
-            Ok::<_, Error>((plan, written))
+            let plan::WritePlan { work, replaced } = plan;
+            let written = base_file::write_all(self, tx.time(), work, incoming.as_ref(), config).await?;
+            Ok::<_, Error>((replaced, written))
         }
         .await;
-        let (plan, written) = match outcome {
+        let (replaced, written) = match outcome {
             Ok(v) => v,
             Err(e) => {
                 if let Err(rollback_err) = tx.abort(self).await {
@@ -159,7 +160,7 @@ impl Table {
         };
         let mut metadata = CommitMetadata {
             operation_type: Some(op.hudi_name().to_string()),
-            partition_to_replace_file_ids: plan.replaced.clone(),
+            partition_to_replace_file_ids: replaced,
             ..Default::default()
         };
         metadata
