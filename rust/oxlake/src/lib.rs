@@ -18,6 +18,7 @@ pub mod config;
 pub mod error;
 pub mod format;
 pub mod keys;
+pub mod log;
 pub mod read;
 pub mod schema;
 pub mod storage;

@@ -125,6 +125,18 @@ pub fn to_avro(data: &Schema, table_name: &str) -> Result<String> {
     Ok(record.to_string())
 }
 
+/// The Avro schema with the five meta fields first, as log block headers carry it.
+pub fn to_avro_with_meta(data: &Schema, table_name: &str) -> Result<String> {
+    let mut record: Value = serde_json::from_str(&to_avro(data, table_name)?).map_err(Error::invalid_data)?;
+    let meta = META_FIELDS.iter().map(|n| json!({"name": n, "type": ["null", "string"], "doc": "", "default": null}));
+    if let Some(fields) = record["fields"].as_array_mut() {
+        let data_fields = std::mem::take(fields);
+        fields.extend(meta);
+        fields.extend(data_fields);
+    }
+    Ok(record.to_string())
+}
+
 fn avro_fields(fields: &Fields, namespace: &str) -> Result<Vec<Value>> {
     fields
         .iter()
@@ -268,6 +280,24 @@ fn arrow_type(t: &Value) -> Result<(DataType, bool)> {
 /// Bytes needed by a fixed Avro decimal of the given precision.
 fn decimal_size(precision: u8) -> usize {
     (1..=16).find(|n| 10f64.powi(precision as i32) < 2f64.powi(8 * *n as i32 - 1)).unwrap_or(16)
+}
+
+/// Makes a batch of an older file (or a log block) match the table schema: columns by name, cast
+/// where types differ, absent columns as nulls.
+pub fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
+    if batch.schema() == *schema {
+        return Ok(batch.clone());
+    }
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| match batch.column_by_name(f.name()) {
+            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
+            Some(c) => arrow::compute::cast(c, f.data_type()).map_err(Error::from),
+            None => Ok(new_null_array(f.data_type(), batch.num_rows())),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// Makes `batch` match the data schema `target` (no meta fields): columns by name, in order;

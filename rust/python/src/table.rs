@@ -226,7 +226,7 @@ impl PyTable {
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
-            Ok(t.plan_scan(&opts).await?.files.into_iter().map(|f| f.path).collect())
+            Ok(t.plan_scan(&opts).await?.paths())
         })
     }
 }

@@ -1,11 +1,14 @@
 //! Reads: plan the file slices of a query, then execute them through DataFusion.
 //!
-//! [`Table::plan_scan`] turns a query (snapshot as of an instant, or the changes in `(start, end]`)
-//! into the base files to read; [`provider::HudiTableProvider`] turns those into a DataFusion scan
-//! with partition pruning, projection and Parquet row-group pruning; [`Table::scan`] adds the
-//! user's filter and column selection and returns a stream of record batches.
+//! [`Table::plan_scan`] turns a query (snapshot as of an instant, read-optimized, or the changes in
+//! `(start, end]`) into the file slices to read; [`provider::HudiTableProvider`] turns those into a
+//! DataFusion plan: a Parquet scan for slices that are a base file alone, and a
+//! [`mor_exec::MergeOnReadExec`] for slices with log files; [`Table::scan`] adds the user's filter
+//! and column selection and returns a stream of record batches.
 
 pub mod filter;
+pub mod merge;
+pub mod mor_exec;
 pub mod provider;
 
 use std::collections::HashSet;
@@ -18,7 +21,7 @@ use datafusion::prelude::SessionConfig;
 use crate::error::{Error, Result};
 use crate::format::instant::normalize_time;
 use crate::table::Table;
-use crate::table::fs_view::FileGroupId;
+use crate::table::fs_view::{FileGroup, FileGroupId, FileSlice, LogFile};
 pub use filter::{Filter, Op, Predicate};
 pub use provider::HudiTableProvider;
 
@@ -30,6 +33,8 @@ pub enum QueryType {
     Snapshot,
     /// Records written by the commits in `(start, end]`, in their latest state within the window.
     Incremental,
+    /// Base files only: the state as of the last compaction of each file group (merge-on-read).
+    ReadOptimized,
 }
 
 impl QueryType {
@@ -37,7 +42,11 @@ impl QueryType {
         match s {
             "snapshot" => Ok(QueryType::Snapshot),
             "incremental" => Ok(QueryType::Incremental),
-            other => Err(Error::invalid_arg("query", format!("`{other}` (expected snapshot or incremental)"))),
+            "read_optimized" => Ok(QueryType::ReadOptimized),
+            other => Err(Error::invalid_arg(
+                "query",
+                format!("`{other}` (expected snapshot, read_optimized or incremental)"),
+            )),
         }
     }
 }
@@ -67,23 +76,58 @@ pub struct PlannedFile {
     pub size: u64,
 }
 
-/// The files of a query and the commit-time window their rows must fall in.
+/// A file slice selected by planning: its base file and the log files read over it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedSlice {
+    pub partition: String,
+    pub file_id: String,
+    pub base: Option<PlannedFile>,
+    pub logs: Vec<LogFile>,
+}
+
+impl PlannedSlice {
+    fn new(g: &FileGroup, s: &FileSlice, with_logs: bool) -> Option<Self> {
+        let base = s.base.as_ref().map(|b| PlannedFile { partition: g.partition.clone(), path: b.path.clone(), size: b.size });
+        let logs = if with_logs { s.logs.clone() } else { Vec::new() };
+        (base.is_some() || !logs.is_empty()).then(|| PlannedSlice {
+            partition: g.partition.clone(),
+            file_id: g.file_id.clone(),
+            base,
+            logs,
+        })
+    }
+}
+
+/// The slices of a query, the instant its log blocks are read up to, and the commit-time window its
+/// rows must fall in.
 #[derive(Clone, Debug, Default)]
 pub struct ScanPlan {
-    pub files: Vec<PlannedFile>,
+    pub slices: Vec<PlannedSlice>,
+    /// Log blocks of later instants are not read.
+    pub upper: String,
     /// `(start, end]` on `_hoodie_commit_time` (incremental queries).
     pub commit_range: Option<(String, String)>,
 }
 
+impl ScanPlan {
+    /// Every file the plan reads, base files first in each slice.
+    pub fn paths(&self) -> Vec<String> {
+        self.slices
+            .iter()
+            .flat_map(|s| s.base.iter().map(|b| b.path.clone()).chain(s.logs.iter().map(|l| l.path.clone())))
+            .collect()
+    }
+}
+
 impl Table {
-    /// Chooses the base files a query reads; no data file is opened.
+    /// Chooses the file slices a query reads; no data file is opened.
     pub async fn plan_scan(&self, opts: &ScanOptions) -> Result<ScanPlan> {
         let timeline = self.timeline();
         let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {
             return Ok(ScanPlan::default());
         };
         match opts.query {
-            QueryType::Snapshot => {
+            QueryType::Snapshot | QueryType::ReadOptimized => {
                 if opts.start.is_some() || opts.end.is_some() {
                     return Err(Error::invalid_arg("start", "start and end go with query=\"incremental\""));
                 }
@@ -91,13 +135,12 @@ impl Table {
                     Some(t) => normalize_time(t)?,
                     None => latest,
                 };
+                let with_logs = opts.query == QueryType::Snapshot;
                 let view = self.file_system_view().await?;
                 let replaced = self.replaced_file_groups(&as_of).await?;
-                let files = view
-                    .slices_as_of(&as_of, &replaced)
-                    .filter_map(|(g, s)| planned(g.partition.as_str(), s))
-                    .collect();
-                Ok(ScanPlan { files, commit_range: None })
+                let slices =
+                    view.slices_as_of(&as_of, &replaced).filter_map(|(g, s)| PlannedSlice::new(g, s, with_logs)).collect();
+                Ok(ScanPlan { slices, upper: as_of, commit_range: None })
             }
             QueryType::Incremental => {
                 if opts.as_of.is_some() {
@@ -117,13 +160,13 @@ impl Table {
                 }
                 let view = self.file_system_view().await?;
                 let replaced = self.replaced_file_groups(&end).await?;
-                let files = touched
+                let slices = touched
                     .iter()
                     .filter(|id| !replaced.contains(*id))
                     .filter_map(|id| view.get(id))
-                    .filter_map(|g| g.slice_as_of(&end).and_then(|s| planned(&g.partition, s)))
+                    .filter_map(|g| g.slice_as_of(&end).and_then(|s| PlannedSlice::new(g, s, true)))
                     .collect();
-                Ok(ScanPlan { files, commit_range: Some((start, end)) })
+                Ok(ScanPlan { slices, upper: end.clone(), commit_range: Some((start, end)) })
             }
         }
     }
@@ -149,10 +192,6 @@ impl Table {
         }
         Ok(df.execute_stream().await?)
     }
-}
-
-fn planned(partition: &str, slice: &crate::table::fs_view::FileSlice) -> Option<PlannedFile> {
-    slice.base.as_ref().map(|b| PlannedFile { partition: partition.to_string(), path: b.path.clone(), size: b.size })
 }
 
 /// A session that knows the table's store and returns plain (not view) string types.

@@ -23,47 +23,64 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::union::UnionExec;
 
-use super::{PlannedFile, ScanPlan};
+use super::merge::MergeSpec;
+use super::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
+use super::{PlannedFile, PlannedSlice, ScanPlan};
+use crate::config::MergeMode;
 use crate::error::{Error, Result};
 use crate::keys::KeySpec;
-use crate::schema::COMMIT_TIME;
+use crate::log::Admission;
+use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::storage::Storage;
 use crate::table::Table;
+use crate::timeline::Timeline;
 
 /// A Hudi table (at one snapshot or one incremental window) as a DataFusion table.
 #[derive(Debug)]
 pub struct HudiTableProvider {
     schema: SchemaRef,
-    files: Vec<PlannedFile>,
+    slices: Vec<PlannedSlice>,
+    upper: String,
     commit_range: Option<(String, String)>,
     keys: KeySpec,
     store_url: ObjectStoreUrl,
     storage: Storage,
+    timeline: Arc<Timeline>,
+    merge_mode: MergeMode,
+    ordering_field: Option<String>,
+    append_only: bool,
 }
 
 impl HudiTableProvider {
     pub fn try_new(table: &Table, plan: ScanPlan) -> Result<Self> {
         let url = table.storage().store_url();
         let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(Error::from)?;
+        let cfg = table.config();
         Ok(HudiTableProvider {
             schema: table.schema(),
-            files: plan.files,
+            slices: plan.slices,
+            upper: plan.upper,
             commit_range: plan.commit_range,
-            keys: KeySpec::from_config(table.config()),
+            keys: KeySpec::from_config(cfg),
             store_url,
             storage: table.storage().clone(),
+            timeline: Arc::new(table.timeline().clone()),
+            merge_mode: cfg.merge_mode,
+            ordering_field: cfg.ordering_field.clone(),
+            append_only: !cfg.populate_meta_fields,
         })
     }
 
-    /// The files the scan will read (before partition pruning).
-    pub fn files(&self) -> &[PlannedFile] {
-        &self.files
+    /// The slices the scan will read (before partition pruning).
+    pub fn slices(&self) -> &[PlannedSlice] {
+        &self.slices
     }
 
     /// Keeps the files whose partition values can satisfy the filters that use only partition
     /// columns. A partition path that does not parse is kept (never drop data on a doubt).
-    pub fn prune_partitions(&self, state: &dyn Session, filters: &[Expr]) -> DfResult<Vec<&PlannedFile>> {
+    pub fn prune_partitions(&self, state: &dyn Session, filters: &[Expr]) -> DfResult<Vec<&PlannedSlice>> {
         let part_names = &self.keys.partition_fields;
         let usable: Vec<Expr> = filters
             .iter()
@@ -73,9 +90,9 @@ impl HudiTableProvider {
             })
             .cloned()
             .collect();
-        let Some(predicate) = conjunction(usable) else { return Ok(self.files.iter().collect()) };
+        let Some(predicate) = conjunction(usable) else { return Ok(self.slices.iter().collect()) };
         let mut partitions: BTreeMap<&str, Option<bool>> = BTreeMap::new();
-        for f in &self.files {
+        for f in &self.slices {
             partitions.insert(&f.partition, None);
         }
         let paths: Vec<&str> = partitions.keys().copied().collect();
@@ -109,11 +126,89 @@ impl HudiTableProvider {
             partitions.insert(p, Some(keep));
         }
         Ok(self
-            .files
+            .slices
             .iter()
             .filter(|f| partitions.get(f.partition.as_str()).copied().flatten().unwrap_or(true))
             .collect())
     }
+}
+
+impl HudiTableProvider {
+    /// The merge-on-read node of the slices that have log files.
+    fn merge_plan(
+        &self,
+        state: &dyn Session,
+        slices: &[&PlannedSlice],
+        scan_projection: &[usize],
+        filters: &[Expr],
+    ) -> DfResult<MergeOnReadExec> {
+        let key = self.schema.index_of(RECORD_KEY)?;
+        let ordering = match (self.merge_mode, &self.ordering_field) {
+            (MergeMode::EventTime, Some(f)) => self.schema.index_of(f).ok(),
+            _ => None,
+        };
+        let mut scan_columns: Vec<usize> = scan_projection.iter().copied().chain([key]).chain(ordering).collect();
+        scan_columns.sort_unstable();
+        scan_columns.dedup();
+        let position = |i: usize| scan_columns.iter().position(|&c| c == i).unwrap_or_default();
+        let output: Vec<usize> = scan_projection.iter().map(|&i| position(i)).collect();
+        let spec = MergeSpec { mode: self.merge_mode, key: position(key), ordering: ordering.map(position), append_only: self.append_only };
+        // Only filters on the key and partition columns may drop base rows before the merge
+        // (DESIGN.md §4): a base row failing another filter may still win over its log version.
+        let key_columns: Vec<&str> = [RECORD_KEY, PARTITION_PATH]
+            .into_iter()
+            .chain(self.keys.record_key_fields.iter().map(String::as_str))
+            .chain(self.keys.partition_fields.iter().map(String::as_str))
+            .collect();
+        let safe: Vec<Expr> = filters
+            .iter()
+            .filter(|f| {
+                let cols = f.column_refs();
+                !cols.is_empty() && cols.iter().all(|c| key_columns.contains(&c.name.as_str()))
+            })
+            .cloned()
+            .collect();
+        let base_predicate = match conjunction(safe) {
+            Some(e) => Some(state.create_physical_expr(e, &self.schema.clone().to_dfschema()?)?),
+            None => None,
+        };
+        let scans: Vec<SliceScan> = slices
+            .iter()
+            .map(|s| SliceScan {
+                partition: s.partition.clone(),
+                file_id: s.file_id.clone(),
+                base: s.base.as_ref().map(|b| (b.path.clone(), b.size)),
+                logs: s.logs.clone(),
+            })
+            .collect();
+        let groups = balance_slices(scans, state.config().target_partitions());
+        let ctx = MergeContext {
+            storage: self.storage.clone(),
+            store_url: self.store_url.clone(),
+            table_schema: self.schema.clone(),
+            scan_columns,
+            output,
+            spec,
+            admission: Admission { upper: self.upper.clone(), timeline: self.timeline.clone() },
+            base_predicate,
+            parquet_options: state.table_options().parquet.clone(),
+        };
+        Ok(MergeOnReadExec::try_new(groups, ctx)?)
+    }
+}
+
+/// Splits slices into at most `n` groups of similar total size.
+fn balance_slices(mut slices: Vec<SliceScan>, n: usize) -> Vec<Vec<SliceScan>> {
+    slices.sort_by_key(|s| std::cmp::Reverse(s.size()));
+    let n = n.max(1).min(slices.len().max(1));
+    let mut groups: Vec<(u64, Vec<SliceScan>)> = (0..n).map(|_| (0, Vec::new())).collect();
+    for s in slices {
+        if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
+            g.0 += s.size();
+            g.1.push(s);
+        }
+    }
+    groups.into_iter().map(|g| g.1).filter(|g| !g.is_empty()).collect()
 }
 
 /// Splits files into `n` groups of similar total size (largest first onto the lightest group).
@@ -153,12 +248,12 @@ impl TableProvider for HudiTableProvider {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let files = self.prune_partitions(state, filters)?;
+        let slices = self.prune_partitions(state, filters)?;
         let projected = match projection {
             Some(p) => Arc::new(self.schema.project(p)?),
             None => self.schema.clone(),
         };
-        if files.is_empty() {
+        if slices.is_empty() {
             return Ok(Arc::new(EmptyExec::new(projected)));
         }
         // Incremental reads filter on the commit time, so the scan must read that column.
@@ -169,15 +264,29 @@ impl TableProvider for HudiTableProvider {
         if extra {
             scan_projection.push(commit_idx);
         }
-        let groups = balance(&self.storage, &files, state.config().target_partitions());
-        let source = Arc::new(ParquetSource::new(self.schema.clone()));
-        let config = FileScanConfigBuilder::new(self.store_url.clone(), source)
-            .with_file_groups(groups)
-            .with_projection_indices(Some(scan_projection.clone()))?
-            .with_limit(if self.commit_range.is_some() { None } else { limit })
-            .build();
-        let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
-        let mut plan = format.create_physical_plan(state, config).await?;
+        let (merged, plain): (Vec<&PlannedSlice>, Vec<&PlannedSlice>) =
+            slices.into_iter().partition(|s| !s.logs.is_empty());
+        let limit = if self.commit_range.is_some() || !merged.is_empty() { None } else { limit };
+        let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+        if !plain.is_empty() {
+            let files: Vec<&PlannedFile> = plain.iter().filter_map(|s| s.base.as_ref()).collect();
+            let groups = balance(&self.storage, &files, state.config().target_partitions());
+            let source = Arc::new(ParquetSource::new(self.schema.clone()));
+            let config = FileScanConfigBuilder::new(self.store_url.clone(), source)
+                .with_file_groups(groups)
+                .with_projection_indices(Some(scan_projection.clone()))?
+                .with_limit(limit)
+                .build();
+            let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+            plans.push(format.create_physical_plan(state, config).await?);
+        }
+        if !merged.is_empty() {
+            plans.push(Arc::new(self.merge_plan(state, &merged, &scan_projection, filters)?));
+        }
+        let mut plan: Arc<dyn ExecutionPlan> = match plans.len() {
+            1 => plans.remove(0),
+            _ => UnionExec::try_new(plans)?,
+        };
         if let Some((start, end)) = &self.commit_range {
             let scanned = Arc::new(self.schema.project(&scan_projection)?);
             let df_schema = scanned.clone().to_dfschema()?;

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::error::Result;
 use crate::format::file_name::{BaseFileName, LogFileName, PARTITION_METADATA};
 use crate::storage::Storage;
+use crate::format::instant::Action;
 use crate::timeline::Timeline;
 
 /// A base file of a file slice.
@@ -84,7 +85,11 @@ impl FileSystemView {
                     view.add_base(partition, BaseFile { name: base, path: f.path.clone(), size: f.size });
                 }
             } else if let Some(log) = LogFileName::parse(name) {
-                if timeline.is_committed(&log.instant) {
+                // A log is named with its base instant: a committed one, or a compaction that may
+                // still be pending (logs written meanwhile go to the new slice). Its blocks are
+                // admitted one by one when read.
+                let compaction = timeline.get(&log.instant).is_some_and(|i| i.action == Action::Compaction);
+                if timeline.is_committed(&log.instant) || compaction {
                     view.add_log(partition, LogFile { name: log, path: f.path.clone(), size: f.size });
                 }
             } else {

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use arrow::array::{
     Array, ArrayRef, BooleanArray, RecordBatch, StringArray, StringBuilder, UInt32Array, make_comparator,
-    new_null_array,
 };
 use arrow::compute::{SortOptions, cast, filter_record_batch, take, take_record_batch};
 use arrow::datatypes::SchemaRef;
@@ -119,7 +118,7 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
         let reader = ParquetFile::open(&ctx.storage, &old.path, old.size);
         let mut stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
         while let Some(batch) = stream.next().await {
-            let batch = align(&batch?, &ctx.schema)?;
+            let batch = crate::schema::align(&batch?, &ctx.schema)?;
             let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat)?;
             if kept.num_rows() > 0 {
                 writer.write(&kept).await?;
@@ -227,23 +226,6 @@ impl MetaWriter<'_> {
         columns.extend(data.columns().iter().cloned());
         Ok(RecordBatch::try_new(ctx.schema.clone(), columns)?)
     }
-}
-
-/// Makes a batch of an older base file match the current file schema (columns by name).
-fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
-    if batch.schema() == *schema {
-        return Ok(batch.clone());
-    }
-    let columns = schema
-        .fields()
-        .iter()
-        .map(|f| match batch.column_by_name(f.name()) {
-            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
-            Some(c) => cast(c, f.data_type()).map_err(Error::from),
-            None => Ok(new_null_array(f.data_type(), batch.num_rows())),
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {

@@ -106,7 +106,7 @@ async fn partition_pruning_skips_files() {
     let kept = provider.prune_partitions(&state, &[filter]).unwrap();
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].partition, "city=odd");
-    assert_eq!(provider.files().len(), 2);
+    assert_eq!(provider.slices().len(), 2);
 }
 
 #[tokio::test]

@@ -1,0 +1,440 @@
+//! The Avro binary encoding, as much of it as Hudi log blocks use: datums of a record schema
+//! (Avro data blocks) decoded into Arrow columns, and the primitives the delete block is made of.
+//!
+//! Encoding rules (Avro 1.11 specification): `int`/`long` are zig-zag varints, `float`/`double`
+//! little-endian IEEE 754, `bytes`/`string` a long length then the bytes, a union the branch index
+//! (a long) then the branch's value, an array blocks of `count` items ended by a zero count (a
+//! negative count is followed by the block's byte size).
+
+use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::datatypes::{DataType, SchemaRef, TimeUnit};
+use datafusion::common::ScalarValue;
+use serde_json::Value as Json;
+
+use crate::error::{Error, Result};
+
+/// Reads Avro primitives from a byte slice. Every read checks bounds: malformed input is an
+/// error, never a panic.
+pub struct Decoder<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Decoder<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Decoder { buf, pos: 0 }
+    }
+
+    /// Bytes consumed so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    fn err(&self, what: &str) -> Error {
+        Error::invalid_data(format!("avro: {what} at byte {}", self.pos))
+    }
+
+    pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| self.err("truncated"))?;
+        let out = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(out)
+    }
+
+    pub fn long(&mut self) -> Result<i64> {
+        let mut value: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
+            }
+        }
+        Err(self.err("varint longer than 10 bytes"))
+    }
+
+    pub fn int(&mut self) -> Result<i32> {
+        i32::try_from(self.long()?).map_err(|_| self.err("int out of range"))
+    }
+
+    pub fn boolean(&mut self) -> Result<bool> {
+        Ok(self.take(1)?[0] != 0)
+    }
+
+    pub fn float(&mut self) -> Result<f32> {
+        let b = self.take(4)?;
+        Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+
+    pub fn double(&mut self) -> Result<f64> {
+        let b = self.take(8)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(b);
+        Ok(f64::from_le_bytes(a))
+    }
+
+    pub fn bytes(&mut self) -> Result<&'a [u8]> {
+        let n = self.long()?;
+        let n = usize::try_from(n).map_err(|_| self.err("negative length"))?;
+        self.take(n)
+    }
+
+    pub fn string(&mut self) -> Result<&'a str> {
+        let b = self.bytes()?;
+        std::str::from_utf8(b).map_err(|_| self.err("string is not UTF-8"))
+    }
+
+    /// The item count of the next array or map block (0 ends the array).
+    pub fn block_count(&mut self) -> Result<usize> {
+        let n = self.long()?;
+        if n < 0 {
+            self.long()?; // byte size of the block, not needed to decode it
+        }
+        usize::try_from(n.unsigned_abs()).map_err(|_| self.err("block count"))
+    }
+}
+
+/// Appends Avro primitives to a buffer.
+#[derive(Default)]
+pub struct Encoder {
+    pub buf: Vec<u8>,
+}
+
+impl Encoder {
+    pub fn long(&mut self, v: i64) {
+        let mut z = ((v << 1) ^ (v >> 63)) as u64;
+        loop {
+            let b = (z & 0x7f) as u8;
+            z >>= 7;
+            if z == 0 {
+                self.buf.push(b);
+                return;
+            }
+            self.buf.push(b | 0x80);
+        }
+    }
+
+    pub fn boolean(&mut self, v: bool) {
+        self.buf.push(u8::from(v));
+    }
+
+    pub fn float(&mut self, v: f32) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn double(&mut self, v: f64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+
+    pub fn bytes(&mut self, v: &[u8]) {
+        self.long(v.len() as i64);
+        self.buf.extend_from_slice(v);
+    }
+
+    pub fn string(&mut self, v: &str) {
+        self.bytes(v.as_bytes());
+    }
+}
+
+/// A parsed Avro schema, resolved enough to decode datums.
+#[derive(Clone, Debug)]
+enum Schema {
+    Null,
+    Boolean,
+    Int,
+    Long,
+    Float,
+    Double,
+    Bytes,
+    String,
+    Fixed(usize),
+    Enum(Vec<String>),
+    Union(Vec<Schema>),
+    Record(Vec<(String, Schema)>),
+    /// Arrays and maps are parsed (they may define named types) but not decoded.
+    Array,
+    Map,
+}
+
+fn parse_schema(j: &Json, named: &mut Vec<(String, Schema)>) -> Result<Schema> {
+    let bad = || Error::invalid_data(format!("avro schema: unsupported type {j}"));
+    Ok(match j {
+        Json::String(s) => match s.as_str() {
+            "null" => Schema::Null,
+            "boolean" => Schema::Boolean,
+            "int" => Schema::Int,
+            "long" => Schema::Long,
+            "float" => Schema::Float,
+            "double" => Schema::Double,
+            "bytes" => Schema::Bytes,
+            "string" => Schema::String,
+            // A reference to a named type defined earlier (full or short name).
+            name => named
+                .iter()
+                .rev()
+                .find(|(n, _)| n == name || n.rsplit('.').next() == Some(name))
+                .map(|(_, s)| s.clone())
+                .ok_or_else(bad)?,
+        },
+        Json::Array(branches) => {
+            Schema::Union(branches.iter().map(|b| parse_schema(b, named)).collect::<Result<_>>()?)
+        }
+        Json::Object(o) => {
+            let t = o.get("type").ok_or_else(bad)?;
+            let name = o.get("name").and_then(Json::as_str).unwrap_or_default().to_string();
+            let schema = match t.as_str() {
+                Some("record") | Some("error") => {
+                    let fields = o.get("fields").and_then(Json::as_array).ok_or_else(bad)?;
+                    let mut out = Vec::with_capacity(fields.len());
+                    for f in fields {
+                        let fname = f.get("name").and_then(Json::as_str).ok_or_else(bad)?;
+                        out.push((fname.to_string(), parse_schema(f.get("type").ok_or_else(bad)?, named)?));
+                    }
+                    Schema::Record(out)
+                }
+                Some("enum") => Schema::Enum(
+                    o.get("symbols")
+                        .and_then(Json::as_array)
+                        .ok_or_else(bad)?
+                        .iter()
+                        .map(|s| s.as_str().unwrap_or_default().to_string())
+                        .collect(),
+                ),
+                Some("fixed") => Schema::Fixed(o.get("size").and_then(Json::as_u64).ok_or_else(bad)? as usize),
+                Some("array") => {
+                    parse_schema(o.get("items").ok_or_else(bad)?, named)?;
+                    Schema::Array
+                }
+                Some("map") => {
+                    parse_schema(o.get("values").ok_or_else(bad)?, named)?;
+                    Schema::Map
+                }
+                // `{"type": "long", "logicalType": ...}`: the logical type is applied on conversion.
+                _ => parse_schema(t, named)?,
+            };
+            if !name.is_empty() {
+                let full = match o.get("namespace").and_then(Json::as_str) {
+                    Some(ns) if !name.contains('.') => format!("{ns}.{name}"),
+                    _ => name,
+                };
+                named.push((full, schema.clone()));
+            }
+            schema
+        }
+        _ => return Err(bad()),
+    })
+}
+
+/// A decoded Avro value.
+#[derive(Clone, Debug, PartialEq)]
+enum Value {
+    Null,
+    Boolean(bool),
+    Int(i32),
+    Long(i64),
+    Float(f32),
+    Double(f64),
+    Bytes(Vec<u8>),
+    String(String),
+}
+
+fn decode_value(d: &mut Decoder<'_>, s: &Schema) -> Result<Value> {
+    Ok(match s {
+        Schema::Null => Value::Null,
+        Schema::Boolean => Value::Boolean(d.boolean()?),
+        Schema::Int => Value::Int(d.int()?),
+        Schema::Long => Value::Long(d.long()?),
+        Schema::Float => Value::Float(d.float()?),
+        Schema::Double => Value::Double(d.double()?),
+        Schema::Bytes => Value::Bytes(d.bytes()?.to_vec()),
+        Schema::String => Value::String(d.string()?.to_string()),
+        Schema::Fixed(n) => Value::Bytes(d.take(*n)?.to_vec()),
+        Schema::Enum(symbols) => {
+            let i = d.int()?;
+            let sym = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+            Value::String(sym.ok_or_else(|| Error::invalid_data(format!("avro: enum index {i}")))?.clone())
+        }
+        Schema::Union(branches) => {
+            let i = d.long()?;
+            let branch = usize::try_from(i).ok().and_then(|i| branches.get(i));
+            decode_value(d, branch.ok_or_else(|| Error::invalid_data(format!("avro: union index {i}")))?)?
+        }
+        Schema::Record(_) | Schema::Array | Schema::Map => {
+            return Err(Error::unsupported("nested columns in Avro log blocks"));
+        }
+    })
+}
+
+/// Decodes Avro datums of a record schema (`writer_schema`, JSON) into a batch of `target`:
+/// columns are matched by name, target columns the writer did not have are null.
+pub struct DatumReader {
+    fields: Vec<(String, Schema)>,
+    target: SchemaRef,
+    /// For each target column, the writer field it comes from.
+    sources: Vec<Option<usize>>,
+}
+
+impl DatumReader {
+    pub fn new(writer_schema: &str, target: SchemaRef) -> Result<Self> {
+        let json: Json = serde_json::from_str(writer_schema).map_err(|e| Error::invalid_data(format!("avro schema: {e}")))?;
+        let Schema::Record(fields) = parse_schema(&json, &mut Vec::new())? else {
+            return Err(Error::invalid_data("avro schema of a data block is not a record"));
+        };
+        let sources = target.fields().iter().map(|f| fields.iter().position(|(n, _)| n == f.name())).collect();
+        Ok(DatumReader { fields, target, sources })
+    }
+
+    /// Decodes the datums, each a complete record.
+    pub fn read<'a>(&self, datums: impl IntoIterator<Item = &'a [u8]>) -> Result<RecordBatch> {
+        let mut columns: Vec<Vec<Value>> = vec![Vec::new(); self.fields.len()];
+        let mut rows = 0;
+        for datum in datums {
+            let mut d = Decoder::new(datum);
+            for (i, (_, s)) in self.fields.iter().enumerate() {
+                columns[i].push(decode_value(&mut d, s)?);
+            }
+            rows += 1;
+        }
+        let arrays = self
+            .target
+            .fields()
+            .iter()
+            .zip(&self.sources)
+            .map(|(f, src)| match src {
+                Some(i) => to_array(&columns[*i], f.data_type()),
+                None => Ok(new_null_array(f.data_type(), rows)),
+            })
+            .collect::<Result<Vec<ArrayRef>>>()?;
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(rows));
+        Ok(RecordBatch::try_new_with_options(self.target.clone(), arrays, &options)?)
+    }
+}
+
+/// One column of decoded values as an Arrow array of `dt`.
+fn to_array(values: &[Value], dt: &DataType) -> Result<ArrayRef> {
+    let scalars = values.iter().map(|v| to_scalar(v, dt)).collect::<Result<Vec<_>>>()?;
+    if scalars.is_empty() {
+        return Ok(new_null_array(dt, 0));
+    }
+    Ok(ScalarValue::iter_to_array(scalars)?)
+}
+
+/// An Avro value as a scalar of the Arrow type the table uses for it.
+fn to_scalar(v: &Value, dt: &DataType) -> Result<ScalarValue> {
+    use DataType as D;
+    let mismatch = || Error::invalid_data(format!("avro value {v:?} does not fit column type {dt}"));
+    if *v == Value::Null {
+        return Ok(ScalarValue::try_from(dt)?);
+    }
+    let long = match v {
+        Value::Int(i) => Some(i64::from(*i)),
+        Value::Long(l) => Some(*l),
+        _ => None,
+    };
+    Ok(match (dt, v) {
+        (D::Boolean, Value::Boolean(b)) => ScalarValue::Boolean(Some(*b)),
+        (D::Int8, _) => ScalarValue::Int8(long.and_then(|l| i8::try_from(l).ok()).map(Some).ok_or_else(mismatch)?),
+        (D::Int16, _) => ScalarValue::Int16(long.and_then(|l| i16::try_from(l).ok()).map(Some).ok_or_else(mismatch)?),
+        (D::Int32, _) => ScalarValue::Int32(long.and_then(|l| i32::try_from(l).ok()).map(Some).ok_or_else(mismatch)?),
+        (D::Int64, _) => ScalarValue::Int64(Some(long.ok_or_else(mismatch)?)),
+        (D::Date32, _) => ScalarValue::Date32(long.and_then(|l| i32::try_from(l).ok()).map(Some).ok_or_else(mismatch)?),
+        (D::Float32, Value::Float(f)) => ScalarValue::Float32(Some(*f)),
+        (D::Float64, Value::Double(f)) => ScalarValue::Float64(Some(*f)),
+        (D::Float64, Value::Float(f)) => ScalarValue::Float64(Some(f64::from(*f))),
+        (D::Utf8, Value::String(s)) => ScalarValue::Utf8(Some(s.clone())),
+        (D::LargeUtf8, Value::String(s)) => ScalarValue::LargeUtf8(Some(s.clone())),
+        (D::Binary, Value::Bytes(b)) => ScalarValue::Binary(Some(b.clone())),
+        (D::FixedSizeBinary(n), Value::Bytes(b)) => ScalarValue::FixedSizeBinary(*n, Some(b.clone())),
+        (D::Timestamp(unit, tz), _) => {
+            let l = long.ok_or_else(mismatch)?;
+            match unit {
+                TimeUnit::Second => ScalarValue::TimestampSecond(Some(l), tz.clone()),
+                TimeUnit::Millisecond => ScalarValue::TimestampMillisecond(Some(l), tz.clone()),
+                TimeUnit::Microsecond => ScalarValue::TimestampMicrosecond(Some(l), tz.clone()),
+                TimeUnit::Nanosecond => ScalarValue::TimestampNanosecond(Some(l), tz.clone()),
+            }
+        }
+        (D::Decimal128(p, s), Value::Bytes(b)) => {
+            // Big-endian two's complement, sign-extended to 16 bytes.
+            if b.len() > 16 {
+                return Err(mismatch());
+            }
+            let fill = if b.first().is_some_and(|x| x & 0x80 != 0) { 0xff } else { 0 };
+            let mut full = [fill; 16];
+            full[16 - b.len()..].copy_from_slice(b);
+            ScalarValue::Decimal128(Some(i128::from_be_bytes(full)), *p, *s)
+        }
+        _ => return Err(mismatch()),
+    })
+}
+
+/// Convenience: the values of an `["null", T]` style field list of the same schema as Arrow
+/// arrays (used by tests).
+#[cfg(test)]
+pub(crate) fn decode_one(schema: &str, datum: &[u8]) -> Result<Vec<String>> {
+    let json: Json = serde_json::from_str(schema).map_err(Error::invalid_data)?;
+    let s = parse_schema(&json, &mut Vec::new())?;
+    let Schema::Record(fields) = s else { return Err(Error::invalid_data("not a record")) };
+    let mut d = Decoder::new(datum);
+    fields.iter().map(|(_, s)| decode_value(&mut d, s).map(|v| format!("{v:?}"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn long_round_trips(v in any::<i64>()) {
+            let mut e = Encoder::default();
+            e.long(v);
+            let mut d = Decoder::new(&e.buf);
+            prop_assert_eq!(d.long().unwrap(), v);
+            prop_assert!(d.is_empty());
+        }
+
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let schema = r#"{"type":"record","name":"r","fields":[{"name":"a","type":["null","string"]},
+                {"name":"b","type":"long"},{"name":"c","type":{"type":"fixed","name":"f","size":3}}]}"#;
+            let _ = decode_one(schema, &bytes);
+        }
+    }
+
+    #[test]
+    fn zigzag_matches_the_specification() {
+        for (v, bytes) in [(0i64, vec![0u8]), (-1, vec![1]), (1, vec![2]), (-64, vec![0x7f]), (64, vec![0x80, 1])] {
+            let mut e = Encoder::default();
+            e.long(v);
+            assert_eq!(e.buf, bytes, "{v}");
+        }
+    }
+
+    #[test]
+    fn datums_decode_into_the_target_schema() {
+        use arrow::datatypes::{Field, Schema as ArrowSchema};
+        use std::sync::Arc;
+        let schema = r#"{"type":"record","name":"r","fields":[
+            {"name":"id","type":"long"},{"name":"name","type":["null","string"]},
+            {"name":"amount","type":{"type":"fixed","name":"d","size":2,"logicalType":"decimal","precision":4,"scale":2}}]}"#;
+        let mut datum = Encoder::default();
+        datum.long(7);
+        datum.long(1);
+        datum.string("x");
+        datum.buf.extend_from_slice(&[0xff, 0x38]); // -200 = -2.00
+        let target = Arc::new(ArrowSchema::new(vec![
+            Field::new("name", DataType::Utf8, true),
+            Field::new("id", DataType::Int64, false),
+            Field::new("amount", DataType::Decimal128(4, 2), true),
+            Field::new("absent", DataType::Int32, true),
+        ]));
+        let batch = DatumReader::new(schema, target).unwrap().read([datum.buf.as_slice()]).unwrap();
+        let text = arrow::util::pretty::pretty_format_batches(&[batch]).unwrap().to_string();
+        assert!(text.contains("| x    | 7  | -2.00  |"), "{text}");
+    }
+}

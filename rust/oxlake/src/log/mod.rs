@@ -1,0 +1,207 @@
+//! Log files: reading the blocks of a file slice's logs and writing new log files.
+//!
+//! Reading applies the admission rules of FORMAT.md §6 in Apache Hudi's order: damaged blocks are
+//! skipped with a warning; a data or delete block is admitted when its instant is completed on the
+//! timeline, not after the read's upper bound, and not cancelled by a rollback command block found
+//! anywhere in the slice. Admitted blocks are decoded into Arrow batches of the table schema
+//! (Parquet and Avro data blocks) and delete records.
+//!
+//! Writing never appends: every write creates the next log version of the file group
+//! (`.<fileId>_<baseInstant>.log.<version>_<token>`) with a conditional create, as Apache Hudi does
+//! on object stores. A failed write's log file can then be deleted whole.
+
+use std::collections::HashSet;
+
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+
+use crate::error::{Error, Result};
+use crate::format::avro::DatumReader;
+use crate::format::file_name::LogFileName;
+use crate::format::log_block::{self, BlockType, DeleteRecord, HeaderKey, LogBlock, Parsed};
+use crate::schema;
+use crate::storage::Storage;
+use crate::table::fs_view::LogFile;
+use crate::timeline::Timeline;
+
+/// Rows per batch decoded from a data block.
+const DECODE_BATCH: usize = 8192;
+
+/// Which blocks a read admits.
+#[derive(Clone, Debug)]
+pub struct Admission {
+    /// Blocks of instants after this one are not read (the snapshot's instant).
+    pub upper: String,
+    /// The timeline that decides whether a block's instant is committed.
+    pub timeline: std::sync::Arc<Timeline>,
+}
+
+impl Admission {
+    fn admits(&self, instant: &str) -> bool {
+        instant <= self.upper.as_str() && self.timeline.is_committed(instant)
+    }
+}
+
+/// The admitted content of a slice's logs, in log order.
+#[derive(Debug)]
+pub enum LogContent {
+    /// Records of a data block, in the table schema.
+    Records { instant: String, batch: RecordBatch },
+    /// Keys deleted by a delete block.
+    Deletes { instant: String, records: Vec<DeleteRecord> },
+}
+
+/// One block with where it came from (for messages).
+struct Located {
+    path: String,
+    block: LogBlock,
+}
+
+/// Reads the blocks of every log file, in order, skipping damaged ones with a warning.
+async fn read_blocks(storage: &Storage, logs: &[LogFile]) -> Result<Vec<Located>> {
+    let mut out = Vec::new();
+    for log in logs {
+        let data = storage.get(&log.path).await?;
+        for parsed in log_block::parse_blocks(&data) {
+            match parsed {
+                Parsed::Block { block, .. } => out.push(Located { path: log.path.clone(), block }),
+                Parsed::Corrupt { offset, len, reason } => {
+                    log::warn!("{}: skipping a corrupt log block at byte {offset} ({len} bytes): {reason}", log.path);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads and decodes the admitted blocks of a slice's logs into `schema` (the full table schema).
+pub async fn read_slice(
+    storage: &Storage,
+    logs: &[LogFile],
+    schema: &SchemaRef,
+    admission: &Admission,
+) -> Result<Vec<LogContent>> {
+    let blocks = read_blocks(storage, logs).await?;
+    let rolled_back: HashSet<String> =
+        blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
+    let mut out = Vec::new();
+    for Located { path, block } in blocks {
+        let Some(instant) = block.instant().map(str::to_string) else {
+            log::warn!("{path}: skipping a {:?} block without an instant time", block.block_type);
+            continue;
+        };
+        if !matches!(block.block_type, BlockType::AvroData | BlockType::ParquetData | BlockType::Delete)
+            || !admission.admits(&instant)
+            || rolled_back.contains(&instant)
+        {
+            if matches!(block.block_type, BlockType::HFileData | BlockType::CdcData | BlockType::Corrupt) {
+                log::warn!("{path}: skipping a {:?} block (not a record block)", block.block_type);
+            }
+            continue;
+        }
+        match block.block_type {
+            BlockType::Delete => {
+                let records = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;
+                out.push(LogContent::Deletes { instant, records });
+            }
+            BlockType::ParquetData => {
+                let reader = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
+                    .map_err(|e| Error::corrupt(&path, e))?
+                    .with_batch_size(DECODE_BATCH)
+                    .build()
+                    .map_err(|e| Error::corrupt(&path, e))?;
+                for batch in reader {
+                    let batch = schema::align(&batch.map_err(|e| Error::corrupt(&path, e))?, schema)?;
+                    out.push(LogContent::Records { instant: instant.clone(), batch });
+                }
+            }
+            BlockType::AvroData => {
+                let writer_schema = block
+                    .header
+                    .get(&HeaderKey::Schema)
+                    .ok_or_else(|| Error::corrupt(&path, "Avro data block without a schema header"))?;
+                let reader = DatumReader::new(writer_schema, schema.clone()).map_err(|e| Error::corrupt(&path, e))?;
+                let datums = log_block::avro_datums(&block.content).map_err(|e| Error::corrupt(&path, e))?;
+                for chunk in datums.chunks(DECODE_BATCH) {
+                    let batch = reader.read(chunk.iter().copied()).map_err(|e| Error::corrupt(&path, e))?;
+                    out.push(LogContent::Records { instant: instant.clone(), batch });
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(out)
+}
+
+/// The instants whose blocks a log file holds, reading headers only as far as needed.
+pub async fn block_instants(storage: &Storage, path: &str) -> Result<Vec<String>> {
+    let data = storage.get(path).await?;
+    Ok(log_block::parse_blocks(&data)
+        .into_iter()
+        .filter_map(|p| match p {
+            Parsed::Block { block, .. } => block.instant().map(str::to_string),
+            Parsed::Corrupt { .. } => None,
+        })
+        .collect())
+}
+
+/// A Parquet data block of `batch` (the full table schema, meta fields first).
+pub fn parquet_block(instant: &str, batch: &RecordBatch, table_name: &str) -> Result<LogBlock> {
+    let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+    let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))?;
+    writer.write(batch)?;
+    let bytes = writer.into_inner()?;
+    let mut block = LogBlock::new(BlockType::ParquetData, instant, Bytes::from(bytes));
+    let data = schema::without_meta_fields(&batch.schema());
+    block.header.insert(HeaderKey::Schema, schema::to_avro_with_meta(&data, table_name)?);
+    Ok(block)
+}
+
+/// A delete block.
+pub fn delete_block(instant: &str, records: &[DeleteRecord], data_schema: &SchemaRef, table: &str) -> Result<LogBlock> {
+    let mut block = LogBlock::new(BlockType::Delete, instant, log_block::encode_deletes(records));
+    block.header.insert(HeaderKey::Schema, schema::to_avro_with_meta(data_schema, table)?);
+    Ok(block)
+}
+
+/// Writes `blocks` as a new log file of a file group: the version after `after_version`, or the
+/// next free one if another writer took it. Returns the file written.
+pub async fn write_new(
+    storage: &Storage,
+    partition: &str,
+    file_id: &str,
+    base_instant: &str,
+    write_token: &str,
+    after_version: u32,
+    blocks: &[LogBlock],
+) -> Result<LogFile> {
+    let mut data = Vec::new();
+    for b in blocks {
+        data.extend_from_slice(&b.encode());
+    }
+    let data = Bytes::from(data);
+    let mut version = after_version + 1;
+    for _ in 0..100 {
+        let name = LogFileName {
+            file_id: file_id.to_string(),
+            instant: base_instant.to_string(),
+            extension: "log".into(),
+            version,
+            write_token: write_token.to_string(),
+        };
+        let path = if partition.is_empty() { name.name() } else { format!("{partition}/{}", name.name()) };
+        if storage.put_if_absent(&path, data.clone()).await? {
+            return Ok(LogFile { name, path, size: data.len() as u64 });
+        }
+        version += 1;
+    }
+    Err(Error::CommitConflict {
+        instant: base_instant.to_string(),
+        detail: format!("no free log version for file group {file_id}"),
+    })
+}
