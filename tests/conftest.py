@@ -73,7 +73,12 @@ def python() -> str:
 
 
 def hudi_read(
-    path: str, *, as_of: str | None = None, start: str | None = None, end: str | None = None
+    path: str,
+    *,
+    as_of: str | None = None,
+    start: str | None = None,
+    end: str | None = None,
+    read_optimized: bool = False,
 ) -> pa.Table:
     """Reads a table with hudi-rs (PyPI `hudi`), the second reader of everything we write."""
     from hudi import HudiQueryType, HudiReadOptions, HudiTableBuilder
@@ -88,6 +93,8 @@ def hudi_read(
             opts = opts.with_end_timestamp(end)
     elif as_of is not None:
         opts = opts.with_as_of_timestamp(as_of)
+    if read_optimized:
+        opts = opts.with_hudi_option("hoodie.read.use.read_optimized.mode", "true")
     batches = table.read(opts)
     if not batches:
         return pa.table({})

@@ -1,7 +1,9 @@
-"""Tables written by Apache Hudi (../shared/compat): copy-on-write tables of version 6.
+"""Tables written by Apache Hudi (../shared/compat): every table of version 6, copy-on-write and
+merge-on-read (Avro and Parquet log blocks, delete and rollback blocks).
 
-Every table found in the folder is read at its latest instant and at every completed instant, and
-compared with hudi-rs reading the same table and with the expectations of FORMAT.md §8.
+Every table found in the folder is read at its latest instant, at every completed instant,
+read-optimized, and incrementally between consecutive instants, and compared with hudi-rs reading
+the same table and with the expectations of FORMAT.md §8.
 """
 
 from __future__ import annotations
@@ -14,18 +16,33 @@ import pyarrow as pa
 import pytest
 from conftest import COMPAT, hudi_read
 
-V6_COW = sorted((COMPAT / "sample_table" / "cow").glob("v6_*.zip")) if COMPAT.exists() else []
+V6 = sorted(COMPAT.rglob("v6_*.zip")) if COMPAT.exists() else []
+V6_COW = [z for z in V6 if "cow" in z.parts]
+
+
+def table_id(z: Path) -> str:
+    """`sample_table/mor/parquet/v6_nonpartitioned` for the zip of that table."""
+    return str(z.relative_to(COMPAT).with_suffix(""))
 
 
 @pytest.fixture(scope="session")
 def extracted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("compat")
     out = {}
-    for z in V6_COW:
+    for z in V6:
+        dest = root / table_id(z)
         with zipfile.ZipFile(z) as f:
-            f.extractall(root, members=[m for m in f.namelist() if not m.startswith("__MACOSX")])
-        out[z.stem] = str(root / z.stem)
+            f.extractall(dest, members=[m for m in f.namelist() if not m.startswith("__MACOSX")])
+        out[table_id(z)] = str(dest / z.stem)
     return out
+
+
+def cow(name: str) -> str:
+    return f"sample_table/cow/{name}"
+
+
+def mor(name: str) -> str:
+    return f"sample_table/mor/parquet/{name}"
 
 
 def plain(table: pa.Table) -> list[tuple]:
@@ -40,14 +57,18 @@ def id_name_active(table: pa.Table) -> list[tuple]:
     )
 
 
-@pytest.mark.skipif(not V6_COW, reason="the compatibility corpus is not next to the project")
-@pytest.mark.parametrize("name", [z.stem for z in V6_COW])
+@pytest.mark.skipif(not V6, reason="the compatibility corpus is not next to the project")
+@pytest.mark.parametrize("name", [table_id(z) for z in V6])
 def test_reads_like_hudi_rs_at_every_instant(extracted: dict[str, str], name: str) -> None:
     path = extracted[name]
     t = oxlake.Table(path)
     assert plain(t.to_arrow()) == plain(hudi_read(path))
+    ro = t.to_arrow(query="read_optimized")
+    assert plain(ro) == plain(hudi_read(path, read_optimized=True))
     completed = [
-        i for i in t.timeline() if i.state == "completed" and i.action in ("commit", "replacecommit")
+        i
+        for i in t.timeline()
+        if i.state == "completed" and i.action in ("commit", "deltacommit", "replacecommit")
     ]
     for i in completed:
         assert plain(t.to_arrow(as_of=i.time)) == plain(hudi_read(path, as_of=i.time)), i
@@ -56,21 +77,28 @@ def test_reads_like_hudi_rs_at_every_instant(extracted: dict[str, str], name: st
         assert plain(ours) == plain(hudi_read(path, start=a.time, end=b.time)), (a, b)
 
 
-@pytest.mark.skipif(not V6_COW, reason="the compatibility corpus is not next to the project")
+@pytest.mark.skipif(not V6, reason="the compatibility corpus is not next to the project")
 def test_format_md_expectations(extracted: dict[str, str]) -> None:
     latest = [(1, "Alice", False), (2, "Bob", False), (3, "Carol", True), (4, "Diana", True)]
     first = [(1, "Alice", True), (2, "Bob", False), (3, "Carol", True)]
-    for name in ("v6_nonpartitioned", "v6_complexkeygen_hivestyle", "v6_simplekeygen_nonhivestyle"):
+    names = ("v6_nonpartitioned", "v6_complexkeygen_hivestyle", "v6_simplekeygen_nonhivestyle")
+    for name in [f(n) for n in names for f in (cow, mor)]:
         t = oxlake.Table(extracted[name])
         assert id_name_active(t.to_arrow()) == latest, name
         c1 = t.timeline()[0].time
         assert id_name_active(t.to_arrow(as_of=c1)) == first, name
-        if name != "v6_nonpartitioned":  # the partitioned tables carry byteField 10/20/30
+        if not name.endswith("v6_nonpartitioned"):  # the partitioned tables carry byteField 10/20/30
             filtered = t.to_arrow(filter="byteField >= 10 AND byteField < 20 AND shortField != 100")
             assert sorted(filtered["name"].to_pylist()) == ["Alice", "Carol"], name
-    empty = oxlake.Table(extracted["v6_empty"])
-    assert empty.to_arrow().num_rows == 0
-    overwritten = oxlake.Table(extracted["v6_simplekeygen_nonhivestyle_overwritetable"])
+    for name in (cow("v6_empty"), mor("v6_empty")):
+        assert oxlake.Table(extracted[name]).to_arrow().num_rows == 0
+    # Read-optimized: Alice's update lives in the log, so the base file still has her active.
+    ro = oxlake.Table(extracted[mor("v6_nonpartitioned")]).to_arrow(query="read_optimized")
+    assert (1, "Alice", True) in id_name_active(ro)
+    # The rolled-back update is ignored.
+    rolled = oxlake.Table(extracted[mor("v6_nonpartitioned_rollback")]).to_arrow()
+    assert id_name_active(rolled) == [(1, "Alice", True), (2, "Bob", True), (3, "Carol", True)]
+    overwritten = oxlake.Table(extracted[cow("v6_simplekeygen_nonhivestyle_overwritetable")])
     commits = [i.time for i in overwritten.timeline() if i.state == "completed"]
 
     def inc(start: str | None, end: str | None) -> list[tuple]:
@@ -86,10 +114,30 @@ def test_format_md_expectations(extracted: dict[str, str]) -> None:
 
 @pytest.mark.skipif(not V6_COW, reason="the compatibility corpus is not next to the project")
 def test_complex_keys_of_apache_hudi(extracted: dict[str, str]) -> None:
-    keys = oxlake.Table(extracted["v6_complexkeygen_hivestyle"]).to_arrow()["_hoodie_record_key"].to_pylist()
+    keys = oxlake.Table(extracted[cow("v6_complexkeygen_hivestyle")]).to_arrow()["_hoodie_record_key"]
+    keys = keys.to_pylist()
     assert sorted(keys)[0].startswith("id:1,name:Alice")
 
 
 def test_corpus_is_present() -> None:
     # The compat tests skip only when shared/ is missing; CI always has it.
     assert Path(COMPAT).exists(), f"expected the corpus at {COMPAT}"
+
+
+@pytest.mark.skipif(not V6, reason="the compatibility corpus is not next to the project")
+def test_quickstart_trips_with_avro_logs(extracted: dict[str, str]) -> None:
+    def fares(path: str, as_of: str | None = None) -> dict[str, float]:
+        rows = oxlake.Table(path).to_arrow(as_of=as_of).to_pylist()
+        return {r["rider"]: r["fare"] for r in rows}
+
+    updated = extracted["quickstart_trips_table/mor/avro/v6_trips_8i1u"]
+    first = oxlake.Table(updated).timeline()[0].time
+    rider_d = {r["rider"]: r for r in oxlake.Table(updated).to_arrow().to_pylist()}
+    assert len(rider_d) == 8
+    assert fares(updated)["rider-D"] == 25.0
+    assert fares(updated, first)["rider-D"] == 33.9
+    deleted = extracted["quickstart_trips_table/mor/avro/v6_trips_8i3d"]
+    latest = fares(deleted)
+    assert len(latest) == 5 and not {"rider-A", "rider-C", "rider-D"} & latest.keys()
+    before = fares(deleted, oxlake.Table(deleted).timeline()[0].time)
+    assert (before["rider-A"], before["rider-C"], before["rider-D"]) == (19.10, 27.70, 33.90)

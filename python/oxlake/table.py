@@ -180,12 +180,17 @@ class Table:
         start: str | None = None,
         end: str | None = None,
         batch_size: int | None = None,
+        memory_limit: int | None = None,
     ) -> Scan:
         """Reads the table.
 
         `query="snapshot"` reads the table as of `as_of` (an instant time, default latest);
-        `query="incremental"` reads the records changed by the commits in `(start, end]`.
+        `query="read_optimized"` reads base files only (merge-on-read tables: the state as of each
+        file group's last compaction); `query="incremental"` reads the records changed by the
+        commits in `(start, end]`.
         `filter` is a SQL expression (`"city = 'sf' AND fare > 10"`) or `[(col, op, value), ...]`.
+        `memory_limit` bounds the bytes a scan holds (merge-on-read log records included); a
+        slice whose logs exceed it is merged in several passes. Default: 1 GiB.
         """
         native = self._t.scan(
             list(columns) if columns is not None else None,
@@ -195,6 +200,7 @@ class Table:
             start,
             end,
             batch_size,
+            memory_limit,
         )
         return Scan(native)
 
@@ -213,7 +219,7 @@ class Table:
         start: str | None = None,
         end: str | None = None,
     ) -> list[str]:
-        """The base files a scan would read, before partition pruning."""
+        """The files (base and log files) a scan would read, before partition pruning."""
         return list(self._t.planned_files(as_of, query, start, end))
 
     def __repr__(self) -> str:

@@ -155,7 +155,13 @@ impl Transaction {
             if other.time == self.instant.time || self.seen.contains(&other.time) {
                 continue;
             }
-            let theirs = touched_groups(&table.timeline().commit_metadata(table.storage(), other).await?);
+            let theirs = table.timeline().commit_metadata(table.storage(), other).await?;
+            // A compaction and a log write on the same file group do not conflict: logs written
+            // after the compaction was planned go to the compaction's new slice.
+            if metadata.compacted || theirs.compacted {
+                continue;
+            }
+            let theirs = touched_groups(&theirs);
             if !ours.is_disjoint(&theirs) {
                 return Ok(Some(other.time.clone()));
             }
@@ -247,7 +253,8 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
     let failed: Vec<Instant> = table
         .timeline()
         .pending()
-        .filter(|i| i.action.writes_data() || i.action == Action::Compaction)
+        // A compaction that never started keeps its plan; one that started is undone and rerun.
+        .filter(|i| i.action.writes_data() || (i.action == Action::Compaction && i.state == State::Inflight))
         .cloned()
         .collect();
     for instant in failed {
@@ -284,7 +291,7 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
     };
     timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
     failpoint("rollback-after-inflight");
-    let deleted = delete_files_of(storage, &target.time).await?;
+    let deleted = undo_files_of(storage, target, &r.time).await?;
     failpoint("rollback-after-delete");
     let meta = RollbackMetadata {
         start_rollback_time: r.time.clone(),
@@ -294,25 +301,69 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
     };
     let meta = serde_json::to_vec_pretty(&meta).map_err(Error::invalid_data)?;
     timeline.create(storage, &r.with_state(State::Completed), Bytes::from(meta)).await?;
-    timeline.remove_pending(storage, target).await?;
+    if target.action == Action::Compaction {
+        // A compaction plan stays: it is executed again by the next compaction run.
+        storage.delete(&timeline.path_of(&target.with_state(State::Inflight))).await?;
+    } else {
+        timeline.remove_pending(storage, target).await?;
+    }
     storage.delete(&heartbeat_path(&target.time)).await?;
     log::info!("rolled back instant {} as rollback {}", target.time, r.time);
     Ok(())
 }
 
-/// Deletes every data file written by instant `time`; returns their paths.
-async fn delete_files_of(storage: &Storage, time: &str) -> Result<Vec<String>> {
+/// Undoes the data files of a failed instant; returns the paths deleted.
+///
+/// Base files named with the instant are deleted. Log files are named with their slice's base
+/// instant, so they are recognised by their blocks: a log holding only blocks of the instant is
+/// deleted; one that also holds other instants' blocks (written by another writer that appends) gets
+/// a rollback command block in a new log version. A failed compaction keeps every log: they belong
+/// to committed writes.
+async fn undo_files_of(storage: &Storage, target: &Instant, rollback_time: &str) -> Result<Vec<String>> {
+    let time = target.time.as_str();
     let mut deleted = Vec::new();
-    for f in storage.list_recursive("").await? {
+    let files = storage.list_recursive("").await?;
+    let mut max_versions: std::collections::HashMap<(String, String, String), u32> = Default::default();
+    let mut logs = Vec::new();
+    for f in &files {
         if f.path.starts_with(".hoodie/") {
             continue;
         }
-        let name = f.path.rsplit('/').next().unwrap_or(&f.path);
-        let of_instant = BaseFileName::parse(name).is_some_and(|b| b.instant == time)
-            || LogFileName::parse(name).is_some_and(|l| l.instant == time);
-        if of_instant {
+        let (dir, name) = f.path.rsplit_once('/').unwrap_or(("", f.path.as_str()));
+        if BaseFileName::parse(name).is_some_and(|b| b.instant == time) {
             storage.delete(&f.path).await?;
-            deleted.push(f.path);
+            deleted.push(f.path.clone());
+        } else if let Some(l) = LogFileName::parse(name) {
+            let key = (dir.to_string(), l.file_id.clone(), l.instant.clone());
+            let v = max_versions.entry(key).or_default();
+            *v = (*v).max(l.version);
+            if l.instant.as_str() <= time && target.action != Action::Compaction {
+                logs.push((dir.to_string(), l, f.path.clone()));
+            }
+        }
+    }
+    for (dir, name, path) in logs {
+        let instants = crate::log::block_instants(storage, &path).await?;
+        if !instants.iter().any(|i| i == time) {
+            continue;
+        }
+        if instants.iter().all(|i| i == time) {
+            storage.delete(&path).await?;
+            deleted.push(path);
+        } else {
+            let after = max_versions.get(&(dir.clone(), name.file_id.clone(), name.instant.clone())).copied();
+            let block = crate::format::log_block::LogBlock::rollback(rollback_time, time);
+            let written = crate::log::write_new(
+                storage,
+                &dir,
+                &name.file_id,
+                &name.instant,
+                &name.write_token,
+                after.unwrap_or(name.version),
+                &[block],
+            )
+            .await?;
+            max_versions.insert((dir, name.file_id.clone(), name.instant.clone()), written.name.version);
         }
     }
     Ok(deleted)

@@ -21,6 +21,7 @@ pub mod keys;
 pub mod log;
 pub mod read;
 pub mod schema;
+pub mod services;
 pub mod storage;
 pub mod table;
 pub mod timeline;

@@ -174,7 +174,7 @@ impl PyTable {
     // ---- reads ----------------------------------------------------------------------------
 
     /// Scans the table; returns a stream exporting `__arrow_c_stream__`.
-    #[pyo3(signature = (columns=None, filter=None, as_of=None, query="snapshot", start=None, end=None, batch_size=None))]
+    #[pyo3(signature = (columns=None, filter=None, as_of=None, query="snapshot", start=None, end=None, batch_size=None, memory_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn scan(
         &self,
@@ -186,6 +186,7 @@ impl PyTable {
         start: Option<String>,
         end: Option<String>,
         batch_size: Option<usize>,
+        memory_limit: Option<usize>,
     ) -> PyResult<PyRecordBatchStream> {
         let opts = ScanOptions {
             columns,
@@ -195,6 +196,7 @@ impl PyTable {
             start,
             end,
             batch_size,
+            memory_limit,
         };
         let inner = self.inner.clone();
         let stream = run(py, async move {
@@ -205,7 +207,7 @@ impl PyTable {
         PyRecordBatchStream::new(stream)
     }
 
-    /// The base files a scan would read (after planning, before partition pruning).
+    /// The files a scan would read (after planning, before partition pruning).
     #[pyo3(signature = (as_of=None, query="snapshot", start=None, end=None))]
     fn planned_files(
         &self,

@@ -138,6 +138,45 @@ pub async fn read_slice(
     Ok(out)
 }
 
+/// The record keys of every data block of some log files (any instant: a key found in a block
+/// that never committed only routes a write to the group that would have held it).
+pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashSet<String>> {
+    let mut keys = HashSet::new();
+    for Located { path, block } in read_blocks(storage, logs).await? {
+        let batches: Vec<RecordBatch> = match block.block_type {
+            BlockType::ParquetData => {
+                let builder = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
+                    .map_err(|e| Error::corrupt(&path, e))?;
+                let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), [schema::RECORD_KEY]);
+                builder
+                    .with_projection(mask)
+                    .build()
+                    .map_err(|e| Error::corrupt(&path, e))?
+                    .collect::<std::result::Result<_, _>>()?
+            }
+            BlockType::AvroData => {
+                let Some(writer_schema) = block.header.get(&HeaderKey::Schema) else { continue };
+                let key_only = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+                    schema::RECORD_KEY,
+                    arrow::datatypes::DataType::Utf8,
+                    true,
+                )]));
+                let reader = DatumReader::new(writer_schema, key_only).map_err(|e| Error::corrupt(&path, e))?;
+                let datums = log_block::avro_datums(&block.content).map_err(|e| Error::corrupt(&path, e))?;
+                vec![reader.read(datums).map_err(|e| Error::corrupt(&path, e))?]
+            }
+            _ => continue,
+        };
+        for b in batches {
+            let col = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8)?;
+            if let Some(s) = col.as_any().downcast_ref::<arrow::array::StringArray>() {
+                keys.extend(s.iter().flatten().map(str::to_string));
+            }
+        }
+    }
+    Ok(keys)
+}
+
 /// The instants whose blocks a log file holds, reading headers only as far as needed.
 pub async fn block_instants(storage: &Storage, path: &str) -> Result<Vec<String>> {
     let data = storage.get(path).await?;

@@ -66,7 +66,13 @@ pub struct ScanOptions {
     pub end: Option<String>,
     /// Rows per batch (DataFusion's default when `None`).
     pub batch_size: Option<usize>,
+    /// Bytes the scan may hold ([`DEFAULT_MEMORY_LIMIT`] when `None`); merge-on-read slices whose
+    /// logs exceed their share are merged in several passes.
+    pub memory_limit: Option<usize>,
 }
+
+/// The default memory budget of a scan.
+pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
 
 /// A base file selected by planning.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,7 +186,7 @@ impl Table {
     /// Runs a query and streams its record batches.
     pub async fn scan(&self, opts: &ScanOptions) -> Result<SendableRecordBatchStream> {
         let provider = Arc::new(self.provider(opts).await?);
-        let ctx = session(self, opts.batch_size);
+        let ctx = session(self, opts.batch_size, opts.memory_limit)?;
         let mut df = ctx.read_table(provider)?;
         if let Some(f) = &opts.filter {
             let expr = f.to_expr(&df).map_err(|e| Error::invalid_arg("filter", e))?;
@@ -195,7 +201,7 @@ impl Table {
 }
 
 /// A session that knows the table's store and returns plain (not view) string types.
-pub fn session(table: &Table, batch_size: Option<usize>) -> SessionContext {
+pub fn session(table: &Table, batch_size: Option<usize>, memory_limit: Option<usize>) -> Result<SessionContext> {
     let mut config =
         SessionConfig::new().with_target_partitions(std::thread::available_parallelism().map_or(2, |n| n.get()));
     if let Some(n) = batch_size {
@@ -207,7 +213,11 @@ pub fn session(table: &Table, batch_size: Option<usize>) -> SessionContext {
     options.execution.parquet.reorder_filters = true;
     // Column names are case-sensitive in Hudi tables (`byteField`): no SQL identifier folding.
     options.sql_parser.enable_ident_normalization = false;
-    let ctx = SessionContext::new_with_config(config);
+    let pool = datafusion::execution::memory_pool::FairSpillPool::new(memory_limit.unwrap_or(DEFAULT_MEMORY_LIMIT));
+    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(pool))
+        .build_arc()?;
+    let ctx = SessionContext::new_with_config_rt(config, runtime);
     ctx.register_object_store(table.storage().store_url(), table.storage().object_store());
-    ctx
+    Ok(ctx)
 }

@@ -38,13 +38,14 @@ pub(crate) struct Written {
 }
 
 /// Everything a file task needs, shareable across tasks.
-struct Context {
-    storage: Storage,
-    schema: SchemaRef,
-    instant: String,
-    incoming: Option<Arc<Incoming>>,
-    ordering_field: Option<String>,
-    props: WriterProperties,
+pub(super) struct Context {
+    pub storage: Storage,
+    pub schema: SchemaRef,
+    pub instant: String,
+    pub incoming: Option<Arc<Incoming>>,
+    pub ordering_field: Option<String>,
+    pub props: WriterProperties,
+    pub table_name: String,
 }
 
 /// Writes every planned file, `config.parallelism` at a time.
@@ -65,6 +66,7 @@ pub(crate) async fn write_all(
         instant: instant.to_string(),
         incoming: incoming.cloned(),
         ordering_field,
+        table_name: table.config().name.clone(),
         props: WriterProperties::builder()
             .set_compression(Compression::SNAPPY)
             // Sequence numbers and record keys are unique per row: dictionary pages would only be
@@ -82,7 +84,11 @@ pub(crate) async fn write_all(
         let permits = permits.clone();
         tasks.spawn(async move {
             let _permit = permits.acquire_owned().await.map_err(Error::invalid_data)?;
-            write_file(&ctx, index, work).await
+            if work.log.is_some() {
+                super::log_file::write_log(&ctx, index, work).await
+            } else {
+                write_file(&ctx, index, work).await
+            }
         });
     }
     let mut written = Vec::with_capacity(count);
@@ -193,16 +199,17 @@ fn merge_batch(
 }
 
 /// Fills the meta fields of incoming rows as Apache Hudi does.
-struct MetaWriter<'a> {
-    instant: &'a str,
-    index: usize,
-    partition: &'a str,
-    file_name: &'a str,
-    seq: u64,
+pub(super) struct MetaWriter<'a> {
+    pub instant: &'a str,
+    pub index: usize,
+    pub partition: &'a str,
+    /// The base file name (the file id in log blocks).
+    pub file_name: &'a str,
+    pub seq: u64,
 }
 
 impl MetaWriter<'_> {
-    fn new_rows(&mut self, ctx: &Context, rows: &[u32]) -> Result<RecordBatch> {
+    pub(super) fn new_rows(&mut self, ctx: &Context, rows: &[u32]) -> Result<RecordBatch> {
         let incoming = ctx.incoming.as_ref().ok_or_else(|| Error::invalid_data("rows without input"))?;
         let indices = UInt32Array::from(rows.to_vec());
         let data = take_record_batch(&incoming.batch, &indices)?;

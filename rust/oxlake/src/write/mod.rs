@@ -8,6 +8,7 @@
 //! in parallel, inside a [`Transaction`], and commits them as one instant.
 
 mod base_file;
+mod log_file;
 mod plan;
 
 use std::sync::Arc;
@@ -66,9 +67,10 @@ impl WriteOperation {
         }
     }
 
-    fn action(self) -> Action {
-        match self {
-            WriteOperation::InsertOverwrite | WriteOperation::InsertOverwriteTable => Action::ReplaceCommit,
+    fn action(self, table_type: crate::config::TableType) -> Action {
+        match (self, table_type) {
+            (WriteOperation::InsertOverwrite | WriteOperation::InsertOverwriteTable, _) => Action::ReplaceCommit,
+            (_, crate::config::TableType::MergeOnRead) => Action::DeltaCommit,
             _ => Action::Commit,
         }
     }
@@ -122,9 +124,6 @@ impl Table {
         if cfg.version != 6 {
             return Err(Error::unsupported(format!("writing table version {}", cfg.version)));
         }
-        if cfg.table_type != crate::config::TableType::CopyOnWrite {
-            return Err(Error::unsupported("writing merge-on-read tables"));
-        }
         if matches!(cfg.key_generator, crate::config::KeyGenerator::Timestamp | crate::config::KeyGenerator::Other(_)) {
             return Err(Error::unsupported(format!("writing with key generator {:?}", cfg.key_generator)));
         }
@@ -140,7 +139,7 @@ impl Table {
         incoming: Option<Arc<Incoming>>,
         config: &WriteConfig,
     ) -> Result<WriteResult> {
-        let tx = Transaction::begin(self, op.action()).await?;
+        let tx = Transaction::begin(self, op.action(self.config().table_type)).await?;
         let outcome = async {
             let plan = plan::plan(self, op, incoming.as_ref(), config).await?;
             write_partition_markers(self, tx.time(), &plan).await?;

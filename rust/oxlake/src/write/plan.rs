@@ -16,7 +16,7 @@ use crate::format::file_name::new_file_id;
 use crate::schema::RECORD_KEY;
 use crate::storage::{ParquetFile, Storage};
 use crate::table::Table;
-use crate::table::fs_view::BaseFile;
+use crate::table::fs_view::{BaseFile, FileGroupId, LogFile};
 
 /// Sizing of the files a write produces.
 #[derive(Clone, Debug)]
@@ -45,13 +45,24 @@ impl Default for WriteConfig {
     }
 }
 
-/// One base file to write: a new file group, or a rewrite of an existing one.
+/// Where a merge-on-read write puts a file group's changes: a new log file of the slice.
+#[derive(Clone, Debug)]
+pub(crate) struct LogTarget {
+    /// The instant the log is named with: the slice's base instant, or a pending compaction's.
+    pub base_instant: String,
+    /// The greatest log version of that slice so far (0: none).
+    pub after_version: u32,
+}
+
+/// One file to write: a new file group, a rewrite of an existing one, or a log on one.
 #[derive(Debug)]
 pub(crate) struct FileWork {
     pub partition: String,
     pub file_id: String,
     /// The base file rewritten by this work (copy-on-write), if the group exists.
     pub old: Option<BaseFile>,
+    /// Merge-on-read: the changes go to a log file instead of a rewrite of `old`.
+    pub log: Option<LogTarget>,
     /// Keys of the old file changed by this write, with the incoming row that changes them.
     pub changes: HashMap<String, u32>,
     /// Whether `changes` are deletes (else updates).
@@ -76,14 +87,33 @@ pub(crate) async fn plan(
 ) -> Result<WritePlan> {
     let timeline = table.timeline();
     let latest = timeline.latest_completed_data().map(|i| i.time.clone());
-    // The latest slice of every live file group, by partition.
+    let mor = table.config().table_type == crate::config::TableType::MergeOnRead;
+    // The latest slice of every live file group, by partition; for merge-on-read, where each
+    // group's next log goes and which groups may take inserts (base files without logs).
     let mut live: HashMap<String, Vec<BaseFile>> = HashMap::new();
+    let mut targets: HashMap<FileGroupId, LogTarget> = HashMap::new();
+    let mut small_candidates: HashMap<String, Vec<BaseFile>> = HashMap::new();
+    let mut slice_logs: HashMap<FileGroupId, Vec<LogFile>> = HashMap::new();
     if let Some(latest) = &latest {
         let view = table.file_system_view().await?;
         let replaced = table.replaced_file_groups(latest).await?;
+        let compacting = if mor { crate::services::pending_compaction_groups(table).await? } else { HashMap::new() };
         for (g, s) in view.slices_as_of(latest, &replaced) {
-            if let Some(base) = &s.base {
-                live.entry(g.partition.clone()).or_default().push(base.clone());
+            let Some(base) = &s.base else { continue };
+            live.entry(g.partition.clone()).or_default().push(base.clone());
+            if !mor {
+                small_candidates.entry(g.partition.clone()).or_default().push(base.clone());
+                continue;
+            }
+            let base_instant = compacting.get(&g.id()).cloned().unwrap_or_else(|| s.base_instant.clone());
+            let after_version =
+                s.logs.iter().filter(|l| l.name.instant == base_instant).map(|l| l.name.version).max().unwrap_or(0);
+            if s.logs.is_empty() && !compacting.contains_key(&g.id()) {
+                small_candidates.entry(g.partition.clone()).or_default().push(base.clone());
+            }
+            targets.insert(g.id(), LogTarget { base_instant, after_version });
+            if !s.logs.is_empty() {
+                slice_logs.insert(g.id(), s.logs.clone());
             }
         }
     }
@@ -99,7 +129,7 @@ pub(crate) async fn plan(
                 }
             }
             for (partition, rows) in rows_by_partition {
-                assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
+                assign_inserts(&mut plan, &partition, rows, &[], &targets, per_file, config);
             }
         }
         WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete => {
@@ -109,21 +139,24 @@ pub(crate) async fn plan(
                 let (found, missing) = if op == WriteOperation::Insert {
                     (Vec::new(), rows)
                 } else {
-                    lookup(table.storage(), files, incoming, rows, config.parallelism).await?
+                    lookup(table.storage(), &partition, files, &slice_logs, incoming, rows, config.parallelism).await?
                 };
                 let deletes = op == WriteOperation::Delete;
                 for (file, changes) in found {
+                    let log = targets.get(&(partition.clone(), file.name.file_id.clone())).cloned();
                     plan.work.push(FileWork {
                         partition: partition.clone(),
                         file_id: file.name.file_id.clone(),
                         old: Some(file),
+                        log,
                         changes,
                         deletes,
                         inserts: vec![],
                     });
                 }
                 if !deletes {
-                    assign_inserts(&mut plan, &partition, missing, files, per_file, config);
+                    let small = small_candidates.get(&partition).map(Vec::as_slice).unwrap_or(&[]);
+                    assign_inserts(&mut plan, &partition, missing, small, &targets, per_file, config);
                 }
             }
         }
@@ -170,6 +203,7 @@ fn assign_inserts(
     partition: &str,
     rows: Vec<u32>,
     files: &[BaseFile],
+    targets: &HashMap<FileGroupId, LogTarget>,
     per_file: u64,
     config: &WriteConfig,
 ) {
@@ -189,6 +223,7 @@ fn assign_inserts(
                 partition: partition.to_string(),
                 file_id: f.name.file_id.clone(),
                 old: Some(f.clone()),
+                log: targets.get(&(partition.to_string(), f.name.file_id.clone())).cloned(),
                 changes: HashMap::new(),
                 deletes: false,
                 inserts: take,
@@ -204,6 +239,7 @@ fn assign_inserts(
             partition: partition.to_string(),
             file_id: new_file_id(),
             old: None,
+            log: None,
             changes: HashMap::new(),
             deletes: false,
             inserts: chunk,
@@ -215,7 +251,9 @@ fn assign_inserts(
 /// column. Returns the changes per file and the rows whose key is in none of them.
 async fn lookup(
     storage: &Storage,
+    partition: &str,
     files: &[BaseFile],
+    slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
     incoming: &Incoming,
     rows: Vec<u32>,
     parallelism: usize,
@@ -223,7 +261,11 @@ async fn lookup(
     let mut wanted: HashMap<&str, u32> = rows.iter().map(|&r| (incoming.keys.value(r as usize), r)).collect();
     let key_sets: Vec<(BaseFile, HashSet<String>)> = futures::stream::iter(files.iter().cloned())
         .map(|f| async move {
-            let keys = read_keys(storage, &f).await?;
+            let mut keys = read_keys(storage, &f).await?;
+            // Merge-on-read: records inserted into the slice's logs belong to the group too.
+            if let Some(logs) = slice_logs.get(&(partition.to_string(), f.name.file_id.clone())) {
+                keys.extend(crate::log::record_keys(storage, logs).await?);
+            }
             Ok::<_, Error>((f, keys))
         })
         .buffer_unordered(parallelism.max(1))

@@ -131,7 +131,7 @@ async fn schema_mismatch_leaves_no_trace() {
 /// Bytes the Parquet scan of a query read, from DataFusion's metrics.
 async fn bytes_scanned(table: &Table, sql_filter: Option<&str>) -> (usize, usize) {
     use datafusion::physical_plan::{ExecutionPlan, collect};
-    let ctx = oxlake::read::session(table, None);
+    let ctx = oxlake::read::session(table, None, None).unwrap();
     let mut df = ctx.read_table(Arc::new(table.provider(&ScanOptions::default()).await.unwrap())).unwrap();
     if let Some(f) = sql_filter {
         let expr = df.parse_sql_expr(f).unwrap();

@@ -1,0 +1,8 @@
+//! Table services: compaction, clean, clustering, rollback, savepoint and restore. Each is an action
+//! on the timeline with the same claim / inflight / complete protocol as a write (see
+//! [`crate::commit`]), so a crash at any step leaves the table readable and the next run finishes or
+//! undoes the step.
+
+pub mod compaction;
+
+pub use compaction::{CompactionPlan, pending_compaction_groups};

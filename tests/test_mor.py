@@ -1,0 +1,136 @@
+"""Merge-on-read tables: deltacommits into log files, merged reads, read-optimized reads, and
+hudi-rs reading what we write."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import oxlake
+import pyarrow as pa
+import pytest
+from conftest import SCHEMA, hudi_read, rows, trips
+
+
+@pytest.fixture
+def mor(table_path: str) -> oxlake.Table:
+    return oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+    )
+
+
+def log_files(t: oxlake.Table) -> list[Path]:
+    return sorted(p for p in Path(t.uri).rglob(".*.log.*"))
+
+
+def test_updates_and_deletes_go_to_log_files(mor: oxlake.Table) -> None:
+    first = mor.insert(trips(list(range(9))))
+    bases = sorted(Path(mor.uri).rglob("*.parquet"))
+    up = mor.upsert(trips([1, 4], ts=2, name="u"))
+    gone = mor.delete(trips([2]).select(["id", "city"]))
+    # Base files are never rewritten: one new log file per touched file group and write.
+    assert sorted(Path(mor.uri).rglob("*.parquet")) == bases
+    logs = log_files(mor)
+    assert len(logs) == 2  # ids 1 and 4 live in one file group (nyc), 2 in another
+    assert all(p.name.split("_")[1].startswith(first.instant) for p in logs)
+    assert [i.action for i in mor.timeline()] == ["deltacommit"] * 3
+    out = {r["id"]: r for r in rows(mor.scan())}
+    assert sorted(out) == [0, 1, 3, 4, 5, 6, 7, 8]
+    assert out[1]["name"] == "u1" and out[4]["ts"] == 2 and out[5]["name"] == "n5"
+    meta = {r["id"]: r for r in mor.to_arrow().to_pylist()}
+    assert meta[1]["_hoodie_commit_time"] == up.instant
+    assert meta[0]["_hoodie_commit_time"] == first.instant
+    assert gone.num_deletes == 1
+    # Read-optimized: the base files alone, as of the first write.
+    assert rows(mor.to_arrow(query="read_optimized")) == rows(trips(list(range(9))))
+
+
+def test_event_time_ordering_across_logs(mor: oxlake.Table) -> None:
+    mor.insert(trips([1, 2, 3], ts=5))
+    mor.upsert(trips([1], ts=4, name="late"))  # loses: lower ordering value
+    mor.upsert(trips([2], ts=5, name="tie"))  # wins: equal ordering, later commit
+    mor.delete(trips([3], ts=1))  # an event-time delete that loses
+    out = {r["id"]: r["name"] for r in rows(mor.scan())}
+    assert out == {1: "n1", 2: "tie2", 3: "n3"}
+    mor.delete(trips([3]).select(["id", "city"]))  # no ordering value: always wins
+    assert sorted(r["id"] for r in rows(mor.scan())) == [1, 2]
+
+
+def test_hudi_rs_reads_our_merge_on_read_table_at_every_instant(mor: oxlake.Table) -> None:
+    mor.insert(trips(list(range(20))))
+    mor.upsert(trips([1, 5, 30], ts=2, name="u"))
+    mor.delete(trips([2, 7]).select(["id", "city"]))
+    mor.upsert(trips([5, 31], ts=3, name="v"))
+    assert rows(hudi_read(mor.uri)) == rows(mor.to_arrow())
+    for i in mor.timeline():
+        assert rows(hudi_read(mor.uri, as_of=i.time)) == rows(mor.to_arrow(as_of=i.time)), i
+    assert rows(hudi_read(mor.uri, read_optimized=True)) == rows(mor.to_arrow(query="read_optimized"))
+
+
+def test_time_travel_and_incremental(mor: oxlake.Table) -> None:
+    a = mor.insert(trips(list(range(6))))
+    b = mor.upsert(trips([1, 2], ts=2, name="b"))
+    c = mor.upsert(trips([2, 8], ts=3, name="c"))
+    assert rows(mor.to_arrow(as_of=a.instant)) == rows(trips(list(range(6))))
+    names = {r["id"]: r["name"] for r in rows(mor.to_arrow(as_of=b.instant))}
+    assert (names[1], names[2]) == ("b1", "b2")
+    window = rows(mor.to_arrow(query="incremental", start=a.instant, end=b.instant))
+    assert [(r["id"], r["name"]) for r in window] == [(1, "b1"), (2, "b2")]
+    window = rows(mor.to_arrow(query="incremental", start=b.instant, end=c.instant))
+    assert [(r["id"], r["name"]) for r in window] == [(2, "c2"), (8, "c8")]
+
+
+def test_filters_apply_after_the_merge(mor: oxlake.Table) -> None:
+    mor.insert(trips([1, 2], ts=1, fare=100.0))
+    mor.upsert(trips([1], ts=2, fare=0.0))
+    # The base row of 1 passes `fare > 50` but its log version does not: 1 must not appear.
+    assert [r["id"] for r in rows(mor.scan(filter="fare > 50"))] == [2]
+    assert [r["id"] for r in rows(mor.scan(filter=[("id", "=", 1)]))] == [1]
+    assert [r["fare"] for r in rows(mor.scan(filter="id = 1"))] == [1.0]
+
+
+def test_a_corrupt_block_is_skipped_with_a_warning(
+    mor: oxlake.Table, caplog: pytest.LogCaptureFixture
+) -> None:
+    mor.insert(trips([1, 2, 3], city="sf"))
+    mor.upsert(trips([1], ts=2, name="u", city="sf"))
+    mor.upsert(trips([2], ts=2, name="v", city="sf"))
+    first, second = log_files(mor)  # versions 1 and 2 of the one file group
+    assert (first.name.split(".")[-1][:2], second.name.split(".")[-1][:2]) == ("1_", "2_")
+    data = second.read_bytes()
+    # Damage the second log's block: its reverse pointer no longer matches.
+    second.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
+    out = {r["id"]: r["name"] for r in rows(mor.scan())}
+    assert out == {1: "u1", 2: "n2", 3: "n3"}
+    # A truncated log file reads the same.
+    second.write_bytes(data[: len(data) // 2])
+    assert {r["id"]: r["name"] for r in rows(mor.scan())} == out
+    assert first.exists()
+
+
+def test_large_slices_merge_in_passes_under_a_small_memory_budget(mor: oxlake.Table) -> None:
+    mor.insert(trips(list(range(20_000)), city="sf"))
+    mor.upsert(trips(list(range(0, 20_000, 2)), ts=2, name="u", city="sf"))
+    expected = rows(mor.to_arrow())
+    small = mor.to_arrow(memory_limit=256 * 1024)
+    assert rows(small) == expected
+    assert sum(1 for r in expected if r["name"].startswith("u")) == 10_000
+
+
+def test_schema_of_log_blocks_is_the_table_schema(mor: oxlake.Table) -> None:
+    mor.insert(trips([1]))
+    mor.upsert(
+        pa.table(
+            {"id": [1], "city": ["nyc"], "ts": [2]},
+            schema=pa.schema(
+                [pa.field("id", pa.int64(), nullable=False), ("city", pa.string()), ("ts", pa.int64())]
+            ),
+        )
+    )
+    out = rows(mor.scan())
+    assert out == [{"id": 1, "name": None, "city": "nyc", "ts": 2, "fare": None}]
+    assert mor.to_arrow().schema == mor.schema
