@@ -3,6 +3,10 @@ hudi-rs reading what we write."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import oxlake
@@ -134,3 +138,51 @@ def test_schema_of_log_blocks_is_the_table_schema(mor: oxlake.Table) -> None:
     out = rows(mor.scan())
     assert out == [{"id": 1, "name": None, "city": "nyc", "ts": 2, "fare": None}]
     assert mor.to_arrow().schema == mor.schema
+
+
+def test_compaction_rewrites_slices_and_keeps_the_rows(mor: oxlake.Table) -> None:
+    mor.insert(trips(list(range(30))))
+    mor.upsert(trips([1, 2, 3, 31], ts=2, name="u"))
+    mor.delete(trips([4, 5]).select(["id", "city"]))
+    before = rows(mor.scan())
+    result = mor.compact()
+    assert len(result.instants) == 1 and result.file_groups == 3
+    c = result.instants[0]
+    assert (c, "commit", "completed") in [(i.time, i.action, i.state) for i in mor.timeline()]
+    assert rows(mor.scan()) == before
+    # The new slices are base files alone: read-optimized now sees the merged state.
+    assert rows(mor.to_arrow(query="read_optimized")) == before
+    assert all(fg.base_file.endswith(f"_{c}.parquet") for fg in mor.file_groups())
+    assert rows(hudi_read(mor.uri)) == before
+    # Time travel to before the compaction still merges the old slices.
+    first = mor.timeline()[0].time
+    assert rows(mor.to_arrow(as_of=first)) == rows(trips(list(range(30))))
+    # Nothing left to compact; updates after it go to the new slices' logs.
+    assert mor.compact().instants == []
+    mor.upsert(trips([1], ts=3, name="w"))
+    assert [r["name"] for r in rows(mor.scan()) if r["id"] == 1] == ["w1"]
+    assert rows(hudi_read(mor.uri)) == rows(mor.scan())
+
+
+def test_writes_during_a_pending_compaction_land_in_the_new_slice(mor: oxlake.Table) -> None:
+    mor.insert(trips(list(range(6)), city="sf"))
+    mor.upsert(trips([1], ts=2, name="u", city="sf"))
+    # A compaction that crashed after planning and starting: its plan stays requested.
+    code = "import oxlake, sys; oxlake.Table(sys.argv[1]).compact()"
+    env = {**os.environ, "OXLAKE_FAILPOINT": "after-inflight"}
+    proc = subprocess.run([sys.executable, "-c", code, mor.uri], env=env, capture_output=True)
+    assert proc.returncode != 0
+    pending = [i for i in mor.timeline() if i.action == "compaction"]
+    assert len(pending) == 1 and pending[0].state == "inflight"
+    c = pending[0].time
+    # A writer meanwhile: its log is named with the compaction's instant.
+    mor.upsert(trips([2], ts=2, name="v", city="sf"))
+    assert any(p.name.split("_")[1].startswith(c) for p in log_files(mor))
+    expected = rows(mor.scan())
+    assert {r["id"]: r["name"] for r in expected}[2] == "v2"
+    # Once the crashed run's heartbeat expires, the next run undoes its files and executes the plan.
+    time.sleep(0.3)
+    result = oxlake.Table(mor.uri, heartbeat_interval=0.05).compact(min_log_files=99)
+    assert result.instants == [c]
+    assert rows(mor.scan()) == expected
+    assert rows(hudi_read(mor.uri)) == expected

@@ -20,10 +20,19 @@ from oxlake._native import (
     UnsupportedError,
     __version__,
 )
-from oxlake.table import FileGroup, Instant, Scan, Table, WriteResult, create_table
+from oxlake.table import (
+    CompactionResult,
+    FileGroup,
+    Instant,
+    Scan,
+    Table,
+    WriteResult,
+    create_table,
+)
 
 __all__ = [
     "CommitConflictError",
+    "CompactionResult",
     "CorruptTableError",
     "FileGroup",
     "Instant",

@@ -48,6 +48,7 @@ class Table:
         start: str | None = None,
         end: str | None = None,
         batch_size: int | None = None,
+        memory_limit: int | None = None,
     ) -> RecordBatchStream: ...
     def planned_files(
         self,
@@ -57,6 +58,7 @@ class Table:
         end: str | None = None,
     ) -> list[str]: ...
 
+def compact(table: Table, min_log_files: int = 1) -> tuple[list[str], int, int]: ...
 def create_table(
     uri: str,
     schema: Any,

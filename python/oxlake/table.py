@@ -35,6 +35,16 @@ class FileGroup(NamedTuple):
 
 
 @dataclass(frozen=True)
+class CompactionResult:
+    """What `Table.compact` did."""
+
+    instants: list[str]
+    """Compaction instants completed (empty when there was nothing to compact)."""
+    file_groups: int
+    records: int
+
+
+@dataclass(frozen=True)
 class WriteResult:
     """What a write did. `instant` is None when there was nothing to write."""
 
@@ -142,6 +152,15 @@ class Table:
     def rollback_failed(self) -> list[str]:
         """Rolls back writes whose writer is gone (expired heartbeat); returns their instants."""
         return list(self._t.rollback_failed())
+
+    # -- table services ---------------------------------------------------------------------
+
+    def compact(self, min_log_files: int = 1) -> CompactionResult:
+        """Compacts merge-on-read file groups: runs pending compaction plans, then plans and runs
+        one over every file slice with at least `min_log_files` log files. Writers may keep
+        writing meanwhile; their logs land in the compacted slices."""
+        instants, groups, records = _native.compact(self._t, min_log_files)
+        return CompactionResult(list(instants), groups, records)
 
     # -- writes -----------------------------------------------------------------------------
 

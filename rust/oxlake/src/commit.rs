@@ -76,6 +76,12 @@ struct RollbackMetadata {
 impl Transaction {
     /// Rolls back crashed writes, then claims a new instant for `action` and marks it inflight.
     pub async fn begin(table: &mut Table, action: Action) -> Result<Self> {
+        Self::begin_with(table, action, |_| Ok(Bytes::new())).await
+    }
+
+    /// [`Transaction::begin`] with the requested file holding a plan made for the claimed time
+    /// (compaction, clustering, clean).
+    pub async fn begin_with(table: &mut Table, action: Action, plan: impl Fn(&str) -> Result<Bytes>) -> Result<Self> {
         table.reload().await?;
         rollback_failed(table).await?;
         let storage = table.storage().clone();
@@ -83,7 +89,7 @@ impl Transaction {
         for _ in 0..CLAIM_ATTEMPTS {
             let time = instant::next_after(last.as_deref())?;
             let requested = Instant::new(time.clone(), action, State::Requested);
-            if table.timeline().create(&storage, &requested, Bytes::new()).await? {
+            if table.timeline().create(&storage, &requested, plan(&time)?).await? {
                 // The heartbeat follows the claim: a writer that lost the race for `time` must
                 // not touch the winner's heartbeat. Until it exists, the requested file's own age
                 // stands in for it (see `is_expired`).
@@ -93,6 +99,7 @@ impl Transaction {
                 let heartbeat =
                     Some(spawn_heartbeat(storage.clone(), time.clone(), table.options().heartbeat_interval));
                 let tx = Transaction { instant: requested, seen, heartbeat };
+                let tx = tx;
                 let inflight = tx.instant.with_state(State::Inflight);
                 let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
                 table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
@@ -106,6 +113,20 @@ impl Transaction {
             instant: last.unwrap_or_default(),
             detail: "could not claim an instant time".into(),
         })
+    }
+
+    /// Takes up a requested instant whose plan is already on the timeline (a compaction scheduled
+    /// earlier, or one whose failed run was rolled back): heartbeat, then inflight.
+    pub async fn resume(table: &mut Table, requested: &Instant) -> Result<Self> {
+        let storage = table.storage().clone();
+        write_heartbeat(&storage, &requested.time).await?;
+        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let heartbeat =
+            Some(spawn_heartbeat(storage.clone(), requested.time.clone(), table.options().heartbeat_interval));
+        let tx = Transaction { instant: requested.with_state(State::Requested), seen, heartbeat };
+        table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
+        failpoint("after-inflight");
+        Ok(tx)
     }
 
     /// The instant time of this write.
@@ -126,7 +147,12 @@ impl Transaction {
             self.abort(table).await?;
             return Err(Error::CommitConflict { instant: conflict, detail });
         }
-        let completed = self.instant.with_state(State::Completed);
+        // A compaction completes as a commit (a clustering as a replacecommit).
+        let completed = match self.instant.action {
+            Action::Compaction => Instant::new(self.instant.time.clone(), Action::Commit, State::Completed),
+            Action::Clustering => Instant::new(self.instant.time.clone(), Action::ReplaceCommit, State::Completed),
+            _ => self.instant.with_state(State::Completed),
+        };
         let created = table.timeline().create(table.storage(), &completed, Bytes::from(metadata.to_json()?)).await?;
         failpoint("after-commit");
         self.stop_heartbeat(table.storage()).await?;
@@ -150,6 +176,10 @@ impl Transaction {
     }
 
     async fn find_conflict(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<String>> {
+        // A log written on a slice that a compaction planned after it compacts away.
+        if let Some(c) = self.stale_log(table, metadata).await? {
+            return Ok(Some(c));
+        }
         let ours = touched_groups(metadata);
         for other in table.timeline().completed_data() {
             if other.time == self.instant.time || self.seen.contains(&other.time) {
@@ -167,6 +197,34 @@ impl Transaction {
             }
         }
         Ok(None)
+    }
+
+    /// The compaction (pending or completed since this write began) planned over a file group this
+    /// write logged to under an older base instant, if any: that log would be left behind.
+    async fn stale_log(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<String>> {
+        let logged: Vec<(FileGroupId, &str)> = metadata
+            .write_stats()
+            .filter(|(_, s)| s.log_files.is_some())
+            .filter_map(|(p, s)| Some(((p.to_string(), s.file_id.clone()), s.prev_commit.as_deref()?)))
+            .collect();
+        if logged.is_empty() {
+            return Ok(None);
+        }
+        let mut compactions: Vec<(FileGroupId, String)> =
+            crate::services::pending_compaction_groups(table).await?.into_iter().collect();
+        for other in table.timeline().completed_data().filter(|i| !self.seen.contains(&i.time)) {
+            let meta = table.timeline().commit_metadata(table.storage(), other).await?;
+            if meta.compacted {
+                compactions
+                    .extend(meta.write_stats().map(|(p, s)| ((p.to_string(), s.file_id.clone()), other.time.clone())));
+            }
+        }
+        Ok(logged.iter().find_map(|(group, base)| {
+            compactions
+                .iter()
+                .find(|(g, c)| g == group && c.as_str() > *base && c.as_str() != self.instant.time)
+                .map(|(_, c)| c.clone())
+        }))
     }
 
     async fn stop_heartbeat(&mut self, storage: &Storage) -> Result<()> {
@@ -216,7 +274,7 @@ fn spawn_heartbeat(storage: Storage, time: String, interval: Duration) -> JoinHa
 
 /// Whether the writer of a pending instant is gone: its last sign of life (the heartbeat, or the
 /// instant's own timeline file before the first heartbeat) is older than the tolerance.
-async fn is_expired(table: &Table, instant: &Instant) -> Result<bool> {
+pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool> {
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
     let limit = table.options().heartbeat_interval.as_millis() * u128::from(HEARTBEAT_TOLERANCE);
     let last_sign = match table.storage().get_opt(&heartbeat_path(&instant.time)).await? {

@@ -32,17 +32,33 @@ impl Timeline {
 
     /// Builds a timeline from file names (those that are not instants are ignored).
     pub fn from_file_names<'a>(names: impl IntoIterator<Item = &'a str>, dir: String, layout: u32) -> Self {
-        let mut by_time: BTreeMap<String, Instant> = BTreeMap::new();
+        // One instant per time and kind of action: a compaction completes as a commit, a
+        // clustering as a replacecommit; a savepoint shares the time of the commit it keeps.
+        let kind = |a: Action| match a {
+            Action::Compaction => Action::Commit,
+            Action::LogCompaction => Action::DeltaCommit,
+            Action::Clustering => Action::ReplaceCommit,
+            other => other,
+        };
+        let mut by_time: BTreeMap<(String, Action), Instant> = BTreeMap::new();
         for name in names {
             let Some(instant) = Instant::parse_file_name(name, layout) else { continue };
-            match by_time.get(&instant.time) {
+            let key = (instant.time.clone(), kind(instant.action));
+            match by_time.get(&key) {
                 Some(seen) if seen.state >= instant.state => {}
                 _ => {
-                    by_time.insert(instant.time.clone(), instant);
+                    by_time.insert(key, instant);
                 }
             }
         }
         Timeline { instants: by_time.into_values().collect(), dir, layout }
+    }
+
+    /// The instants at one time (usually one; a savepoint shares its commit's time).
+    pub fn instants_at(&self, time: &str) -> &[Instant] {
+        let start = self.instants.partition_point(|i| i.time.as_str() < time);
+        let end = self.instants.partition_point(|i| i.time.as_str() <= time);
+        &self.instants[start..end]
     }
 
     /// All instants, oldest first.
@@ -83,15 +99,15 @@ impl Timeline {
     /// Whether a file written at instant `time` is visible: its instant completed, or it predates
     /// the active timeline (archived, hence committed).
     pub fn is_committed(&self, time: &str) -> bool {
-        match self.instants.binary_search_by(|i| i.time.as_str().cmp(time)) {
-            Ok(idx) => self.instants[idx].is_completed(),
-            Err(_) => self.earliest_time().is_some_and(|e| time < e),
+        match self.instants_at(time) {
+            [] => self.earliest_time().is_some_and(|e| time < e),
+            at => at.iter().any(|i| i.is_completed() && i.action != Action::Savepoint),
         }
     }
 
-    /// The instant at a time, if any.
+    /// The instant at a time that is not a savepoint, if any.
     pub fn get(&self, time: &str) -> Option<&Instant> {
-        self.instants.binary_search_by(|i| i.time.as_str().cmp(time)).ok().map(|idx| &self.instants[idx])
+        self.instants_at(time).iter().find(|i| i.action != Action::Savepoint)
     }
 
     /// Path of an instant's file, relative to the table root.

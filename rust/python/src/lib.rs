@@ -4,6 +4,7 @@
 mod arrow_ffi;
 mod errors;
 mod runtime;
+mod services;
 mod table;
 
 use pyo3::prelude::*;
@@ -16,5 +17,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrow_ffi::PyRecordBatchStream>()?;
     m.add_class::<arrow_ffi::PySchema>()?;
     m.add_function(wrap_pyfunction!(table::create_table, m)?)?;
+    m.add_function(wrap_pyfunction!(services::compact, m)?)?;
     Ok(())
 }

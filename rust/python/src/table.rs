@@ -20,7 +20,7 @@ type WriteSummary = (Option<String>, u64, u64, u64, Vec<String>);
 
 #[pyclass(name = "Table", module = "oxlake._native")]
 pub struct PyTable {
-    inner: Arc<Mutex<Table>>,
+    pub(crate) inner: Arc<Mutex<Table>>,
 }
 
 fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_interval: f64) -> PyResult<TableOptions> {

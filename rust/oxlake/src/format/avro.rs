@@ -180,9 +180,7 @@ fn parse_schema(j: &Json, named: &mut Vec<(String, Schema)>) -> Result<Schema> {
                 .map(|(_, s)| s.clone())
                 .ok_or_else(bad)?,
         },
-        Json::Array(branches) => {
-            Schema::Union(branches.iter().map(|b| parse_schema(b, named)).collect::<Result<_>>()?)
-        }
+        Json::Array(branches) => Schema::Union(branches.iter().map(|b| parse_schema(b, named)).collect::<Result<_>>()?),
         Json::Object(o) => {
             let t = o.get("type").ok_or_else(bad)?;
             let name = o.get("name").and_then(Json::as_str).unwrap_or_default().to_string();
@@ -280,7 +278,8 @@ pub struct DatumReader {
 
 impl DatumReader {
     pub fn new(writer_schema: &str, target: SchemaRef) -> Result<Self> {
-        let json: Json = serde_json::from_str(writer_schema).map_err(|e| Error::invalid_data(format!("avro schema: {e}")))?;
+        let json: Json =
+            serde_json::from_str(writer_schema).map_err(|e| Error::invalid_data(format!("avro schema: {e}")))?;
         let Schema::Record(fields) = parse_schema(&json, &mut Vec::new())? else {
             return Err(Error::invalid_data("avro schema of a data block is not a record"));
         };

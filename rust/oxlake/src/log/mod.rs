@@ -224,8 +224,7 @@ pub async fn write_new(
         data.extend_from_slice(&b.encode());
     }
     let data = Bytes::from(data);
-    let mut version = after_version + 1;
-    for _ in 0..100 {
+    for version in (after_version + 1..).take(100) {
         let name = LogFileName {
             file_id: file_id.to_string(),
             instant: base_instant.to_string(),
@@ -237,7 +236,6 @@ pub async fn write_new(
         if storage.put_if_absent(&path, data.clone()).await? {
             return Ok(LogFile { name, path, size: data.len() as u64 });
         }
-        version += 1;
     }
     Err(Error::CommitConflict {
         instant: base_instant.to_string(),

@@ -283,12 +283,12 @@ fn key_column(batch: &RecordBatch, index: usize) -> Result<&StringArray> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use crate::format::log_block::DeleteRecord;
     use arrow::array::Int64Array;
     use arrow::datatypes::{Field, Schema};
     use proptest::prelude::*;
     use std::collections::BTreeMap;
+    use std::sync::Arc;
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![
@@ -380,7 +380,11 @@ mod tests {
     }
 
     /// The law: merging the log side over the base equals applying every version in order.
-    fn model(mode: MergeMode, base: &[(String, i64, i64)], ops: &[(String, Option<i64>, i64)]) -> BTreeMap<String, (i64, i64)> {
+    fn model(
+        mode: MergeMode,
+        base: &[(String, i64, i64)],
+        ops: &[(String, Option<i64>, i64)],
+    ) -> BTreeMap<String, (i64, i64)> {
         // State per key: Some(row) or a delete with its ordering (None = commit-time).
         #[derive(Clone)]
         enum S {

@@ -93,7 +93,8 @@ pub struct PlannedSlice {
 
 impl PlannedSlice {
     fn new(g: &FileGroup, s: &FileSlice, with_logs: bool) -> Option<Self> {
-        let base = s.base.as_ref().map(|b| PlannedFile { partition: g.partition.clone(), path: b.path.clone(), size: b.size });
+        let base =
+            s.base.as_ref().map(|b| PlannedFile { partition: g.partition.clone(), path: b.path.clone(), size: b.size });
         let logs = if with_logs { s.logs.clone() } else { Vec::new() };
         (base.is_some() || !logs.is_empty()).then(|| PlannedSlice {
             partition: g.partition.clone(),
@@ -144,8 +145,10 @@ impl Table {
                 let with_logs = opts.query == QueryType::Snapshot;
                 let view = self.file_system_view().await?;
                 let replaced = self.replaced_file_groups(&as_of).await?;
-                let slices =
-                    view.slices_as_of(&as_of, &replaced).filter_map(|(g, s)| PlannedSlice::new(g, s, with_logs)).collect();
+                let slices = view
+                    .slices_as_of(&as_of, &replaced)
+                    .filter_map(|(g, s)| PlannedSlice::new(g, s, with_logs))
+                    .collect();
                 Ok(ScanPlan { slices, upper: as_of, commit_range: None })
             }
             QueryType::Incremental => {
@@ -214,9 +217,8 @@ pub fn session(table: &Table, batch_size: Option<usize>, memory_limit: Option<us
     // Column names are case-sensitive in Hudi tables (`byteField`): no SQL identifier folding.
     options.sql_parser.enable_ident_normalization = false;
     let pool = datafusion::execution::memory_pool::FairSpillPool::new(memory_limit.unwrap_or(DEFAULT_MEMORY_LIMIT));
-    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
-        .with_memory_pool(Arc::new(pool))
-        .build_arc()?;
+    let runtime =
+        datafusion::execution::runtime_env::RuntimeEnvBuilder::new().with_memory_pool(Arc::new(pool)).build_arc()?;
     let ctx = SessionContext::new_with_config_rt(config, runtime);
     ctx.register_object_store(table.storage().store_url(), table.storage().object_store());
     Ok(ctx)

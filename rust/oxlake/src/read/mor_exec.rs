@@ -23,8 +23,8 @@ use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
-use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
+use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -57,7 +57,7 @@ impl SliceScan {
 }
 
 /// What every slice of a scan shares.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct MergeContext {
     pub storage: Storage,
     pub store_url: ObjectStoreUrl,
@@ -72,6 +72,35 @@ pub struct MergeContext {
     /// A predicate on key and partition columns only, safe below the merge.
     pub base_predicate: Option<Arc<dyn PhysicalExpr>>,
     pub parquet_options: datafusion::config::TableParquetOptions,
+}
+
+impl MergeContext {
+    /// A context that reads every column of the table, with log blocks admitted up to `upper`
+    /// (table services: compaction and clustering rewrite whole records).
+    pub fn all_columns(table: &crate::table::Table, upper: &str) -> Result<Self> {
+        let schema = table.schema();
+        let cfg = table.config();
+        let key = schema.index_of(crate::schema::RECORD_KEY)?;
+        let ordering = match (cfg.merge_mode, &cfg.ordering_field) {
+            (crate::config::MergeMode::EventTime, Some(f)) => schema.index_of(f).ok(),
+            _ => None,
+        };
+        let url = table.storage().store_url();
+        let all: Vec<usize> = (0..schema.fields().len()).collect();
+        let mut parquet_options = datafusion::config::TableParquetOptions::default();
+        parquet_options.global.schema_force_view_types = false;
+        Ok(MergeContext {
+            storage: table.storage().clone(),
+            store_url: ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(Error::from)?,
+            table_schema: schema,
+            scan_columns: all.clone(),
+            output: all,
+            spec: MergeSpec { mode: cfg.merge_mode, key, ordering, append_only: !cfg.populate_meta_fields },
+            admission: Admission { upper: upper.to_string(), timeline: Arc::new(table.timeline().clone()) },
+            base_predicate: None,
+            parquet_options,
+        })
+    }
 }
 
 /// Merge-on-read over groups of file slices, one output partition per group.
@@ -133,15 +162,10 @@ impl ExecutionPlan for MergeOnReadExec {
 
     fn execute(&self, partition: usize, task: Arc<TaskContext>) -> DfResult<SendableRecordBatchStream> {
         let slices: VecDeque<SliceScan> = self.groups.get(partition).cloned().unwrap_or_default().into();
-        let reservation =
-            MemoryConsumer::new(format!("MergeOnReadExec[{partition}]")).with_can_spill(true).register(task.memory_pool());
-        let state = GroupState {
-            slices,
-            current: None,
-            ctx: self.ctx.clone(),
-            task,
-            reservation,
-        };
+        let reservation = MemoryConsumer::new(format!("MergeOnReadExec[{partition}]"))
+            .with_can_spill(true)
+            .register(task.memory_pool());
+        let state = GroupState { slices, current: None, ctx: self.ctx.clone(), task, reservation };
         let stream = futures::stream::unfold(state, |mut s| async move {
             match s.next_batch().await {
                 Ok(Some(b)) => Some((Ok(b), s)),
@@ -265,7 +289,8 @@ impl GroupState {
     /// The Parquet scan of a base file: projected, with the key-only predicate pushed down.
     fn base_stream(&self, path: &str, size: u64) -> Result<SendableRecordBatchStream> {
         let ctx = &self.ctx;
-        let mut source = ParquetSource::new(ctx.table_schema.clone()).with_table_parquet_options(ctx.parquet_options.clone());
+        let mut source =
+            ParquetSource::new(ctx.table_schema.clone()).with_table_parquet_options(ctx.parquet_options.clone());
         if let Some(p) = &ctx.base_predicate {
             source = source.with_predicate(p.clone());
         }

@@ -152,7 +152,12 @@ impl HudiTableProvider {
         scan_columns.dedup();
         let position = |i: usize| scan_columns.iter().position(|&c| c == i).unwrap_or_default();
         let output: Vec<usize> = scan_projection.iter().map(|&i| position(i)).collect();
-        let spec = MergeSpec { mode: self.merge_mode, key: position(key), ordering: ordering.map(position), append_only: self.append_only };
+        let spec = MergeSpec {
+            mode: self.merge_mode,
+            key: position(key),
+            ordering: ordering.map(position),
+            append_only: self.append_only,
+        };
         // Only filters on the key and partition columns may drop base rows before the merge
         // (DESIGN.md §4): a base row failing another filter may still win over its log version.
         let key_columns: Vec<&str> = [RECORD_KEY, PARTITION_PATH]

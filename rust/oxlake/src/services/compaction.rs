@@ -4,13 +4,27 @@
 //! `c` was planned is named with `c` and joins the new slice.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
+use bytes::Bytes;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::{StreamExt, TryStreamExt};
+use object_store::buffered::BufWriter;
+use parquet::arrow::AsyncArrowWriter;
+use parquet::file::properties::WriterProperties;
 use serde::{Deserialize, Serialize};
 
+use crate::commit::Transaction;
+use crate::config::TableType;
 use crate::error::{Error, Result};
-use crate::format::instant::{Action, State};
+use crate::format::commit::{CommitMetadata, WriteStat};
+use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::format::instant::{Action, Instant, State};
+use crate::read::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
+use crate::storage::Storage;
 use crate::table::Table;
-use crate::table::fs_view::FileGroupId;
+use crate::table::fs_view::{FileGroupId, LogFile};
+use crate::write::{WriteConfig, base_file_properties};
 
 /// One slice to compact.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,16 +70,221 @@ pub async fn read_plan(table: &Table, time: &str) -> Result<CompactionPlan> {
 /// groups are named with it.
 pub async fn pending_compaction_groups(table: &Table) -> Result<HashMap<FileGroupId, String>> {
     let mut out = HashMap::new();
-    let pending: Vec<String> = table
-        .timeline()
-        .pending()
-        .filter(|i| i.action == Action::Compaction)
-        .map(|i| i.time.clone())
-        .collect();
+    let pending: Vec<String> =
+        table.timeline().pending().filter(|i| i.action == Action::Compaction).map(|i| i.time.clone()).collect();
     for time in pending {
         for op in read_plan(table, &time).await?.operations {
             out.insert((op.partition_path, op.file_id), time.clone());
         }
     }
     Ok(out)
+}
+
+/// How compaction chooses its slices.
+#[derive(Clone, Debug)]
+pub struct CompactionConfig {
+    /// Slices with at least this many log files are compacted (1: every slice with logs).
+    pub min_log_files: usize,
+    pub write: WriteConfig,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig { min_log_files: 1, write: WriteConfig::default() }
+    }
+}
+
+/// What a compaction did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactionResult {
+    /// Compaction instants completed by this call (pending plans first, then a new one).
+    pub instants: Vec<String>,
+    pub file_groups: usize,
+    pub records: u64,
+}
+
+impl Table {
+    /// Compacts merge-on-read file slices: executes pending compaction plans, then schedules and
+    /// executes a new one over every slice with enough log files. Returns what was compacted.
+    pub async fn compact(&mut self, config: &CompactionConfig) -> Result<CompactionResult> {
+        if self.config().table_type != TableType::MergeOnRead {
+            return Err(Error::invalid_arg("compact", "only merge-on-read tables have log files to compact"));
+        }
+        self.reload().await?;
+        crate::commit::rollback_failed(self).await?;
+        let mut result = CompactionResult::default();
+        // Plans not started, or started by a run that is gone (`rollback_failed` undid its files);
+        // an inflight plan with a live heartbeat belongs to another compactor.
+        let pending: Vec<Instant> = self
+            .timeline()
+            .pending()
+            .filter(|i| i.action == Action::Compaction && i.state == State::Requested)
+            .cloned()
+            .collect();
+        for requested in pending {
+            let plan = read_plan(self, &requested.time).await?;
+            let tx = Transaction::resume(self, &requested.with_state(State::Requested)).await?;
+            execute(self, tx, plan, config, &mut result).await?;
+        }
+        let plan = schedule(self, config).await?;
+        if plan.operations.is_empty() {
+            return Ok(result);
+        }
+        let json = plan.to_json()?;
+        let tx = Transaction::begin_with(self, Action::Compaction, |_| Ok(Bytes::from(json.clone()))).await?;
+        // A write that planned its logs before this compaction existed fails its commit with a
+        // conflict (see `commit::Transaction::commit`), so the plan's slices stay complete.
+        execute(self, tx, plan, config, &mut result).await?;
+        Ok(result)
+    }
+}
+
+/// The latest slice of every file group with enough log files, not already in a pending plan.
+async fn schedule(table: &Table, config: &CompactionConfig) -> Result<CompactionPlan> {
+    let Some(latest) = table.timeline().latest_completed_data().map(|i| i.time.clone()) else {
+        return Ok(CompactionPlan::default());
+    };
+    let pending = pending_compaction_groups(table).await?;
+    let view = table.file_system_view().await?;
+    let replaced = table.replaced_file_groups(&latest).await?;
+    let mut operations = Vec::new();
+    for (g, s) in view.slices_as_of(&latest, &replaced) {
+        if s.logs.len() < config.min_log_files.max(1) || pending.contains_key(&g.id()) {
+            continue;
+        }
+        operations.push(CompactionOperation {
+            partition_path: g.partition.clone(),
+            file_id: g.file_id.clone(),
+            base_instant_time: s.base_instant.clone(),
+            data_file_path: s.base.as_ref().map(|b| b.path.clone()),
+            delta_file_paths: s.logs.iter().map(|l| l.path.clone()).collect(),
+        });
+    }
+    Ok(CompactionPlan { operations, version: 1 })
+}
+
+/// Writes the compacted base files of a plan and completes its instant.
+async fn execute(
+    table: &mut Table,
+    tx: Transaction,
+    plan: CompactionPlan,
+    config: &CompactionConfig,
+    result: &mut CompactionResult,
+) -> Result<()> {
+    let outcome = write_compacted(table, tx.time(), &plan, config).await;
+    let stats = match outcome {
+        Ok(s) => s,
+        Err(e) => {
+            if let Err(rollback_err) = tx.abort(table).await {
+                log::error!("rollback of a failed compaction also failed: {rollback_err}");
+            }
+            return Err(e);
+        }
+    };
+    let mut metadata = CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
+    metadata
+        .extra_metadata
+        .insert(CommitMetadata::SCHEMA_KEY.into(), crate::schema::to_avro(&table.data_schema(), &table.config().name)?);
+    for (partition, stat) in stats {
+        result.records += stat.num_writes as u64;
+        metadata.partition_to_write_stats.entry(partition).or_default().push(stat);
+    }
+    result.file_groups += plan.operations.len();
+    let instant = tx.commit(table, &metadata).await?;
+    result.instants.push(instant.time);
+    Ok(())
+}
+
+/// One merged base file per operation, `config.write.parallelism` at a time.
+async fn write_compacted(
+    table: &Table,
+    instant: &str,
+    plan: &CompactionPlan,
+    config: &CompactionConfig,
+) -> Result<Vec<(String, WriteStat)>> {
+    // Every log block of a committed instant before the compaction belongs to the old slice.
+    let ctx = MergeContext::all_columns(table, instant)?;
+    let ctx = Arc::new(ctx);
+    let session = crate::read::session(table, None, None)?;
+    let task = session.task_ctx();
+    let ops = plan.operations.iter().cloned().enumerate();
+    let storage = table.storage().clone();
+    futures::stream::iter(ops)
+        .map(|(index, op)| {
+            let (ctx, task, storage) = (ctx.clone(), task.clone(), storage.clone());
+            let props = base_file_properties(&config.write);
+            async move {
+                let slice = SliceScan {
+                    partition: op.partition_path.clone(),
+                    file_id: op.file_id.clone(),
+                    base: match &op.data_file_path {
+                        Some(p) => Some((p.clone(), storage.head(p).await?.map(|m| m.size).unwrap_or_default())),
+                        None => None,
+                    },
+                    logs: logs_of(&storage, &op).await?,
+                };
+                let exec = MergeOnReadExec::try_new(vec![vec![slice]], (*ctx).clone())?;
+                let stream = exec.execute(0, task)?;
+                let name = BaseFileName {
+                    file_id: op.file_id.clone(),
+                    write_token: format!("{index}-0-1"),
+                    instant: instant.to_string(),
+                };
+                let rel = if op.partition_path.is_empty() {
+                    name.name()
+                } else {
+                    format!("{}/{}", op.partition_path, name.name())
+                };
+                let rows = write_stream(&storage, &rel, ctx.table_schema.clone(), props, stream).await?;
+                let size = storage.head(&rel).await?.map(|m| m.size).unwrap_or_default() as i64;
+                let stat = WriteStat {
+                    file_id: op.file_id.clone(),
+                    path: Some(rel),
+                    prev_commit: Some(op.base_instant_time.clone()),
+                    partition_path: Some(op.partition_path.clone()),
+                    num_writes: rows as i64,
+                    total_write_bytes: size,
+                    file_size_in_bytes: size,
+                    ..Default::default()
+                };
+                Ok::<_, Error>((op.partition_path, stat))
+            }
+        })
+        .buffer_unordered(config.write.parallelism.max(1))
+        .try_collect()
+        .await
+}
+
+/// The planned log files, with their sizes.
+async fn logs_of(storage: &Storage, op: &CompactionOperation) -> Result<Vec<LogFile>> {
+    let mut out = Vec::new();
+    for path in &op.delta_file_paths {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let name = LogFileName::parse(name).ok_or_else(|| Error::corrupt(path, "not a log file name"))?;
+        // A planned log may be gone if an interrupted run already finished it: then it is skipped.
+        if let Some(meta) = storage.head(path).await? {
+            out.push(LogFile { name, path: path.clone(), size: meta.size });
+        }
+    }
+    Ok(out)
+}
+
+/// Streams record batches into a new Parquet file; returns the rows written.
+pub(crate) async fn write_stream(
+    storage: &Storage,
+    rel: &str,
+    schema: arrow::datatypes::SchemaRef,
+    props: WriterProperties,
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+) -> Result<u64> {
+    let sink = BufWriter::new(storage.object_store(), storage.path(rel));
+    let mut writer = AsyncArrowWriter::try_new(sink, schema, Some(props))?;
+    let mut rows = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch?;
+        rows += batch.num_rows() as u64;
+        writer.write(&batch).await?;
+    }
+    writer.close().await?;
+    Ok(rows)
 }

@@ -5,4 +5,4 @@
 
 pub mod compaction;
 
-pub use compaction::{CompactionPlan, pending_compaction_groups};
+pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use crate::error::Result;
 use crate::format::file_name::{BaseFileName, LogFileName, PARTITION_METADATA};
-use crate::storage::Storage;
 use crate::format::instant::Action;
+use crate::storage::Storage;
 use crate::timeline::Timeline;
 
 /// A base file of a file slice.

@@ -48,6 +48,18 @@ pub(super) struct Context {
     pub table_name: String,
 }
 
+/// How base files are written (by writes, compaction and clustering alike).
+pub fn base_file_properties(config: &WriteConfig) -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        // Sequence numbers and record keys are unique per row: dictionary pages would only be
+        // built to be thrown away.
+        .set_column_dictionary_enabled(ColumnPath::from(COMMIT_SEQNO), false)
+        .set_column_dictionary_enabled(ColumnPath::from(RECORD_KEY), false)
+        .set_max_row_group_row_count(Some(config.row_group_size))
+        .build()
+}
+
 /// Writes every planned file, `config.parallelism` at a time.
 pub(crate) async fn write_all(
     table: &Table,
@@ -67,14 +79,7 @@ pub(crate) async fn write_all(
         incoming: incoming.cloned(),
         ordering_field,
         table_name: table.config().name.clone(),
-        props: WriterProperties::builder()
-            .set_compression(Compression::SNAPPY)
-            // Sequence numbers and record keys are unique per row: dictionary pages would only be
-            // built to be thrown away.
-            .set_column_dictionary_enabled(ColumnPath::from(COMMIT_SEQNO), false)
-            .set_column_dictionary_enabled(ColumnPath::from(RECORD_KEY), false)
-            .set_max_row_group_row_count(Some(config.row_group_size))
-            .build(),
+        props: base_file_properties(config),
     });
     let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();

@@ -25,6 +25,7 @@ use crate::keys::{KeySpec, Partitions};
 use crate::schema;
 use crate::table::Table;
 
+pub use base_file::base_file_properties;
 pub use plan::WriteConfig;
 
 /// What a write does with its records.
