@@ -1,12 +1,96 @@
-"""The `oxlake` console script: `oxlake show URI`, `oxlake timeline URI`."""
+"""The `oxlake` console script.
+
+Inspect: `oxlake show URI`, `oxlake timeline URI`. Table services: `oxlake compact URI`,
+`oxlake clean URI [--policy P] [--retain N]`, `oxlake rollback URI INSTANT`,
+`oxlake savepoint URI INSTANT`, `oxlake restore URI INSTANT`. A service shows its progress on
+stderr (on a terminal) and ends with a one-line summary on stdout.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Callable, Sequence
+from types import TracebackType
 
 from oxlake import OxlakeError, Table
+
+
+class _Progress:
+    """An elapsed-time spinner on stderr while a native call runs (it releases the GIL)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.start = time.monotonic()
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        frames = "|/-\\"
+        i = 0
+        while not self._done.wait(0.1):
+            elapsed = time.monotonic() - self.start
+            print(f"\r{frames[i % 4]} {self.label} {elapsed:6.1f}s", end="", file=sys.stderr, flush=True)
+            i += 1
+
+    def __enter__(self) -> _Progress:
+        if sys.stderr.isatty():
+            self._thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._done.set()
+        if self._thread.is_alive():
+            self._thread.join()
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+
+def _service(label: str, work: Callable[[], str]) -> None:
+    with _Progress(label) as p:
+        summary = work()
+    print(f"{summary} in {p.elapsed:.1f}s")
+
+
+def _compact(table: Table, args: argparse.Namespace) -> str:
+    r = table.compact(min_log_files=args.min_log_files)
+    if not r.instants:
+        return "compact: nothing to compact"
+    return f"compact: {r.file_groups} file groups, {r.records:,} records, instants {', '.join(r.instants)}"
+
+
+def _clean(table: Table, args: argparse.Namespace) -> str:
+    deleted = table.clean(policy=args.policy, retain=args.retain)
+    return f"clean: {len(deleted)} files deleted ({args.policy}, retain {args.retain})"
+
+
+def _rollback(table: Table, args: argparse.Namespace) -> str:
+    return f"rollback: {args.instant} rolled back by {table.rollback(args.instant)}"
+
+
+def _savepoint(table: Table, args: argparse.Namespace) -> str:
+    table.savepoint(args.instant)
+    return f"savepoint: {args.instant} savepointed"
+
+
+def _restore(table: Table, args: argparse.Namespace) -> str:
+    return f"restore: table restored to {args.instant} by {table.restore(args.instant)}"
+
+
+SERVICES: dict[str, tuple[str, Callable[[Table, argparse.Namespace], str]]] = {
+    "compact": ("compact merge-on-read file slices", _compact),
+    "clean": ("delete file slices no longer needed", _clean),
+    "rollback": ("roll back the latest commit", _rollback),
+    "savepoint": ("savepoint a commit", _savepoint),
+    "restore": ("restore the table to a savepoint", _restore),
+}
 
 
 def _show(table: Table) -> None:
@@ -38,15 +122,31 @@ def _timeline(table: Table) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="oxlake", description="Inspect Apache Hudi tables.")
+    parser = argparse.ArgumentParser(prog="oxlake", description="Inspect and maintain Apache Hudi tables.")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (("show", "properties, schema, file groups"), ("timeline", "the instants")):
         p = sub.add_parser(name, help=help_text)
         p.add_argument("uri")
+    for name, (help_text, _) in SERVICES.items():
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("uri")
+        if name in ("rollback", "savepoint", "restore"):
+            p.add_argument("instant")
+    sub.choices["compact"].add_argument("--min-log-files", type=int, default=1)
+    sub.choices["clean"].add_argument(
+        "--policy",
+        default="keep_latest_commits",
+        choices=["keep_latest_commits", "keep_latest_file_versions"],
+    )
+    sub.choices["clean"].add_argument("--retain", type=int, default=10)
     args = parser.parse_args(argv)
     try:
         table = Table(args.uri)
-        _show(table) if args.command == "show" else _timeline(table)
+        if args.command in SERVICES:
+            fn = SERVICES[args.command][1]
+            _service(args.command, lambda: fn(table, args))
+        else:
+            _show(table) if args.command == "show" else _timeline(table)
     except OxlakeError as e:
         print(f"oxlake: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

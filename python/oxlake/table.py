@@ -162,6 +162,27 @@ class Table:
         instants, groups, records = _native.compact(self._t, min_log_files)
         return CompactionResult(list(instants), groups, records)
 
+    def rollback(self, instant: str) -> str:
+        """Rolls back the latest completed commit (`instant` must be it); returns the rollback
+        instant. Its files are removed and readers stop seeing it at once."""
+        return _native.rollback(self._t, instant)
+
+    def savepoint(self, instant: str) -> None:
+        """Savepoints a completed commit: the cleaner keeps what reading as of it needs, and
+        `restore` can bring the table back to it."""
+        _native.savepoint(self._t, instant)
+
+    def restore(self, instant: str) -> str:
+        """Rolls back every commit after the savepoint `instant`; returns the restore instant."""
+        return _native.restore(self._t, instant)
+
+    def clean(self, policy: str = "keep_latest_commits", retain: int = 10) -> list[str]:
+        """Deletes file slices no longer needed: `policy="keep_latest_commits"` keeps what reading
+        as of each of the latest `retain` commits needs, `"keep_latest_file_versions"` the latest
+        `retain` slices of each file group. Savepoints are always kept. Returns the files deleted."""
+        _, deleted = _native.clean(self._t, policy, retain)
+        return list(deleted)
+
     # -- writes -----------------------------------------------------------------------------
 
     def _write(self, operation: str, data: Any, target_file_size: int | None) -> WriteResult:

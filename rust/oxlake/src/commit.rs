@@ -291,6 +291,9 @@ pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool>
 /// Returns the instants rolled back.
 pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
     let mut done = Vec::new();
+    if table.timeline().pending().any(|i| i.action == Action::Restore) {
+        Box::pin(crate::services::restore::finish_interrupted(table)).await?;
+    }
     // Interrupted rollbacks first: they name their target.
     let pending_rollbacks: Vec<Instant> =
         table.timeline().pending().filter(|i| i.action == Action::Rollback).cloned().collect();
@@ -323,6 +326,53 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
         }
     }
     Ok(done)
+}
+
+/// Rolls back the latest completed data instant (a commit, deltacommit, replacecommit or
+/// compaction); returns the rollback instant. The completed file goes first, so readers stop seeing
+/// the instant before any of its files disappear; a crash after that is finished by the next writer
+/// like any interrupted rollback. A rolled-back compaction keeps its plan, to run again.
+pub async fn rollback_completed(table: &mut Table, time: &str) -> Result<String> {
+    table.reload().await?;
+    rollback_failed(table).await?;
+    rollback_latest(table, time).await
+}
+
+/// [`rollback_completed`] without the recovery of failed writes first (restores call it in turn).
+pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<String> {
+    let time = instant::normalize_time(time)?;
+    let latest = table.timeline().latest_completed_data().cloned();
+    let Some(latest) = latest.filter(|l| l.time == time) else {
+        return Err(Error::invalid_arg(
+            "instant",
+            format!("{time} is not the latest completed commit; roll back newer ones first, or restore a savepoint"),
+        ));
+    };
+    if table.timeline().instants_at(&time).iter().any(|i| i.action == Action::Savepoint) {
+        return Err(Error::invalid_arg("instant", format!("{time} is savepointed; delete the savepoint first")));
+    }
+    let meta = table.timeline().commit_metadata(table.storage(), &latest).await?;
+    let action = if meta.compacted { Action::Compaction } else { latest.action };
+    let storage = table.storage().clone();
+    let r = instant::next_after(table.timeline().last_time())?;
+    let plan =
+        RollbackPlan { instant_to_rollback: RollbackTarget { commit_time: time.clone(), action: action.to_string() } };
+    let requested = Instant::new(r.clone(), Action::Rollback, State::Requested);
+    let plan = serde_json::to_vec(&plan).map_err(Error::invalid_data)?;
+    if !table.timeline().create(&storage, &requested, Bytes::from(plan)).await? {
+        return Err(Error::CommitConflict { instant: r, detail: "rollback instant taken".into() });
+    }
+    // The target reads as pending from here on (its requested and inflight files remain).
+    let target = Instant::new(time.clone(), action, State::Inflight);
+    for pending in [target.with_state(State::Requested), target.clone()] {
+        table.timeline().create(&storage, &pending, Bytes::new()).await?;
+    }
+    storage.delete(&table.timeline().path_of(&latest)).await?;
+    failpoint("rollback-after-uncommit");
+    table.reload().await?;
+    rollback(table, &target, Some(requested)).await?;
+    table.reload().await?;
+    Ok(r)
 }
 
 /// Rolls back one pending instant, resuming `existing` when a rollback of it was interrupted.
@@ -429,7 +479,7 @@ async fn undo_files_of(storage: &Storage, target: &Instant, rollback_time: &str)
 
 /// Crash simulation for the crash tests: with `OXLAKE_FAILPOINT=<name>` in the environment the
 /// process aborts at that step, as a `kill -9` would stop it there.
-fn failpoint(name: &str) {
+pub(crate) fn failpoint(name: &str) {
     if std::env::var("OXLAKE_FAILPOINT").is_ok_and(|v| v == name) {
         log::error!("failpoint {name}: aborting the process");
         std::process::abort();

@@ -18,5 +18,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arrow_ffi::PySchema>()?;
     m.add_function(wrap_pyfunction!(table::create_table, m)?)?;
     m.add_function(wrap_pyfunction!(services::compact, m)?)?;
+    m.add_function(wrap_pyfunction!(services::rollback, m)?)?;
+    m.add_function(wrap_pyfunction!(services::savepoint, m)?)?;
+    m.add_function(wrap_pyfunction!(services::restore, m)?)?;
+    m.add_function(wrap_pyfunction!(services::clean, m)?)?;
     Ok(())
 }

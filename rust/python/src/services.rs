@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 
 use crate::runtime::run;
 use crate::table::PyTable;
-use oxlake::services::CompactionConfig;
+use oxlake::services::{CleanPolicy, CompactionConfig};
 
 /// Compacts merge-on-read slices with at least `min_log_files` log files; returns
 /// (instants, file groups, records).
@@ -18,5 +18,41 @@ pub fn compact(py: Python<'_>, table: &PyTable, min_log_files: usize) -> PyResul
         let config = CompactionConfig { min_log_files, ..Default::default() };
         let r = t.compact(&config).await?;
         Ok((r.instants, r.file_groups, r.records))
+    })
+}
+
+/// Rolls back the latest completed commit `instant`; returns the rollback instant.
+#[pyfunction]
+pub fn rollback(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<String> {
+    let inner = table.inner.clone();
+    run(py, async move {
+        let mut t = inner.lock().await;
+        oxlake::commit::rollback_completed(&mut t, &instant).await
+    })
+}
+
+/// Savepoints the completed commit `instant`.
+#[pyfunction]
+pub fn savepoint(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<()> {
+    let inner = table.inner.clone();
+    run(py, async move { inner.lock().await.savepoint(&instant).await })
+}
+
+/// Restores the table to the savepoint `instant`; returns the restore instant.
+#[pyfunction]
+pub fn restore(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<String> {
+    let inner = table.inner.clone();
+    run(py, async move { inner.lock().await.restore(&instant).await })
+}
+
+/// Cleans with a policy; returns (clean instant, files deleted).
+#[pyfunction]
+#[pyo3(signature = (table, policy="keep_latest_commits", retain=10))]
+pub fn clean(py: Python<'_>, table: &PyTable, policy: &str, retain: usize) -> PyResult<(Option<String>, Vec<String>)> {
+    let policy = CleanPolicy::parse(policy, retain).map_err(crate::errors::to_py)?;
+    let inner = table.inner.clone();
+    run(py, async move {
+        let r = inner.lock().await.clean(policy).await?;
+        Ok((r.instant, r.deleted))
     })
 }

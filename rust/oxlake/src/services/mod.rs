@@ -3,6 +3,9 @@
 //! [`crate::commit`]), so a crash at any step leaves the table readable and the next run finishes or
 //! undoes the step.
 
+pub mod clean;
 pub mod compaction;
+pub mod restore;
 
+pub use clean::{CleanPlan, CleanPolicy, CleanResult};
 pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};

@@ -1,0 +1,124 @@
+//! Savepoints and restores. A savepoint `<t>.savepoint` keeps the table readable as of commit `t`:
+//! the cleaner never removes the files of that snapshot. A restore rolls the table back to a
+//! savepoint: every data instant completed after it is rolled back, newest first, under one
+//! `restore` instant whose plan names them, so an interrupted restore is finished by the next run.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::commit::rollback_latest;
+use crate::error::{Error, Result};
+use crate::format::instant::{self, Action, Instant, State};
+use crate::table::Table;
+
+/// What `<t>.savepoint` records.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SavepointMetadata {
+    savepointed_by: String,
+    savepointed_at: i64,
+    comments: String,
+    /// Files of the snapshot by partition.
+    partition_metadata: std::collections::BTreeMap<String, Vec<String>>,
+}
+
+/// The plan of a restore.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RestorePlan {
+    savepoint: String,
+    instants_to_rollback: Vec<String>,
+}
+
+impl Table {
+    /// Savepoints the completed data instant `time`.
+    pub async fn savepoint(&mut self, time: &str) -> Result<()> {
+        self.reload().await?;
+        let time = instant::normalize_time(time)?;
+        if !self.timeline().completed_data().any(|i| i.time == time) {
+            return Err(Error::invalid_arg("instant", format!("{time} is not a completed commit")));
+        }
+        let plan =
+            self.plan_scan(&crate::read::ScanOptions { as_of: Some(time.clone()), ..Default::default() }).await?;
+        let mut partition_metadata: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        for s in &plan.slices {
+            let files = s.base.iter().map(|b| b.path.clone()).chain(s.logs.iter().map(|l| l.path.clone()));
+            partition_metadata.entry(s.partition.clone()).or_default().extend(files);
+        }
+        let meta = SavepointMetadata {
+            savepointed_by: "oxlake".into(),
+            savepointed_at: chrono::Utc::now().timestamp(),
+            comments: String::new(),
+            partition_metadata,
+        };
+        let sp = Instant::new(time, Action::Savepoint, State::Inflight);
+        let storage = self.storage().clone();
+        self.timeline().create(&storage, &sp, Bytes::new()).await?;
+        let meta = serde_json::to_vec_pretty(&meta).map_err(Error::invalid_data)?;
+        if !self.timeline().create(&storage, &sp.with_state(State::Completed), Bytes::from(meta)).await? {
+            return Err(Error::invalid_arg("instant", format!("{} is already savepointed", sp.time)));
+        }
+        self.reload().await
+    }
+
+    /// The savepointed instants, oldest first.
+    pub fn savepoints(&self) -> Vec<String> {
+        self.timeline()
+            .instants()
+            .iter()
+            .filter(|i| i.action == Action::Savepoint && i.is_completed())
+            .map(|i| i.time.clone())
+            .collect()
+    }
+
+    /// Restores the table to the savepoint at `time`: every data instant completed after it is
+    /// rolled back. Returns the restore instant.
+    pub async fn restore(&mut self, time: &str) -> Result<String> {
+        self.reload().await?;
+        crate::commit::rollback_failed(self).await?;
+        let time = instant::normalize_time(time)?;
+        if !self.savepoints().contains(&time) {
+            return Err(Error::invalid_arg("instant", format!("{time} is not a savepoint")));
+        }
+        let mut later: Vec<String> =
+            self.timeline().completed_data().filter(|i| i.time > time).map(|i| i.time.clone()).collect();
+        later.reverse();
+        let r = instant::next_after(self.timeline().last_time())?;
+        let plan = RestorePlan { savepoint: time, instants_to_rollback: later };
+        let requested = Instant::new(r.clone(), Action::Restore, State::Requested);
+        let storage = self.storage().clone();
+        let bytes = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
+        if !self.timeline().create(&storage, &requested, Bytes::from(bytes)).await? {
+            return Err(Error::CommitConflict { instant: r, detail: "restore instant taken".into() });
+        }
+        finish(self, &requested, &plan).await?;
+        Ok(r)
+    }
+}
+
+/// Rolls back what the plan names that is still completed, then completes the restore.
+async fn finish(table: &mut Table, requested: &Instant, plan: &RestorePlan) -> Result<()> {
+    let storage = table.storage().clone();
+    table.timeline().create(&storage, &requested.with_state(State::Inflight), Bytes::new()).await?;
+    for target in &plan.instants_to_rollback {
+        table.reload().await?;
+        if table.timeline().completed_data().any(|i| &i.time == target) {
+            rollback_latest(table, target).await?;
+        }
+    }
+    let done = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
+    table.timeline().create(&storage, &requested.with_state(State::Completed), Bytes::from(done)).await?;
+    table.reload().await
+}
+
+/// Finishes restores interrupted by a crash (called before every write).
+pub async fn finish_interrupted(table: &mut Table) -> Result<()> {
+    let pending: Vec<Instant> = table.timeline().pending().filter(|i| i.action == Action::Restore).cloned().collect();
+    for r in pending {
+        let path = table.timeline().path_of(&r.with_state(State::Requested));
+        let bytes = table.storage().get(&path).await?;
+        let plan: RestorePlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+        finish(table, &r, &plan).await?;
+    }
+    Ok(())
+}

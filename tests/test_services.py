@@ -1,0 +1,187 @@
+"""Table services: rollback of a completed commit, savepoint and restore, clean, and the console
+script that runs them; each checked by the rows read afterwards and the files left on disk."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import oxlake
+import pytest
+from conftest import SCHEMA, hudi_read, rows, trips
+
+
+@pytest.fixture(params=["copy_on_write", "merge_on_read"])
+def t(request: pytest.FixtureRequest, table_path: str) -> oxlake.Table:
+    return oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=request.param,
+    )
+
+
+def data_files(t: oxlake.Table) -> set[str]:
+    root = Path(t.uri)
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and ".hoodie" not in p.parts and not p.name.startswith(".hoodie_partition")
+    }
+
+
+def test_rollback_of_the_latest_commit(t: oxlake.Table) -> None:
+    t.insert(trips(list(range(10))))
+    before_files = data_files(t)
+    before = rows(t.scan())
+    last = t.upsert(trips([1, 2, 20], ts=2, name="u"))
+    t.rollback(last.instant)
+    assert rows(t.scan()) == before
+    assert data_files(t) == before_files
+    completed = [i.time for i in t.timeline() if i.state == "completed" and i.action != "rollback"]
+    assert last.instant not in completed
+    assert rows(hudi_read(t.uri)) == before
+    # Only the latest commit can be rolled back.
+    first = completed[0]
+    t.upsert(trips([3], ts=3))
+    with pytest.raises(oxlake.InvalidArgumentError):
+        t.rollback(first)
+
+
+def test_savepoint_and_restore(t: oxlake.Table) -> None:
+    a = t.insert(trips(list(range(8))))
+    t.upsert(trips([1], ts=2, name="b"))
+    keep = rows(t.scan())
+    sp = t.timeline()[-1].time
+    t.savepoint(sp)
+    t.upsert(trips([2, 30], ts=3, name="c"))
+    t.delete(trips([3]).select(["id", "city"]))
+    t.restore(sp)
+    assert rows(t.scan()) == keep
+    assert rows(hudi_read(t.uri)) == keep
+    assert [i.time for i in t.timeline() if i.action == "savepoint"] == [sp]
+    assert any(i.action == "restore" and i.state == "completed" for i in t.timeline())
+    # The table takes writes again, and time travel before the savepoint still works.
+    t.upsert(trips([4], ts=4, name="d"))
+    assert {r["id"]: r["name"] for r in rows(t.scan())}[4] == "d4"
+    assert rows(t.to_arrow(as_of=a.instant)) == rows(trips(list(range(8))))
+    with pytest.raises(oxlake.InvalidArgumentError):
+        t.restore(a.instant)  # not a savepoint
+
+
+def test_clean_keeps_what_retained_commits_and_savepoints_read(t: oxlake.Table) -> None:
+    a = t.insert(trips(list(range(6)), city="sf"))
+    t.savepoint(a.instant)
+    b = t.upsert(trips([1], ts=2, name="b", city="sf"))
+    if t.properties["hoodie.table.type"] == "MERGE_ON_READ":
+        t.compact()
+    c = t.upsert(trips([2], ts=3, name="c", city="sf"))
+    if t.properties["hoodie.table.type"] == "MERGE_ON_READ":
+        t.compact()
+    d = t.upsert(trips([3], ts=4, name="d", city="sf"))
+    commits = [
+        i.time for i in t.timeline() if i.state == "completed" and i.action in ("commit", "deltacommit")
+    ]
+    snapshots = {i: rows(t.to_arrow(as_of=i)) for i in commits}
+    # Compactions are commits too: merge-on-read keeps three to reach back to `c`.
+    retain = 2 if t.properties["hoodie.table.type"] == "COPY_ON_WRITE" else 3
+    deleted = t.clean(policy="keep_latest_commits", retain=retain)
+    assert not any(Path(t.uri, f).exists() for f in deleted)
+    for instant in [a.instant, *commits[-retain:]]:
+        assert rows(t.to_arrow(as_of=instant)) == snapshots[instant]
+    assert c.instant in commits[-retain:]
+    assert rows(t.scan()) == snapshots[d.instant]
+    assert t.clean(policy="keep_latest_commits", retain=retain) == []
+    # Keeping one commit frees the older slices; the savepoint still reads.
+    assert t.clean(policy="keep_latest_commits", retain=1)
+    assert any(i.action == "clean" and i.state == "completed" for i in t.timeline())
+    assert rows(t.scan()) == snapshots[d.instant]
+    assert rows(t.to_arrow(as_of=a.instant)) == snapshots[a.instant]
+    assert b.instant in snapshots
+
+
+def test_clean_keep_latest_file_versions(table_path: str) -> None:
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    for ts in range(4):
+        t.upsert(trips([1, 2], ts=ts))
+    assert len(data_files(t)) == 4
+    deleted = t.clean(policy="keep_latest_file_versions", retain=2)
+    assert len(deleted) == 2 and len(data_files(t)) == 2
+    assert rows(t.scan()) == rows(trips([1, 2], ts=3))
+    with pytest.raises(oxlake.InvalidArgumentError):
+        t.clean(policy="keep_nothing")
+
+
+def test_console_script_runs_the_services(table_path: str) -> None:
+    t = oxlake.create_table(
+        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type="merge_on_read"
+    )
+    t.insert(trips(list(range(5))))
+    last = t.upsert(trips([1], ts=2, name="u"))
+
+    def cli(*args: str) -> str:
+        out = subprocess.run(
+            [sys.executable, "-m", "oxlake.cli", *args], capture_output=True, text=True, env=os.environ
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert cli("savepoint", table_path, last.instant).startswith(f"savepoint: {last.instant} savepointed")
+    assert cli("compact", table_path).startswith("compact: 1 file groups, 5 records")
+    assert cli("clean", table_path, "--retain", "1").startswith("clean: ")
+    assert cli("restore", table_path, last.instant).startswith(f"restore: table restored to {last.instant}")
+    assert {r["id"]: r["name"] for r in rows(t.scan())}[1] == "u1"
+    bad = subprocess.run(
+        [sys.executable, "-m", "oxlake.cli", "rollback", table_path, "20000101000000000"],
+        capture_output=True,
+        text=True,
+    )
+    assert bad.returncode == 1 and "InvalidArgumentError" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "point", ["rollback-after-uncommit", "rollback-after-inflight", "rollback-after-delete"]
+)
+def test_a_crashed_rollback_is_finished_by_the_next_writer(table_path: str, point: str) -> None:
+    t = oxlake.create_table(
+        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type="merge_on_read"
+    )
+    t.insert(trips(list(range(5))))
+    before = rows(t.scan())
+    last = t.upsert(trips([1, 9], ts=2, name="u"))
+    code = "import oxlake, sys; oxlake.Table(sys.argv[1]).rollback(sys.argv[2])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, table_path, last.instant],
+        env={**os.environ, "OXLAKE_FAILPOINT": point},
+        capture_output=True,
+    )
+    assert proc.returncode != 0
+    # Readers already see the table without the rolled-back commit.
+    assert rows(oxlake.Table(table_path).scan()) == before
+    t2 = oxlake.Table(table_path)
+    t2.upsert(trips([2], ts=3, name="v"))
+    expected = {r["id"]: r for r in before}
+    expected[2] = {**expected[2], "name": "v2", "ts": 3}
+    assert rows(t2.scan()) == sorted(expected.values(), key=lambda r: r["id"])
+    assert not [i for i in t2.timeline() if i.state != "completed"]
+
+
+def test_a_crashed_clean_is_finished_by_the_next_clean(table_path: str) -> None:
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    for ts in range(3):
+        t.upsert(trips([1, 2], ts=ts))
+    code = "import oxlake, sys; oxlake.Table(sys.argv[1]).clean(retain=1)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, table_path],
+        env={**os.environ, "OXLAKE_FAILPOINT": "clean-after-delete"},
+        capture_output=True,
+    )
+    assert proc.returncode != 0
+    assert rows(t.scan()) == rows(trips([1, 2], ts=2))
+    t.clean(retain=1)
+    assert [i.state for i in t.timeline() if i.action == "clean"] == ["completed"]
+    assert len(data_files(t)) == 1
