@@ -97,9 +97,7 @@ def test_filters_apply_after_the_merge(mor: oxlake.Table) -> None:
     assert [r["fare"] for r in rows(mor.scan(filter="id = 1"))] == [1.0]
 
 
-def test_a_corrupt_block_is_skipped_with_a_warning(
-    mor: oxlake.Table, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_a_corrupt_block_is_skipped(mor: oxlake.Table) -> None:
     mor.insert(trips([1, 2, 3], city="sf"))
     mor.upsert(trips([1], ts=2, name="u", city="sf"))
     mor.upsert(trips([2], ts=2, name="v", city="sf"))
