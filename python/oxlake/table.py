@@ -227,7 +227,10 @@ class Table:
         `query="snapshot"` reads the table as of `as_of` (an instant time, default latest);
         `query="read_optimized"` reads base files only (merge-on-read tables: the state as of each
         file group's last compaction); `query="incremental"` reads the records changed by the
-        commits in `(start, end]`.
+        commits in `(start, end]`; `query="changes"` returns every key whose state differs
+        between `start` and `end`, with its state at `end` and a `_change_type` column
+        (`insert`, `update` or `delete`; a deleted row carries its key and partition columns,
+        the others null).
         `filter` is a SQL expression (`"city = 'sf' AND fare > 10"`) or `[(col, op, value), ...]`.
         `memory_limit` bounds the bytes a scan holds (merge-on-read log records included); a
         slice whose logs exceed it is merged in several passes. Default: 1 GiB.

@@ -228,7 +228,7 @@ impl PyTable {
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
-            Ok(t.plan_scan(&opts).await?.paths())
+            t.planned_paths(&opts).await
         })
     }
 }

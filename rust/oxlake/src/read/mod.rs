@@ -6,6 +6,7 @@
 //! [`mor_exec::MergeOnReadExec`] for slices with log files; [`Table::scan`] adds the user's filter
 //! and column selection and returns a stream of record batches.
 
+pub mod changes;
 pub mod filter;
 pub mod merge;
 pub mod mor_exec;
@@ -35,6 +36,9 @@ pub enum QueryType {
     Incremental,
     /// Base files only: the state as of the last compaction of each file group (merge-on-read).
     ReadOptimized,
+    /// Every key whose state differs between `start` and `end`: its state at `end` and a
+    /// `_change_type` column (`insert`, `update`, `delete`; see [`changes`]).
+    Changes,
 }
 
 impl QueryType {
@@ -43,9 +47,10 @@ impl QueryType {
             "snapshot" => Ok(QueryType::Snapshot),
             "incremental" => Ok(QueryType::Incremental),
             "read_optimized" => Ok(QueryType::ReadOptimized),
+            "changes" => Ok(QueryType::Changes),
             other => Err(Error::invalid_arg(
                 "query",
-                format!("`{other}` (expected snapshot, read_optimized or incremental)"),
+                format!("`{other}` (expected snapshot, read_optimized, incremental or changes)"),
             )),
         }
     }
@@ -151,33 +156,71 @@ impl Table {
                     .collect();
                 Ok(ScanPlan { slices, upper: as_of, commit_range: None })
             }
+            QueryType::Changes => {
+                Err(Error::invalid_arg("query", "a change query reads two snapshots: see Table::plan_changes"))
+            }
             QueryType::Incremental => {
-                if opts.as_of.is_some() {
-                    return Err(Error::invalid_arg("as_of", "as_of goes with query=\"snapshot\""));
-                }
-                let start = opts.start.as_deref().map(normalize_time).transpose()?.unwrap_or_else(|| "0".repeat(17));
-                let end = opts.end.as_deref().map(normalize_time).transpose()?.unwrap_or(latest);
-                if end < start {
-                    return Err(Error::invalid_arg("end", format!("{end} is before start {start}")));
-                }
-                let mut touched: HashSet<FileGroupId> = HashSet::new();
-                let in_window: Vec<_> =
-                    timeline.completed_data().filter(|i| i.time > start && i.time <= end).cloned().collect();
-                for instant in &in_window {
-                    let meta = timeline.commit_metadata(self.storage(), instant).await?;
-                    touched.extend(meta.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone())));
-                }
-                let view = self.file_system_view().await?;
-                let replaced = self.replaced_file_groups(&end).await?;
-                let slices = touched
-                    .iter()
-                    .filter(|id| !replaced.contains(*id))
-                    .filter_map(|id| view.get(id))
-                    .filter_map(|g| g.slice_as_of(&end).and_then(|s| PlannedSlice::new(g, s, true)))
-                    .collect();
+                let (start, end) = self.window(opts, latest)?;
+                let touched = self.touched_file_groups(&start, &end).await?;
+                let slices = self.slices_of(&touched, &end).await?;
                 Ok(ScanPlan { slices, upper: end.clone(), commit_range: Some((start, end)) })
             }
         }
+    }
+
+    /// The `(start, end]` window of an incremental or change query, checked.
+    fn window(&self, opts: &ScanOptions, latest: String) -> Result<(String, String)> {
+        if opts.as_of.is_some() {
+            return Err(Error::invalid_arg("as_of", "as_of goes with query=\"snapshot\""));
+        }
+        let start = opts.start.as_deref().map(normalize_time).transpose()?.unwrap_or_else(|| "0".repeat(17));
+        let end = opts.end.as_deref().map(normalize_time).transpose()?.unwrap_or(latest);
+        if end < start {
+            return Err(Error::invalid_arg("end", format!("{end} is before start {start}")));
+        }
+        Ok((start, end))
+    }
+
+    /// The file groups the completed commits in `(start, end]` wrote into or replaced. Compactions
+    /// are skipped: they rewrite slices without changing a row.
+    async fn touched_file_groups(&self, start: &str, end: &str) -> Result<HashSet<FileGroupId>> {
+        let timeline = self.timeline();
+        let mut touched = HashSet::new();
+        for instant in timeline.completed_data().filter(|i| i.time.as_str() > start && i.time.as_str() <= end) {
+            let meta = timeline.commit_metadata(self.storage(), instant).await?;
+            if meta.compacted {
+                continue;
+            }
+            touched.extend(meta.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone())));
+            touched.extend(meta.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())));
+        }
+        Ok(touched)
+    }
+
+    /// The live slices, as of `as_of`, of the given file groups (with their log files).
+    async fn slices_of(&self, groups: &HashSet<FileGroupId>, as_of: &str) -> Result<Vec<PlannedSlice>> {
+        let view = self.file_system_view().await?;
+        let replaced = self.replaced_file_groups(as_of).await?;
+        let mut slices: Vec<PlannedSlice> = groups
+            .iter()
+            .filter(|id| !replaced.contains(*id))
+            .filter_map(|id| view.get(id))
+            .filter_map(|g| g.slice_as_of(as_of).and_then(|s| PlannedSlice::new(g, s, true)))
+            .collect();
+        slices.sort_by(|a, b| (&a.partition, &a.file_id).cmp(&(&b.partition, &b.file_id)));
+        Ok(slices)
+    }
+
+    /// Every file a query reads (after planning, before partition pruning).
+    pub async fn planned_paths(&self, opts: &ScanOptions) -> Result<Vec<String>> {
+        if opts.query != QueryType::Changes {
+            return Ok(self.plan_scan(opts).await?.paths());
+        }
+        let Some(plans) = self.plan_changes(opts).await? else { return Ok(Vec::new()) };
+        let mut paths = plans.before.paths();
+        let seen: HashSet<String> = paths.iter().cloned().collect();
+        paths.extend(plans.after.paths().into_iter().filter(|p| !seen.contains(p)));
+        Ok(paths)
     }
 
     /// A DataFusion table provider of a query, for use in any `SessionContext`.
@@ -188,9 +231,12 @@ impl Table {
 
     /// Runs a query and streams its record batches.
     pub async fn scan(&self, opts: &ScanOptions) -> Result<SendableRecordBatchStream> {
-        let provider = Arc::new(self.provider(opts).await?);
         let ctx = session(self, opts.batch_size, opts.memory_limit)?;
-        let mut df = ctx.read_table(provider)?;
+        let mut df = if opts.query == QueryType::Changes {
+            self.changes_frame(&ctx, opts).await?
+        } else {
+            ctx.read_table(Arc::new(self.provider(opts).await?))?
+        };
         if let Some(f) = &opts.filter {
             let expr = f.to_expr(&df).map_err(|e| Error::invalid_arg("filter", e))?;
             df = df.filter(expr).map_err(|e| Error::invalid_arg("filter", e))?;

@@ -1,0 +1,114 @@
+//! The change stream of a window `(start, end]`: every key whose state differs between the
+//! snapshot at `start` and the snapshot at `end`.
+//!
+//! Only the file groups the window's commits wrote into or replaced can hold a change, so both
+//! snapshots are read over those groups alone (compactions change no row and are skipped). The two
+//! are joined on (`_hoodie_partition_path`, `_hoodie_record_key`):
+//!
+//! | at `start` | at `end`                        | `_change_type` |
+//! |------------|---------------------------------|----------------|
+//! | absent     | present                         | `insert`       |
+//! | present    | present, written in the window  | `update`       |
+//! | present    | absent                          | `delete`       |
+//!
+//! A row present at both whose commit time is not in the window did not change (its file group was
+//! rewritten around it) and is not returned. A key inserted and deleted inside the window is not
+//! returned either: the stream is the net change between two table states, which is what a consumer
+//! that applies it to the state at `start` needs. Updated and inserted rows carry their state at
+//! `end`; deleted rows carry their key and partition (the meta columns and the record-key and
+//! partition fields), other columns null.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::common::{Column, JoinType};
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::context::SessionContext;
+use datafusion::functions::core::expr_fn::coalesce;
+use datafusion::logical_expr::{Expr, lit, when};
+
+use super::{HudiTableProvider, QueryType, ScanOptions, ScanPlan};
+use crate::error::{Error, Result};
+use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
+use crate::table::Table;
+
+/// The column a change query adds.
+pub const CHANGE_TYPE: &str = "_change_type";
+
+/// The two snapshots a change query compares, over the file groups the window touched.
+#[derive(Clone, Debug)]
+pub struct ChangePlan {
+    /// The touched groups as of `start` (empty when `start` precedes the table).
+    pub before: ScanPlan,
+    /// The touched groups as of `end`.
+    pub after: ScanPlan,
+    pub start: String,
+    pub end: String,
+}
+
+impl Table {
+    /// Plans a change query; `None` when the table has no completed commit.
+    pub async fn plan_changes(&self, opts: &ScanOptions) -> Result<Option<ChangePlan>> {
+        let Some(latest) = self.timeline().latest_completed_data().map(|i| i.time.clone()) else {
+            return Ok(None);
+        };
+        let (start, end) = self.window(opts, latest)?;
+        let touched = self.touched_file_groups(&start, &end).await?;
+        let before =
+            ScanPlan { slices: self.slices_of(&touched, &start).await?, upper: start.clone(), commit_range: None };
+        let after = ScanPlan { slices: self.slices_of(&touched, &end).await?, upper: end.clone(), commit_range: None };
+        Ok(Some(ChangePlan { before, after, start, end }))
+    }
+
+    /// The change stream as a DataFrame of `ctx`: the table's columns and [`CHANGE_TYPE`].
+    pub(crate) async fn changes_frame(&self, ctx: &SessionContext, opts: &ScanOptions) -> Result<DataFrame> {
+        debug_assert_eq!(opts.query, QueryType::Changes);
+        if !self.config().populate_meta_fields {
+            return Err(Error::unsupported("change queries on a table without meta fields (no record keys)"));
+        }
+        let schema = self.schema();
+        let Some(plan) = self.plan_changes(opts).await? else {
+            let empty = ScanPlan::default();
+            let frame = ctx.read_table(Arc::new(HudiTableProvider::try_new(self, empty)?))?;
+            let kind = lit(datafusion::common::ScalarValue::Utf8(None)).alias(CHANGE_TYPE);
+            return Ok(frame
+                .select(schema.fields().iter().map(|f| Expr::Column(Column::from_name(f.name()))).chain([kind]))?);
+        };
+
+        // Columns a deleted row keeps: what identifies it.
+        let cfg = self.config();
+        let mut carried: Vec<&str> = vec![RECORD_KEY, PARTITION_PATH];
+        for f in cfg.record_key_fields.iter().chain(&cfg.partition_fields) {
+            if schema.field_with_name(f).is_ok() && !carried.contains(&f.as_str()) {
+                carried.push(f);
+            }
+        }
+        let carried_set: HashSet<&str> = carried.iter().copied().collect();
+
+        let before = ctx
+            .read_table(Arc::new(HudiTableProvider::try_new(self, plan.before)?))?
+            .select_columns(&carried)?
+            .alias("s")?;
+        let after = ctx.read_table(Arc::new(HudiTableProvider::try_new(self, plan.after)?))?.alias("e")?;
+        let s = |name: &str| Expr::Column(Column::new(Some("s"), name));
+        let e = |name: &str| Expr::Column(Column::new(Some("e"), name));
+
+        let joined = before.join_on(
+            after,
+            JoinType::Full,
+            [s(PARTITION_PATH).eq(e(PARTITION_PATH)), s(RECORD_KEY).eq(e(RECORD_KEY))],
+        )?;
+        let changed =
+            s(RECORD_KEY).is_null().or(e(RECORD_KEY).is_null()).or(e(COMMIT_TIME).gt(lit(plan.start.as_str())));
+        let kind = when(s(RECORD_KEY).is_null(), lit("insert"))
+            .when(e(RECORD_KEY).is_null(), lit("delete"))
+            .otherwise(lit("update"))?
+            .alias(CHANGE_TYPE);
+        let columns = schema.fields().iter().map(|f| {
+            let name = f.name().as_str();
+            let value = if carried_set.contains(name) { coalesce(vec![e(name), s(name)]) } else { e(name) };
+            value.alias(name)
+        });
+        Ok(joined.filter(changed)?.select(columns.chain([kind]))?)
+    }
+}

@@ -1,0 +1,174 @@
+"""The change stream: `scan(query="changes", start, end)`.
+
+Its law: applying the changes of `(a, b]` to the snapshot at `a` gives the snapshot at `b`, for any
+two instants and any history of writes and table services. A property test checks it on random
+histories of both table types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import oxlake
+import pyarrow as pa
+import pytest
+from conftest import SCHEMA, trips
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+TABLE_TYPES = ["copy_on_write", "merge_on_read"]
+
+
+def create(path: str, table_type: str) -> oxlake.Table:
+    return oxlake.create_table(
+        path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=table_type,
+    )
+
+
+def state(data: pa.Table) -> dict[int, tuple[Any, ...]]:
+    """id -> data columns of a snapshot."""
+    return {r["id"]: (r["name"], r["city"], r["ts"], r["fare"]) for r in data.to_pylist()}
+
+
+def apply(before: dict[int, tuple[Any, ...]], changes: pa.Table) -> dict[int, tuple[Any, ...]]:
+    out = dict(before)
+    for r in changes.to_pylist():
+        if r["_change_type"] == "delete":
+            assert r["id"] in out, f"delete of absent key {r['id']}"
+            del out[r["id"]]
+        else:
+            assert (r["id"] in out) == (r["_change_type"] == "update"), r
+            out[r["id"]] = (r["name"], r["city"], r["ts"], r["fare"])
+    return out
+
+
+@pytest.mark.parametrize("table_type", TABLE_TYPES)
+def test_inserts_updates_and_deletes(table_path: str, table_type: str) -> None:
+    t = create(table_path, table_type)
+    a = t.insert(trips(list(range(10))))
+    b = t.upsert(trips([1, 2, 20], ts=2, name="b"))
+    t.delete(trips([3, 20]).select(["id", "city"]))
+    c = t.upsert(trips([4, 21], ts=3, name="c"))
+
+    out = t.to_arrow(query="changes", start=a.instant, end=c.instant)
+    assert out.schema.names == [*t.schema.names, "_change_type"]
+    got = {r["id"]: r for r in out.to_pylist()}
+    # 20 was inserted and deleted inside the window: no net change.
+    assert {k: r["_change_type"] for k, r in got.items()} == {
+        1: "update",
+        2: "update",
+        3: "delete",
+        4: "update",
+        21: "insert",
+    }
+    assert got[1]["name"] == "b1" and got[1]["_hoodie_commit_time"] == b.instant
+    assert got[21]["name"] == "c21" and got[21]["_hoodie_commit_time"] == c.instant
+    # A deleted row carries its key and partition, nothing else.
+    gone = got[3]
+    assert (gone["_hoodie_record_key"], gone["_hoodie_partition_path"], gone["city"]) == (
+        "3",
+        "city=sf",
+        "sf",
+    )
+    assert gone["name"] is None and gone["ts"] is None and gone["_hoodie_commit_time"] is None
+
+    # From the beginning of time every live row is an insert.
+    first = t.to_arrow(query="changes", end=a.instant)
+    assert sorted(first.column("_change_type").to_pylist()) == ["insert"] * 10
+    # Untouched rows never appear; an empty window is empty.
+    assert t.to_arrow(query="changes", start=c.instant).num_rows == 0
+    assert t.to_arrow(query="changes", start=b.instant, end=b.instant).num_rows == 0
+
+
+@pytest.mark.parametrize("table_type", TABLE_TYPES)
+def test_columns_filters_and_planned_files(table_path: str, table_type: str) -> None:
+    t = create(table_path, table_type)
+    a = t.insert(trips(list(range(9))))
+    t.upsert(trips([1, 2], ts=2, name="u"))
+    t.delete(trips([4]).select(["id", "city"]))
+    out = t.to_arrow(query="changes", start=a.instant, columns=["id", "_change_type"])
+    assert sorted(out.to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "_change_type": "update"},
+        {"id": 2, "_change_type": "update"},
+        {"id": 4, "_change_type": "delete"},
+    ]
+    # Partition filters hold for deletes too (their partition columns are kept).
+    nyc = t.to_arrow(query="changes", start=a.instant, filter=[("city", "=", "nyc")])
+    assert sorted(nyc.column("id").to_pylist()) == [1, 4]
+    deletes = t.to_arrow(query="changes", start=a.instant, filter="_change_type = 'delete'")
+    assert deletes.column("id").to_pylist() == [4]
+    # Only the file groups the window touched are planned (sf holds none of 1, 2, 4).
+    planned = t.planned_files(query="changes", start=a.instant)
+    assert planned and all("city=sf" not in p for p in planned)
+
+
+def test_compaction_and_clustering_change_nothing(table_path: str) -> None:
+    t = create(table_path, "merge_on_read")
+    a = t.insert(trips(list(range(12))))
+    t.upsert(trips([1, 5], ts=2, name="u"))
+    compacted = t.compact()
+    assert compacted.instants
+    out = t.to_arrow(query="changes", start=a.instant)
+    assert sorted(out.column("id").to_pylist()) == [1, 5]
+    assert t.to_arrow(query="changes", start=compacted.instants[0]).num_rows == 0
+
+
+def test_bad_arguments(table_path: str) -> None:
+    t = create(table_path, "copy_on_write")
+    assert t.to_arrow(query="changes").num_rows == 0  # an empty table has no change
+    a = t.insert(trips([1]))
+    with pytest.raises(oxlake.InvalidArgumentError, match="as_of"):
+        t.to_arrow(query="changes", as_of=a.instant)
+    with pytest.raises(oxlake.InvalidArgumentError, match="before start"):
+        t.to_arrow(query="changes", start=a.instant, end="20000101000000000")
+
+
+def data_instants(t: oxlake.Table) -> list[str]:
+    return [i.time for i in t.timeline() if i.state == "completed" and i.action in DATA_ACTIONS]
+
+
+DATA_ACTIONS = {"commit", "deltacommit", "replacecommit"}
+
+ops = st.lists(
+    st.tuples(
+        st.sampled_from(["upsert", "insert", "delete", "compact", "rollback"]),
+        st.lists(st.integers(0, 14), min_size=1, max_size=6, unique=True),
+        st.integers(1, 4),
+    ),
+    min_size=2,
+    max_size=7,
+)
+
+
+@pytest.mark.parametrize("table_type", TABLE_TYPES)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(history=ops)
+def test_changes_turn_one_snapshot_into_another(
+    tmp_path_factory: Any, table_type: str, history: list
+) -> None:
+    t = create(str(tmp_path_factory.mktemp("chg") / "t"), table_type)
+    for op, ids, ts in history:
+        if op == "upsert":
+            t.upsert(trips(ids, ts=ts, name=f"u{ts}-"))
+        elif op == "insert":
+            live = set(state(t.to_arrow()))
+            fresh = [i for i in ids if i not in live]
+            if fresh:
+                t.insert(trips(fresh, ts=ts))
+        elif op == "delete":
+            t.delete(trips(ids).select(["id", "city"]))
+        elif op == "compact" and table_type == "merge_on_read":
+            t.compact()
+        elif op == "rollback" and len(data_instants(t)) > 1:
+            t.rollback(data_instants(t)[-1])
+    instants = data_instants(t)
+    snapshots = {i: state(t.to_arrow(as_of=i)) for i in instants}
+    pairs = [(None, i) for i in instants] + [(a, b) for k, a in enumerate(instants) for b in instants[k:]]
+    for a, b in pairs:
+        before = snapshots[a] if a else {}
+        assert apply(before, t.to_arrow(query="changes", start=a, end=b)) == snapshots[b], (a, b)
