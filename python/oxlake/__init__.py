@@ -21,6 +21,7 @@ from oxlake._native import (
     __version__,
 )
 from oxlake.table import (
+    ClusteringResult,
     CompactionResult,
     FileGroup,
     Instant,
@@ -31,6 +32,7 @@ from oxlake.table import (
 )
 
 __all__ = [
+    "ClusteringResult",
     "CommitConflictError",
     "CompactionResult",
     "CorruptTableError",

@@ -65,6 +65,13 @@ def restore(table: Table, instant: str) -> str: ...
 def clean(
     table: Table, policy: str = "keep_latest_commits", retain: int = 10
 ) -> tuple[str | None, list[str]]: ...
+def cluster(
+    table: Table,
+    sort_by: list[str] = ...,
+    small_file_limit: int | None = None,
+    target_file_size: int | None = None,
+    memory_limit: int | None = None,
+) -> tuple[str | None, int, int, int]: ...
 def create_table(
     uri: str,
     schema: Any,

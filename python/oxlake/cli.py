@@ -2,7 +2,8 @@
 
 Inspect: `oxlake show URI`, `oxlake timeline URI`. Table services: `oxlake compact URI`,
 `oxlake clean URI [--policy P] [--retain N]`, `oxlake rollback URI INSTANT`,
-`oxlake savepoint URI INSTANT`, `oxlake restore URI INSTANT`. A service shows its progress on
+`oxlake savepoint URI INSTANT`, `oxlake restore URI INSTANT`,
+`oxlake cluster URI [--sort-by COL ...] [--target-file-size BYTES]`. A service shows its progress on
 stderr (on a terminal) and ends with a one-line summary on stdout.
 """
 
@@ -84,12 +85,24 @@ def _restore(table: Table, args: argparse.Namespace) -> str:
     return f"restore: table restored to {args.instant} by {table.restore(args.instant)}"
 
 
+def _cluster(table: Table, args: argparse.Namespace) -> str:
+    r = table.cluster(sort_by=args.sort_by, target_file_size=args.target_file_size)
+    if r.instant is None:
+        return "cluster: nothing to cluster"
+    order = f", sorted by {', '.join(args.sort_by)}" if args.sort_by else ""
+    return (
+        f"cluster: {r.replaced_file_groups} file groups into {r.new_file_groups}, "
+        f"{r.records:,} records{order}, instant {r.instant}"
+    )
+
+
 SERVICES: dict[str, tuple[str, Callable[[Table, argparse.Namespace], str]]] = {
     "compact": ("compact merge-on-read file slices", _compact),
     "clean": ("delete file slices no longer needed", _clean),
     "rollback": ("roll back the latest commit", _rollback),
     "savepoint": ("savepoint a commit", _savepoint),
     "restore": ("restore the table to a savepoint", _restore),
+    "cluster": ("rewrite small file groups into fewer, sorted ones", _cluster),
 }
 
 
@@ -139,6 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["keep_latest_commits", "keep_latest_file_versions"],
     )
     sub.choices["clean"].add_argument("--retain", type=int, default=10)
+    sub.choices["cluster"].add_argument("--sort-by", nargs="*", default=[], metavar="COLUMN")
+    sub.choices["cluster"].add_argument("--target-file-size", type=int, default=None, metavar="BYTES")
     args = parser.parse_args(argv)
     try:
         table = Table(args.uri)

@@ -45,6 +45,17 @@ class CompactionResult:
 
 
 @dataclass(frozen=True)
+class ClusteringResult:
+    """What `Table.cluster` did."""
+
+    instant: str | None
+    """The replacecommit (None when no partition had file groups worth rewriting)."""
+    replaced_file_groups: int
+    new_file_groups: int
+    records: int
+
+
+@dataclass(frozen=True)
 class WriteResult:
     """What a write did. `instant` is None when there was nothing to write."""
 
@@ -182,6 +193,23 @@ class Table:
         `retain` slices of each file group. Savepoints are always kept. Returns the files deleted."""
         _, deleted = _native.clean(self._t, policy, retain)
         return list(deleted)
+
+    def cluster(
+        self,
+        sort_by: Sequence[str] = (),
+        *,
+        small_file_limit: int | None = None,
+        target_file_size: int | None = None,
+        memory_limit: int | None = None,
+    ) -> ClusteringResult:
+        """Rewrites the small file groups of each partition (latest slice under
+        `small_file_limit` bytes, default 100 MiB) into new ones of about `target_file_size`
+        (default 120 MiB), sorted by `sort_by`, as one replacecommit. Reads return the same rows
+        before and after. Sorting spills to disk past `memory_limit` (default 1 GiB)."""
+        instant, replaced, written, records = _native.cluster(
+            self._t, list(sort_by), small_file_limit, target_file_size, memory_limit
+        )
+        return ClusteringResult(instant, replaced, written, records)
 
     # -- writes -----------------------------------------------------------------------------
 

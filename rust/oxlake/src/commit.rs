@@ -187,8 +187,11 @@ impl Transaction {
             }
             let theirs = table.timeline().commit_metadata(table.storage(), other).await?;
             // A compaction and a log write on the same file group do not conflict: logs written
-            // after the compaction was planned go to the compaction's new slice.
-            if metadata.compacted || theirs.compacted {
+            // after the compaction was planned go to the compaction's new slice. A compaction and
+            // a clustering (which replaces groups) do.
+            let replaces =
+                !metadata.partition_to_replace_file_ids.is_empty() || !theirs.partition_to_replace_file_ids.is_empty();
+            if (metadata.compacted || theirs.compacted) && !replaces {
                 continue;
             }
             let theirs = touched_groups(&theirs);
@@ -477,12 +480,26 @@ async fn undo_files_of(storage: &Storage, target: &Instant, rollback_time: &str)
     Ok(deleted)
 }
 
-/// Crash simulation for the crash tests: with `OXLAKE_FAILPOINT=<name>` in the environment the
-/// process aborts at that step, as a `kill -9` would stop it there.
+/// Crash and interleaving points for the tests. With `OXLAKE_FAILPOINT=<name>` in the environment
+/// the process aborts at that step, as a `kill -9` would stop it there. With
+/// `OXLAKE_PAUSEPOINT=<name>` and `OXLAKE_PAUSE_DIR=<dir>` it creates `<dir>/reached` there and
+/// waits until `<dir>/resume` exists, so that a test can run another writer in between.
 pub(crate) fn failpoint(name: &str) {
     if std::env::var("OXLAKE_FAILPOINT").is_ok_and(|v| v == name) {
         log::error!("failpoint {name}: aborting the process");
         std::process::abort();
+    }
+    if std::env::var("OXLAKE_PAUSEPOINT").is_ok_and(|v| v == name)
+        && let Ok(dir) = std::env::var("OXLAKE_PAUSE_DIR")
+    {
+        let dir = std::path::Path::new(&dir);
+        if let Err(e) = std::fs::write(dir.join("reached"), name) {
+            log::error!("pausepoint {name}: {e}");
+            return;
+        }
+        while !dir.join("resume").exists() {
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -22,5 +22,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(services::savepoint, m)?)?;
     m.add_function(wrap_pyfunction!(services::restore, m)?)?;
     m.add_function(wrap_pyfunction!(services::clean, m)?)?;
+    m.add_function(wrap_pyfunction!(services::cluster, m)?)?;
     Ok(())
 }

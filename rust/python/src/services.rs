@@ -5,7 +5,7 @@ use pyo3::prelude::*;
 
 use crate::runtime::run;
 use crate::table::PyTable;
-use oxlake::services::{CleanPolicy, CompactionConfig};
+use oxlake::services::{CleanPolicy, ClusteringConfig, CompactionConfig};
 
 /// Compacts merge-on-read slices with at least `min_log_files` log files; returns
 /// (instants, file groups, records).
@@ -54,5 +54,32 @@ pub fn clean(py: Python<'_>, table: &PyTable, policy: &str, retain: usize) -> Py
     run(py, async move {
         let r = inner.lock().await.clean(policy).await?;
         Ok((r.instant, r.deleted))
+    })
+}
+
+/// Rewrites small file groups into fewer ones sorted by `sort_by`; returns
+/// (replacecommit, file groups replaced, file groups written, records).
+#[pyfunction]
+#[pyo3(signature = (table, sort_by=Vec::new(), small_file_limit=None, target_file_size=None, memory_limit=None))]
+pub fn cluster(
+    py: Python<'_>,
+    table: &PyTable,
+    sort_by: Vec<String>,
+    small_file_limit: Option<u64>,
+    target_file_size: Option<u64>,
+    memory_limit: Option<usize>,
+) -> PyResult<(Option<String>, usize, usize, u64)> {
+    let mut config = ClusteringConfig { sort_by, memory_limit, ..Default::default() };
+    if let Some(n) = small_file_limit {
+        config.small_file_limit = n;
+    }
+    if let Some(n) = target_file_size {
+        config.write.target_file_size = n;
+        config.max_group_bytes = 8 * n;
+    }
+    let inner = table.inner.clone();
+    run(py, async move {
+        let r = inner.lock().await.cluster(&config).await?;
+        Ok((r.instant, r.replaced_file_groups, r.new_file_groups, r.records))
     })
 }

@@ -4,8 +4,10 @@
 //! undoes the step.
 
 pub mod clean;
+pub mod clustering;
 pub mod compaction;
 pub mod restore;
 
 pub use clean::{CleanPlan, CleanPolicy, CleanResult};
+pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending_clustering_groups};
 pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};

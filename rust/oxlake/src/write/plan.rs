@@ -98,17 +98,21 @@ pub(crate) async fn plan(
         let view = table.file_system_view().await?;
         let replaced = table.replaced_file_groups(latest).await?;
         let compacting = if mor { crate::services::pending_compaction_groups(table).await? } else { HashMap::new() };
+        // Inserts stay out of groups a clustering is rewriting (they would fail its commit).
+        let clustering = crate::services::pending_clustering_groups(table).await?;
         for (g, s) in view.slices_as_of(latest, &replaced) {
             let Some(base) = &s.base else { continue };
             live.entry(g.partition.clone()).or_default().push(base.clone());
             if !mor {
-                small_candidates.entry(g.partition.clone()).or_default().push(base.clone());
+                if !clustering.contains(&g.id()) {
+                    small_candidates.entry(g.partition.clone()).or_default().push(base.clone());
+                }
                 continue;
             }
             let base_instant = compacting.get(&g.id()).cloned().unwrap_or_else(|| s.base_instant.clone());
             let after_version =
                 s.logs.iter().filter(|l| l.name.instant == base_instant).map(|l| l.name.version).max().unwrap_or(0);
-            if s.logs.is_empty() && !compacting.contains_key(&g.id()) {
+            if s.logs.is_empty() && !compacting.contains_key(&g.id()) && !clustering.contains(&g.id()) {
                 small_candidates.entry(g.partition.clone()).or_default().push(base.clone());
             }
             targets.insert(g.id(), LogTarget { base_instant, after_version });

@@ -1,0 +1,414 @@
+//! Clustering: rewrites the small file groups of each partition into fewer, larger ones, sorted by
+//! chosen columns, as one `replacecommit` that replaces the old groups. Readers see the same rows
+//! before and after: records keep their commit time, sequence number, key and partition; only
+//! `_hoodie_file_name` names the new file.
+//!
+//! The plan (which slices, which sort columns) goes into `t.replacecommit.requested` (JSON, like
+//! our compaction plans). Execution reads the planned slices through the same plan as a snapshot
+//! read (merge-on-read slices are merged), sorts them with DataFusion's sort (spilling to disk past
+//! the memory budget), and streams the result into new base files that roll over at the target file
+//! size. A writer that changes a planned file group before the clustering commits wins: the
+//! clustering then fails its conflict check and is rolled back, so no update is ever lost.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use arrow::datatypes::SchemaRef;
+use bytes::Bytes;
+use datafusion::common::Column;
+use datafusion::logical_expr::{Expr, SortExpr};
+use futures::{StreamExt, TryStreamExt};
+use object_store::buffered::BufWriter;
+use parquet::arrow::AsyncArrowWriter;
+use serde::{Deserialize, Serialize};
+
+use crate::commit::Transaction;
+use crate::error::{Error, Result};
+use crate::format::commit::{CommitMetadata, WriteStat};
+use crate::format::file_name::{BaseFileName, LogFileName, new_file_id};
+use crate::format::instant::{Action, Instant, State};
+use crate::read::{HudiTableProvider, PlannedFile, PlannedSlice, ScanPlan};
+use crate::schema::FILE_NAME;
+use crate::storage::Storage;
+use crate::table::Table;
+use crate::table::fs_view::{FileGroupId, LogFile};
+use crate::write::{WriteConfig, base_file_properties};
+
+/// `operationType` of a clustering replacecommit (Apache Hudi's name).
+const CLUSTER: &str = "CLUSTER";
+
+/// How clustering chooses and writes file groups.
+#[derive(Clone, Debug)]
+pub struct ClusteringConfig {
+    /// Columns the new files are sorted by (none: rows keep their order of reading).
+    pub sort_by: Vec<String>,
+    /// File groups whose latest slice (base and logs) is smaller than this are rewritten.
+    pub small_file_limit: u64,
+    /// At most this many input bytes go into one clustering group (one sorted run of output files).
+    pub max_group_bytes: u64,
+    /// Output file size, row groups and parallelism (`write.target_file_size` rolls files over).
+    pub write: WriteConfig,
+    /// The scan memory budget of each clustering group (sorting spills past it).
+    pub memory_limit: Option<usize>,
+}
+
+impl Default for ClusteringConfig {
+    fn default() -> Self {
+        let write = WriteConfig::default();
+        ClusteringConfig {
+            sort_by: Vec::new(),
+            small_file_limit: write.small_file_limit,
+            max_group_bytes: 8 * write.target_file_size,
+            write,
+            memory_limit: None,
+        }
+    }
+}
+
+/// One input file slice of a clustering group.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusteringSlice {
+    pub file_id: String,
+    pub base_instant_time: String,
+    /// `(path, size)` of the base file, relative to the table root.
+    pub data_file: Option<(String, u64)>,
+    pub delta_file_paths: Vec<String>,
+}
+
+/// Slices of one partition rewritten together into one sorted run of files.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusteringGroup {
+    pub partition_path: String,
+    pub slices: Vec<ClusteringSlice>,
+}
+
+/// The plan stored in `t.replacecommit.requested`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusteringPlan {
+    pub operation_type: String,
+    pub sort_columns: Vec<String>,
+    pub input_groups: Vec<ClusteringGroup>,
+    pub version: u32,
+}
+
+impl ClusteringPlan {
+    /// The file groups the plan rewrites.
+    pub fn file_groups(&self) -> impl Iterator<Item = FileGroupId> + '_ {
+        self.input_groups.iter().flat_map(|g| g.slices.iter().map(|s| (g.partition_path.clone(), s.file_id.clone())))
+    }
+}
+
+/// What a clustering did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ClusteringResult {
+    /// The replacecommit, `None` when no partition had file groups worth rewriting.
+    pub instant: Option<String>,
+    pub replaced_file_groups: usize,
+    pub new_file_groups: usize,
+    pub records: u64,
+}
+
+/// The file groups of every pending clustering (writers keep their inserts out of them).
+pub async fn pending_clustering_groups(table: &Table) -> Result<HashSet<FileGroupId>> {
+    let mut out = HashSet::new();
+    let pending: Vec<Instant> =
+        table.timeline().pending().filter(|i| i.action == Action::ReplaceCommit).cloned().collect();
+    for instant in pending {
+        let path = table.timeline().path_of(&instant.with_state(State::Requested));
+        let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
+        // Insert-overwrite requests are empty; only clustering requests hold a plan.
+        if let Ok(plan) = serde_json::from_slice::<ClusteringPlan>(&bytes) {
+            out.extend(plan.file_groups());
+        }
+    }
+    Ok(out)
+}
+
+impl Table {
+    /// Rewrites small file groups into fewer, sorted ones (see the module docs).
+    pub async fn cluster(&mut self, config: &ClusteringConfig) -> Result<ClusteringResult> {
+        self.reload().await?;
+        crate::commit::rollback_failed(self).await?;
+        let schema = self.data_schema();
+        for c in &config.sort_by {
+            if schema.field_with_name(c).is_err() {
+                return Err(Error::invalid_arg("sort_by", format!("column `{c}` is not in the table")));
+            }
+        }
+        if config.write.target_file_size == 0 {
+            return Err(Error::invalid_arg("target_file_size", "must be positive"));
+        }
+        let plan = schedule(self, config).await?;
+        if plan.input_groups.is_empty() {
+            return Ok(ClusteringResult::default());
+        }
+        let json = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
+        let tx = Transaction::begin_with(self, Action::ReplaceCommit, |_| Ok(Bytes::from(json.clone()))).await?;
+        let written = match execute(self, tx.time(), &plan, config).await {
+            Ok(w) => w,
+            Err(e) => {
+                if let Err(rollback_err) = tx.abort(self).await {
+                    ::log::error!("rollback of a failed clustering also failed: {rollback_err}");
+                }
+                return Err(e);
+            }
+        };
+        crate::commit::failpoint("cluster-before-commit");
+        let mut metadata = CommitMetadata { operation_type: Some(CLUSTER.into()), ..Default::default() };
+        metadata
+            .extra_metadata
+            .insert(CommitMetadata::SCHEMA_KEY.into(), crate::schema::to_avro(&schema, &self.config().name)?);
+        let mut result = ClusteringResult::default();
+        for (partition, id) in plan.file_groups() {
+            metadata.partition_to_replace_file_ids.entry(partition).or_default().push(id);
+            result.replaced_file_groups += 1;
+        }
+        for (partition, stat) in written {
+            result.records += stat.num_writes as u64;
+            result.new_file_groups += 1;
+            metadata.partition_to_write_stats.entry(partition).or_default().push(stat);
+        }
+        let instant = tx.commit(self, &metadata).await?;
+        result.instant = Some(instant.time);
+        Ok(result)
+    }
+}
+
+/// Groups the small file groups of each partition. A partition is clustered when it has two small
+/// groups or more, or one with log files (rewriting it folds them in); groups a pending compaction
+/// or clustering holds are left alone.
+async fn schedule(table: &Table, config: &ClusteringConfig) -> Result<ClusteringPlan> {
+    let Some(latest) = table.timeline().latest_completed_data().map(|i| i.time.clone()) else {
+        return Ok(ClusteringPlan::default());
+    };
+    let busy: HashSet<FileGroupId> = crate::services::pending_compaction_groups(table)
+        .await?
+        .into_keys()
+        .chain(pending_clustering_groups(table).await?)
+        .collect();
+    let view = table.file_system_view().await?;
+    let replaced = table.replaced_file_groups(&latest).await?;
+    let mut by_partition: BTreeMap<&str, Vec<(u64, ClusteringSlice, bool)>> = BTreeMap::new();
+    for (g, s) in view.slices_as_of(&latest, &replaced) {
+        let size = s.base.as_ref().map_or(0, |b| b.size) + s.logs.iter().map(|l| l.size).sum::<u64>();
+        if size >= config.small_file_limit || busy.contains(&g.id()) {
+            continue;
+        }
+        let slice = ClusteringSlice {
+            file_id: g.file_id.clone(),
+            base_instant_time: s.base_instant.clone(),
+            data_file: s.base.as_ref().map(|b| (b.path.clone(), b.size)),
+            delta_file_paths: s.logs.iter().map(|l| l.path.clone()).collect(),
+        };
+        by_partition.entry(g.partition.as_str()).or_default().push((size, slice, !s.logs.is_empty()));
+    }
+    let mut input_groups = Vec::new();
+    for (partition, mut candidates) in by_partition {
+        if candidates.len() < 2 && !candidates.iter().any(|c| c.2) {
+            continue;
+        }
+        candidates.sort_by(|a, b| (a.0, &a.1.file_id).cmp(&(b.0, &b.1.file_id)));
+        let mut current: Vec<ClusteringSlice> = Vec::new();
+        let mut bytes = 0u64;
+        for (size, slice, _) in candidates {
+            if !current.is_empty() && bytes + size > config.max_group_bytes {
+                input_groups.push(ClusteringGroup { partition_path: partition.to_string(), slices: current });
+                current = Vec::new();
+                bytes = 0;
+            }
+            bytes += size;
+            current.push(slice);
+        }
+        input_groups.push(ClusteringGroup { partition_path: partition.to_string(), slices: current });
+    }
+    Ok(ClusteringPlan {
+        operation_type: CLUSTER.into(),
+        sort_columns: config.sort_by.clone(),
+        input_groups,
+        version: 1,
+    })
+}
+
+/// Writes every group of the plan, `write.parallelism` groups at a time, in one session (one memory
+/// pool for all of them).
+async fn execute(
+    table: &Table,
+    instant: &str,
+    plan: &ClusteringPlan,
+    config: &ClusteringConfig,
+) -> Result<Vec<(String, WriteStat)>> {
+    let ctx = crate::read::session(table, None, config.memory_limit)?;
+    let mut jobs = Vec::with_capacity(plan.input_groups.len());
+    for (index, group) in plan.input_groups.iter().enumerate() {
+        let scan = ScanPlan {
+            slices: planned_slices(table.storage(), group).await?,
+            upper: instant.to_string(),
+            commit_range: None,
+        };
+        let mut df = ctx.read_table(Arc::new(HudiTableProvider::try_new(table, scan)?))?;
+        if !plan.sort_columns.is_empty() {
+            let order: Vec<SortExpr> =
+                plan.sort_columns.iter().map(|c| Expr::Column(Column::from_name(c)).sort(true, true)).collect();
+            df = df.sort(order)?;
+        }
+        let out = RollingWriter::new(
+            table.storage().clone(),
+            table.schema(),
+            &group.partition_path,
+            instant,
+            index,
+            &config.write,
+        );
+        jobs.push((df, out));
+    }
+    let written: Vec<Vec<(String, WriteStat)>> = futures::stream::iter(jobs)
+        .map(|(df, mut out)| async move {
+            let mut stream = df.execute_stream().await?;
+            while let Some(batch) = stream.next().await {
+                out.write(batch?).await?;
+            }
+            out.finish().await
+        })
+        .buffer_unordered(config.write.parallelism.max(1))
+        .try_collect()
+        .await?;
+    Ok(written.into_iter().flatten().collect())
+}
+
+/// The planned slices of a group, with the current sizes of their log files.
+async fn planned_slices(storage: &Storage, group: &ClusteringGroup) -> Result<Vec<PlannedSlice>> {
+    let partition = &group.partition_path;
+    let mut slices = Vec::with_capacity(group.slices.len());
+    for s in &group.slices {
+        let mut logs = Vec::with_capacity(s.delta_file_paths.len());
+        for path in &s.delta_file_paths {
+            let name = path.rsplit('/').next().unwrap_or(path);
+            let parsed = LogFileName::parse(name).ok_or_else(|| Error::corrupt(path, "not a log file name"))?;
+            let size = storage.head(path).await?.map(|m| m.size).ok_or_else(|| Error::corrupt(path, "missing"))?;
+            logs.push(LogFile { name: parsed, path: path.clone(), size });
+        }
+        slices.push(PlannedSlice {
+            partition: partition.clone(),
+            file_id: s.file_id.clone(),
+            base: s.data_file.as_ref().map(|(path, size)| PlannedFile {
+                partition: partition.clone(),
+                path: path.clone(),
+                size: *size,
+            }),
+            logs,
+        });
+    }
+    Ok(slices)
+}
+
+/// Writes a stream of rows into base files of new file groups, starting a new one whenever the
+/// current file reaches the target size.
+struct RollingWriter {
+    storage: Storage,
+    schema: SchemaRef,
+    partition: String,
+    instant: String,
+    task: usize,
+    config: WriteConfig,
+    current: Option<OpenFile>,
+    done: Vec<(String, WriteStat)>,
+}
+
+struct OpenFile {
+    writer: AsyncArrowWriter<BufWriter>,
+    file_id: String,
+    file_name: String,
+    rel: String,
+    rows: u64,
+}
+
+impl RollingWriter {
+    fn new(
+        storage: Storage,
+        schema: SchemaRef,
+        partition: &str,
+        instant: &str,
+        task: usize,
+        config: &WriteConfig,
+    ) -> Self {
+        RollingWriter {
+            storage,
+            schema,
+            partition: partition.to_string(),
+            instant: instant.to_string(),
+            task,
+            config: config.clone(),
+            current: None,
+            done: Vec::new(),
+        }
+    }
+
+    async fn write(&mut self, batch: RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let file = match &mut self.current {
+            Some(f) => f,
+            None => self.current.insert(self.open()?),
+        };
+        let batch = with_file_name(&batch, &file.file_name)?;
+        file.rows += batch.num_rows() as u64;
+        file.writer.write(&batch).await?;
+        let size = file.writer.bytes_written() + file.writer.in_progress_size();
+        if size as u64 >= self.config.target_file_size {
+            self.close().await?;
+        }
+        Ok(())
+    }
+
+    fn open(&self) -> Result<OpenFile> {
+        let file_id = new_file_id();
+        let name = BaseFileName {
+            file_id: file_id.clone(),
+            write_token: format!("{}-{}-1", self.task, self.done.len()),
+            instant: self.instant.clone(),
+        };
+        let file_name = name.name();
+        let rel = if self.partition.is_empty() { file_name.clone() } else { format!("{}/{file_name}", self.partition) };
+        let sink = BufWriter::new(self.storage.object_store(), self.storage.path(&rel));
+        let writer = AsyncArrowWriter::try_new(sink, self.schema.clone(), Some(base_file_properties(&self.config)))?;
+        Ok(OpenFile { writer, file_id, file_name, rel, rows: 0 })
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        let Some(file) = self.current.take() else { return Ok(()) };
+        file.writer.close().await?;
+        let size = self.storage.head(&file.rel).await?.map(|m| m.size).unwrap_or_default() as i64;
+        let stat = WriteStat {
+            file_id: file.file_id,
+            path: Some(file.rel),
+            prev_commit: Some("null".into()),
+            partition_path: Some(self.partition.clone()),
+            num_writes: file.rows as i64,
+            num_inserts: file.rows as i64,
+            total_write_bytes: size,
+            file_size_in_bytes: size,
+            ..Default::default()
+        };
+        self.done.push((self.partition.clone(), stat));
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Result<Vec<(String, WriteStat)>> {
+        self.close().await?;
+        Ok(self.done)
+    }
+}
+
+/// The batch with `_hoodie_file_name` set to the file it is written to.
+fn with_file_name(batch: &RecordBatch, file_name: &str) -> Result<RecordBatch> {
+    // Tables without meta fields have no such column.
+    let Ok(i) = batch.schema().index_of(FILE_NAME) else { return Ok(batch.clone()) };
+    let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+    columns[i] = Arc::new(StringArray::from(vec![file_name; batch.num_rows()]));
+    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
