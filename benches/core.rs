@@ -47,6 +47,7 @@ async fn new_table(dir: &std::path::Path) -> Table {
         partition_fields: vec!["city".into()],
         ordering_field: Some("ts".into()),
         hive_style: true,
+        inline_compaction: None,
     };
     let uri = dir.join(format!("t{}", rand_suffix()));
     Table::create(uri.to_str().expect("utf-8 path"), TableOptions::default(), opts, schema()).await.expect("create")

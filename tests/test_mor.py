@@ -184,3 +184,45 @@ def test_writes_during_a_pending_compaction_land_in_the_new_slice(mor: oxlake.Ta
     assert result.instants == [c]
     assert rows(mor.scan()) == expected
     assert rows(hudi_read(mor.uri)) == expected
+
+
+def test_inline_compaction_after_n_deltacommits(table_path: str) -> None:
+    t = oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+        inline_compaction=3,
+    )
+    assert t.properties["oxlake.compaction.inline.max.delta.commits"] == "3"
+    t.insert(trips(list(range(9))))
+    t.upsert(trips([1], ts=2, name="a"))
+    assert [i.action for i in t.timeline()] == ["deltacommit"] * 2
+    t.upsert(trips([2, 4], ts=3, name="b"))  # the third deltacommit: compaction follows
+    actions = [i.action for i in t.timeline()]
+    assert actions == ["deltacommit"] * 3 + ["commit"]
+    # The latest slices are base files alone (old logs stay on disk until a clean).
+    assert not [f for f in t.planned_files() if ".log." in f]
+    assert rows(t.to_arrow(query="read_optimized")) == rows(t.to_arrow())
+    out = {r["id"]: r["name"] for r in rows(t.scan())}
+    assert (out[1], out[2], out[4], out[5]) == ("a1", "b2", "b4", "n5")
+    # The count starts again after the compaction; another process opening the table agrees.
+    other = oxlake.Table(table_path)
+    other.upsert(trips([5], ts=4, name="c"))
+    other.upsert(trips([6], ts=4, name="c"))
+    assert [i.action for i in other.timeline()][4:] == ["deltacommit"] * 2
+    other.upsert(trips([7], ts=4, name="c"))
+    assert [i.action for i in other.timeline()][4:] == ["deltacommit"] * 3 + ["commit"]
+    assert rows(hudi_read(table_path)) == rows(other.to_arrow())
+
+
+def test_inline_compaction_is_checked(table_path: str) -> None:
+    with pytest.raises(oxlake.InvalidArgumentError, match="merge-on-read"):
+        oxlake.create_table(table_path, SCHEMA, record_key="id", inline_compaction=2)
+    with pytest.raises(oxlake.InvalidArgumentError, match="at least 1"):
+        oxlake.create_table(
+            table_path, SCHEMA, record_key="id", table_type="merge_on_read", inline_compaction=0
+        )
+    assert not Path(table_path).exists()

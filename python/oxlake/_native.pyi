@@ -83,4 +83,5 @@ def create_table(
     hive_style: bool,
     storage_options: dict[str, str] | None = None,
     heartbeat_interval: float = 10.0,
+    inline_compaction: int | None = None,
 ) -> Table: ...

@@ -309,12 +309,15 @@ def create_table(
     name: str | None = None,
     hive_style: bool = True,
     heartbeat_interval: float = 10.0,
+    inline_compaction: int | None = None,
 ) -> Table:
     """Creates an Apache Hudi table (version 6) and returns it open.
 
     `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
     `partition_by` the partition fields (`field=value` directories when `hive_style`);
     `ordering_field` the event-time field that decides which version of a record wins.
+    `inline_compaction=N` (merge-on-read) makes every writer compact the table after N
+    deltacommits since the last compaction (a table property, so all writers agree).
     """
     keys = [record_key] if isinstance(record_key, str) else list(record_key)
     table_name = name if name is not None else uri.rstrip("/").rsplit("/", 1)[-1] or "table"
@@ -329,5 +332,6 @@ def create_table(
         hive_style,
         storage_options,
         heartbeat_interval,
+        inline_compaction,
     )
     return Table._wrap(native)

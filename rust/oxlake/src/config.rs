@@ -37,6 +37,8 @@ pub mod keys {
     pub const ARCHIVELOG_FOLDER: &str = "hoodie.archivelog.folder";
     pub const TIMELINE_PATH: &str = "hoodie.timeline.path";
     pub const CREATE_SCHEMA: &str = "hoodie.table.create.schema";
+    /// oxlake's own: compact a merge-on-read table after this many deltacommits (unset: never inline).
+    pub const INLINE_COMPACTION: &str = "oxlake.compaction.inline.max.delta.commits";
 }
 
 const DEFAULT_PAYLOAD: &str = "org.apache.hudi.common.model.DefaultHoodieRecordPayload";
@@ -116,6 +118,8 @@ pub struct TableConfig {
     pub merge_mode: MergeMode,
     pub populate_meta_fields: bool,
     pub timezone_utc: bool,
+    /// Merge-on-read: writers compact after this many deltacommits since the last compaction.
+    pub inline_compaction: Option<u32>,
     /// Every key of the file, including those above and the ones oxlake does not interpret.
     pub raw: BTreeMap<String, String>,
 }
@@ -129,6 +133,8 @@ pub struct CreateOptions {
     pub partition_fields: Vec<String>,
     pub ordering_field: Option<String>,
     pub hive_style: bool,
+    /// See [`TableConfig::inline_compaction`].
+    pub inline_compaction: Option<u32>,
 }
 
 impl TableConfig {
@@ -163,8 +169,15 @@ impl TableConfig {
             merge_mode,
             populate_meta_fields: true,
             timezone_utc: true,
+            inline_compaction: opts.inline_compaction,
             raw: BTreeMap::new(),
         };
+        if opts.inline_compaction.is_some() && opts.table_type != TableType::MergeOnRead {
+            return Err(Error::invalid_arg("inline_compaction", "only merge-on-read tables are compacted"));
+        }
+        if opts.inline_compaction == Some(0) {
+            return Err(Error::invalid_arg("inline_compaction", "must be at least 1 deltacommit"));
+        }
         cfg.raw = cfg.to_v6_map();
         Ok(cfg)
     }
@@ -205,6 +218,9 @@ impl TableConfig {
         set(keys::DATABASE_NAME, "default");
         set(keys::ARCHIVELOG_FOLDER, "archived");
         set(keys::CHECKSUM, &checksum("default", &self.name).to_string());
+        if let Some(n) = self.inline_compaction {
+            set(keys::INLINE_COMPACTION, &n.to_string());
+        }
         m
     }
 
@@ -267,6 +283,15 @@ impl TableConfig {
         let merge_mode = infer_merge_mode(&raw, ordering.is_some());
         let flag = |k: &str, default: bool| get(k).map(|v| v.eq_ignore_ascii_case("true")).unwrap_or(default);
         let timezone_utc = !get(keys::TIMEZONE).is_some_and(|v| v.eq_ignore_ascii_case("local"));
+        let inline_compaction = match get(keys::INLINE_COMPACTION) {
+            Some(v) => Some(
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| bad(format!("`{}` is not a positive number", keys::INLINE_COMPACTION)))?,
+            ),
+            None => None,
+        };
         Ok(TableConfig {
             name,
             table_type,
@@ -281,6 +306,7 @@ impl TableConfig {
             merge_mode,
             populate_meta_fields: flag(keys::POPULATE_META_FIELDS, true),
             timezone_utc,
+            inline_compaction,
             raw,
         })
     }
@@ -395,6 +421,7 @@ mod tests {
             partition_fields: vec!["city".into()],
             ordering_field: Some("ts".into()),
             hive_style: true,
+            inline_compaction: None,
         }
     }
 

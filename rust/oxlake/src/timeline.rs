@@ -77,7 +77,7 @@ impl Timeline {
     }
 
     /// Completed commits, deltacommits and replacecommits, oldest first.
-    pub fn completed_data(&self) -> impl Iterator<Item = &Instant> {
+    pub fn completed_data(&self) -> impl DoubleEndedIterator<Item = &Instant> {
         self.instants.iter().filter(|i| i.is_completed() && i.action.writes_data())
     }
 

@@ -35,7 +35,7 @@ fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_int
 
 /// Creates a table and returns it open.
 #[pyfunction]
-#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0))]
+#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn create_table(
     py: Python<'_>,
@@ -49,6 +49,7 @@ pub fn create_table(
     hive_style: bool,
     storage_options: Option<HashMap<String, String>>,
     heartbeat_interval: f64,
+    inline_compaction: Option<u32>,
 ) -> PyResult<PyTable> {
     let schema = import_schema(&schema)?;
     let table_type = TableType::parse(&table_type).ok_or_else(|| {
@@ -61,6 +62,7 @@ pub fn create_table(
         partition_fields: partition_by,
         ordering_field,
         hive_style,
+        inline_compaction,
     };
     let options = table_options(storage_options, heartbeat_interval)?;
     let table = run(py, async move { Table::create(&uri, options, create, schema).await })?;

@@ -200,6 +200,7 @@ mod tests {
             partition_fields: vec!["city".into()],
             ordering_field: Some("ts".into()),
             hive_style: true,
+            inline_compaction: None,
         }
     }
 

@@ -176,7 +176,33 @@ impl Table {
         }
         let instant = tx.commit(self, &metadata).await?;
         result.instant = Some(instant.time);
+        if instant.action == Action::DeltaCommit {
+            self.compact_inline(config).await;
+        }
         Ok(result)
+    }
+
+    /// Inline compaction: after a deltacommit, compacts when the table is configured to and enough
+    /// deltacommits landed since the last compaction. The write has landed by then, so a failed
+    /// compaction does not fail it: it is logged, and its plan (if scheduled) runs next time.
+    async fn compact_inline(&mut self, config: &WriteConfig) {
+        let Some(every) = self.config().inline_compaction else { return };
+        // On a merge-on-read table every completed `commit` is a compaction.
+        let since = self
+            .timeline()
+            .completed_data()
+            .rev()
+            .take_while(|i| i.action != Action::Commit)
+            .filter(|i| i.action == Action::DeltaCommit)
+            .count();
+        if since < every as usize {
+            return;
+        }
+        let compaction = crate::services::CompactionConfig { min_log_files: 1, write: config.clone() };
+        match self.compact(&compaction).await {
+            Ok(r) => log::info!("inline compaction after {since} deltacommits: {:?}", r.instants),
+            Err(e) => log::warn!("inline compaction after {since} deltacommits failed (the write landed): {e}"),
+        }
     }
 }
 

@@ -37,6 +37,7 @@ async fn create(dir: &tempfile::TempDir) -> Table {
         partition_fields: vec!["city".into()],
         ordering_field: Some("ts".into()),
         hive_style: true,
+        inline_compaction: None,
     };
     Table::create(dir.path().join("t").to_str().unwrap(), TableOptions::default(), opts, schema()).await.unwrap()
 }
@@ -160,6 +161,7 @@ async fn filters_prune_row_groups() {
         partition_fields: vec![],
         ordering_field: Some("ts".into()),
         hive_style: true,
+        inline_compaction: None,
     };
     let mut t =
         Table::create(dir.path().join("t").to_str().unwrap(), TableOptions::default(), opts, schema()).await.unwrap();
