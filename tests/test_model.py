@@ -1,7 +1,8 @@
 """Model-based test: random operation sequences against an in-memory model of the table.
 
 After every step the snapshot, every time-travel read and every incremental read between
-consecutive instants equal what the model says.
+consecutive instants equal what the model says. The second test interleaves the table services
+(compaction, clustering, clean, rollback, savepoint and restore) with the writes.
 
 Copy-on-write applies each version in turn and a delete removes the row. Merge-on-read keeps every
 version of a key in its file group until compaction, deletes included: the visible version is the one
@@ -11,6 +12,7 @@ update older than a delete stays hidden (event-time ordering), as Apache Hudi's 
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from typing import Any
@@ -19,9 +21,11 @@ import oxlake
 import pyarrow as pa
 import pytest
 from conftest import SCHEMA
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+#: Examples per test (raise it for a longer run: `OXLAKE_MODEL_EXAMPLES=500 pytest tests/test_model.py`).
+EXAMPLES = int(os.environ.get("OXLAKE_MODEL_EXAMPLES", "25"))
 CITIES = ["sf", "nyc"]
 Row = dict[str, Any]
 Model = dict[tuple[str, int], Row]
@@ -93,6 +97,16 @@ class MorModel:
                 out[k] = best[1]
         return out
 
+    def collapse(self) -> None:
+        """Compaction and clustering rewrite each key's visible version alone; tombstones go."""
+        visible = self.visible()
+        self.versions = {k: [(r["ts"], r)] for k, r in visible.items()}
+
+    def copy(self) -> MorModel:
+        out = MorModel()
+        out.versions = {k: list(v) for k, v in self.versions.items()}
+        return out
+
     def apply(self, name: str, batch: list[Row]) -> set[tuple[str, int]]:
         batch = combine(batch)
         written: set[tuple[str, int]] = set()
@@ -125,7 +139,7 @@ def read(t: oxlake.Table, **kw: Any) -> list[tuple]:
 
 
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(op, min_size=1, max_size=6))
 def test_operations_match_the_model(table_type: str, ops: list[tuple[str, list[Row]]]) -> None:
     path = tempfile.mkdtemp()
@@ -167,5 +181,130 @@ def test_operations_match_the_model(table_type: str, ops: list[tuple[str, list[R
             start = history[i - 1][0] if i else None
             changed = [after[k] for k in written]
             assert read(t, query="incremental", start=start, end=instant) == as_set(changed)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+service = st.one_of(
+    op,
+    st.tuples(st.sampled_from(["compact", "cluster", "rollback", "savepoint", "restore"]), st.just([])),
+    st.tuples(st.just("clean"), st.integers(min_value=1, max_value=3)),
+)
+
+
+class Entry:
+    """A completed data instant: the keys it wrote, and the model after it."""
+
+    def __init__(
+        self, instant: str, written: set[tuple[str, int]], model: Model, mor: MorModel | None
+    ) -> None:
+        self.instant, self.written, self.model, self.mor = instant, written, model, mor
+        self.kept = True  # False once a clean may have removed what reading as of it needs
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(service, min_size=1, max_size=10))
+def test_services_interleaved_with_writes(table_type: str, ops: list[tuple[str, Any]]) -> None:
+    path = tempfile.mkdtemp()
+    try:
+        t = oxlake.create_table(
+            path + "/t",
+            SCHEMA,
+            record_key="id",
+            partition_by=["city"],
+            ordering_field="ts",
+            table_type=table_type,
+        )
+        model: Model = {}
+        mor = MorModel() if table_type == "merge_on_read" else None
+        history: list[Entry] = []
+        savepoints: list[str] = []
+
+        def record(instant: str, written: set[tuple[str, int]]) -> None:
+            history.append(Entry(instant, written, dict(model), mor.copy() if mor else None))
+
+        def back_to(index: int) -> None:
+            nonlocal model, mor
+            del history[index + 1 :]
+            model = dict(history[-1].model) if history else {}
+            if mor is not None:
+                mor = history[-1].mor.copy() if history and history[-1].mor else MorModel()
+
+        for name, arg in ops:
+            if name in ("insert", "upsert", "delete", "insert_overwrite"):
+                batch = arg
+                if name == "insert":
+                    stored = mor.versions if mor is not None else model
+                    batch = [r for r in batch if (r["city"], r["id"]) not in stored]
+                res = getattr(t, name)(pa.Table.from_pylist(batch, schema=SCHEMA))
+                if mor is not None:
+                    written = mor.apply(name, batch)
+                    model = mor.visible()
+                else:
+                    model, written = apply(model, name, batch)
+                if res.instant is not None:
+                    record(res.instant, written)
+            elif name == "compact":
+                if mor is None:
+                    with pytest.raises(oxlake.InvalidArgumentError):
+                        t.compact()
+                    continue
+                for instant in t.compact().instants:
+                    mor.collapse()
+                    record(instant, set())
+            elif name == "cluster":
+                r = t.cluster(sort_by=["fare"], small_file_limit=1 << 40)
+                if r.instant is not None:
+                    if mor is not None:
+                        mor.collapse()
+                    record(r.instant, set())
+            elif name == "clean":
+                t.clean(policy="keep_latest_commits", retain=arg)
+                for e in history[: max(len(history) - arg, 0)]:
+                    if e.instant not in savepoints:
+                        e.kept = False
+            elif name == "rollback" and history:
+                latest = history[-1]
+                previous_kept = len(history) < 2 or history[-2].kept
+                if latest.instant in savepoints:
+                    with pytest.raises(oxlake.InvalidArgumentError, match="savepoint"):
+                        t.rollback(latest.instant)
+                    continue
+                try:
+                    t.rollback(latest.instant)
+                except oxlake.InvalidArgumentError as e:
+                    assert not previous_kept and "no longer readable" in str(e)
+                    continue
+                back_to(len(history) - 2)
+            elif name == "savepoint" and history:
+                if history[-1].instant in savepoints:
+                    with pytest.raises(oxlake.InvalidArgumentError, match="already savepointed"):
+                        t.savepoint(history[-1].instant)
+                    continue
+                t.savepoint(history[-1].instant)
+                savepoints.append(history[-1].instant)
+            elif name == "restore" and savepoints:
+                target = savepoints[-1]
+                t.restore(target)
+                back_to(next(i for i, e in enumerate(history) if e.instant == target))
+            event(f"ran {name}")
+            assert read(t) == as_set(list(model.values())), (name, arg)
+
+        assert [e.instant for e in history] == [
+            i.time
+            for i in t.timeline()
+            if i.state == "completed" and i.action in ("commit", "deltacommit", "replacecommit")
+        ]
+        for i, e in enumerate(history):
+            start = history[i - 1].instant if i else None
+            try:
+                snapshot = read(t, as_of=e.instant)
+                window = read(t, query="incremental", start=start, end=e.instant)
+            except oxlake.InvalidArgumentError as err:
+                assert not e.kept and "no longer readable" in str(err), e.instant
+                continue
+            assert snapshot == as_set(list(e.model.values())), e.instant
+            assert window == as_set([e.model[k] for k in e.written]), e.instant
     finally:
         shutil.rmtree(path, ignore_errors=True)

@@ -76,7 +76,7 @@ def test_savepoint_and_restore(t: oxlake.Table) -> None:
 def test_clean_keeps_what_retained_commits_and_savepoints_read(t: oxlake.Table) -> None:
     a = t.insert(trips(list(range(6)), city="sf"))
     t.savepoint(a.instant)
-    b = t.upsert(trips([1], ts=2, name="b", city="sf"))
+    t.upsert(trips([1], ts=2, name="b", city="sf"))
     if t.properties["hoodie.table.type"] == "MERGE_ON_READ":
         t.compact()
     c = t.upsert(trips([2], ts=3, name="c", city="sf"))
@@ -101,7 +101,29 @@ def test_clean_keeps_what_retained_commits_and_savepoints_read(t: oxlake.Table) 
     assert any(i.action == "clean" and i.state == "completed" for i in t.timeline())
     assert rows(t.scan()) == snapshots[d.instant]
     assert rows(t.to_arrow(as_of=a.instant)) == snapshots[a.instant]
-    assert b.instant in snapshots
+    # What the clean removed can no longer be read, nor rolled back to: a typed error, not rows
+    # missing. The savepoint stays readable.
+    with pytest.raises(oxlake.InvalidArgumentError, match="no longer readable"):
+        t.to_arrow(as_of=c.instant)
+    with pytest.raises(oxlake.InvalidArgumentError, match="no longer readable"):
+        t.to_arrow(query="incremental", start=a.instant, end=c.instant)
+    with pytest.raises(oxlake.InvalidArgumentError, match="no longer readable"):
+        t.to_arrow(query="changes", start=c.instant)
+    if t.properties["hoodie.table.type"] == "MERGE_ON_READ":
+        # Back to the compaction before `d`, which the clean kept; not further.
+        t.rollback(d.instant)
+        assert rows(t.scan()) == snapshots[c.instant]
+        with pytest.raises(oxlake.InvalidArgumentError, match="no longer readable"):
+            t.rollback(commits[-2])
+        assert rows(t.scan()) == snapshots[c.instant]
+    else:
+        with pytest.raises(oxlake.InvalidArgumentError, match="no longer readable"):
+            t.rollback(d.instant)
+        assert rows(t.scan()) == snapshots[d.instant]
+        assert [i.time for i in t.timeline() if i.action == "rollback"] == []
+    # A restore to the savepoint works: the states between are not needed.
+    t.restore(a.instant)
+    assert rows(t.scan()) == snapshots[a.instant]
 
 
 def test_clean_keep_latest_file_versions(table_path: str) -> None:
@@ -185,3 +207,51 @@ def test_a_crashed_clean_is_finished_by_the_next_clean(table_path: str) -> None:
     t.clean(retain=1)
     assert [i.state for i in t.timeline() if i.action == "clean"] == ["completed"]
     assert len(data_files(t)) == 1
+
+
+def test_a_crashed_restore_is_finished_by_the_next_writer(t: oxlake.Table) -> None:
+    a = t.insert(trips(list(range(6))))
+    t.savepoint(a.instant)
+    saved = rows(t.scan())
+    b = t.upsert(trips([1, 7], ts=2, name="b"))
+    t.upsert(trips([2], ts=3, name="c"))
+    after_b = rows(t.to_arrow(as_of=b.instant))
+    code = "import oxlake, sys; oxlake.Table(sys.argv[1]).restore(sys.argv[2])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, t.uri, a.instant],
+        env={**os.environ, "OXLAKE_FAILPOINT": "restore-after-rollback"},
+        capture_output=True,
+    )
+    assert proc.returncode != 0
+    # Killed after rolling back the newest commit: readers see the table as of `b`, a committed state.
+    reader = oxlake.Table(t.uri)
+    assert rows(reader.scan()) == after_b
+    assert [i.state for i in reader.timeline() if i.action == "restore"] == ["inflight"]
+    # The next writer finishes the restore first, then writes.
+    w = reader.upsert(trips([3], ts=4, name="w"))
+    expected = {r["id"]: r for r in saved}
+    expected[3] = {**expected[3], "name": "w3", "ts": 4}
+    assert rows(reader.scan()) == sorted(expected.values(), key=lambda r: r["id"])
+    assert [i.state for i in reader.timeline() if i.action == "restore"] == ["completed"]
+    data = [i.time for i in reader.timeline() if i.action in ("commit", "deltacommit")]
+    assert data == [a.instant, w.instant]
+    assert rows(hudi_read(t.uri)) == rows(reader.scan())
+
+
+def test_a_crashed_savepoint_leaves_no_savepoint(t: oxlake.Table) -> None:
+    a = t.insert(trips(list(range(3))))
+    code = "import oxlake, sys; oxlake.Table(sys.argv[1]).savepoint(sys.argv[2])"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, t.uri, a.instant],
+        env={**os.environ, "OXLAKE_FAILPOINT": "savepoint-after-inflight"},
+        capture_output=True,
+    )
+    assert proc.returncode != 0
+    again = oxlake.Table(t.uri)
+    assert rows(again.scan()) == rows(trips(list(range(3))))
+    with pytest.raises(oxlake.InvalidArgumentError, match="not a savepoint"):
+        again.restore(a.instant)
+    again.savepoint(a.instant)  # the savepoint can be taken again
+    again.upsert(trips([1], ts=2, name="u"))
+    again.restore(a.instant)
+    assert rows(again.scan()) == rows(trips(list(range(3))))

@@ -338,10 +338,21 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
 pub async fn rollback_completed(table: &mut Table, time: &str) -> Result<String> {
     table.reload().await?;
     rollback_failed(table).await?;
-    rollback_latest(table, time).await
+    let time = instant::normalize_time(time)?;
+    // The table goes back to the previous data instant: a clean must not have removed its files.
+    let data: Vec<String> = table.timeline().completed_data().rev().take(2).map(|i| i.time.clone()).collect();
+    if let [latest, previous] = data.as_slice()
+        && *latest == time
+    {
+        let view = table.file_system_view().await?;
+        let replaced = table.replaced_file_groups(previous).await?;
+        table.check_not_cleaned("instant", previous, &view, &replaced).await?;
+    }
+    rollback_latest(table, &time).await
 }
 
-/// [`rollback_completed`] without the recovery of failed writes first (restores call it in turn).
+/// [`rollback_completed`] without the recovery of failed writes first and without the clean check
+/// (restores call it in turn: the states between are not kept, the savepoint is).
 pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<String> {
     let time = instant::normalize_time(time)?;
     let latest = table.timeline().latest_completed_data().cloned();

@@ -54,9 +54,13 @@ impl Table {
         };
         let (start, end) = self.window(opts, latest)?;
         let touched = self.touched_file_groups(&start, &end).await?;
-        let before =
-            ScanPlan { slices: self.slices_of(&touched, &start).await?, upper: start.clone(), commit_range: None };
-        let after = ScanPlan { slices: self.slices_of(&touched, &end).await?, upper: end.clone(), commit_range: None };
+        let before = ScanPlan {
+            slices: self.slices_of(&touched, &start, "start").await?,
+            upper: start.clone(),
+            commit_range: None,
+        };
+        let after =
+            ScanPlan { slices: self.slices_of(&touched, &end, "end").await?, upper: end.clone(), commit_range: None };
         Ok(Some(ChangePlan { before, after, start, end }))
     }
 

@@ -145,11 +145,14 @@ impl Table {
                 }
                 let as_of = match &opts.as_of {
                     Some(t) => normalize_time(t)?,
-                    None => latest,
+                    None => latest.clone(),
                 };
                 let with_logs = opts.query == QueryType::Snapshot;
                 let view = self.file_system_view().await?;
                 let replaced = self.replaced_file_groups(&as_of).await?;
+                if as_of < latest {
+                    self.check_not_cleaned("as_of", &as_of, &view, &replaced).await?;
+                }
                 let slices = view
                     .slices_as_of(&as_of, &replaced)
                     .filter_map(|(g, s)| PlannedSlice::new(g, s, with_logs))
@@ -162,7 +165,7 @@ impl Table {
             QueryType::Incremental => {
                 let (start, end) = self.window(opts, latest)?;
                 let touched = self.touched_file_groups(&start, &end).await?;
-                let slices = self.slices_of(&touched, &end).await?;
+                let slices = self.slices_of(&touched, &end, "end").await?;
                 Ok(ScanPlan { slices, upper: end.clone(), commit_range: Some((start, end)) })
             }
         }
@@ -197,10 +200,14 @@ impl Table {
         Ok(touched)
     }
 
-    /// The live slices, as of `as_of`, of the given file groups (with their log files).
-    async fn slices_of(&self, groups: &HashSet<FileGroupId>, as_of: &str) -> Result<Vec<PlannedSlice>> {
+    /// The live slices, as of `as_of`, of the given file groups (with their log files); fails if a
+    /// clean removed some (`arg` names the argument that asked for `as_of`).
+    async fn slices_of(&self, groups: &HashSet<FileGroupId>, as_of: &str, arg: &str) -> Result<Vec<PlannedSlice>> {
         let view = self.file_system_view().await?;
         let replaced = self.replaced_file_groups(as_of).await?;
+        if self.timeline().latest_completed_data().is_some_and(|l| as_of < l.time.as_str()) {
+            self.check_not_cleaned(arg, as_of, &view, &replaced).await?;
+        }
         let mut slices: Vec<PlannedSlice> = groups
             .iter()
             .filter(|id| !replaced.contains(*id))

@@ -7,14 +7,16 @@
 //! of the retained commits reads.
 
 use std::collections::{BTreeSet, HashSet};
+use std::ops::Bound;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::{self, Action, Instant, State};
 use crate::table::Table;
-use crate::table::fs_view::{FileGroupId, FileSlice};
+use crate::table::fs_view::{FileGroupId, FileSlice, FileSystemView};
 
 /// What the cleaner keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,4 +152,62 @@ async fn plan(table: &Table, policy: CleanPolicy) -> Result<CleanPlan> {
 
 fn slice_files(s: &FileSlice) -> Vec<String> {
     s.base.iter().map(|b| b.path.clone()).chain(s.logs.iter().map(|l| l.path.clone())).collect()
+}
+
+impl Table {
+    /// Fails when a clean has deleted a file that the snapshot as of `time` reads: a time-travel
+    /// read, an incremental window ending at `time`, or a rollback back to `time` would otherwise
+    /// return a table with rows missing. `view` and `replaced` are the table's current file groups
+    /// and the groups replaced as of `time`. Cleans written by Apache Hudi (Avro) are not read.
+    pub async fn check_not_cleaned(
+        &self,
+        arg: &str,
+        time: &str,
+        view: &FileSystemView,
+        replaced: &HashSet<FileGroupId>,
+    ) -> Result<()> {
+        let timeline = self.timeline();
+        let cleans: Vec<&Instant> =
+            timeline.instants().iter().filter(|i| i.action == Action::Clean && i.is_completed()).collect();
+        if cleans.is_empty() || self.savepoints().iter().any(|s| s == time) {
+            return Ok(());
+        }
+        for clean in cleans {
+            let path = timeline.path_of(clean);
+            let Ok(plan) = serde_json::from_slice::<CleanPlan>(&self.storage().get(&path).await?) else {
+                ::log::debug!("clean {} is not ours (Avro): not checked", clean.time);
+                continue;
+            };
+            for file in &plan.files_to_delete {
+                let (partition, name) = file.rsplit_once('/').unwrap_or(("", file.as_str()));
+                let slice = BaseFileName::parse(name)
+                    .map(|b| (b.file_id, b.instant))
+                    .or_else(|| LogFileName::parse(name).map(|l| (l.file_id, l.instant)));
+                let Some((file_id, base_instant)) = slice else { continue };
+                let id = (partition.to_string(), file_id);
+                if base_instant.as_str() > time || replaced.contains(&id) {
+                    continue;
+                }
+                // The deleted slice was the one read as of `time` unless a later one (still there)
+                // starts at or before `time`.
+                let later = view.get(&id).is_some_and(|g| {
+                    g.slices
+                        .range::<str, _>((Bound::Excluded(base_instant.as_str()), Bound::Included(time)))
+                        .next()
+                        .is_some()
+                });
+                if !later {
+                    return Err(Error::invalid_arg(
+                        arg,
+                        format!(
+                            "{time} is no longer readable: clean {} deleted {file}, which the table as of {time} \
+                             reads (retain more commits, or savepoint the instants to keep)",
+                            clean.time
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }

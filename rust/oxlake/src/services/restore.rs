@@ -54,6 +54,7 @@ impl Table {
         let sp = Instant::new(time, Action::Savepoint, State::Inflight);
         let storage = self.storage().clone();
         self.timeline().create(&storage, &sp, Bytes::new()).await?;
+        crate::commit::failpoint("savepoint-after-inflight");
         let meta = serde_json::to_vec_pretty(&meta).map_err(Error::invalid_data)?;
         if !self.timeline().create(&storage, &sp.with_state(State::Completed), Bytes::from(meta)).await? {
             return Err(Error::invalid_arg("instant", format!("{} is already savepointed", sp.time)));
@@ -104,6 +105,7 @@ async fn finish(table: &mut Table, requested: &Instant, plan: &RestorePlan) -> R
         table.reload().await?;
         if table.timeline().completed_data().any(|i| &i.time == target) {
             rollback_latest(table, target).await?;
+            crate::commit::failpoint("restore-after-rollback");
         }
     }
     let done = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
