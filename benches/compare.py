@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import shutil
 import subprocess
 import sys
@@ -123,8 +122,16 @@ def run_one(task: str, work: Path) -> dict[str, Any]:
     else:
         raise SystemExit(f"unknown task {task}")
     seconds = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"task": task, "rows": rows, "seconds": seconds, "peak_bytes": peak}
+    return {"task": task, "rows": rows, "seconds": seconds, "peak_bytes": peak_bytes()}
+
+
+def peak_bytes() -> int:
+    """This process's peak resident memory. `VmHWM` belongs to the address space, which `exec`
+    replaces; `ru_maxrss` would carry over the parent's peak (Linux keeps it across exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 OUTPUT = {
