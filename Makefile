@@ -6,7 +6,7 @@ PYTHON     ?= python3
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: demo test develop rust-test py-test lint bench clean
+.PHONY: demo test develop rust-test py-test lint bench bench-mor clean
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ bench: develop
 	cargo bench -p oxlake-benches --bench core -- --warm-up-time 1 --measurement-time 4
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test,bench -q
 	$(PY) benches/compare.py
+
+bench-mor: develop
+	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test,bench -q
+	$(PY) benches/mor.py
 
 clean:
 	rm -rf $(VENV) target

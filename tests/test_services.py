@@ -255,3 +255,37 @@ def test_a_crashed_savepoint_leaves_no_savepoint(t: oxlake.Table) -> None:
     again.upsert(trips([1], ts=2, name="u"))
     again.restore(a.instant)
     assert rows(again.scan()) == rows(trips(list(range(3))))
+
+
+def test_progress_counts_the_work_of_each_service(table_path: str) -> None:
+    from oxlake.cli import _Progress
+
+    t = oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+    )
+    t.insert(trips(list(range(9))))
+    t.upsert(trips([1, 2, 3], ts=2, name="u"))
+    p = oxlake.Progress()
+    assert (p.done, p.total, p.unit) == (0, 0, "")
+    r = t.compact(progress=p)
+    assert (p.done, p.total, p.unit) == (r.file_groups, r.file_groups, "file groups") and r.file_groups == 3
+    p = oxlake.Progress()
+    deleted = t.clean(retain=1, progress=p)
+    assert (p.done, p.total, p.unit) == (len(deleted), len(deleted), "files") and deleted
+    t.insert(trips([10, 11, 12]), target_file_size=1)
+    p = oxlake.Progress()
+    c = t.cluster(progress=p)
+    assert (p.done, p.total) == (
+        c.replaced_file_groups,
+        c.replaced_file_groups,
+    ) and c.replaced_file_groups == 6
+    # The console script's bar, drawn from a progress.
+    bar = _Progress("cluster")
+    assert bar.line(0).startswith("| cluster")
+    bar.native = p
+    assert bar.line(0).startswith("cluster [" + "#" * _Progress.WIDTH + "] 6/6 file groups")

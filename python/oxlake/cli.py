@@ -16,25 +16,38 @@ import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from oxlake import OxlakeError, Table
+from oxlake import OxlakeError, Progress, Table
 
 
 class _Progress:
-    """An elapsed-time spinner on stderr while a native call runs (it releases the GIL)."""
+    """A progress bar on stderr (a terminal only) while a native call runs: it releases the GIL,
+    and counts its work on `self.native`, which this thread reads. Until the service has planned
+    its work the bar is a spinner."""
+
+    WIDTH = 30
+    FRAMES = "|/-\\"
 
     def __init__(self, label: str) -> None:
         self.label = label
+        self.native = Progress()
         self.start = time.monotonic()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def line(self, tick: int) -> str:
+        elapsed = time.monotonic() - self.start
+        done, total = self.native.done, self.native.total
+        if total == 0:
+            return f"{self.FRAMES[tick % 4]} {self.label} {elapsed:6.1f}s"
+        filled = self.WIDTH * min(done, total) // total
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        return f"{self.label} [{bar}] {done:,}/{total:,} {self.native.unit} {elapsed:6.1f}s"
+
     def _run(self) -> None:
-        frames = "|/-\\"
-        i = 0
+        tick = 0
         while not self._done.wait(0.1):
-            elapsed = time.monotonic() - self.start
-            print(f"\r{frames[i % 4]} {self.label} {elapsed:6.1f}s", end="", file=sys.stderr, flush=True)
-            i += 1
+            print(f"\r{self.line(tick)}\033[K", end="", file=sys.stderr, flush=True)
+            tick += 1
 
     def __enter__(self) -> _Progress:
         if sys.stderr.isatty():
@@ -54,39 +67,39 @@ class _Progress:
         return time.monotonic() - self.start
 
 
-def _service(label: str, work: Callable[[], str]) -> None:
+def _service(label: str, work: Callable[[Progress], str]) -> None:
     with _Progress(label) as p:
-        summary = work()
+        summary = work(p.native)
     print(f"{summary} in {p.elapsed:.1f}s")
 
 
-def _compact(table: Table, args: argparse.Namespace) -> str:
-    r = table.compact(min_log_files=args.min_log_files)
+def _compact(table: Table, args: argparse.Namespace, progress: Progress) -> str:
+    r = table.compact(min_log_files=args.min_log_files, progress=progress)
     if not r.instants:
         return "compact: nothing to compact"
     return f"compact: {r.file_groups} file groups, {r.records:,} records, instants {', '.join(r.instants)}"
 
 
-def _clean(table: Table, args: argparse.Namespace) -> str:
-    deleted = table.clean(policy=args.policy, retain=args.retain)
+def _clean(table: Table, args: argparse.Namespace, progress: Progress) -> str:
+    deleted = table.clean(policy=args.policy, retain=args.retain, progress=progress)
     return f"clean: {len(deleted)} files deleted ({args.policy}, retain {args.retain})"
 
 
-def _rollback(table: Table, args: argparse.Namespace) -> str:
+def _rollback(table: Table, args: argparse.Namespace, progress: Progress) -> str:
     return f"rollback: {args.instant} rolled back by {table.rollback(args.instant)}"
 
 
-def _savepoint(table: Table, args: argparse.Namespace) -> str:
+def _savepoint(table: Table, args: argparse.Namespace, progress: Progress) -> str:
     table.savepoint(args.instant)
     return f"savepoint: {args.instant} savepointed"
 
 
-def _restore(table: Table, args: argparse.Namespace) -> str:
-    return f"restore: table restored to {args.instant} by {table.restore(args.instant)}"
+def _restore(table: Table, args: argparse.Namespace, progress: Progress) -> str:
+    return f"restore: table restored to {args.instant} by {table.restore(args.instant, progress=progress)}"
 
 
-def _cluster(table: Table, args: argparse.Namespace) -> str:
-    r = table.cluster(sort_by=args.sort_by, target_file_size=args.target_file_size)
+def _cluster(table: Table, args: argparse.Namespace, progress: Progress) -> str:
+    r = table.cluster(sort_by=args.sort_by, target_file_size=args.target_file_size, progress=progress)
     if r.instant is None:
         return "cluster: nothing to cluster"
     order = f", sorted by {', '.join(args.sort_by)}" if args.sort_by else ""
@@ -96,7 +109,7 @@ def _cluster(table: Table, args: argparse.Namespace) -> str:
     )
 
 
-SERVICES: dict[str, tuple[str, Callable[[Table, argparse.Namespace], str]]] = {
+SERVICES: dict[str, tuple[str, Callable[[Table, argparse.Namespace, Progress], str]]] = {
     "compact": ("compact merge-on-read file slices", _compact),
     "clean": ("delete file slices no longer needed", _clean),
     "rollback": ("roll back the latest commit", _rollback),
@@ -159,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = Table(args.uri)
         if args.command in SERVICES:
             fn = SERVICES[args.command][1]
-            _service(args.command, lambda: fn(table, args))
+            _service(args.command, lambda progress: fn(table, args, progress))
         else:
             _show(table) if args.command == "show" else _timeline(table)
     except OxlakeError as e:

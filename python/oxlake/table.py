@@ -166,11 +166,14 @@ class Table:
 
     # -- table services ---------------------------------------------------------------------
 
-    def compact(self, min_log_files: int = 1) -> CompactionResult:
+    def compact(
+        self, min_log_files: int = 1, *, progress: _native.Progress | None = None
+    ) -> CompactionResult:
         """Compacts merge-on-read file groups: runs pending compaction plans, then plans and runs
         one over every file slice with at least `min_log_files` log files. Writers may keep
-        writing meanwhile; their logs land in the compacted slices."""
-        instants, groups, records = _native.compact(self._t, min_log_files)
+        writing meanwhile; their logs land in the compacted slices. `progress` (an
+        `oxlake.Progress`) counts the file groups done, for another thread to show."""
+        instants, groups, records = _native.compact(self._t, min_log_files, progress)
         return CompactionResult(list(instants), groups, records)
 
     def rollback(self, instant: str) -> str:
@@ -183,15 +186,21 @@ class Table:
         `restore` can bring the table back to it."""
         _native.savepoint(self._t, instant)
 
-    def restore(self, instant: str) -> str:
+    def restore(self, instant: str, *, progress: _native.Progress | None = None) -> str:
         """Rolls back every commit after the savepoint `instant`; returns the restore instant."""
-        return _native.restore(self._t, instant)
+        return _native.restore(self._t, instant, progress)
 
-    def clean(self, policy: str = "keep_latest_commits", retain: int = 10) -> list[str]:
+    def clean(
+        self,
+        policy: str = "keep_latest_commits",
+        retain: int = 10,
+        *,
+        progress: _native.Progress | None = None,
+    ) -> list[str]:
         """Deletes file slices no longer needed: `policy="keep_latest_commits"` keeps what reading
         as of each of the latest `retain` commits needs, `"keep_latest_file_versions"` the latest
         `retain` slices of each file group. Savepoints are always kept. Returns the files deleted."""
-        _, deleted = _native.clean(self._t, policy, retain)
+        _, deleted = _native.clean(self._t, policy, retain, progress)
         return list(deleted)
 
     def cluster(
@@ -201,13 +210,14 @@ class Table:
         small_file_limit: int | None = None,
         target_file_size: int | None = None,
         memory_limit: int | None = None,
+        progress: _native.Progress | None = None,
     ) -> ClusteringResult:
         """Rewrites the small file groups of each partition (latest slice under
         `small_file_limit` bytes, default 100 MiB) into new ones of about `target_file_size`
         (default 120 MiB), sorted by `sort_by`, as one replacecommit. Reads return the same rows
         before and after. Sorting spills to disk past `memory_limit` (default 1 GiB)."""
         instant, replaced, written, records = _native.cluster(
-            self._t, list(sort_by), small_file_limit, target_file_size, memory_limit
+            self._t, list(sort_by), small_file_limit, target_file_size, memory_limit, progress
         )
         return ClusteringResult(instant, replaced, written, records)
 

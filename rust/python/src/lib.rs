@@ -23,5 +23,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(services::restore, m)?)?;
     m.add_function(wrap_pyfunction!(services::clean, m)?)?;
     m.add_function(wrap_pyfunction!(services::cluster, m)?)?;
+    m.add_class::<services::PyProgress>()?;
     Ok(())
 }

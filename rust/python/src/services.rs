@@ -1,21 +1,65 @@
 //! Table services, as module functions taking the table (the `#[pymethods]` of `PyTable` stay
 //! about reads and writes).
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 
 use crate::runtime::run;
 use crate::table::PyTable;
-use oxlake::services::{CleanPolicy, ClusteringConfig, CompactionConfig};
+use oxlake::services::{CleanPolicy, ClusteringConfig, CompactionConfig, Progress};
+
+/// The progress of a table service, read from another thread while the service runs.
+#[pyclass(name = "Progress", module = "oxlake._native", frozen)]
+pub struct PyProgress {
+    inner: Arc<Progress>,
+}
+
+#[pymethods]
+impl PyProgress {
+    #[new]
+    fn new() -> Self {
+        PyProgress { inner: Arc::new(Progress::new()) }
+    }
+
+    /// Units done so far.
+    #[getter]
+    fn done(&self) -> u64 {
+        self.inner.get().0
+    }
+
+    /// Units planned (0 until the service has planned its work).
+    #[getter]
+    fn total(&self) -> u64 {
+        self.inner.get().1
+    }
+
+    /// What is counted (`"file groups"`, `"files"`, `"commits"`).
+    #[getter]
+    fn unit(&self) -> &'static str {
+        self.inner.get().2
+    }
+}
+
+fn tracker(progress: Option<PyRef<'_, PyProgress>>) -> Option<Arc<Progress>> {
+    progress.map(|p| p.inner.clone())
+}
 
 /// Compacts merge-on-read slices with at least `min_log_files` log files; returns
 /// (instants, file groups, records).
 #[pyfunction]
-#[pyo3(signature = (table, min_log_files=1))]
-pub fn compact(py: Python<'_>, table: &PyTable, min_log_files: usize) -> PyResult<(Vec<String>, usize, u64)> {
+#[pyo3(signature = (table, min_log_files=1, progress=None))]
+pub fn compact(
+    py: Python<'_>,
+    table: &PyTable,
+    min_log_files: usize,
+    progress: Option<PyRef<'_, PyProgress>>,
+) -> PyResult<(Vec<String>, usize, u64)> {
     let inner = table.inner.clone();
+    let progress = tracker(progress);
     run(py, async move {
         let mut t = inner.lock().await;
-        let config = CompactionConfig { min_log_files, ..Default::default() };
+        let config = CompactionConfig { min_log_files, progress, ..Default::default() };
         let r = t.compact(&config).await?;
         Ok((r.instants, r.file_groups, r.records))
     })
@@ -40,19 +84,33 @@ pub fn savepoint(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<(
 
 /// Restores the table to the savepoint `instant`; returns the restore instant.
 #[pyfunction]
-pub fn restore(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<String> {
+#[pyo3(signature = (table, instant, progress=None))]
+pub fn restore(
+    py: Python<'_>,
+    table: &PyTable,
+    instant: String,
+    progress: Option<PyRef<'_, PyProgress>>,
+) -> PyResult<String> {
     let inner = table.inner.clone();
-    run(py, async move { inner.lock().await.restore(&instant).await })
+    let progress = tracker(progress);
+    run(py, async move { inner.lock().await.restore_with(&instant, progress).await })
 }
 
 /// Cleans with a policy; returns (clean instant, files deleted).
 #[pyfunction]
-#[pyo3(signature = (table, policy="keep_latest_commits", retain=10))]
-pub fn clean(py: Python<'_>, table: &PyTable, policy: &str, retain: usize) -> PyResult<(Option<String>, Vec<String>)> {
+#[pyo3(signature = (table, policy="keep_latest_commits", retain=10, progress=None))]
+pub fn clean(
+    py: Python<'_>,
+    table: &PyTable,
+    policy: &str,
+    retain: usize,
+    progress: Option<PyRef<'_, PyProgress>>,
+) -> PyResult<(Option<String>, Vec<String>)> {
     let policy = CleanPolicy::parse(policy, retain).map_err(crate::errors::to_py)?;
     let inner = table.inner.clone();
+    let progress = tracker(progress);
     run(py, async move {
-        let r = inner.lock().await.clean(policy).await?;
+        let r = inner.lock().await.clean_with(policy, progress).await?;
         Ok((r.instant, r.deleted))
     })
 }
@@ -60,7 +118,7 @@ pub fn clean(py: Python<'_>, table: &PyTable, policy: &str, retain: usize) -> Py
 /// Rewrites small file groups into fewer ones sorted by `sort_by`; returns
 /// (replacecommit, file groups replaced, file groups written, records).
 #[pyfunction]
-#[pyo3(signature = (table, sort_by=Vec::new(), small_file_limit=None, target_file_size=None, memory_limit=None))]
+#[pyo3(signature = (table, sort_by=Vec::new(), small_file_limit=None, target_file_size=None, memory_limit=None, progress=None))]
 pub fn cluster(
     py: Python<'_>,
     table: &PyTable,
@@ -68,8 +126,9 @@ pub fn cluster(
     small_file_limit: Option<u64>,
     target_file_size: Option<u64>,
     memory_limit: Option<usize>,
+    progress: Option<PyRef<'_, PyProgress>>,
 ) -> PyResult<(Option<String>, usize, usize, u64)> {
-    let mut config = ClusteringConfig { sort_by, memory_limit, ..Default::default() };
+    let mut config = ClusteringConfig { sort_by, memory_limit, progress: tracker(progress), ..Default::default() };
     if let Some(n) = small_file_limit {
         config.small_file_limit = n;
     }

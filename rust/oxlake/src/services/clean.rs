@@ -8,6 +8,7 @@
 
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Bound;
+use std::sync::Arc;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Error, Result};
 use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::{self, Action, Instant, State};
+use crate::services::progress::{self, Progress};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, FileSlice, FileSystemView};
 
@@ -63,6 +65,11 @@ pub struct CleanResult {
 impl Table {
     /// Deletes the files the policy no longer needs; finishes interrupted cleans first.
     pub async fn clean(&mut self, policy: CleanPolicy) -> Result<CleanResult> {
+        self.clean_with(policy, None).await
+    }
+
+    /// [`Table::clean`], counting the files deleted on `progress`.
+    pub async fn clean_with(&mut self, policy: CleanPolicy, progress: Option<Arc<Progress>>) -> Result<CleanResult> {
         self.reload().await?;
         crate::commit::rollback_failed(self).await?;
         let storage = self.storage().clone();
@@ -72,7 +79,7 @@ impl Table {
             let path = self.timeline().path_of(&r.with_state(State::Requested));
             let plan: CleanPlan =
                 serde_json::from_slice(&storage.get(&path).await?).map_err(|e| Error::corrupt(&path, e))?;
-            result.deleted.extend(execute(self, &r, &plan).await?);
+            result.deleted.extend(execute(self, &r, &plan, &progress).await?);
             result.instant = Some(r.time.clone());
         }
         let plan = plan(self, policy).await?;
@@ -85,18 +92,25 @@ impl Table {
         if !self.timeline().create(&storage, &requested, Bytes::from(bytes)).await? {
             return Err(Error::CommitConflict { instant: time, detail: "clean instant taken".into() });
         }
-        result.deleted.extend(execute(self, &requested, &plan).await?);
+        result.deleted.extend(execute(self, &requested, &plan, &progress).await?);
         result.instant = Some(time);
         self.reload().await?;
         Ok(result)
     }
 }
 
-async fn execute(table: &Table, requested: &Instant, plan: &CleanPlan) -> Result<Vec<String>> {
+async fn execute(
+    table: &Table,
+    requested: &Instant,
+    plan: &CleanPlan,
+    progress: &Option<Arc<Progress>>,
+) -> Result<Vec<String>> {
     let storage = table.storage();
     table.timeline().create(storage, &requested.with_state(State::Inflight), Bytes::new()).await?;
+    progress::plan(progress, plan.files_to_delete.len() as u64, "files");
     for f in &plan.files_to_delete {
         storage.delete(f).await?;
+        progress::advance(progress, 1);
     }
     crate::commit::failpoint("clean-after-delete");
     let record = serde_json::to_vec_pretty(plan).map_err(Error::invalid_data)?;

@@ -30,6 +30,7 @@ use crate::format::file_name::{BaseFileName, LogFileName, new_file_id};
 use crate::format::instant::{Action, Instant, State};
 use crate::read::{HudiTableProvider, PlannedFile, PlannedSlice, ScanPlan};
 use crate::schema::FILE_NAME;
+use crate::services::progress::{self, Progress};
 use crate::storage::Storage;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, LogFile};
@@ -51,6 +52,8 @@ pub struct ClusteringConfig {
     pub write: WriteConfig,
     /// The scan memory budget of each clustering group (sorting spills past it).
     pub memory_limit: Option<usize>,
+    /// Counts the file groups rewritten, for a caller that shows progress.
+    pub progress: Option<Arc<Progress>>,
 }
 
 impl Default for ClusteringConfig {
@@ -62,6 +65,7 @@ impl Default for ClusteringConfig {
             max_group_bytes: 8 * write.target_file_size,
             write,
             memory_limit: None,
+            progress: None,
         }
     }
 }
@@ -242,6 +246,7 @@ async fn execute(
     config: &ClusteringConfig,
 ) -> Result<Vec<(String, WriteStat)>> {
     let ctx = crate::read::session(table, None, config.memory_limit)?;
+    progress::plan(&config.progress, plan.file_groups().count() as u64, "file groups");
     let mut jobs = Vec::with_capacity(plan.input_groups.len());
     for (index, group) in plan.input_groups.iter().enumerate() {
         let scan = ScanPlan {
@@ -263,15 +268,17 @@ async fn execute(
             index,
             &config.write,
         );
-        jobs.push((df, out));
+        jobs.push((df, out, group.slices.len() as u64));
     }
     let written: Vec<Vec<(String, WriteStat)>> = futures::stream::iter(jobs)
-        .map(|(df, mut out)| async move {
+        .map(|(df, mut out, groups)| async move {
             let mut stream = df.execute_stream().await?;
             while let Some(batch) = stream.next().await {
                 out.write(batch?).await?;
             }
-            out.finish().await
+            let written = out.finish().await;
+            progress::advance(&config.progress, groups);
+            written
         })
         .buffer_unordered(config.write.parallelism.max(1))
         .try_collect()

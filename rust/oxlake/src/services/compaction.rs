@@ -21,6 +21,7 @@ use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::{Action, Instant, State};
 use crate::read::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
+use crate::services::progress::{self, Progress};
 use crate::storage::Storage;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, LogFile};
@@ -86,11 +87,13 @@ pub struct CompactionConfig {
     /// Slices with at least this many log files are compacted (1: every slice with logs).
     pub min_log_files: usize,
     pub write: WriteConfig,
+    /// Counts file groups compacted, for a caller that shows progress.
+    pub progress: Option<Arc<Progress>>,
 }
 
 impl Default for CompactionConfig {
     fn default() -> Self {
-        CompactionConfig { min_log_files: 1, write: WriteConfig::default() }
+        CompactionConfig { min_log_files: 1, write: WriteConfig::default(), progress: None }
     }
 }
 
@@ -172,6 +175,7 @@ async fn execute(
     config: &CompactionConfig,
     result: &mut CompactionResult,
 ) -> Result<()> {
+    progress::plan(&config.progress, plan.operations.len() as u64, "file groups");
     let outcome = write_compacted(table, tx.time(), &plan, config).await;
     let stats = match outcome {
         Ok(s) => s,
@@ -214,6 +218,7 @@ async fn write_compacted(
         .map(|(index, op)| {
             let (ctx, task, storage) = (ctx.clone(), task.clone(), storage.clone());
             let props = base_file_properties(&config.write);
+            let progress = config.progress.clone();
             async move {
                 let slice = SliceScan {
                     partition: op.partition_path.clone(),
@@ -248,6 +253,7 @@ async fn write_compacted(
                     file_size_in_bytes: size,
                     ..Default::default()
                 };
+                progress::advance(&progress, 1);
                 Ok::<_, Error>((op.partition_path, stat))
             }
         })

@@ -6,8 +6,10 @@
 pub mod clean;
 pub mod clustering;
 pub mod compaction;
+pub mod progress;
 pub mod restore;
 
 pub use clean::{CleanPlan, CleanPolicy, CleanResult};
 pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending_clustering_groups};
 pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};
+pub use progress::Progress;

@@ -3,12 +3,15 @@
 //! savepoint: every data instant completed after it is rolled back, newest first, under one
 //! `restore` instant whose plan names them, so an interrupted restore is finished by the next run.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::commit::rollback_latest;
 use crate::error::{Error, Result};
 use crate::format::instant::{self, Action, Instant, State};
+use crate::services::progress::{self, Progress};
 use crate::table::Table;
 
 /// What `<t>.savepoint` records.
@@ -75,6 +78,11 @@ impl Table {
     /// Restores the table to the savepoint at `time`: every data instant completed after it is
     /// rolled back. Returns the restore instant.
     pub async fn restore(&mut self, time: &str) -> Result<String> {
+        self.restore_with(time, None).await
+    }
+
+    /// [`Table::restore`], counting the instants rolled back on `progress`.
+    pub async fn restore_with(&mut self, time: &str, progress: Option<Arc<Progress>>) -> Result<String> {
         self.reload().await?;
         crate::commit::rollback_failed(self).await?;
         let time = instant::normalize_time(time)?;
@@ -92,14 +100,20 @@ impl Table {
         if !self.timeline().create(&storage, &requested, Bytes::from(bytes)).await? {
             return Err(Error::CommitConflict { instant: r, detail: "restore instant taken".into() });
         }
-        finish(self, &requested, &plan).await?;
+        finish(self, &requested, &plan, &progress).await?;
         Ok(r)
     }
 }
 
 /// Rolls back what the plan names that is still completed, then completes the restore.
-async fn finish(table: &mut Table, requested: &Instant, plan: &RestorePlan) -> Result<()> {
+async fn finish(
+    table: &mut Table,
+    requested: &Instant,
+    plan: &RestorePlan,
+    progress: &Option<Arc<Progress>>,
+) -> Result<()> {
     let storage = table.storage().clone();
+    progress::plan(progress, plan.instants_to_rollback.len() as u64, "commits");
     table.timeline().create(&storage, &requested.with_state(State::Inflight), Bytes::new()).await?;
     for target in &plan.instants_to_rollback {
         table.reload().await?;
@@ -107,6 +121,7 @@ async fn finish(table: &mut Table, requested: &Instant, plan: &RestorePlan) -> R
             rollback_latest(table, target).await?;
             crate::commit::failpoint("restore-after-rollback");
         }
+        progress::advance(progress, 1);
     }
     let done = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
     table.timeline().create(&storage, &requested.with_state(State::Completed), Bytes::from(done)).await?;
@@ -120,7 +135,7 @@ pub async fn finish_interrupted(table: &mut Table) -> Result<()> {
         let path = table.timeline().path_of(&r.with_state(State::Requested));
         let bytes = table.storage().get(&path).await?;
         let plan: RestorePlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
-        finish(table, &r, &plan).await?;
+        finish(table, &r, &plan, &None).await?;
     }
     Ok(())
 }

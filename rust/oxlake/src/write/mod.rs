@@ -198,7 +198,7 @@ impl Table {
         if since < every as usize {
             return;
         }
-        let compaction = crate::services::CompactionConfig { min_log_files: 1, write: config.clone() };
+        let compaction = crate::services::CompactionConfig { min_log_files: 1, write: config.clone(), progress: None };
         match self.compact(&compaction).await {
             Ok(r) => log::info!("inline compaction after {since} deltacommits: {:?}", r.instants),
             Err(e) => log::warn!("inline compaction after {since} deltacommits failed (the write landed): {e}"),
