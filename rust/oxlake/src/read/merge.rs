@@ -36,6 +36,27 @@ pub struct MergeSpec {
     pub append_only: bool,
 }
 
+impl MergeSpec {
+    /// The merge of a table's records, with columns indexed into `schema` (the table schema).
+    pub fn of_table(cfg: &crate::config::TableConfig, schema: &arrow::datatypes::Schema) -> Result<Self> {
+        let ordering = match (cfg.merge_mode, &cfg.ordering_field) {
+            (MergeMode::EventTime, Some(f)) => schema.index_of(f).ok(),
+            _ => None,
+        };
+        Ok(MergeSpec {
+            mode: cfg.merge_mode,
+            key: schema.index_of(crate::schema::RECORD_KEY)?,
+            ordering,
+            append_only: !cfg.populate_meta_fields,
+        })
+    }
+
+    /// The same merge over a projection: `position` maps a table column to its index there.
+    pub fn project(&self, position: impl Fn(usize) -> usize) -> Self {
+        MergeSpec { key: position(self.key), ordering: self.ordering.map(&position), ..self.clone() }
+    }
+}
+
 /// The ordering value of a version, in a form that compares across batches.
 #[derive(Clone, Copy)]
 enum Order<'a> {

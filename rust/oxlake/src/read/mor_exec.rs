@@ -79,12 +79,7 @@ impl MergeContext {
     /// (table services: compaction and clustering rewrite whole records).
     pub fn all_columns(table: &crate::table::Table, upper: &str) -> Result<Self> {
         let schema = table.schema();
-        let cfg = table.config();
-        let key = schema.index_of(crate::schema::RECORD_KEY)?;
-        let ordering = match (cfg.merge_mode, &cfg.ordering_field) {
-            (crate::config::MergeMode::EventTime, Some(f)) => schema.index_of(f).ok(),
-            _ => None,
-        };
+        let spec = MergeSpec::of_table(table.config(), &schema)?;
         let url = table.storage().store_url();
         let all: Vec<usize> = (0..schema.fields().len()).collect();
         let mut parquet_options = datafusion::config::TableParquetOptions::default();
@@ -95,7 +90,7 @@ impl MergeContext {
             table_schema: schema,
             scan_columns: all.clone(),
             output: all,
-            spec: MergeSpec { mode: cfg.merge_mode, key, ordering, append_only: !cfg.populate_meta_fields },
+            spec,
             admission: Admission { upper: upper.to_string(), timeline: Arc::new(table.timeline().clone()) },
             base_predicate: None,
             parquet_options,

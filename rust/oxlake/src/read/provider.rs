@@ -28,7 +28,6 @@ use datafusion::physical_plan::union::UnionExec;
 use super::merge::MergeSpec;
 use super::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
 use super::{PlannedFile, PlannedSlice, ScanPlan};
-use crate::config::MergeMode;
 use crate::error::{Error, Result};
 use crate::keys::KeySpec;
 use crate::log::Admission;
@@ -48,9 +47,8 @@ pub struct HudiTableProvider {
     store_url: ObjectStoreUrl,
     storage: Storage,
     timeline: Arc<Timeline>,
-    merge_mode: MergeMode,
-    ordering_field: Option<String>,
-    append_only: bool,
+    /// The table's merge, columns indexed into the table schema.
+    merge: MergeSpec,
 }
 
 impl HudiTableProvider {
@@ -58,8 +56,10 @@ impl HudiTableProvider {
         let url = table.storage().store_url();
         let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(Error::from)?;
         let cfg = table.config();
+        let schema = table.schema();
         Ok(HudiTableProvider {
-            schema: table.schema(),
+            merge: MergeSpec::of_table(cfg, &schema)?,
+            schema,
             slices: plan.slices,
             upper: plan.upper,
             commit_range: plan.commit_range,
@@ -67,9 +67,6 @@ impl HudiTableProvider {
             store_url,
             storage: table.storage().clone(),
             timeline: Arc::new(table.timeline().clone()),
-            merge_mode: cfg.merge_mode,
-            ordering_field: cfg.ordering_field.clone(),
-            append_only: !cfg.populate_meta_fields,
         })
     }
 
@@ -142,22 +139,13 @@ impl HudiTableProvider {
         scan_projection: &[usize],
         filters: &[Expr],
     ) -> DfResult<MergeOnReadExec> {
-        let key = self.schema.index_of(RECORD_KEY)?;
-        let ordering = match (self.merge_mode, &self.ordering_field) {
-            (MergeMode::EventTime, Some(f)) => self.schema.index_of(f).ok(),
-            _ => None,
-        };
-        let mut scan_columns: Vec<usize> = scan_projection.iter().copied().chain([key]).chain(ordering).collect();
+        let mut scan_columns: Vec<usize> =
+            scan_projection.iter().copied().chain([self.merge.key]).chain(self.merge.ordering).collect();
         scan_columns.sort_unstable();
         scan_columns.dedup();
         let position = |i: usize| scan_columns.iter().position(|&c| c == i).unwrap_or_default();
         let output: Vec<usize> = scan_projection.iter().map(|&i| position(i)).collect();
-        let spec = MergeSpec {
-            mode: self.merge_mode,
-            key: position(key),
-            ordering: ordering.map(position),
-            append_only: self.append_only,
-        };
+        let spec = self.merge.project(position);
         // Only filters on the key and partition columns may drop base rows before the merge
         // (DESIGN.md §4): a base row failing another filter may still win over its log version.
         let key_columns: Vec<&str> = [RECORD_KEY, PARTITION_PATH]
