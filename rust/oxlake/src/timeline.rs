@@ -124,7 +124,7 @@ impl Timeline {
         let path = self.path_of(instant);
         let bytes = storage.get(&path).await?;
         if self.layout >= 2 {
-            return Err(Error::unsupported(format!("reading layout-2 commit metadata ({path})")));
+            return CommitMetadata::from_avro(&path, &bytes);
         }
         CommitMetadata::from_json(&path, &bytes)
     }

@@ -155,9 +155,9 @@ enum Schema {
     Enum(Vec<String>),
     Union(Vec<Schema>),
     Record(Vec<(String, Schema)>),
-    /// Arrays and maps are parsed (they may define named types) but not decoded.
-    Array,
-    Map,
+    /// Arrays and maps: decoded into JSON (container files), not into table columns.
+    Array(Box<Schema>),
+    Map(Box<Schema>),
 }
 
 fn parse_schema(j: &Json, named: &mut Vec<(String, Schema)>) -> Result<Schema> {
@@ -203,14 +203,8 @@ fn parse_schema(j: &Json, named: &mut Vec<(String, Schema)>) -> Result<Schema> {
                         .collect(),
                 ),
                 Some("fixed") => Schema::Fixed(o.get("size").and_then(Json::as_u64).ok_or_else(bad)? as usize),
-                Some("array") => {
-                    parse_schema(o.get("items").ok_or_else(bad)?, named)?;
-                    Schema::Array
-                }
-                Some("map") => {
-                    parse_schema(o.get("values").ok_or_else(bad)?, named)?;
-                    Schema::Map
-                }
+                Some("array") => Schema::Array(Box::new(parse_schema(o.get("items").ok_or_else(bad)?, named)?)),
+                Some("map") => Schema::Map(Box::new(parse_schema(o.get("values").ok_or_else(bad)?, named)?)),
                 // `{"type": "long", "logicalType": ...}`: the logical type is applied on conversion.
                 _ => parse_schema(t, named)?,
             };
@@ -261,10 +255,141 @@ fn decode_value(d: &mut Decoder<'_>, s: &Schema) -> Result<Value> {
             let branch = usize::try_from(i).ok().and_then(|i| branches.get(i));
             decode_value(d, branch.ok_or_else(|| Error::invalid_data(format!("avro: union index {i}")))?)?
         }
-        Schema::Record(_) | Schema::Array | Schema::Map => {
+        Schema::Record(_) | Schema::Array(_) | Schema::Map(_) => {
             return Err(Error::unsupported("nested columns in Avro log blocks"));
         }
     })
+}
+
+/// Decodes one datum into JSON: records and maps become objects (null fields left out, so that
+/// serde defaults apply), arrays arrays, bytes and fixed base64 strings.
+fn decode_json(d: &mut Decoder<'_>, s: &Schema) -> Result<Json> {
+    use base64::Engine as _;
+    Ok(match s {
+        Schema::Null => Json::Null,
+        Schema::Boolean => Json::Bool(d.boolean()?),
+        Schema::Int => Json::from(d.int()?),
+        Schema::Long => Json::from(d.long()?),
+        Schema::Float => serde_json::Number::from_f64(f64::from(d.float()?)).map_or(Json::Null, Json::Number),
+        Schema::Double => serde_json::Number::from_f64(d.double()?).map_or(Json::Null, Json::Number),
+        Schema::Bytes => Json::String(base64::engine::general_purpose::STANDARD.encode(d.bytes()?)),
+        Schema::Fixed(n) => Json::String(base64::engine::general_purpose::STANDARD.encode(d.take(*n)?)),
+        Schema::String => Json::String(d.string()?.to_string()),
+        Schema::Enum(_) | Schema::Union(_) => match decode_value_or_branch(d, s)? {
+            Ok(v) => v,
+            Err(branch) => decode_json(d, branch)?,
+        },
+        Schema::Record(fields) => {
+            let mut out = serde_json::Map::with_capacity(fields.len());
+            for (name, f) in fields {
+                let v = decode_json(d, f)?;
+                if !v.is_null() {
+                    out.insert(name.clone(), v);
+                }
+            }
+            Json::Object(out)
+        }
+        Schema::Array(items) => {
+            let mut out = Vec::new();
+            loop {
+                let n = d.block_count()?;
+                if n == 0 {
+                    break;
+                }
+                for _ in 0..n {
+                    out.push(decode_json(d, items)?);
+                }
+            }
+            Json::Array(out)
+        }
+        Schema::Map(values) => {
+            let mut out = serde_json::Map::new();
+            loop {
+                let n = d.block_count()?;
+                if n == 0 {
+                    break;
+                }
+                for _ in 0..n {
+                    let k = d.string()?.to_string();
+                    let v = decode_json(d, values)?;
+                    if !v.is_null() {
+                        out.insert(k, v);
+                    }
+                }
+            }
+            Json::Object(out)
+        }
+    })
+}
+
+/// An enum's symbol, or the branch of a union to decode next.
+fn decode_value_or_branch<'s>(d: &mut Decoder<'_>, s: &'s Schema) -> Result<std::result::Result<Json, &'s Schema>> {
+    match s {
+        Schema::Enum(symbols) => {
+            let i = d.int()?;
+            let sym = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+            Ok(Ok(Json::String(sym.ok_or_else(|| Error::invalid_data(format!("avro: enum index {i}")))?.clone())))
+        }
+        Schema::Union(branches) => {
+            let i = d.long()?;
+            let branch = usize::try_from(i).ok().and_then(|i| branches.get(i));
+            Ok(Err(branch.ok_or_else(|| Error::invalid_data(format!("avro: union index {i}")))?))
+        }
+        _ => Err(Error::invalid_data("avro: not an enum or union")),
+    }
+}
+
+/// The magic bytes of an Avro object container file.
+const CONTAINER_MAGIC: &[u8; 4] = b"Obj\x01";
+
+/// Reads an Avro object container file (codec `null`, as Apache Hudi writes its timeline files)
+/// into JSON records, one per datum, in file order.
+pub fn read_container(bytes: &[u8]) -> Result<Vec<Json>> {
+    let mut d = Decoder::new(bytes);
+    if d.take(4)? != CONTAINER_MAGIC {
+        return Err(Error::invalid_data("avro container: bad magic"));
+    }
+    let mut schema: Option<Json> = None;
+    let mut codec = "null".to_string();
+    loop {
+        let n = d.block_count()?;
+        if n == 0 {
+            break;
+        }
+        for _ in 0..n {
+            let key = d.string()?.to_string();
+            let value = d.bytes()?;
+            match key.as_str() {
+                "avro.schema" => {
+                    schema = Some(
+                        serde_json::from_slice(value)
+                            .map_err(|e| Error::invalid_data(format!("avro container schema: {e}")))?,
+                    )
+                }
+                "avro.codec" => codec = String::from_utf8_lossy(value).into_owned(),
+                _ => {}
+            }
+        }
+    }
+    if codec != "null" {
+        return Err(Error::unsupported(format!("avro container codec {codec}")));
+    }
+    let schema =
+        parse_schema(&schema.ok_or_else(|| Error::invalid_data("avro container without schema"))?, &mut Vec::new())?;
+    let sync = d.take(16)?;
+    let mut out = Vec::new();
+    while !d.is_empty() {
+        let count = d.long()?;
+        let size = usize::try_from(d.long()?).map_err(|_| Error::invalid_data("avro container: bad block size"))?;
+        let mut block = Decoder::new(d.take(size)?);
+        for _ in 0..count.max(0) {
+            out.push(decode_json(&mut block, &schema)?);
+        }
+        if d.take(16)? != sync {
+            return Err(Error::invalid_data("avro container: sync marker mismatch"));
+        }
+    }
+    Ok(out)
 }
 
 /// Decodes Avro datums of a record schema (`writer_schema`, JSON) into a batch of `target`:
@@ -402,6 +527,94 @@ mod tests {
             let schema = r#"{"type":"record","name":"r","fields":[{"name":"a","type":["null","string"]},
                 {"name":"b","type":"long"},{"name":"c","type":{"type":"fixed","name":"f","size":3}}]}"#;
             let _ = decode_one(schema, &bytes);
+        }
+    }
+
+    /// A container file as Apache Hudi writes timeline files: codec null, one block.
+    fn container(schema: &str, datums: &[Vec<u8>]) -> Vec<u8> {
+        let mut e = Encoder::default();
+        e.buf.extend_from_slice(CONTAINER_MAGIC);
+        e.long(2);
+        e.string("avro.schema");
+        e.bytes(schema.as_bytes());
+        e.string("avro.codec");
+        e.bytes(b"null");
+        e.long(0);
+        let sync = [7u8; 16];
+        e.buf.extend_from_slice(&sync);
+        let body: Vec<u8> = datums.concat();
+        e.long(datums.len() as i64);
+        e.long(body.len() as i64);
+        e.buf.extend_from_slice(&body);
+        e.buf.extend_from_slice(&sync);
+        e.buf
+    }
+
+    #[test]
+    fn containers_decode_into_json() {
+        let schema = r#"{"type":"record","name":"HoodieCommitMetadata","fields":[
+            {"name":"partitionToWriteStats","type":["null",{"type":"map","values":{"type":"array","items":
+              {"type":"record","name":"HoodieWriteStat","fields":[{"name":"fileId","type":["null","string"]},
+               {"name":"numWrites","type":["null","long"]},{"name":"baseFile","type":["null","string"]}]}}}]},
+            {"name":"compacted","type":["null","boolean"]},
+            {"name":"operationType","type":["null","string"]}]}"#;
+        let mut d = Encoder::default();
+        d.long(1); // the map branch
+        d.long(1); // one entry
+        d.string("city=sf");
+        d.long(2); // two stats
+        for (id, n) in [("f1", 4), ("f2", 6)] {
+            d.long(1);
+            d.string(id);
+            d.long(1);
+            d.long(n);
+            d.long(0); // baseFile: null
+        }
+        d.long(0); // end of array
+        d.long(0); // end of map
+        d.long(1);
+        d.boolean(false);
+        d.long(1);
+        d.string("UPSERT");
+        let records = read_container(&container(schema, &[d.buf])).unwrap();
+        assert_eq!(records.len(), 1);
+        let m: crate::format::commit::CommitMetadata = serde_json::from_value(records[0].clone()).unwrap();
+        let stats: Vec<(&str, &str, i64)> =
+            m.write_stats().map(|(p, s)| (p, s.file_id.as_str(), s.num_writes)).collect();
+        assert_eq!(stats, [("city=sf", "f1", 4), ("city=sf", "f2", 6)]);
+        assert_eq!(m.operation_type.as_deref(), Some("UPSERT"));
+        // Null fields are left out, so serde defaults apply.
+        assert_eq!(records[0]["partitionToWriteStats"]["city=sf"][0].get("baseFile"), None);
+    }
+
+    #[test]
+    fn damaged_containers_are_errors() {
+        let schema = r#"{"type":"record","name":"r","fields":[{"name":"a","type":"long"}]}"#;
+        let mut datum = Encoder::default();
+        datum.long(5);
+        let good = container(schema, &[datum.buf]);
+        assert_eq!(read_container(&good).unwrap(), vec![serde_json::json!({"a": 5})]);
+        let mut bad_sync = good.clone();
+        let n = bad_sync.len();
+        bad_sync[n - 1] ^= 1;
+        assert!(read_container(&bad_sync).is_err());
+        assert!(read_container(&good[..good.len() - 3]).is_err());
+        assert!(read_container(b"Obj\x02").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn damaged_container_never_panics(cut in 0usize..200, flip in 0usize..200) {
+            let schema = r#"{"type":"record","name":"r","fields":[{"name":"a","type":["null","string"]}]}"#;
+            let mut datum = Encoder::default();
+            datum.long(1);
+            datum.string("x");
+            let mut bytes = container(schema, &[datum.buf]);
+            if flip < bytes.len() {
+                bytes[flip] ^= 0x5a;
+            }
+            bytes.truncate(cut.max(1).min(bytes.len()));
+            let _ = read_container(&bytes);
         }
     }
 

@@ -62,6 +62,18 @@ impl CommitMetadata {
         serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("commit metadata: {e}")))
     }
 
+    /// Parses layout-2 metadata: an Avro object container holding one `HoodieCommitMetadata` (or
+    /// `HoodieReplaceCommitMetadata`) record, whose field names are those of the JSON form. An empty
+    /// file gives empty metadata (a requested instant).
+    pub fn from_avro(path: &str, bytes: &[u8]) -> Result<Self> {
+        if bytes.is_empty() {
+            return Ok(CommitMetadata::default());
+        }
+        let records = crate::format::avro::read_container(bytes).map_err(|e| Error::corrupt(path, e))?;
+        let first = records.into_iter().next().ok_or_else(|| Error::corrupt(path, "no record in commit metadata"))?;
+        serde_json::from_value(first).map_err(|e| Error::corrupt(path, format!("commit metadata: {e}")))
+    }
+
     /// Serializes to the JSON Apache Hudi writes.
     pub fn to_json(&self) -> Result<Vec<u8>> {
         serde_json::to_vec_pretty(self).map_err(|e| Error::invalid_data(format!("commit metadata: {e}")))

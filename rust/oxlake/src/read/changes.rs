@@ -53,7 +53,7 @@ impl Table {
             return Ok(None);
         };
         let (start, end) = self.window(opts, latest)?;
-        let touched = self.touched_file_groups(&start, &end).await?;
+        let touched = self.touched_file_groups(&self.instants_between(&start, &end)).await?;
         let before = ScanPlan {
             slices: self.slices_of(&touched, &start, "start").await?,
             upper: start.clone(),

@@ -20,7 +20,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
 
 use crate::error::{Error, Result};
-use crate::format::instant::normalize_time;
+use crate::format::instant::{Instant, normalize_time};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroup, FileGroupId, FileSlice, LogFile};
 pub use filter::{Filter, Op, Predicate};
@@ -110,15 +110,25 @@ impl PlannedSlice {
     }
 }
 
-/// The slices of a query, the instant its log blocks are read up to, and the commit-time window its
-/// rows must fall in.
+/// Which commits an incremental query's rows must come from (`_hoodie_commit_time`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitWindow {
+    /// Requested times in `(start, end]` (table version 6: windows bound requested times).
+    Range(String, String),
+    /// Exactly these instants (versions 8 and 9: the window bounds completion times, so the
+    /// admitted instants are listed by their requested times).
+    Instants(Vec<String>),
+}
+
+/// The slices of a query, the instant its log blocks are read up to, and the commits its rows must
+/// come from.
 #[derive(Clone, Debug, Default)]
 pub struct ScanPlan {
     pub slices: Vec<PlannedSlice>,
     /// Log blocks of later instants are not read.
     pub upper: String,
-    /// `(start, end]` on `_hoodie_commit_time` (incremental queries).
-    pub commit_range: Option<(String, String)>,
+    /// Incremental queries: the commits whose rows are returned.
+    pub commit_range: Option<CommitWindow>,
 }
 
 impl ScanPlan {
@@ -163,10 +173,33 @@ impl Table {
                 Err(Error::invalid_arg("query", "a change query reads two snapshots: see Table::plan_changes"))
             }
             QueryType::Incremental => {
+                // Version 6 windows bound requested times; versions 8 and 9 bound completion times.
+                let by_completion = timeline.latest_completed_data().is_some_and(|i| i.completion.is_some());
+                let latest = match by_completion {
+                    true => timeline.completed_data().filter_map(|i| i.completion.clone()).max().unwrap_or(latest),
+                    false => latest,
+                };
                 let (start, end) = self.window(opts, latest)?;
-                let touched = self.touched_file_groups(&start, &end).await?;
-                let slices = self.slices_of(&touched, &end, "end").await?;
-                Ok(ScanPlan { slices, upper: end.clone(), commit_range: Some((start, end)) })
+                let admitted: Vec<Instant> = timeline
+                    .completed_data()
+                    .filter(|i| {
+                        let t = if by_completion { i.completion.as_deref().unwrap_or(&i.time) } else { &i.time };
+                        t > start.as_str() && t <= end.as_str()
+                    })
+                    .cloned()
+                    .collect();
+                let Some(upper) = admitted.iter().map(|i| i.time.clone()).max() else {
+                    return Ok(ScanPlan::default());
+                };
+                let touched = self.touched_file_groups(&admitted).await?;
+                let slices = self.slices_of(&touched, &upper, "end").await?;
+                let window = match by_completion {
+                    true => CommitWindow::Instants(admitted.iter().map(|i| i.time.clone()).collect()),
+                    false => CommitWindow::Range(start, end),
+                };
+                // Without meta fields rows carry no commit time: whole files of the window are read.
+                let commit_range = self.config().populate_meta_fields.then_some(window);
+                Ok(ScanPlan { slices, upper, commit_range })
             }
         }
     }
@@ -184,12 +217,21 @@ impl Table {
         Ok((start, end))
     }
 
-    /// The file groups the completed commits in `(start, end]` wrote into or replaced. Compactions
-    /// are skipped: they rewrite slices without changing a row.
-    async fn touched_file_groups(&self, start: &str, end: &str) -> Result<HashSet<FileGroupId>> {
+    /// The completed data instants with requested time in `(start, end]`.
+    fn instants_between(&self, start: &str, end: &str) -> Vec<Instant> {
+        self.timeline()
+            .completed_data()
+            .filter(|i| i.time.as_str() > start && i.time.as_str() <= end)
+            .cloned()
+            .collect()
+    }
+
+    /// The file groups the given commits wrote into or replaced. Compactions are skipped: they
+    /// rewrite slices without changing a row.
+    async fn touched_file_groups(&self, instants: &[Instant]) -> Result<HashSet<FileGroupId>> {
         let timeline = self.timeline();
         let mut touched = HashSet::new();
-        for instant in timeline.completed_data().filter(|i| i.time.as_str() > start && i.time.as_str() <= end) {
+        for instant in instants {
             let meta = timeline.commit_metadata(self.storage(), instant).await?;
             if meta.compacted {
                 continue;

@@ -27,7 +27,7 @@ use datafusion::physical_plan::union::UnionExec;
 
 use super::merge::MergeSpec;
 use super::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
-use super::{PlannedFile, PlannedSlice, ScanPlan};
+use super::{CommitWindow, PlannedFile, PlannedSlice, ScanPlan};
 use crate::error::{Error, Result};
 use crate::keys::KeySpec;
 use crate::log::Admission;
@@ -42,7 +42,7 @@ pub struct HudiTableProvider {
     schema: SchemaRef,
     slices: Vec<PlannedSlice>,
     upper: String,
-    commit_range: Option<(String, String)>,
+    commit_range: Option<CommitWindow>,
     keys: KeySpec,
     store_url: ObjectStoreUrl,
     storage: Storage,
@@ -280,10 +280,17 @@ impl TableProvider for HudiTableProvider {
             1 => plans.remove(0),
             _ => UnionExec::try_new(plans)?,
         };
-        if let Some((start, end)) = &self.commit_range {
+        if let Some(commits) = &self.commit_range {
             let scanned = Arc::new(self.schema.project(&scan_projection)?);
             let df_schema = scanned.clone().to_dfschema()?;
-            let window = col(COMMIT_TIME).gt(lit(start.as_str())).and(col(COMMIT_TIME).lt_eq(lit(end.as_str())));
+            let window = match commits {
+                CommitWindow::Range(start, end) => {
+                    col(COMMIT_TIME).gt(lit(start.as_str())).and(col(COMMIT_TIME).lt_eq(lit(end.as_str())))
+                }
+                CommitWindow::Instants(times) => {
+                    col(COMMIT_TIME).in_list(times.iter().map(|t| lit(t.as_str())).collect(), false)
+                }
+            };
             let predicate = state.create_physical_expr(window, &df_schema)?;
             plan = Arc::new(FilterExec::try_new(predicate, plan)?);
             if extra {
