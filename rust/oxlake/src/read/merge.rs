@@ -205,42 +205,47 @@ impl LogSide {
     }
 
     /// Merges one base batch (already projected to the merged columns) with the log side.
-    pub fn merge_base(&mut self, base: &RecordBatch) -> Result<RecordBatch> {
+    pub fn merge_base(&mut self, base: &RecordBatch) -> Result<Vec<RecordBatch>> {
         if self.entries.is_empty() || self.spec.append_only {
-            return Ok(base.clone());
+            return Ok(vec![base.clone()]);
         }
         let keys = key_column(base, self.spec.key)?;
         let base_rows = match (&self.converter, self.spec.ordering) {
             (Some(c), Some(o)) => Some(c.convert_columns(&[base.column(o).clone()])?),
             _ => None,
         };
-        let mut picks: Vec<(usize, usize)> = Vec::with_capacity(base.num_rows());
+        // Base rows that stay go through the filter kernel; the log versions that win are gathered
+        // apart (output order is not significant), so unchanged rows are never gathered one by one.
+        let mut keep: Vec<bool> = Vec::with_capacity(base.num_rows());
+        let mut from_log: Vec<(usize, usize)> = Vec::new();
         let mut changed = false;
         for row in 0..base.num_rows() {
             let entry = if keys.is_null(row) { None } else { self.entries.get_mut(keys.value(row)) };
             let Some(entry) = entry else {
-                picks.push((0, row));
+                keep.push(true);
                 continue;
             };
             entry.claimed = true;
-            changed = true;
             let base_order = base_rows.as_ref().map_or(Order::None, |r| Order::Value(r.row(row)));
             if !entry.reset && !newer_wins(self.spec.mode, base_order, order_of(&entry.version, &self.orderings)) {
-                picks.push((0, row));
+                keep.push(true);
                 continue;
             }
-            match entry.version {
-                Version::Row { batch, row: r } => picks.push((1 + batch as usize, r as usize)),
-                Version::Delete { .. } => {}
+            changed = true;
+            keep.push(false);
+            if let Version::Row { batch, row: r } = entry.version {
+                from_log.push((batch as usize, r as usize));
             }
         }
         if !changed {
-            return Ok(base.clone());
+            return Ok(vec![base.clone()]);
         }
-        let mut sources: Vec<&RecordBatch> = Vec::with_capacity(1 + self.batches.len());
-        sources.push(base);
-        sources.extend(self.batches.iter());
-        Ok(interleave_record_batch(&sources, &picks)?)
+        let mut out = vec![arrow::compute::filter_record_batch(base, &arrow::array::BooleanArray::from(keep))?];
+        if !from_log.is_empty() {
+            let sources: Vec<&RecordBatch> = self.batches.iter().collect();
+            out.push(interleave_record_batch(&sources, &from_log)?);
+        }
+        Ok(out)
     }
 
     /// The log versions no base row claimed, in batches of at most `batch_size` rows. In append-only
@@ -254,15 +259,12 @@ impl LogSide {
             .values()
             .filter(|e| !e.claimed)
             .filter_map(|e| match e.version {
-                Version::Row { batch, row } => Some((e.seq, 1 + batch as usize, row as usize)),
+                Version::Row { batch, row } => Some((e.seq, batch as usize, row as usize)),
                 Version::Delete { .. } => None,
             })
             .collect();
         left.sort_unstable();
-        let Some(first) = self.batches.first() else { return Ok(vec![]) };
-        // Index 0 is a placeholder for the base batch, as in `merge_base`.
-        let mut sources: Vec<&RecordBatch> = vec![first];
-        sources.extend(self.batches.iter());
+        let sources: Vec<&RecordBatch> = self.batches.iter().collect();
         left.chunks(batch_size.max(1))
             .map(|chunk| {
                 let picks: Vec<(usize, usize)> = chunk.iter().map(|&(_, b, r)| (b, r)).collect();
@@ -360,7 +362,7 @@ mod tests {
         for c in logs {
             side.add(c, &|b| Ok(b.clone())).unwrap();
         }
-        let mut out = vec![side.merge_base(&batch(base)).unwrap()];
+        let mut out = side.merge_base(&batch(base)).unwrap();
         out.extend(side.remaining(2).unwrap());
         rows_of(&out)
     }

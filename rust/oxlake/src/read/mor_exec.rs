@@ -192,6 +192,8 @@ struct SliceState {
     pass: (u32, u32),
     log: LogSide,
     base: Option<SendableRecordBatchStream>,
+    /// Merged batches of the last base batch not yet returned.
+    merged: VecDeque<RecordBatch>,
     rest: Option<VecDeque<RecordBatch>>,
 }
 
@@ -203,12 +205,15 @@ impl GroupState {
                 self.current = Some(self.open(slice, 1).await?);
             }
             let Some(cur) = self.current.as_mut() else { continue };
+            if let Some(merged) = cur.merged.pop_front() {
+                return Ok(Some(merged.project(&self.ctx.output)?));
+            }
             if let Some(base) = cur.base.as_mut() {
                 match base.next().await {
                     Some(batch) => {
                         let batch = in_pass(&batch?, self.ctx.spec.key, cur.pass)?;
-                        let merged = cur.log.merge_base(&batch)?;
-                        if merged.num_rows() > 0 {
+                        cur.merged.extend(cur.log.merge_base(&batch)?.into_iter().filter(|b| b.num_rows() > 0));
+                        if let Some(merged) = cur.merged.pop_front() {
                             return Ok(Some(merged.project(&self.ctx.output)?));
                         }
                         continue;
@@ -278,7 +283,7 @@ impl GroupState {
             Some((path, size)) => Some(self.base_stream(path, *size)?),
             None => None,
         };
-        Ok(SliceState { slice, pass, log, base, rest: None })
+        Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None })
     }
 
     /// The Parquet scan of a base file: projected, with the key-only predicate pushed down.

@@ -1,6 +1,6 @@
 //! Planning a write: index lookup and file-group assignment.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{Array, StringArray};
@@ -54,6 +54,9 @@ pub(crate) struct LogTarget {
     pub after_version: u32,
 }
 
+/// Keys of a file changed by a write, with the incoming row that changes each.
+pub(crate) type Changes = hashbrown::HashMap<String, u32>;
+
 /// One file to write: a new file group, a rewrite of an existing one, or a log on one.
 #[derive(Debug)]
 pub(crate) struct FileWork {
@@ -64,7 +67,7 @@ pub(crate) struct FileWork {
     /// Merge-on-read: the changes go to a log file instead of a rewrite of `old`.
     pub log: Option<LogTarget>,
     /// Keys of the old file changed by this write, with the incoming row that changes them.
-    pub changes: HashMap<String, u32>,
+    pub changes: Changes,
     /// Whether `changes` are deletes (else updates).
     pub deletes: bool,
     /// Incoming rows appended as new records.
@@ -228,7 +231,7 @@ fn assign_inserts(
                 file_id: f.name.file_id.clone(),
                 old: Some(f.clone()),
                 log: targets.get(&(partition.to_string(), f.name.file_id.clone())).cloned(),
-                changes: HashMap::new(),
+                changes: Changes::new(),
                 deletes: false,
                 inserts: take,
             }),
@@ -244,7 +247,7 @@ fn assign_inserts(
             file_id: new_file_id(),
             old: None,
             log: None,
-            changes: HashMap::new(),
+            changes: Changes::new(),
             deletes: false,
             inserts: chunk,
         });
@@ -261,44 +264,48 @@ async fn lookup(
     incoming: &Incoming,
     rows: Vec<u32>,
     parallelism: usize,
-) -> Result<(Vec<(BaseFile, HashMap<String, u32>)>, Vec<u32>)> {
-    let mut wanted: HashMap<&str, u32> = rows.iter().map(|&r| (incoming.keys.value(r as usize), r)).collect();
-    let key_sets: Vec<(BaseFile, HashSet<String>)> = futures::stream::iter(files.iter().cloned())
+) -> Result<(Vec<(BaseFile, Changes)>, Vec<u32>)> {
+    // Incoming keys, probed by every file's key column as it streams: only matches allocate.
+    let wanted: hashbrown::HashMap<&str, u32> = rows.iter().map(|&r| (incoming.keys.value(r as usize), r)).collect();
+    let wanted = &wanted;
+    let hits: Vec<(BaseFile, Vec<(String, u32)>)> = futures::stream::iter(files.iter().cloned())
         .map(|f| async move {
-            let mut keys = read_keys(storage, &f).await?;
+            let mut hits = matching_keys(storage, &f, wanted).await?;
             // Merge-on-read: records inserted into the slice's logs belong to the group too.
             if let Some(logs) = slice_logs.get(&(partition.to_string(), f.name.file_id.clone())) {
-                keys.extend(crate::log::record_keys(storage, logs).await?);
+                let in_logs = crate::log::record_keys(storage, logs).await?;
+                hits.extend(in_logs.into_iter().filter_map(|k| wanted.get(k.as_str()).map(|&r| (k, r))));
             }
-            Ok::<_, Error>((f, keys))
+            Ok::<_, Error>((f, hits))
         })
         .buffer_unordered(parallelism.max(1))
         .try_collect()
         .await?;
+    // A key is in one file group; should it appear in two, the first file listed takes it.
+    let mut taken: hashbrown::HashSet<u32> = hashbrown::HashSet::with_capacity(rows.len());
     let mut found = Vec::new();
-    for (file, keys) in key_sets {
-        let mut changes = HashMap::new();
-        for k in keys {
-            if let Some(row) = wanted.remove(k.as_str()) {
-                changes.insert(k, row);
-            }
-        }
+    for (file, hits) in hits {
+        let changes: Changes = hits.into_iter().filter(|(_, r)| taken.insert(*r)).collect();
         if !changes.is_empty() {
             found.push((file, changes));
         }
     }
-    let mut missing: Vec<u32> = wanted.into_values().collect();
-    missing.sort_unstable();
+    let missing: Vec<u32> = rows.into_iter().filter(|r| !taken.contains(r)).collect();
     Ok((found, missing))
 }
 
-/// The record keys of a base file, reading only that column.
-async fn read_keys(storage: &Storage, file: &BaseFile) -> Result<HashSet<String>> {
+/// The keys of a base file that are in `wanted`, with their incoming rows, reading only the key
+/// column.
+async fn matching_keys(
+    storage: &Storage,
+    file: &BaseFile,
+    wanted: &hashbrown::HashMap<&str, u32>,
+) -> Result<Vec<(String, u32)>> {
     let reader = ParquetFile::open(storage, &file.path, file.size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
     let mut stream = builder.with_projection(mask).build()?;
-    let mut keys = HashSet::new();
+    let mut hits = Vec::new();
     while let Some(batch) = stream.next().await {
         let batch = batch?;
         let col = batch.column(0);
@@ -307,7 +314,7 @@ async fn read_keys(storage: &Storage, file: &BaseFile) -> Result<HashSet<String>
             .as_any()
             .downcast_ref::<StringArray>()
             .ok_or_else(|| Error::corrupt(&file.path, "record key column is not a string"))?;
-        keys.extend(strings.iter().flatten().map(str::to_string));
+        hits.extend(strings.iter().flatten().filter_map(|k| wanted.get(k).map(|&r| (k.to_string(), r))));
     }
-    Ok(keys)
+    Ok(hits)
 }
