@@ -145,3 +145,35 @@ def test_quickstart_trips_with_avro_logs(extracted: dict[str, str]) -> None:
     assert len(latest) == 5 and not {"rider-A", "rider-C", "rider-D"} & latest.keys()
     before = fares(deleted, oxlake.Table(deleted).timeline()[0].time)
     assert (before["rider-A"], before["rider-C"], before["rider-D"]) == (19.10, 27.70, 33.90)
+
+
+V9_TXNS = [table_id(z) for z in ALL if "v9_txns_" in z.name and "overwrite" not in z.name]
+
+
+@pytest.mark.skipif(not ALL, reason="the compatibility corpus is not next to the project")
+def test_format_md_expectations_v8_v9(extracted: dict[str, str]) -> None:
+    latest = [(1, "Alice", False), (2, "Bob", False), (3, "Carol", True), (4, "Diana", True)]
+    first = [(1, "Alice", True), (2, "Bob", False), (3, "Carol", True)]
+    for name in (cow("v8_nonpartitioned"), cow("v8_simplekeygen_nonhivestyle")):
+        t = oxlake.Table(extracted[name])
+        assert id_name_active(t.to_arrow()) == latest, name
+        c1 = [i for i in t.timeline() if i.state == "completed"][0].time
+        assert id_name_active(t.to_arrow(as_of=c1)) == first, name
+    t = oxlake.Table(extracted[cow("v8_simplekeygen_nonhivestyle")])
+    filtered = t.to_arrow(filter="byteField >= 10 AND byteField < 20 AND shortField != 100")
+    assert sorted(filtered["name"].to_pylist()) == ["Alice", "Carol"]
+    assert oxlake.Table(extracted[cow("v8_empty")]).to_arrow().num_rows == 0
+
+    partitioned = ["TXN-001", "TXN-003", "TXN-007", "TXN-008"] + [f"TXN-0{i}" for i in range(11, 19)]
+    assert len(V9_TXNS) == 11
+    for name in V9_TXNS:
+        rows = {r["txn_id"]: r for r in oxlake.Table(extracted[name]).to_arrow().to_pylist()}
+        if "nonpart" in name:
+            assert len(rows) == 14, name
+        else:
+            assert sorted(rows) == partitioned, name
+        assert rows["TXN-001"]["txn_type"] == "reversal", name
+        assert str(rows["TXN-007"]["fee_amount"]) == "75.00", name
+    for kind in ("sample_table/cow", "sample_table/mor/avro"):
+        t = oxlake.Table(extracted[f"{kind}/v9_txns_simple_overwrite"])
+        assert sorted(t.to_arrow()["txn_id"].to_pylist()) == ["TXN-101", "TXN-102", "TXN-103"]
