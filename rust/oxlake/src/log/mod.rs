@@ -10,7 +10,7 @@
 //! (`.<fileId>_<baseInstant>.log.<version>_<token>`) with a conditional create, as Apache Hudi does
 //! on object stores. A failed write's log file can then be deleted whole.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -138,12 +138,18 @@ pub async fn read_slice(
     Ok(out)
 }
 
-/// The record keys of every data block of some log files (any instant: a key found in a block
-/// that never committed only routes a write to the group that would have held it).
-pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashSet<String>> {
-    let mut keys = HashSet::new();
+/// The record keys of the data and delete blocks of some log files, each with whether its last
+/// block (in log order) wrote it (`true`) or deleted it (`false`). Any instant counts: a key found in
+/// a block that never committed only routes a write to the group that would have held it.
+pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashMap<String, bool>> {
+    let mut keys = HashMap::new();
     for Located { path, block } in read_blocks(storage, logs).await? {
         let batches: Vec<RecordBatch> = match block.block_type {
+            BlockType::Delete => {
+                let deletes = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;
+                keys.extend(deletes.into_iter().filter_map(|d| d.record_key).map(|k| (k, false)));
+                continue;
+            }
             BlockType::ParquetData => {
                 let builder = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
                     .map_err(|e| Error::corrupt(&path, e))?;
@@ -170,7 +176,7 @@ pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashSet<
         for b in batches {
             let col = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8)?;
             if let Some(s) = col.as_any().downcast_ref::<arrow::array::StringArray>() {
-                keys.extend(s.iter().flatten().map(str::to_string));
+                keys.extend(s.iter().flatten().map(|k| (k.to_string(), true)));
             }
         }
     }

@@ -1,12 +1,13 @@
 //! Planning a write: index lookup and file-group assignment.
 
 use std::collections::{BTreeMap, HashMap};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 
 use arrow::array::{Array, StringArray};
 
 use crate::keys::Partitions;
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
@@ -141,13 +142,13 @@ pub(crate) async fn plan(
         }
         WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete => {
             let Some(incoming) = incoming else { return Ok(plan) };
+            let mut looked_up = if op == WriteOperation::Insert {
+                HashMap::new()
+            } else {
+                lookup(table.storage(), &rows_by_partition, &live, &slice_logs, incoming, config.parallelism).await?
+            };
             for (partition, rows) in rows_by_partition {
-                let files = live.get(&partition).map(Vec::as_slice).unwrap_or(&[]);
-                let (found, missing) = if op == WriteOperation::Insert {
-                    (Vec::new(), rows)
-                } else {
-                    lookup(table.storage(), &partition, files, &slice_logs, incoming, rows, config.parallelism).await?
-                };
+                let (found, missing) = looked_up.remove(&partition).unwrap_or((Vec::new(), rows));
                 let deletes = op == WriteOperation::Delete;
                 for (file, changes) in found {
                     let log = targets.get(&(partition.clone(), file.name.file_id.clone())).cloned();
@@ -254,53 +255,112 @@ fn assign_inserts(
     }
 }
 
-/// Finds which base file holds each incoming key of one partition by reading the files' key
-/// column. Returns the changes per file and the rows whose key is in none of them.
-async fn lookup(
-    storage: &Storage,
-    partition: &str,
-    files: &[BaseFile],
-    slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
-    incoming: &Incoming,
-    rows: Vec<u32>,
-    parallelism: usize,
-) -> Result<(Vec<(BaseFile, Changes)>, Vec<u32>)> {
-    // Incoming keys, probed by every file's key column as it streams: only matches allocate.
-    let wanted: hashbrown::HashMap<&str, u32> = rows.iter().map(|&r| (incoming.keys.value(r as usize), r)).collect();
-    let wanted = &wanted;
-    let hits: Vec<(BaseFile, Vec<(String, u32)>)> = futures::stream::iter(files.iter().cloned())
-        .map(|f| async move {
-            let mut hits = matching_keys(storage, &f, wanted).await?;
-            // Merge-on-read: records inserted into the slice's logs belong to the group too.
-            if let Some(logs) = slice_logs.get(&(partition.to_string(), f.name.file_id.clone())) {
-                let in_logs = crate::log::record_keys(storage, logs).await?;
-                hits.extend(in_logs.into_iter().filter_map(|k| wanted.get(k.as_str()).map(|&r| (k, r))));
-            }
-            Ok::<_, Error>((f, hits))
-        })
-        .buffer_unordered(parallelism.max(1))
-        .try_collect()
-        .await?;
-    // A key is in one file group; should it appear in two, the first file listed takes it.
-    let mut taken: hashbrown::HashSet<u32> = hashbrown::HashSet::with_capacity(rows.len());
-    let mut found = Vec::new();
-    for (file, hits) in hits {
-        let changes: Changes = hits.into_iter().filter(|(_, r)| taken.insert(*r)).collect();
-        if !changes.is_empty() {
-            found.push((file, changes));
-        }
-    }
-    let missing: Vec<u32> = rows.into_iter().filter(|r| !taken.contains(r)).collect();
-    Ok((found, missing))
+/// A stored key matching an incoming row, and whether it is live in its file group.
+type Hit = (String, u32, bool);
+
+/// The incoming keys of one partition, probed by stored keys. It indexes rows of the input (held
+/// by the `Arc`), so lookup tasks on other threads share it without copying a key.
+struct KeyIndex {
+    incoming: Arc<Incoming>,
+    rows: hashbrown::HashTable<u32>,
+    hasher: hashbrown::DefaultHashBuilder,
 }
 
-/// The keys of a base file that are in `wanted`, with their incoming rows, reading only the key
-/// column.
-async fn matching_keys(
+impl KeyIndex {
+    /// `rows` hold distinct keys (the input is combined by key before planning).
+    fn new(incoming: Arc<Incoming>, rows: &[u32]) -> Self {
+        let hasher = hashbrown::DefaultHashBuilder::default();
+        let mut table = hashbrown::HashTable::with_capacity(rows.len());
+        for &r in rows {
+            let h = hasher.hash_one(incoming.keys.value(r as usize));
+            table.insert_unique(h, r, |&r| hasher.hash_one(incoming.keys.value(r as usize)));
+        }
+        KeyIndex { incoming, rows: table, hasher }
+    }
+
+    fn get(&self, key: &str) -> Option<u32> {
+        let h = self.hasher.hash_one(key);
+        self.rows.find(h, |&r| self.incoming.keys.value(r as usize) == key).copied()
+    }
+}
+
+/// Finds which incoming keys each live file group already holds, reading only the record key
+/// column of its base file (and the keys of its slice's log data blocks), every file of every
+/// partition at once, `parallelism` files at a time on the runtime's threads. Returns, per
+/// partition, the changes per file and the rows whose key is in none of them.
+async fn lookup(
     storage: &Storage,
-    file: &BaseFile,
-    wanted: &hashbrown::HashMap<&str, u32>,
-) -> Result<Vec<(String, u32)>> {
+    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    live: &HashMap<String, Vec<BaseFile>>,
+    slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
+    incoming: &Arc<Incoming>,
+    parallelism: usize,
+) -> Result<HashMap<String, (Vec<(BaseFile, Changes)>, Vec<u32>)>> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(parallelism.max(1)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (p, (partition, rows)) in rows_by_partition.iter().enumerate() {
+        let Some(files) = live.get(partition) else { continue };
+        let index = Arc::new(KeyIndex::new(incoming.clone(), rows));
+        for (f, file) in files.iter().enumerate() {
+            let logs = slice_logs.get(&(partition.clone(), file.name.file_id.clone())).cloned().unwrap_or_default();
+            let (storage, file, index, permits) = (storage.clone(), file.clone(), index.clone(), permits.clone());
+            tasks.spawn(async move {
+                let _permit = permits.acquire_owned().await.map_err(Error::invalid_data)?;
+                let mut hits: Vec<Hit> =
+                    matching_keys(&storage, &file, &index).await?.into_iter().map(|(k, r)| (k, r, true)).collect();
+                // Merge-on-read: records inserted into the slice's logs belong to the group too, and
+                // a key whose last log block deleted it is held but not live.
+                if !logs.is_empty() {
+                    let mut in_logs = crate::log::record_keys(&storage, &logs).await?;
+                    for hit in &mut hits {
+                        if let Some(live) = in_logs.remove(&hit.0) {
+                            hit.2 = live;
+                        }
+                    }
+                    hits.extend(in_logs.into_iter().filter_map(|(k, live)| index.get(&k).map(|r| (k, r, live))));
+                }
+                Ok::<_, Error>(((p, f), file, hits))
+            });
+        }
+    }
+    let mut results = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        results.push(joined.map_err(|e| Error::invalid_data(format!("lookup task failed: {e}")))??);
+    }
+    // A key is live in at most one file group. It may also be held, deleted, by another (an insert
+    // after a merge-on-read delete lands in a new group): the live group takes it, else the first
+    // file listed that holds it.
+    results.sort_by_key(|r| r.0);
+    let mut taken: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
+    for (_, _, hits) in &results {
+        taken.extend(hits.iter().filter(|h| h.2).map(|h| h.1));
+    }
+    let mut claimed: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
+    let mut found: HashMap<String, Vec<(BaseFile, Changes)>> = HashMap::new();
+    let partitions: Vec<&String> = rows_by_partition.keys().collect();
+    for ((p, _), file, hits) in results {
+        let changes: Changes = hits
+            .into_iter()
+            .filter(|(_, r, live)| (*live || !taken.contains(r)) && claimed.insert(*r))
+            .map(|(k, r, _)| (k, r))
+            .collect();
+        if !changes.is_empty() {
+            found.entry(partitions[p].clone()).or_default().push((file, changes));
+        }
+    }
+    let taken = claimed;
+    Ok(rows_by_partition
+        .iter()
+        .map(|(partition, rows)| {
+            let missing = rows.iter().copied().filter(|r| !taken.contains(r)).collect();
+            (partition.clone(), (found.remove(partition).unwrap_or_default(), missing))
+        })
+        .collect())
+}
+
+/// The keys of a base file that are in `index`, with their incoming rows, reading only the key
+/// column.
+async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
     let reader = ParquetFile::open(storage, &file.path, file.size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
@@ -314,7 +374,7 @@ async fn matching_keys(
             .as_any()
             .downcast_ref::<StringArray>()
             .ok_or_else(|| Error::corrupt(&file.path, "record key column is not a string"))?;
-        hits.extend(strings.iter().flatten().filter_map(|k| wanted.get(k).map(|&r| (k.to_string(), r))));
+        hits.extend(strings.iter().flatten().filter_map(|k| index.get(k).map(|r| (k.to_string(), r))));
     }
     Ok(hits)
 }
