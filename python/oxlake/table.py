@@ -101,7 +101,9 @@ class Scan:
 def _arrow_stream(data: Any) -> Any:
     """Anything tabular as an object exporting `__arrow_c_stream__`."""
     if isinstance(data, pa.RecordBatch):
-        return pa.Table.from_batches([data])
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return _unsliced_nested(data)
     if type(data).__module__.startswith("pandas"):
         return pa.Table.from_pandas(data, preserve_index=False)
     if hasattr(data, "__arrow_c_stream__"):
@@ -110,6 +112,21 @@ def _arrow_stream(data: Any) -> Any:
         f"cannot write {type(data).__name__}: pass a pyarrow Table, RecordBatch or RecordBatchReader, "
         "a pandas DataFrame, or any object with __arrow_c_stream__"
     )
+
+
+def _nested(t: pa.DataType) -> bool:
+    return pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+
+
+def _unsliced_nested(table: pa.Table) -> pa.Table:
+    """`table` with nested columns sliced at an offset copied: arrow-rs mis-imports such slices
+    (its import asserts), so they are copied here, where it costs only for sliced nested data."""
+    sliced = [i for i, c in enumerate(table.columns) if _nested(c.type) and any(ch.offset for ch in c.chunks)]
+    for i in sliced:
+        column = table.column(i)
+        chunks = [pa.concat_arrays([ch, ch.slice(0, 0)]) if ch.offset else ch for ch in column.chunks]
+        table = table.set_column(i, table.field(i), pa.chunked_array(chunks, column.type))
+    return table
 
 
 def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | None:

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::errors::{InvalidArgumentError, OxlakeError};
+use crate::errors::{InvalidArgumentError, InvalidDataError, OxlakeError};
 use crate::runtime::runtime;
 
 const STREAM: &std::ffi::CStr = c"arrow_array_stream";
@@ -114,7 +114,17 @@ pub fn import_batches(obj: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
         .map_err(|e| InvalidArgumentError::new_err(format!("invalid Arrow stream: {e}")))?;
     let schema = reader.schema();
     let mut batches = Vec::new();
-    for b in reader {
+    let mut reader = reader;
+    loop {
+        // arrow-rs asserts (panics) on some inputs it mis-imports, such as nested struct columns
+        // sliced at a non-zero offset by the producer: such input is refused, never a panic.
+        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next())).map_err(|_| {
+            InvalidDataError::new_err(
+                "the Arrow input could not be imported (a nested column sliced at an offset?); \
+                 pass a copy of the data",
+            )
+        })?;
+        let Some(b) = next else { break };
         batches.push(b.map_err(|e| InvalidArgumentError::new_err(format!("reading the input stream: {e}")))?);
     }
     if batches.is_empty() {
