@@ -115,7 +115,9 @@ def _arrow_stream(data: Any) -> Any:
 
 
 def _nested(t: pa.DataType) -> bool:
-    return pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+    return bool(
+        pa.types.is_struct(t) or pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t)
+    )
 
 
 def _unsliced_nested(table: pa.Table) -> pa.Table:
