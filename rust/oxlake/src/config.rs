@@ -479,3 +479,40 @@ mod tests {
         assert!(matches!(TableConfig::new_v6(&o), Err(Error::InvalidArgument { .. })));
     }
 }
+
+#[cfg(test)]
+mod fixture_tests {
+    use super::*;
+    use crate::format::log_block::tests::shared_dir;
+
+    fn props(name: &str) -> Result<TableConfig> {
+        let path = shared_dir().join("compat/hudi/unit").join(name).join(".hoodie/hoodie.properties");
+        TableConfig::parse(&std::fs::read_to_string(path).expect("fixture"))
+    }
+
+    #[test]
+    fn the_unit_property_fixtures_of_apache_hudi() {
+        let valid = props("table_props_valid").unwrap();
+        assert_eq!((valid.name.as_str(), valid.table_type, valid.version), ("trips", TableType::CopyOnWrite, 6));
+        assert_eq!(
+            (valid.record_key_fields.as_slice(), valid.partition_fields.as_slice()),
+            (&["uuid".to_string()][..], &["city".to_string()][..])
+        );
+        assert_eq!(valid.ordering_field.as_deref(), Some("ts"));
+        assert_eq!(valid.key_generator, KeyGenerator::Simple);
+        assert!(!valid.hive_style && !valid.url_encode && valid.populate_meta_fields);
+        assert!(!valid.timezone_utc, "hoodie.table.timeline.timezone=local");
+        // Keys oxlake does not interpret are kept as they are.
+        assert_eq!(valid.raw.get("hoodie.table.metadata.partitions").map(String::as_str), Some("files"));
+
+        // No table type: refused with a typed error naming the key.
+        match props("table_props_partial") {
+            Err(Error::CorruptTable { detail, .. }) => assert!(detail.contains(keys::TYPE), "{detail}"),
+            other => panic!("expected a corrupt-table error, got {other:?}"),
+        }
+
+        let empty = props("table_props_no_create_schema").unwrap();
+        assert_eq!((empty.name.as_str(), empty.key_generator.clone()), ("v6_empty", KeyGenerator::NonPartitioned));
+        assert!(empty.partition_fields.is_empty() && empty.ordering_field.is_none());
+    }
+}

@@ -482,7 +482,7 @@ pub fn avro_datums(content: &[u8]) -> Result<Vec<&[u8]>> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
