@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -24,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
-from compare import generate, peak_bytes  # noqa: E402
+from compare import best_runs, generate, peak_bytes  # noqa: E402
 
 BATCHES = 100
 
@@ -155,23 +154,7 @@ def main() -> int:
         began = time.perf_counter()
         setup(work, args.rows, args.updates)
         print(f"setup: {time.perf_counter() - began:.0f}s", file=sys.stderr)
-        results: dict[str, dict[str, Any]] = {}
-        for task in TASKS:
-            best = None
-            for _ in range(args.repeat):
-                out = subprocess.run(
-                    [sys.executable, __file__, "--one", task, "--work", str(work)],
-                    capture_output=True,
-                    text=True,
-                )
-                if out.returncode != 0:
-                    print(f"{task}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
-                    break
-                r = json.loads(out.stdout.strip().splitlines()[-1])
-                if best is None or r["seconds"] < best["seconds"]:
-                    best = r
-            if best:
-                results[task] = best
+        results = best_runs(__file__, TASKS, work, args.repeat)
         print(f"{args.rows:,} rows, {args.updates:,} updates, best of {args.repeat}\n")
         print(f"{'task':<22}{'rows':>12}{'seconds':>10}{'peak MB':>10}{'ratio':>10}  against")
         for task, r in results.items():
