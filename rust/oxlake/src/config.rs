@@ -483,7 +483,7 @@ mod tests {
 #[cfg(test)]
 mod fixture_tests {
     use super::*;
-    use crate::format::log_block::tests::shared_dir;
+    use crate::test_support::shared_dir;
 
     fn props(name: &str) -> Result<TableConfig> {
         let path = shared_dir().join("compat/hudi/unit").join(name).join(".hoodie/hoodie.properties");

@@ -27,6 +27,9 @@ pub mod table;
 pub mod timeline;
 pub mod write;
 
+#[cfg(test)]
+mod test_support;
+
 pub use config::{CreateOptions, MergeMode, TableType};
 pub use error::{Error, Result};
 pub use read::{Filter, Op, Predicate, QueryType, ScanOptions};

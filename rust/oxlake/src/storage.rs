@@ -75,7 +75,7 @@ impl Storage {
     }
 
     fn open_local(uri: &str, path: &str) -> Result<Self> {
-        let abs = std::path::absolute(path).map_err(|e| Error::invalid_arg("uri", e))?;
+        let abs = normalize_local(&std::path::absolute(path).map_err(|e| Error::invalid_arg("uri", e))?);
         let root = Path::from_absolute_path(&abs).map_err(|e| Error::invalid_arg("uri", format!("{uri}: {e}")))?;
         Ok(Storage {
             store: Arc::new(LocalFileSystem::new()),
@@ -285,6 +285,23 @@ fn is_transient(e: &object_store::Error) -> bool {
     )
 }
 
+/// Resolves `.` and `..` in an absolute local path by its components (the table may not exist
+/// yet, so the file system is not asked; object store paths refuse `..`).
+fn normalize_local(path: &std::path::Path) -> std::path::PathBuf {
+    use std::path::Component;
+    let mut out = std::path::PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,6 +312,17 @@ mod tests {
         assert!(s.put_if_absent(".hoodie/1.commit", Bytes::from_static(b"a")).await.unwrap());
         assert!(!s.put_if_absent(".hoodie/1.commit", Bytes::from_static(b"b")).await.unwrap());
         assert_eq!(s.get(".hoodie/1.commit").await.unwrap(), Bytes::from_static(b"a"));
+    }
+
+    #[tokio::test]
+    async fn local_paths_with_dot_dot_open_the_folder_they_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let direct = Storage::open(dir.path().join("t").to_str().unwrap(), &HashMap::new()).unwrap();
+        direct.put(".hoodie/x", Bytes::from_static(b"x")).await.unwrap();
+        let roundabout = dir.path().join("a/../b/./../t");
+        let s = Storage::open(roundabout.to_str().unwrap(), &HashMap::new()).unwrap();
+        assert_eq!(s.uri(), direct.uri());
+        assert_eq!(s.get(".hoodie/x").await.unwrap(), Bytes::from_static(b"x"));
     }
 
     #[tokio::test]

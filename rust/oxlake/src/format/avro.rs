@@ -342,6 +342,11 @@ fn decode_value_or_branch<'s>(d: &mut Decoder<'_>, s: &'s Schema) -> Result<std:
 /// The magic bytes of an Avro object container file.
 const CONTAINER_MAGIC: &[u8; 4] = b"Obj\x01";
 
+/// Whether `bytes` start like an Avro object container file.
+pub fn is_container(bytes: &[u8]) -> bool {
+    bytes.starts_with(CONTAINER_MAGIC)
+}
+
 /// Reads an Avro object container file (codec `null`, as Apache Hudi writes its timeline files)
 /// into JSON records, one per datum, in file order.
 pub fn read_container(bytes: &[u8]) -> Result<Vec<Json>> {
@@ -390,6 +395,18 @@ pub fn read_container(bytes: &[u8]) -> Result<Vec<Json>> {
         }
     }
     Ok(out)
+}
+
+/// Reads the record of a timeline file that Apache Hudi writes as an Avro container (commit
+/// metadata, compaction and clustering plans hold one record each) as `T`. A damaged file or a
+/// record that is not a `T` is a `CorruptTable` error naming `path`.
+pub fn read_timeline_record<T: serde::de::DeserializeOwned>(path: &str, bytes: &[u8]) -> Result<T> {
+    let records = read_container(bytes).map_err(|e| match e {
+        Error::Unsupported { .. } => e,
+        e => Error::corrupt(path, e),
+    })?;
+    let first = records.into_iter().next().ok_or_else(|| Error::corrupt(path, "no record in the Avro container"))?;
+    serde_json::from_value(first).map_err(|e| Error::corrupt(path, e))
 }
 
 /// Decodes Avro datums of a record schema (`writer_schema`, JSON) into a batch of `target`:

@@ -69,9 +69,7 @@ impl CommitMetadata {
         if bytes.is_empty() {
             return Ok(CommitMetadata::default());
         }
-        let records = crate::format::avro::read_container(bytes).map_err(|e| Error::corrupt(path, e))?;
-        let first = records.into_iter().next().ok_or_else(|| Error::corrupt(path, "no record in commit metadata"))?;
-        serde_json::from_value(first).map_err(|e| Error::corrupt(path, format!("commit metadata: {e}")))
+        crate::format::avro::read_timeline_record(path, bytes)
     }
 
     /// Serializes to the JSON Apache Hudi writes.

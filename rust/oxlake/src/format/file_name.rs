@@ -6,6 +6,17 @@ use crate::format::instant::is_instant_time;
 /// Marker file Apache Hudi puts in every partition directory.
 pub const PARTITION_METADATA: &str = ".hoodie_partition_metadata";
 
+/// The path of file `name` of `partition`, relative to the table root.
+pub fn file_path(partition: &str, name: &str) -> String {
+    if partition.is_empty() { name.to_string() } else { format!("{partition}/{name}") }
+}
+
+/// The path, relative to the table root, of a data file that Apache Hudi's plans name by its file
+/// name (plan version 2) or by its full path or URI (version 1).
+pub fn planned_file_path(partition: &str, planned: &str) -> String {
+    file_path(partition, planned.rsplit('/').next().unwrap_or(planned))
+}
+
 /// A parsed base file name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BaseFileName {

@@ -482,20 +482,10 @@ pub fn avro_datums(content: &[u8]) -> Result<Vec<&[u8]>> {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
+    use crate::test_support::shared_dir;
     use proptest::prelude::*;
-
-    /// The shared folder: `$OXLAKE_SHARED`, else `../shared` beside the project, else `/work/shared`.
-    pub(crate) fn shared_dir() -> std::path::PathBuf {
-        let beside = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared");
-        std::env::var("OXLAKE_SHARED")
-            .map(std::path::PathBuf::from)
-            .into_iter()
-            .chain([beside, "/work/shared".into()])
-            .find(|p| p.join("compat").is_dir())
-            .expect("the shared folder with compat/")
-    }
 
     fn fixture(dir: &str) -> Bytes {
         let root = shared_dir().join("compat/hudi/unit/log_files");

@@ -238,7 +238,7 @@ pub async fn write_new(
             version,
             write_token: write_token.to_string(),
         };
-        let path = if partition.is_empty() { name.name() } else { format!("{partition}/{}", name.name()) };
+        let path = crate::format::file_name::file_path(partition, &name.name());
         if storage.put_if_absent(&path, data.clone()).await? {
             return Ok(LogFile { name, path, size: data.len() as u64 });
         }

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::commit::Transaction;
 use crate::error::{Error, Result};
+use crate::format::avro;
 use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName, new_file_id};
 use crate::format::instant::{Action, Instant, State};
@@ -124,12 +125,60 @@ pub async fn pending_clustering_groups(table: &Table) -> Result<HashSet<FileGrou
     for instant in pending {
         let path = table.timeline().path_of(&instant.with_state(State::Requested));
         let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
-        // Insert-overwrite requests are empty; only clustering requests hold a plan.
-        if let Ok(plan) = serde_json::from_slice::<ClusteringPlan>(&bytes) {
-            out.extend(plan.file_groups());
-        }
+        out.extend(planned_file_groups(&path, &bytes)?);
     }
     Ok(out)
+}
+
+/// The file groups a requested replacecommit will rewrite: those of its clustering plan, as
+/// oxlake writes it (JSON) or as Apache Hudi writes it (an Avro `HoodieRequestedReplaceMetadata`).
+/// Insert-overwrite requests hold no plan (oxlake's are empty, Apache Hudi's have no
+/// `clusteringPlan`): they rewrite nothing a writer must avoid.
+fn planned_file_groups(path: &str, bytes: &[u8]) -> Result<Vec<FileGroupId>> {
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !avro::is_container(bytes) {
+        let plan: ClusteringPlan =
+            serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("clustering plan: {e}")))?;
+        return Ok(plan.file_groups().collect());
+    }
+    let request: JavaReplaceRequest = avro::read_timeline_record(path, bytes)?;
+    Ok(request
+        .clustering_plan
+        .into_iter()
+        .flat_map(|p| p.input_groups)
+        .flat_map(|g| g.slices)
+        .map(|s| (s.partition_path, s.file_id))
+        .collect())
+}
+
+/// `HoodieRequestedReplaceMetadata`, Apache Hudi's replacecommit request (the fields oxlake uses).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JavaReplaceRequest {
+    clustering_plan: Option<JavaClusteringPlan>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JavaClusteringPlan {
+    #[serde(default)]
+    input_groups: Vec<JavaClusteringGroup>,
+}
+
+#[derive(Deserialize)]
+struct JavaClusteringGroup {
+    #[serde(default)]
+    slices: Vec<JavaSliceInfo>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JavaSliceInfo {
+    file_id: String,
+    #[serde(default)]
+    partition_path: String,
 }
 
 impl Table {
@@ -418,4 +467,38 @@ fn with_file_name(batch: &RecordBatch, file_name: &str) -> Result<RecordBatch> {
     let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
     columns[i] = Arc::new(StringArray::from(vec![file_name; batch.num_rows()]));
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::corpus_file;
+
+    fn groups(table: &str, path: &str) -> Vec<FileGroupId> {
+        let mut out = planned_file_groups(path, &corpus_file(table, path)).unwrap();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn reads_the_file_groups_of_apache_hudi_replace_requests() {
+        let table = "sample_table/mor/avro/v9_txns_simple_nometa.zip";
+        let g = |p: &str, f: &str| (p.to_string(), f.to_string());
+        assert_eq!(
+            groups(table, ".hoodie/timeline/20260307135840454.clustering.requested"),
+            vec![
+                g("region=apac", "6c49c37a-faf6-4ab2-a4a7-d66e4ea05a2f-0"),
+                g("region=apac", "9c6ed25b-6c9d-4793-ad27-1c8518086b6a-0"),
+                g("region=eu", "7a277c43-3eaf-43af-ac23-8b8fd5af50be-0"),
+                g("region=us", "8fbe3fc8-a15f-4ffe-aac5-20024bdc863d-0"),
+                g("region=us", "db2fca8f-03b7-4da7-b042-4b617ab79b9d-0"),
+            ]
+        );
+        // Insert overwrite (v9 and v6): a request without a clustering plan.
+        assert_eq!(groups(table, ".hoodie/timeline/20260307135837782.replacecommit.requested"), vec![]);
+        let v6 = "sample_table/cow/v6_simplekeygen_nonhivestyle_overwritetable.zip";
+        assert_eq!(groups(v6, ".hoodie/20240707001303088.replacecommit.requested"), vec![]);
+        assert_eq!(planned_file_groups("r", b"").unwrap(), vec![]);
+        assert!(matches!(planned_file_groups("r", b"{"), Err(Error::CorruptTable { .. })));
+    }
 }

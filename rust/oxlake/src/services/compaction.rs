@@ -18,7 +18,8 @@ use crate::commit::Transaction;
 use crate::config::TableType;
 use crate::error::{Error, Result};
 use crate::format::commit::{CommitMetadata, WriteStat};
-use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::format::avro;
+use crate::format::file_name::{BaseFileName, LogFileName, file_path, planned_file_path};
 use crate::format::instant::{Action, Instant, State};
 use crate::read::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
 use crate::services::progress::{self, Progress};
@@ -53,18 +54,54 @@ impl CompactionPlan {
         serde_json::to_vec_pretty(self).map_err(Error::invalid_data)
     }
 
-    pub fn from_json(path: &str, bytes: &[u8]) -> Result<Self> {
-        serde_json::from_slice(bytes).map_err(|e| {
-            Error::unsupported(format!("compaction plan {path} ({e}): plans written by Apache Hudi are Avro"))
-        })
+    /// Reads a plan as oxlake writes it (JSON) or as Apache Hudi writes it (an Avro container
+    /// holding a `HoodieCompactionPlan`).
+    pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
+        if !avro::is_container(bytes) {
+            return serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("compaction plan: {e}")));
+        }
+        let plan: JavaCompactionPlan = avro::read_timeline_record(path, bytes)?;
+        let operations = plan
+            .operations
+            .into_iter()
+            .map(|op| CompactionOperation {
+                data_file_path: op.data_file_path.map(|f| planned_file_path(&op.partition_path, &f)),
+                delta_file_paths: op.delta_file_paths.iter().map(|f| planned_file_path(&op.partition_path, f)).collect(),
+                partition_path: op.partition_path,
+                file_id: op.file_id,
+                base_instant_time: op.base_instant_time,
+            })
+            .collect();
+        Ok(CompactionPlan { operations, version: plan.version.unwrap_or(1) })
     }
+}
+
+/// `HoodieCompactionPlan`, the Avro record of Apache Hudi's compaction plans (the fields oxlake uses).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JavaCompactionPlan {
+    #[serde(default)]
+    operations: Vec<JavaCompactionOperation>,
+    version: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct JavaCompactionOperation {
+    base_instant_time: String,
+    #[serde(default)]
+    delta_file_paths: Vec<String>,
+    data_file_path: Option<String>,
+    file_id: String,
+    #[serde(default)]
+    partition_path: String,
 }
 
 /// Reads the plan of a compaction instant.
 pub async fn read_plan(table: &Table, time: &str) -> Result<CompactionPlan> {
     let instant = crate::format::instant::Instant::new(time, Action::Compaction, State::Requested);
     let path = table.timeline().path_of(&instant);
-    CompactionPlan::from_json(&path, &table.storage().get(&path).await?)
+    CompactionPlan::parse(&path, &table.storage().get(&path).await?)
 }
 
 /// The file groups of every pending compaction, with the compaction's instant: new logs of those
@@ -236,11 +273,7 @@ async fn write_compacted(
                     write_token: format!("{index}-0-1"),
                     instant: instant.to_string(),
                 };
-                let rel = if op.partition_path.is_empty() {
-                    name.name()
-                } else {
-                    format!("{}/{}", op.partition_path, name.name())
-                };
+                let rel = file_path(&op.partition_path, &name.name());
                 let rows = write_stream(&storage, &rel, ctx.table_schema.clone(), props, stream).await?;
                 let size = storage.head(&rel).await?.map(|m| m.size).unwrap_or_default() as i64;
                 let stat = WriteStat {
@@ -294,4 +327,67 @@ pub(crate) async fn write_stream(
     }
     writer.close().await?;
     Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::corpus_file;
+
+    #[test]
+    fn reads_the_avro_plans_apache_hudi_writes() {
+        let table = "sample_table/mor/avro/v9_txns_simple_nometa.zip";
+        let path = ".hoodie/timeline/20260307135839895.compaction.requested";
+        let plan = CompactionPlan::parse(path, &corpus_file(table, path)).unwrap();
+        let us = "db2fca8f-03b7-4da7-b042-4b617ab79b9d-0";
+        let apac = "9c6ed25b-6c9d-4793-ad27-1c8518086b6a-0";
+        let op = |file_id: &str| plan.operations.iter().find(|o| o.file_id == file_id).unwrap().clone();
+        assert_eq!(plan.operations.len(), 2, "{plan:?}");
+        assert_eq!(
+            op(us),
+            CompactionOperation {
+                partition_path: "region=us".into(),
+                file_id: us.into(),
+                base_instant_time: "20260307135827749".into(),
+                data_file_path: Some(format!("region=us/{us}_1-3-7_20260307135827749.parquet")),
+                delta_file_paths: vec![
+                    format!("region=us/.{us}_20260307135830801.log.1_0-10-23"),
+                    format!("region=us/.{us}_20260307135832616.log.1_0-17-38"),
+                ],
+            }
+        );
+        assert_eq!(op(apac).delta_file_paths, vec![format!("region=apac/.{apac}_20260307135835748.log.1_0-38-83")]);
+        assert_eq!(op(apac).partition_path, "region=apac");
+        // Every planned log parses as a log file of its group, written after the slice's base
+        // (table version 9 names a log with its own deltacommit).
+        for op in &plan.operations {
+            for log in &op.delta_file_paths {
+                let name = LogFileName::parse(log.rsplit('/').next().unwrap()).unwrap();
+                assert_eq!(name.file_id, op.file_id);
+                assert!(name.instant > op.base_instant_time, "{log}");
+            }
+        }
+    }
+
+    #[test]
+    fn our_json_plans_round_trip_and_damaged_plans_are_typed_errors() {
+        let plan = CompactionPlan {
+            operations: vec![CompactionOperation {
+                partition_path: "p=1".into(),
+                file_id: "f".into(),
+                base_instant_time: "20240101000000000".into(),
+                data_file_path: None,
+                delta_file_paths: vec!["p=1/.f_20240101000000000.log.1_0-1-1".into()],
+            }],
+            version: 2,
+        };
+        assert_eq!(CompactionPlan::parse("p", &plan.to_json().unwrap()).unwrap(), plan);
+        let avro = corpus_file(
+            "sample_table/mor/avro/v9_txns_simple_nometa.zip",
+            ".hoodie/timeline/20260307135839895.compaction.requested",
+        );
+        for damaged in [&b"{nope"[..], &avro[..avro.len() / 2]] {
+            assert!(matches!(CompactionPlan::parse("p", damaged), Err(Error::CorruptTable { .. })));
+        }
+    }
 }

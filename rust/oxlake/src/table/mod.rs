@@ -172,10 +172,11 @@ async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Time
     }
     for instant in timeline.completed_data().collect::<Vec<_>>().into_iter().rev() {
         let meta = timeline.commit_metadata(storage, instant).await?;
-        let base = meta.write_stats().find_map(|(_, s)| s.path.clone().filter(|p| p.ends_with(".parquet")));
-        if let Some(path) = base {
-            let Some(head) = storage.head(&path).await? else { continue };
-            let reader = ParquetFile::open(storage, &path, head.size);
+        // The first base file of the commit still there (a clean or a replace may have removed some).
+        let bases = meta.write_stats().filter_map(|(_, s)| s.path.as_deref().filter(|p| p.ends_with(".parquet")));
+        for path in bases {
+            let Some(head) = storage.head(path).await? else { continue };
+            let reader = ParquetFile::open(storage, path, head.size);
             let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
             return schema::normalize(&schema::without_meta_fields(builder.schema()));
         }
@@ -235,5 +236,102 @@ mod tests {
         o.ordering_field = Some("nope".into());
         let err = Table::create(dir.path().to_str().unwrap(), TableOptions::default(), o, schema()).await.unwrap_err();
         assert!(matches!(err, Error::InvalidArgument { .. }));
+    }
+}
+
+/// The timeline fixtures of the corpus (`compat/hudi/unit/timeline`): commit metadata as Apache
+/// Hudi writes it (empty, `{}`, invalid, without schema, with one), and schemas resolved from
+/// base files.
+#[cfg(test)]
+mod fixture_tests {
+    use super::*;
+    use crate::format::commit::CommitMetadata;
+    use crate::test_support::shared_dir;
+
+    fn fixture(name: &str) -> String {
+        shared_dir().join("compat/hudi/unit/timeline").join(name).to_string_lossy().into_owned()
+    }
+
+    /// The v6 timeline of a fixture and its commit metadata, instant by instant (most have no
+    /// usable `hoodie.properties`, so the table itself cannot be opened).
+    async fn commits(name: &str) -> Vec<(String, Result<CommitMetadata>)> {
+        let storage = Storage::open(&fixture(name), &Default::default()).unwrap();
+        let files = storage.list_dir(".hoodie").await.unwrap();
+        let names = files.iter().map(|f| f.path.rsplit('/').next().unwrap());
+        let timeline = Timeline::from_file_names(names, ".hoodie".into(), 1);
+        let mut out = Vec::new();
+        for i in timeline.completed_data() {
+            out.push((i.time.clone(), timeline.commit_metadata(&storage, i).await));
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn commit_metadata_as_apache_hudi_writes_it() {
+        let stub = commits("commits_stub").await;
+        assert_eq!(stub.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["20240402123035233", "20240402144910683"]);
+        for (_, meta) in stub {
+            assert_eq!(meta.unwrap(), CommitMetadata::default(), "an empty file is empty metadata");
+        }
+
+        let [(_, empty)] = <[_; 1]>::try_from(commits("commits_with_empty_commit_metadata").await).unwrap();
+        assert_eq!(empty.unwrap(), CommitMetadata::default());
+
+        let invalid = commits("commits_with_invalid_content").await;
+        assert_eq!(invalid[0].1.as_ref().unwrap(), &CommitMetadata::default());
+        match &invalid[1].1 {
+            Err(Error::CorruptTable { path, .. }) => assert!(path.ends_with("20240402144910683.commit"), "{path}"),
+            other => panic!("a JSON array is not commit metadata: {other:?}"),
+        }
+
+        let [(_, bare)] = <[_; 1]>::try_from(commits("commits_with_no_schema_and_write_stats").await).unwrap();
+        let bare = bare.unwrap();
+        assert_eq!(bare.operation_type.as_deref(), Some("BULK_INSERT"));
+        assert_eq!((bare.write_stats().count(), bare.extra_metadata.len()), (0, 0));
+
+        let [(_, with_schema)] =
+            <[_; 1]>::try_from(commits("commits_with_valid_schema_in_commit_metadata").await).unwrap();
+        let schema = schema::from_avro(&with_schema.unwrap().extra_metadata["schema"]).unwrap();
+        let fields: Vec<_> = schema.fields().iter().map(|f| (f.name().as_str(), f.data_type().clone())).collect();
+        assert_eq!(
+            fields,
+            [
+                ("ts", DataType::Int64),
+                ("uuid", DataType::Utf8),
+                ("rider", DataType::Utf8),
+                ("driver", DataType::Utf8),
+                ("fare", DataType::Float64),
+                ("city", DataType::Utf8),
+            ]
+        );
+        assert!(schema.fields().iter().all(|f| f.is_nullable()));
+    }
+
+    #[tokio::test]
+    async fn schema_from_the_base_file_a_commit_wrote() {
+        // (fixture, type, base files its commits name, of which still on disk): the merge-on-read
+        // fixture keeps only one of its three, so the schema comes from the one that is there.
+        for (name, table_type, named, present) in [
+            ("commits_load_schema_from_base_file_cow", crate::config::TableType::CopyOnWrite, 3, 3),
+            ("commits_load_schema_from_base_file_mor", crate::config::TableType::MergeOnRead, 3, 1),
+        ] {
+            let t = Table::open(&fixture(name), TableOptions::default()).await.unwrap();
+            assert_eq!(t.config().table_type, table_type);
+            let names: Vec<_> = t.data_schema().fields().iter().map(|f| f.name().clone()).collect();
+            assert_eq!(names, ["ts", "uuid", "rider", "driver", "fare", "city"], "{name}");
+            // The commits name every file they wrote, in its partition.
+            let mut written = Vec::new();
+            for i in t.timeline().completed_data() {
+                let meta = t.timeline().commit_metadata(t.storage(), i).await.unwrap();
+                written.extend(meta.write_stats().filter_map(|(p, s)| s.path.clone().map(|f| (p.to_string(), f))));
+            }
+            assert!(written.iter().all(|(p, f)| f.starts_with(&format!("{p}/"))), "{written:?}");
+            let bases: Vec<_> = written.iter().filter(|(_, f)| f.ends_with(".parquet")).collect();
+            let mut on_disk = 0;
+            for (_, f) in &bases {
+                on_disk += usize::from(t.storage().head(f).await.unwrap().is_some());
+            }
+            assert_eq!((bases.len(), on_disk), (named, present), "{name}");
+        }
     }
 }

@@ -112,7 +112,7 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
         instant: ctx.instant.clone(),
     };
     let file_name = name.name();
-    let rel = if work.partition.is_empty() { file_name.clone() } else { format!("{}/{}", work.partition, file_name) };
+    let rel = crate::format::file_name::file_path(&work.partition, &file_name);
     let sink = BufWriter::new(ctx.storage.object_store(), ctx.storage.path(&rel));
     let mut writer = AsyncArrowWriter::try_new(sink, ctx.schema.clone(), Some(ctx.props.clone()))?;
     let mut meta =
