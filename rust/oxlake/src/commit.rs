@@ -291,8 +291,12 @@ pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool>
 }
 
 /// Rolls back every pending data instant whose writer is gone, and finishes interrupted rollbacks.
-/// Returns the instants rolled back.
+/// Returns the instants rolled back. Every change of a table starts here, so this is also where
+/// tables oxlake cannot change are refused, and Apache Hudi's metadata table is retired (see
+/// `Table::retire_apache_hudi_metadata_table`).
 pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
+    table.check_changeable()?;
+    table.retire_apache_hudi_metadata_table().await?;
     let mut done = Vec::new();
     if table.timeline().pending().any(|i| i.action == Action::Restore) {
         Box::pin(crate::services::restore::finish_interrupted(table)).await?;

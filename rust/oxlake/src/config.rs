@@ -37,6 +37,10 @@ pub mod keys {
     pub const ARCHIVELOG_FOLDER: &str = "hoodie.archivelog.folder";
     pub const TIMELINE_PATH: &str = "hoodie.timeline.path";
     pub const CREATE_SCHEMA: &str = "hoodie.table.create.schema";
+    /// Apache Hudi's metadata table: the partitions it holds (built and being built), and the switch.
+    pub const METADATA_PARTITIONS: &str = "hoodie.table.metadata.partitions";
+    pub const METADATA_PARTITIONS_INFLIGHT: &str = "hoodie.table.metadata.partitions.inflight";
+    pub const METADATA_ENABLE: &str = "hoodie.metadata.enable";
     /// oxlake's own: compact a merge-on-read table after this many deltacommits (unset: never inline).
     pub const INLINE_COMPACTION: &str = "oxlake.compaction.inline.max.delta.commits";
 }

@@ -115,6 +115,75 @@ mod tests {
         assert_eq!(again, m);
     }
 
+    fn unit_fixture(name: &str) -> Vec<u8> {
+        std::fs::read(crate::test_support::shared_dir().join("compat/hudi/unit/commit_metadata").join(name)).unwrap()
+    }
+
+    /// The two commit metadata fixtures, JSON (v6) and Avro (v8), decode field by field.
+    #[test]
+    fn the_commit_metadata_fixtures_of_apache_hudi() {
+        let v6 = CommitMetadata::from_json("v6_commit.json", &unit_fixture("v6_commit.json")).unwrap();
+        let stats: Vec<_> = v6.write_stats().collect();
+        let [("", s)] = stats[..] else { panic!("one non-partitioned stat: {stats:?}") };
+        assert_eq!(s.file_id, "a079bdb3-731c-4894-b855-abfcd6921007-0");
+        assert_eq!(
+            s.path.as_deref(),
+            Some("a079bdb3-731c-4894-b855-abfcd6921007-0_0-203-274_20240418173551906.parquet")
+        );
+        assert_eq!(s.prev_commit.as_deref(), Some("20240418173550988"));
+        assert_eq!(
+            (
+                s.num_writes,
+                s.num_deletes,
+                s.num_update_writes,
+                s.num_inserts,
+                s.total_write_bytes,
+                s.file_size_in_bytes
+            ),
+            (4, 0, 1, 1, 441520, 441520)
+        );
+        assert_eq!(v6.operation_type.as_deref(), Some("UPSERT"));
+        let schema = crate::schema::from_avro(v6.schema().unwrap()).unwrap();
+        assert_eq!(schema.field(0).name(), "id");
+        assert_eq!(
+            schema.field_with_name("decimalField").unwrap().data_type(),
+            &arrow::datatypes::DataType::Decimal128(10, 5)
+        );
+
+        let v8 = CommitMetadata::from_avro("v8_deltacommit.avro", &unit_fixture("v8_deltacommit.avro")).unwrap();
+        assert_eq!(v8.operation_type.as_deref(), Some("UPSERT"));
+        let mut files: Vec<_> = v8.write_stats().map(|(p, s)| (p, s.file_id.as_str(), s.path.as_deref())).collect();
+        files.sort();
+        assert_eq!(
+            files,
+            [
+                (
+                    "city=chennai",
+                    "58fccab1-a55c-4b22-b74e-22b747ad4a44-0",
+                    Some("city=chennai/58fccab1-a55c-4b22-b74e-22b747ad4a44-0_2-252-391_20250713011913147.parquet")
+                ),
+                (
+                    "city=san_francisco",
+                    "87a4c895-1f59-4518-972f-27f49a92c7b4-0",
+                    Some(
+                        "city=san_francisco/87a4c895-1f59-4518-972f-27f49a92c7b4-0_0-252-389_20250713011913147.parquet"
+                    )
+                ),
+                (
+                    "city=sao_paulo",
+                    "f362fd72-680f-4a16-ade8-c3e20bc2026c-0",
+                    Some("city=sao_paulo/f362fd72-680f-4a16-ade8-c3e20bc2026c-0_1-252-390_20250713011913147.parquet")
+                ),
+            ]
+        );
+        for (p, s) in v8.write_stats() {
+            assert_eq!((s.partition_path.as_deref(), s.prev_commit.as_deref()), (Some(p), Some("null")));
+        }
+        let schema = crate::schema::from_avro(v8.schema().unwrap()).unwrap();
+        let names: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["ts", "uuid", "rider", "driver", "fare", "city"]);
+    }
+
     #[test]
     fn empty_and_corrupt_files() {
         assert_eq!(CommitMetadata::from_json("c", b"").unwrap(), CommitMetadata::default());

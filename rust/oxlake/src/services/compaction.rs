@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use crate::commit::Transaction;
 use crate::config::TableType;
 use crate::error::{Error, Result};
-use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::avro;
+use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName, file_path, planned_file_path};
 use crate::format::instant::{Action, Instant, State};
 use crate::read::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
@@ -66,7 +66,11 @@ impl CompactionPlan {
             .into_iter()
             .map(|op| CompactionOperation {
                 data_file_path: op.data_file_path.map(|f| planned_file_path(&op.partition_path, &f)),
-                delta_file_paths: op.delta_file_paths.iter().map(|f| planned_file_path(&op.partition_path, f)).collect(),
+                delta_file_paths: op
+                    .delta_file_paths
+                    .iter()
+                    .map(|f| planned_file_path(&op.partition_path, f))
+                    .collect(),
                 partition_path: op.partition_path,
                 file_id: op.file_id,
                 base_instant_time: op.base_instant_time,

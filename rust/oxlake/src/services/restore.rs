@@ -37,6 +37,7 @@ impl Table {
     /// Savepoints the completed data instant `time`.
     pub async fn savepoint(&mut self, time: &str) -> Result<()> {
         self.reload().await?;
+        self.check_changeable()?;
         let time = instant::normalize_time(time)?;
         if !self.timeline().completed_data().any(|i| i.time == time) {
             return Err(Error::invalid_arg("instant", format!("{time} is not a completed commit")));

@@ -166,6 +166,59 @@ fn check_fields(create: &CreateOptions, schema: &SchemaRef) -> Result<()> {
 
 /// The data schema: oxlake's exact copy when present, else the Arrow schema of a base file written
 /// by the latest commit that wrote one (tables written by Apache Hudi).
+/// Apache Hudi's metadata table, which oxlake does not maintain (FORMAT.md §7).
+const APACHE_HUDI_METADATA_TABLE: &str = ".hoodie/metadata";
+/// Its properties: present while any of it is.
+const APACHE_HUDI_METADATA_PROPERTIES: &str = ".hoodie/metadata/.hoodie/hoodie.properties";
+
+impl Table {
+    /// Refuses to change a table of a version oxlake does not write: versions 8 and 9 complete
+    /// instants as Avro, named with completion times (timeline layout 2).
+    pub fn check_changeable(&self) -> Result<()> {
+        match self.config.version {
+            6 => Ok(()),
+            v => Err(Error::unsupported(format!("changing a table of version {v} (oxlake writes version 6)"))),
+        }
+    }
+
+    /// Retires Apache Hudi's metadata table before oxlake changes the table (FORMAT.md §7): a
+    /// writer that does not keep it in step must not leave it for readers, who would trust its
+    /// stale file listing. First `hoodie.properties` stops advertising it (its other lines are
+    /// kept as they are; the checksum depends only on the names), then its folder is deleted,
+    /// its own properties last, so that a writer interrupted midway finds it again and finishes.
+    /// Returns whether there was one.
+    pub(crate) async fn retire_apache_hudi_metadata_table(&mut self) -> Result<bool> {
+        const KEYS: [&str; 3] = [keys::METADATA_PARTITIONS, keys::METADATA_PARTITIONS_INFLIGHT, keys::METADATA_ENABLE];
+        let advertised = KEYS.iter().any(|k| self.config.raw.contains_key(*k));
+        let present = self.storage.head(APACHE_HUDI_METADATA_PROPERTIES).await?.is_some();
+        if !advertised && !present {
+            return Ok(false);
+        }
+        if advertised {
+            let text = self.storage.get(PROPERTIES_FILE).await?;
+            let text = std::str::from_utf8(&text).map_err(|e| Error::corrupt(PROPERTIES_FILE, e))?;
+            let kept: String = text
+                .lines()
+                .filter(|line| {
+                    let key = line.split(['=', ':']).next().unwrap_or_default().trim();
+                    !KEYS.contains(&key)
+                })
+                .flat_map(|line| [line, "\n"])
+                .collect();
+            let config = TableConfig::parse(&kept)?;
+            self.storage.put(PROPERTIES_FILE, Bytes::from(kept)).await?;
+            self.config = config;
+        }
+        let files = self.storage.list_recursive(APACHE_HUDI_METADATA_TABLE).await?;
+        for f in files.iter().filter(|f| f.path != APACHE_HUDI_METADATA_PROPERTIES) {
+            self.storage.delete(&f.path).await?;
+        }
+        self.storage.delete(APACHE_HUDI_METADATA_PROPERTIES).await?;
+        log::info!("{}: removed Apache Hudi's metadata table ({} files)", self.storage.uri(), files.len());
+        Ok(true)
+    }
+}
+
 async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<SchemaRef> {
     if let Some(text) = config.raw.get(ARROW_SCHEMA_KEY) {
         return schema::decode_arrow_schema(text);
@@ -228,6 +281,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_interrupted_retirement_of_apache_hudi_metadata_table_is_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = dir.path().join("t");
+        let mut t =
+            Table::create(uri.to_str().unwrap(), TableOptions::default(), create_opts(), schema()).await.unwrap();
+        // A writer stopped after un-advertising it and deleting some files: the properties of
+        // the metadata table are still there (deleted last), so the next writer finds the rest.
+        let left = [".hoodie/metadata/files/.files-0000_0.log.1_0-1-1", APACHE_HUDI_METADATA_PROPERTIES];
+        for f in left {
+            t.storage().put(f, Bytes::from_static(b"x")).await.unwrap();
+        }
+        assert!(t.retire_apache_hudi_metadata_table().await.unwrap());
+        assert!(t.storage().list_recursive(APACHE_HUDI_METADATA_TABLE).await.unwrap().is_empty());
+        assert!(!t.retire_apache_hudi_metadata_table().await.unwrap(), "nothing left to retire");
+        // Our own table was never touched.
+        assert_eq!(Table::open(uri.to_str().unwrap(), TableOptions::default()).await.unwrap().data_schema(), schema());
+    }
+
+    #[tokio::test]
     async fn missing_table_and_bad_fields() {
         let dir = tempfile::tempdir().unwrap();
         let err = Table::open(dir.path().to_str().unwrap(), TableOptions::default()).await.unwrap_err();
@@ -269,7 +341,10 @@ mod fixture_tests {
     #[tokio::test]
     async fn commit_metadata_as_apache_hudi_writes_it() {
         let stub = commits("commits_stub").await;
-        assert_eq!(stub.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(), ["20240402123035233", "20240402144910683"]);
+        assert_eq!(
+            stub.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
+            ["20240402123035233", "20240402144910683"]
+        );
         for (_, meta) in stub {
             assert_eq!(meta.unwrap(), CommitMetadata::default(), "an empty file is empty metadata");
         }

@@ -122,9 +122,6 @@ impl Table {
 
     fn check_writable(&self) -> Result<()> {
         let cfg = self.config();
-        if cfg.version != 6 {
-            return Err(Error::unsupported(format!("writing table version {}", cfg.version)));
-        }
         if matches!(cfg.key_generator, crate::config::KeyGenerator::Timestamp | crate::config::KeyGenerator::Other(_)) {
             return Err(Error::unsupported(format!("writing with key generator {:?}", cfg.key_generator)));
         }
