@@ -96,7 +96,7 @@ impl FileSystemView {
                 log::debug!("ignoring {} (not a base or log file)", f.path);
             }
         }
-        view.attach_pending_logs();
+        view.attach_pending_logs(timeline);
         Ok(view)
     }
 
@@ -130,14 +130,22 @@ impl FileSystemView {
             .push(log);
     }
 
-    /// Moves each log into the slice with the greatest base instant not after the log's instant.
-    fn attach_pending_logs(&mut self) {
+    /// Moves each log into the slice with the greatest base instant not after the time the log
+    /// joined the table: its instant's completion time where the timeline records one (table
+    /// versions 8 and 9 name a log with its own deltacommit, which may complete after a compaction
+    /// was requested: its records then belong to the compacted slice, FORMAT.md §4), else the
+    /// instant in its name (version 6 names a log with its slice's base instant). Logs are then
+    /// ordered by that time, version and write token.
+    fn attach_pending_logs(&mut self, timeline: &Timeline) {
+        let joined = |instant: &str| -> String {
+            timeline.get(instant).and_then(|i| i.completion.clone()).unwrap_or_else(|| instant.to_string())
+        };
         for g in self.groups.values_mut() {
             let parked: Vec<String> =
                 g.slices.iter().filter(|(_, s)| s.base.is_none()).map(|(k, _)| k.clone()).collect();
             for key in parked {
                 let target =
-                    g.slices.range(..key.clone()).rev().find(|(_, s)| s.base.is_some()).map(|(k, _)| k.clone());
+                    g.slices.range(..=joined(&key)).rev().find(|(_, s)| s.base.is_some()).map(|(k, _)| k.clone());
                 if let Some(target) = target
                     && let Some(mut slice) = g.slices.remove(&key)
                     && let Some(t) = g.slices.get_mut(&target)
@@ -146,13 +154,7 @@ impl FileSystemView {
                 }
             }
             for s in g.slices.values_mut() {
-                s.logs.sort_by(|a, b| {
-                    (&a.name.instant, a.name.version, &a.name.write_token).cmp(&(
-                        &b.name.instant,
-                        b.name.version,
-                        &b.name.write_token,
-                    ))
-                });
+                s.logs.sort_by_cached_key(|l| (joined(&l.name.instant), l.name.version, l.name.write_token.clone()));
             }
         }
     }
@@ -213,5 +215,57 @@ mod tests {
         assert!(g.slice_as_of("20231231000000000").is_none());
         let replaced = HashSet::from([("p=1".to_string(), "fa-0".to_string())]);
         assert_eq!(view.slices_as_of("20250101000000000", &replaced).count(), 0);
+    }
+
+    /// FORMAT.md §4's example (table version 9): compaction `...29235` requested, completed
+    /// `...29883`. The log of deltacommit `...28625` completed at `...29197`, before the request:
+    /// it stays in the old slice. The log of `...30911` completed at `...31755`: it joins the
+    /// compacted slice. A log of `...26000` requested before the compaction but completed after
+    /// it was requested (`...29500`) joins the compacted slice too.
+    #[tokio::test]
+    async fn layout_2_logs_join_slices_by_completion_time() {
+        let s = Storage::in_memory("t").unwrap();
+        let files = [
+            "p/f-0_0-1-1_20251220210120000.parquet",
+            "p/f-0_0-1-1_20251220210129235.parquet",
+            "p/.f-0_20251220210128625.log.1_0-1-1",
+            "p/.f-0_20251220210130911.log.1_0-1-1",
+            "p/.f-0_20251220210126000.log.1_0-1-1",
+        ];
+        for f in files {
+            s.put(f, Bytes::from_static(b"x")).await.unwrap();
+        }
+        let tl = Timeline::from_file_names(
+            [
+                "20251220210120000_20251220210121000.deltacommit",
+                "20251220210126000_20251220210129500.deltacommit",
+                "20251220210128625_20251220210129197.deltacommit",
+                "20251220210129235_20251220210129883.commit",
+                "20251220210130911_20251220210131755.deltacommit",
+            ],
+            ".hoodie/timeline".into(),
+            2,
+        );
+        let view = FileSystemView::load(&s, &tl, true).await.unwrap();
+        let g = view.groups().next().unwrap();
+        let logs = |base: &str| -> Vec<&str> { g.slices[base].logs.iter().map(|l| l.name.instant.as_str()).collect() };
+        assert_eq!(g.slices.len(), 2);
+        assert_eq!(logs("20251220210120000"), ["20251220210128625"]);
+        // Ordered by completion: ...29500 before ...31755.
+        assert_eq!(logs("20251220210129235"), ["20251220210126000", "20251220210130911"]);
+
+        // Version 6 names logs with their base instant: attached by name.
+        let tl6 = Timeline::from_file_names(
+            ["20251220210120000.deltacommit", "20251220210126000.deltacommit"],
+            ".hoodie".into(),
+            1,
+        );
+        let s6 = Storage::in_memory("t6").unwrap();
+        for f in ["p/f-0_0-1-1_20251220210120000.parquet", "p/.f-0_20251220210120000.log.1_0-1-1"] {
+            s6.put(f, Bytes::from_static(b"x")).await.unwrap();
+        }
+        let view = FileSystemView::load(&s6, &tl6, true).await.unwrap();
+        let g = view.groups().next().unwrap();
+        assert_eq!(g.slices["20251220210120000"].logs.len(), 1);
     }
 }
