@@ -349,3 +349,24 @@ def test_compaction_apache_hudi_scheduled(extracted: dict[str, str], tmp_path: P
     assert list(part.glob(f"{file_id}_*_{time}.parquet"))
     assert plain(oxlake.Table(str(path)).to_arrow()) == expected
     assert plain(hudi_read(str(path))) == expected
+
+
+@pytest.mark.skipif(not V6, reason="the compatibility corpus is not next to the project")
+def test_custom_payload_is_not_merged_by_guess(extracted: dict[str, str], tmp_path: Path) -> None:
+    """A table whose records merge through a Java payload class of the user's: reads that merge
+    refuse with a typed error (never a guessed merge); base-file reads work; writes refuse."""
+    path = tmp_path / "t"
+    shutil.copytree(extracted["quickstart_trips_table/mor/avro/v6_trips_8i1u"], path)
+    expected_ro = plain(oxlake.Table(str(path)).to_arrow(query="read_optimized"))
+    props = path / ".hoodie/hoodie.properties"
+    lines = [
+        ln for ln in props.read_text().splitlines() if not ln.startswith("hoodie.compaction.payload.class")
+    ]
+    props.write_text("\n".join([*lines, "hoodie.compaction.payload.class=com.acme.MyPayload", ""]))
+    t = oxlake.Table(str(path))
+    with pytest.raises(oxlake.UnsupportedError, match="custom payload"):
+        t.to_arrow()
+    assert plain(t.to_arrow(query="read_optimized")) == expected_ro
+    ro = t.to_arrow(query="read_optimized")
+    with pytest.raises(oxlake.UnsupportedError, match="custom payload"):
+        t.upsert(ro.select([c for c in ro.column_names if not c.startswith("_hoodie_")]).slice(0, 1))

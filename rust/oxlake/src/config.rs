@@ -31,6 +31,7 @@ pub mod keys {
     pub const KEYGEN_TYPE: &str = "hoodie.table.keygenerator.type";
     pub const PAYLOAD_CLASS: &str = "hoodie.compaction.payload.class";
     pub const MERGE_MODE: &str = "hoodie.record.merge.mode";
+    pub const MERGE_STRATEGY_ID: &str = "hoodie.record.merge.strategy.id";
     pub const POPULATE_META_FIELDS: &str = "hoodie.populate.meta.fields";
     pub const DATABASE_NAME: &str = "hoodie.database.name";
     pub const CHECKSUM: &str = "hoodie.table.checksum";
@@ -47,6 +48,9 @@ pub mod keys {
 
 const DEFAULT_PAYLOAD: &str = "org.apache.hudi.common.model.DefaultHoodieRecordPayload";
 const OVERWRITE_PAYLOAD: &str = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload";
+/// Merge strategy ids of tables of version 8 and later (FORMAT.md §1).
+const EVENT_TIME_STRATEGY: &str = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5";
+const COMMIT_TIME_STRATEGY: &str = "ce9acb64-bde0-424c-9b91-f6ebba25356d";
 
 /// Copy-on-write or merge-on-read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -89,6 +93,9 @@ pub enum MergeMode {
     EventTime,
     /// The later commit wins.
     CommitTime,
+    /// A payload class or merge strategy of the user's (Java code): oxlake cannot merge such records;
+    /// reads that need no merge (copy-on-write, read-optimized, slices without logs) still work.
+    Custom,
 }
 
 /// Which key generator wrote the table: decides the record-key format and the partition path.
@@ -213,11 +220,11 @@ impl TableConfig {
             _ => "org.apache.hudi.keygen.ComplexKeyGenerator",
         };
         set(keys::KEYGEN_CLASS, keygen);
-        let payload = match self.merge_mode {
-            MergeMode::EventTime => DEFAULT_PAYLOAD,
-            MergeMode::CommitTime => OVERWRITE_PAYLOAD,
-        };
-        set(keys::PAYLOAD_CLASS, payload);
+        match self.merge_mode {
+            MergeMode::EventTime => set(keys::PAYLOAD_CLASS, DEFAULT_PAYLOAD),
+            MergeMode::CommitTime => set(keys::PAYLOAD_CLASS, OVERWRITE_PAYLOAD),
+            MergeMode::Custom => {}
+        }
         set(keys::POPULATE_META_FIELDS, "true");
         set(keys::DATABASE_NAME, "default");
         set(keys::ARCHIVELOG_FOLDER, "archived");
@@ -284,7 +291,7 @@ impl TableConfig {
             key_generator = KeyGenerator::NonPartitioned;
         }
         let record_key_fields = list(keys::RECORD_KEY_FIELDS);
-        let merge_mode = infer_merge_mode(&raw, ordering.is_some());
+        let merge_mode = infer_merge_mode(&raw, version, ordering.is_some());
         let flag = |k: &str, default: bool| get(k).map(|v| v.eq_ignore_ascii_case("true")).unwrap_or(default);
         let timezone_utc = !get(keys::TIMEZONE).is_some_and(|v| v.eq_ignore_ascii_case("local"));
         let inline_compaction = match get(keys::INLINE_COMPACTION) {
@@ -367,17 +374,30 @@ fn key_generator_of(name: &str) -> KeyGenerator {
 }
 
 /// Apache Hudi's inference for tables before version 9: explicit merge mode, else the payload class.
-fn infer_merge_mode(raw: &BTreeMap<String, String>, has_ordering: bool) -> MergeMode {
-    let mode = raw.get(keys::MERGE_MODE).map(|s| s.trim().to_ascii_uppercase());
-    match mode.as_deref() {
+fn infer_merge_mode(raw: &BTreeMap<String, String>, version: u32, has_ordering: bool) -> MergeMode {
+    match raw.get(keys::MERGE_MODE).map(|s| s.trim().to_ascii_uppercase()).as_deref() {
         Some("COMMIT_TIME_ORDERING") => return MergeMode::CommitTime,
         Some("EVENT_TIME_ORDERING") => return MergeMode::EventTime,
+        Some("CUSTOM") => return MergeMode::Custom,
         _ => {}
     }
-    match raw.get(keys::PAYLOAD_CLASS).map(|s| s.trim()) {
-        Some(p) if p.ends_with("OverwriteWithLatestAvroPayload") => MergeMode::CommitTime,
-        _ if has_ordering => MergeMode::EventTime,
-        _ => MergeMode::CommitTime,
+    let payload = raw.get(keys::PAYLOAD_CLASS).map(|s| s.trim()).filter(|s| !s.is_empty());
+    let strategy = raw.get(keys::MERGE_STRATEGY_ID).map(|s| s.trim()).filter(|s| !s.is_empty());
+    match (payload, strategy) {
+        (None, None) if has_ordering => MergeMode::EventTime,
+        (None, None) => MergeMode::CommitTime,
+        (_, Some(id)) if version >= 8 => match id {
+            EVENT_TIME_STRATEGY => MergeMode::EventTime,
+            COMMIT_TIME_STRATEGY => MergeMode::CommitTime,
+            _ => MergeMode::Custom,
+        },
+        (Some(class), _) => match class.rsplit('.').next().unwrap_or(class) {
+            "DefaultHoodieRecordPayload" | "EventTimeAvroPayload" => MergeMode::EventTime,
+            "OverwriteWithLatestAvroPayload" => MergeMode::CommitTime,
+            _ => MergeMode::Custom,
+        },
+        (None, Some(_)) if has_ordering => MergeMode::EventTime,
+        (None, Some(_)) => MergeMode::CommitTime,
     }
 }
 
@@ -427,6 +447,34 @@ mod tests {
             hive_style: true,
             inline_compaction: None,
         }
+    }
+
+    /// FORMAT.md §6: Apache Hudi's inference for tables before version 9.
+    #[test]
+    fn merge_mode_inferred_as_apache_hudi_infers_it() {
+        let m = |version: u32, ordering: bool, props: &[(&str, &str)]| {
+            let raw = props.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            infer_merge_mode(&raw, version, ordering)
+        };
+        use MergeMode::*;
+        assert_eq!(m(6, true, &[]), EventTime);
+        assert_eq!(m(6, false, &[]), CommitTime);
+        assert_eq!(m(6, true, &[(keys::MERGE_MODE, "commit_time_ordering")]), CommitTime);
+        assert_eq!(m(8, false, &[(keys::MERGE_MODE, "CUSTOM")]), Custom);
+        assert_eq!(m(6, false, &[(keys::PAYLOAD_CLASS, DEFAULT_PAYLOAD)]), EventTime);
+        assert_eq!(
+            m(6, true, &[(keys::PAYLOAD_CLASS, "org.apache.hudi.common.model.EventTimeAvroPayload")]),
+            EventTime
+        );
+        assert_eq!(m(6, true, &[(keys::PAYLOAD_CLASS, OVERWRITE_PAYLOAD)]), CommitTime);
+        assert_eq!(m(6, true, &[(keys::PAYLOAD_CLASS, "com.acme.MyPayload")]), Custom);
+        // From version 8 the strategy id decides, whatever the payload class says.
+        let with = |id: &str| m(8, true, &[(keys::PAYLOAD_CLASS, OVERWRITE_PAYLOAD), (keys::MERGE_STRATEGY_ID, id)]);
+        assert_eq!(with(EVENT_TIME_STRATEGY), EventTime);
+        assert_eq!(with(COMMIT_TIME_STRATEGY), CommitTime);
+        assert_eq!(with("00000000-0000-0000-0000-000000000000"), Custom);
+        // Version 6 ignores a strategy id.
+        assert_eq!(m(6, true, &[(keys::MERGE_STRATEGY_ID, COMMIT_TIME_STRATEGY)]), EventTime);
     }
 
     #[test]

@@ -39,6 +39,13 @@ pub struct MergeSpec {
 impl MergeSpec {
     /// The merge of a table's records, with columns indexed into `schema` (the table schema).
     pub fn of_table(cfg: &crate::config::TableConfig, schema: &arrow::datatypes::Schema) -> Result<Self> {
+        if cfg.merge_mode == MergeMode::Custom && cfg.populate_meta_fields {
+            return Err(crate::error::Error::unsupported(format!(
+                "merging records with a custom payload or merge strategy ({}: {}); read_optimized reads the base files",
+                crate::config::keys::PAYLOAD_CLASS,
+                cfg.raw.get(crate::config::keys::PAYLOAD_CLASS).map_or("-", String::as_str)
+            )));
+        }
         let ordering = match (cfg.merge_mode, &cfg.ordering_field) {
             (MergeMode::EventTime, Some(f)) => schema.index_of(f).ok(),
             _ => None,

@@ -47,8 +47,8 @@ pub struct HudiTableProvider {
     store_url: ObjectStoreUrl,
     storage: Storage,
     timeline: Arc<Timeline>,
-    /// The table's merge, columns indexed into the table schema.
-    merge: MergeSpec,
+    /// The table's merge, columns indexed into the table schema (when a slice has logs to merge).
+    merge: Option<MergeSpec>,
 }
 
 impl HudiTableProvider {
@@ -58,7 +58,10 @@ impl HudiTableProvider {
         let cfg = table.config();
         let schema = table.schema();
         Ok(HudiTableProvider {
-            merge: MergeSpec::of_table(cfg, &schema)?,
+            merge: match plan.slices.iter().any(|s| !s.logs.is_empty()) {
+                true => Some(MergeSpec::of_table(cfg, &schema)?),
+                false => None,
+            },
             schema,
             slices: plan.slices,
             upper: plan.upper,
@@ -139,13 +142,16 @@ impl HudiTableProvider {
         scan_projection: &[usize],
         filters: &[Expr],
     ) -> DfResult<MergeOnReadExec> {
+        let merge = self.merge.as_ref().ok_or_else(|| {
+            datafusion::error::DataFusionError::Internal("merge-on-read slices planned without a merge".into())
+        })?;
         let mut scan_columns: Vec<usize> =
-            scan_projection.iter().copied().chain([self.merge.key]).chain(self.merge.ordering).collect();
+            scan_projection.iter().copied().chain([merge.key]).chain(merge.ordering).collect();
         scan_columns.sort_unstable();
         scan_columns.dedup();
         let position = |i: usize| scan_columns.iter().position(|&c| c == i).unwrap_or_default();
         let output: Vec<usize> = scan_projection.iter().map(|&i| position(i)).collect();
-        let spec = self.merge.project(position);
+        let spec = merge.project(position);
         // Only filters on the key and partition columns may drop base rows before the merge
         // (DESIGN.md §4): a base row failing another filter may still win over its log version.
         let key_columns: Vec<&str> = [RECORD_KEY, PARTITION_PATH]

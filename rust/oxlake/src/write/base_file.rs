@@ -70,7 +70,7 @@ pub(crate) async fn write_all(
 ) -> Result<Vec<Written>> {
     let ordering_field = match table.config().merge_mode {
         crate::config::MergeMode::EventTime => table.config().ordering_field.clone(),
-        crate::config::MergeMode::CommitTime => None,
+        crate::config::MergeMode::CommitTime | crate::config::MergeMode::Custom => None,
     };
     let ctx = Arc::new(Context {
         storage: table.storage().clone(),

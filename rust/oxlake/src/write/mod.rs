@@ -128,6 +128,9 @@ impl Table {
         if !cfg.populate_meta_fields {
             return Err(Error::unsupported("writing tables without meta fields"));
         }
+        if cfg.merge_mode == crate::config::MergeMode::Custom {
+            return Err(Error::unsupported("writing a table with a custom payload or merge strategy"));
+        }
         Ok(())
     }
 
