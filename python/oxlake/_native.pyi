@@ -50,6 +50,24 @@ class Table:
         batch_size: int | None = None,
         memory_limit: int | None = None,
     ) -> RecordBatchStream: ...
+    def splits(
+        self,
+        columns: list[str] | None,
+        filter: str | list[tuple[str, str, Any]] | None,
+        as_of: str | None,
+        query: str,
+        start: str | None,
+        end: str | None,
+        target_bytes: int,
+    ) -> list[tuple[bytes, int, int]]: ...
+    def scan_split(
+        self,
+        split: bytes,
+        columns: list[str] | None = None,
+        filter: str | list[tuple[str, str, Any]] | None = None,
+        batch_size: int | None = None,
+        memory_limit: int | None = None,
+    ) -> RecordBatchStream: ...
     def planned_files(
         self,
         as_of: str | None = None,
@@ -97,3 +115,14 @@ def create_table(
     heartbeat_interval: float = 10.0,
     inline_compaction: int | None = None,
 ) -> Table: ...
+
+class PendingWrite:
+    @property
+    def instant(self) -> str: ...
+    def commit(self, parts: list[bytes]) -> tuple[str | None, int, int, int, list[str]]: ...
+    def abort(self) -> None: ...
+
+def begin_write(table: Table, operation_name: str) -> PendingWrite: ...
+def write_files(
+    table: Table, operation_name: str, instant: str, data: object, target_file_size: int | None = None
+) -> bytes: ...

@@ -137,6 +137,17 @@ def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | Non
     return [tuple(f) for f in filter]
 
 
+@dataclass(frozen=True)
+class Split:
+    """A piece of a planned query (whole file slices), read by `Table.scan_split`; picklable."""
+
+    data: bytes
+    #: Bytes of the files it reads.
+    size: int
+    #: Number of files it reads.
+    files: int
+
+
 class Table:
     """An Apache Hudi table. Operations are synchronous and release the GIL while they run."""
 
@@ -311,6 +322,35 @@ class Table:
     def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
         """`scan(**kwargs).to_pandas()`."""
         return self.scan(**kwargs).to_pandas()
+
+    def splits(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike | None = None,
+        as_of: str | None = None,
+        query: str = "snapshot",
+        start: str | None = None,
+        end: str | None = None,
+        target_bytes: int = 128 * 1024 * 1024,
+    ) -> list[Split]:
+        """Plans a query once and cuts it into `Split`s of about `target_bytes` (whole file
+        slices; partitions the filter rules out are dropped) for workers to read with
+        `scan_split`: every worker reads the table state planned here."""
+        cols = list(columns) if columns is not None else None
+        planned = self._t.splits(cols, _filter(filter), as_of, query, start, end, target_bytes)
+        return [Split(bytes(data), size, files) for data, size, files in planned]
+
+    def scan_split(
+        self,
+        split: Split,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike | None = None,
+        batch_size: int | None = None,
+        memory_limit: int | None = None,
+    ) -> Scan:
+        """Reads one split of `splits` (give the same columns and filter)."""
+        cols = list(columns) if columns is not None else None
+        return Scan(self._t.scan_split(split.data, cols, _filter(filter), batch_size, memory_limit))
 
     def planned_files(
         self,

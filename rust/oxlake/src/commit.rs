@@ -445,6 +445,51 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
 /// deleted; one that also holds other instants' blocks (written by another writer that appends) gets
 /// a rollback command block in a new log version. A failed compaction keeps every log: they belong
 /// to committed writes.
+/// Deletes the data files a write at `time` left in `partitions` that are not in `kept` (failed
+/// attempts of a distributed write's tasks): base files named with `time`, and log files of the
+/// file groups the write reported whose blocks are all of `time`.
+pub(crate) async fn remove_unreported_files(
+    storage: &Storage,
+    time: &str,
+    partitions: &[&str],
+    kept: &HashSet<&str>,
+) -> Result<Vec<String>> {
+    let groups: HashSet<(&str, String)> = kept
+        .iter()
+        .filter_map(|path| {
+            let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+            let file_id =
+                BaseFileName::parse(name).map(|b| b.file_id).or_else(|| LogFileName::parse(name).map(|l| l.file_id))?;
+            Some((dir, file_id))
+        })
+        .collect();
+    let mut deleted = Vec::new();
+    for partition in partitions {
+        for f in storage.list_dir(partition).await? {
+            if kept.contains(f.path.as_str()) {
+                continue;
+            }
+            let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+            let unreported = if let Some(b) = BaseFileName::parse(name) {
+                b.instant == time
+            } else if LogFileName::parse(name).is_some_and(|l| groups.contains(&(*partition, l.file_id))) {
+                let instants = crate::log::block_instants(storage, &f.path).await?;
+                !instants.is_empty() && instants.iter().all(|i| i == time)
+            } else {
+                false
+            };
+            if unreported {
+                storage.delete(&f.path).await?;
+                deleted.push(f.path);
+            }
+        }
+    }
+    if !deleted.is_empty() {
+        log::info!("instant {time}: removed {} files of failed task attempts", deleted.len());
+    }
+    Ok(deleted)
+}
+
 async fn undo_files_of(storage: &Storage, target: &Instant, rollback_time: &str) -> Result<Vec<String>> {
     let time = target.time.as_str();
     let mut deleted = Vec::new();

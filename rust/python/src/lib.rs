@@ -2,6 +2,7 @@
 //! crate. The Pythonic API (`oxlake.Table`, `oxlake.create_table`) wraps this module.
 
 mod arrow_ffi;
+mod distributed;
 mod errors;
 mod runtime;
 mod services;
@@ -14,6 +15,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<table::PyTable>()?;
+    m.add_class::<distributed::PyPendingWrite>()?;
+    m.add_function(wrap_pyfunction!(distributed::begin_write, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::write_files, m)?)?;
     m.add_class::<arrow_ffi::PyRecordBatchStream>()?;
     m.add_class::<arrow_ffi::PySchema>()?;
     m.add_function(wrap_pyfunction!(table::create_table, m)?)?;

@@ -16,7 +16,7 @@ use crate::errors::InvalidArgumentError;
 use crate::runtime::run;
 
 /// What a write did: (instant, inserts, updates, deletes, files); `oxlake.WriteResult` in Python.
-type WriteSummary = (Option<String>, u64, u64, u64, Vec<String>);
+pub(crate) type WriteSummary = (Option<String>, u64, u64, u64, Vec<String>);
 
 #[pyclass(name = "Table", module = "oxlake._native")]
 pub struct PyTable {
@@ -160,11 +160,7 @@ impl PyTable {
         let op = WriteOperation::parse(operation)
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
         let batches = import_batches(&data)?;
-        let mut config = WriteConfig::default();
-        if let Some(size) = target_file_size {
-            config.target_file_size = size.max(1);
-            config.small_file_limit = size.max(1) * 5 / 6;
-        }
+        let config = WriteConfig::default().with_target_file_size(target_file_size);
         let inner = self.inner.clone();
         let r = run(py, async move {
             let mut t = inner.lock().await;
@@ -205,6 +201,66 @@ impl PyTable {
             let mut t = inner.lock().await;
             t.reload().await?;
             t.scan(&opts).await
+        })?;
+        PyRecordBatchStream::new(stream)
+    }
+
+    /// Plans a query and cuts it into splits of about `target_bytes`; returns each as
+    /// `(json, bytes, files)` for a worker's `scan_split`.
+    #[pyo3(signature = (columns=None, filter=None, as_of=None, query="snapshot", start=None, end=None, target_bytes=134217728))]
+    #[allow(clippy::too_many_arguments)]
+    fn splits(
+        &self,
+        py: Python<'_>,
+        columns: Option<Vec<String>>,
+        filter: Option<Bound<'_, PyAny>>,
+        as_of: Option<String>,
+        query: &str,
+        start: Option<String>,
+        end: Option<String>,
+        target_bytes: u64,
+    ) -> PyResult<Vec<(Vec<u8>, u64, usize)>> {
+        let opts = ScanOptions {
+            columns,
+            filter: filter.map(|f| parse_filter(&f)).transpose()?,
+            as_of,
+            query: QueryType::parse(query).map_err(crate::errors::to_py)?,
+            start,
+            end,
+            ..Default::default()
+        };
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            let splits = t.plan_splits(&opts, target_bytes).await?;
+            splits.iter().map(|s| Ok((s.to_json()?, s.size(), s.files()))).collect()
+        })
+    }
+
+    /// Reads one split planned by `splits`, with a column selection and a filter.
+    #[pyo3(signature = (split, columns=None, filter=None, batch_size=None, memory_limit=None))]
+    fn scan_split(
+        &self,
+        py: Python<'_>,
+        split: Vec<u8>,
+        columns: Option<Vec<String>>,
+        filter: Option<Bound<'_, PyAny>>,
+        batch_size: Option<usize>,
+        memory_limit: Option<usize>,
+    ) -> PyResult<PyRecordBatchStream> {
+        let split = oxlake::read::splits::Split::from_json(&split).map_err(crate::errors::to_py)?;
+        let opts = ScanOptions {
+            columns,
+            filter: filter.map(|f| parse_filter(&f)).transpose()?,
+            batch_size,
+            memory_limit,
+            ..Default::default()
+        };
+        let inner = self.inner.clone();
+        let stream = run(py, async move {
+            let t = inner.lock().await;
+            t.scan_split(split, &opts).await
         })?;
         PyRecordBatchStream::new(stream)
     }

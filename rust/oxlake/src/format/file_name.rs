@@ -44,7 +44,7 @@ impl BaseFileName {
 }
 
 /// A parsed log file name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct LogFileName {
     pub file_id: String,
     /// Base instant (v6) or deltacommit instant (v8+).

@@ -27,7 +27,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::logical_expr::{Expr, lit, when};
 
-use super::{HudiTableProvider, QueryType, ScanOptions, ScanPlan};
+use super::{HudiTableProvider, ScanOptions, ScanPlan};
 use crate::error::{Error, Result};
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
@@ -36,7 +36,7 @@ use crate::table::Table;
 pub const CHANGE_TYPE: &str = "_change_type";
 
 /// The two snapshots a change query compares, over the file groups the window touched.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub struct ChangePlan {
     /// The touched groups as of `start` (empty when `start` precedes the table).
     pub before: ScanPlan,
@@ -64,14 +64,20 @@ impl Table {
         Ok(Some(ChangePlan { before, after, start, end }))
     }
 
-    /// The change stream as a DataFrame of `ctx`: the table's columns and [`CHANGE_TYPE`].
-    pub(crate) async fn changes_frame(&self, ctx: &SessionContext, opts: &ScanOptions) -> Result<DataFrame> {
-        debug_assert_eq!(opts.query, QueryType::Changes);
-        if !self.config().populate_meta_fields {
-            return Err(Error::unsupported("change queries on a table without meta fields (no record keys)"));
+    /// Change queries need record keys.
+    pub(crate) fn check_changes_readable(&self) -> Result<()> {
+        match self.config().populate_meta_fields {
+            true => Ok(()),
+            false => Err(Error::unsupported("change queries on a table without meta fields (no record keys)")),
         }
+    }
+
+    /// The change stream of a plan (`None`: a table without commits) as a DataFrame of `ctx`: the
+    /// table's columns and [`CHANGE_TYPE`].
+    pub(crate) fn changes_frame(&self, ctx: &SessionContext, plan: Option<ChangePlan>) -> Result<DataFrame> {
+        self.check_changes_readable()?;
         let schema = self.schema();
-        let Some(plan) = self.plan_changes(opts).await? else {
+        let Some(plan) = plan else {
             let empty = ScanPlan::default();
             let frame = ctx.read_table(Arc::new(HudiTableProvider::try_new(self, empty)?))?;
             let kind = lit(datafusion::common::ScalarValue::Utf8(None)).alias(CHANGE_TYPE);

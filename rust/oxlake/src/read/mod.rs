@@ -11,6 +11,7 @@ pub mod filter;
 pub mod merge;
 pub mod mor_exec;
 pub mod provider;
+pub mod splits;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use std::sync::Arc;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::context::SessionContext;
 use datafusion::prelude::SessionConfig;
+use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::format::instant::{Instant, normalize_time};
@@ -80,7 +82,7 @@ pub struct ScanOptions {
 pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
 
 /// A base file selected by planning.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedFile {
     pub partition: String,
     pub path: String,
@@ -88,7 +90,7 @@ pub struct PlannedFile {
 }
 
 /// A file slice selected by planning: its base file and the log files read over it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedSlice {
     pub partition: String,
     pub file_id: String,
@@ -97,6 +99,15 @@ pub struct PlannedSlice {
 }
 
 impl PlannedSlice {
+    /// Bytes of the files the slice reads.
+    pub fn size(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.size) + self.logs.iter().map(|l| l.size).sum::<u64>()
+    }
+
+    pub fn group_id(&self) -> FileGroupId {
+        (self.partition.clone(), self.file_id.clone())
+    }
+
     fn new(g: &FileGroup, s: &FileSlice, with_logs: bool) -> Option<Self> {
         let base =
             s.base.as_ref().map(|b| PlannedFile { partition: g.partition.clone(), path: b.path.clone(), size: b.size });
@@ -111,7 +122,7 @@ impl PlannedSlice {
 }
 
 /// Which commits an incremental query's rows must come from (`_hoodie_commit_time`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CommitWindow {
     /// Requested times in `(start, end]` (table version 6: windows bound requested times).
     Range(String, String),
@@ -122,7 +133,7 @@ pub enum CommitWindow {
 
 /// The slices of a query, the instant its log blocks are read up to, and the commits its rows must
 /// come from.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ScanPlan {
     pub slices: Vec<PlannedSlice>,
     /// Log blocks of later instants are not read.
@@ -280,11 +291,23 @@ impl Table {
 
     /// Runs a query and streams its record batches.
     pub async fn scan(&self, opts: &ScanOptions) -> Result<SendableRecordBatchStream> {
+        let split = match opts.query {
+            QueryType::Changes => {
+                self.check_changes_readable()?;
+                splits::Split::Changes(self.plan_changes(opts).await?)
+            }
+            _ => splits::Split::Scan(self.plan_scan(opts).await?),
+        };
+        self.scan_split(split, opts).await
+    }
+
+    /// Reads a planned split (see [`Table::plan_splits`]) with the columns, filter and batch size of
+    /// `opts` (its other fields went into the planning).
+    pub async fn scan_split(&self, split: splits::Split, opts: &ScanOptions) -> Result<SendableRecordBatchStream> {
         let ctx = session(self, opts.batch_size, opts.memory_limit)?;
-        let mut df = if opts.query == QueryType::Changes {
-            self.changes_frame(&ctx, opts).await?
-        } else {
-            ctx.read_table(Arc::new(self.provider(opts).await?))?
+        let mut df = match split {
+            splits::Split::Changes(plan) => self.changes_frame(&ctx, plan)?,
+            splits::Split::Scan(plan) => ctx.read_table(Arc::new(HudiTableProvider::try_new(self, plan)?))?,
         };
         if let Some(f) = &opts.filter {
             let expr = f.to_expr(&df).map_err(|e| Error::invalid_arg("filter", e))?;

@@ -19,7 +19,7 @@ pub struct BaseFile {
 }
 
 /// A log file of a file slice.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogFile {
     pub name: LogFileName,
     pub path: String,

@@ -89,6 +89,24 @@ pub struct WriteResult {
     pub files: Vec<String>,
 }
 
+/// The files one task of a write wrote: `(partition, stat)` per file, and the file groups it
+/// replaces (insert overwrite), by partition.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WrittenFiles {
+    pub replaced: std::collections::BTreeMap<String, Vec<String>>,
+    pub stats: Vec<(String, crate::format::commit::WriteStat)>,
+}
+
+impl WrittenFiles {
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self).map_err(Error::invalid_data)
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Result<Self> {
+        serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("written files", e))
+    }
+}
+
 /// The input of a write, checked and keyed; one row per (partition, key).
 pub(crate) struct Incoming {
     /// Data columns in table order (for deletes: the columns given).
@@ -140,17 +158,9 @@ impl Table {
         incoming: Option<Arc<Incoming>>,
         config: &WriteConfig,
     ) -> Result<WriteResult> {
-        let tx = Transaction::begin(self, op.action(self.config().table_type)).await?;
-        let outcome = async {
-            let plan = plan::plan(self, op, incoming.as_ref(), config).await?;
-            write_partition_markers(self, tx.time(), &plan).await?;
-            let plan::WritePlan { work, replaced } = plan;
-            let written = base_file::write_all(self, tx.time(), work, incoming.as_ref(), config).await?;
-            Ok::<_, Error>((replaced, written))
-        }
-        .await;
-        let (replaced, written) = match outcome {
-            Ok(v) => v,
+        let tx = self.begin_write(op).await?;
+        let files = match self.write_files_in(op, incoming.as_ref(), tx.time(), config).await {
+            Ok(files) => files,
             Err(e) => {
                 if let Err(rollback_err) = tx.abort(self).await {
                     log::error!("rollback after a failed write also failed: {rollback_err}");
@@ -158,27 +168,103 @@ impl Table {
                 return Err(e);
             }
         };
-        let mut metadata = CommitMetadata {
-            operation_type: Some(op.hudi_name().to_string()),
-            partition_to_replace_file_ids: replaced,
-            ..Default::default()
-        };
+        let result = self.commit_write(tx, op, vec![files], false).await?;
+        if op.action(self.config().table_type) == Action::DeltaCommit && result.instant.is_some() {
+            self.compact_inline(config).await;
+        }
+        Ok(result)
+    }
+
+    // ---- a write in three calls, for writers spread over processes (Spark) -----------------
+    //
+    // The driver calls `begin_write`, each task calls `write_files` for its records (the tasks'
+    // records must fall in disjoint file groups: give each task whole partitions), and the driver
+    // calls `commit_write` with every task's result, or aborts the transaction.
+
+    /// Starts the instant of a write (driver side).
+    pub async fn begin_write(&mut self, op: WriteOperation) -> Result<Transaction> {
+        self.check_writable()?;
+        Transaction::begin(self, op.action(self.config().table_type)).await
+    }
+
+    /// Writes the files of `batches` for the pending instant `instant` (task side), commits
+    /// nothing; the result goes to the driver's [`Table::commit_write`].
+    pub async fn write_files(
+        &mut self,
+        op: WriteOperation,
+        batches: Vec<RecordBatch>,
+        instant: &str,
+        config: &WriteConfig,
+    ) -> Result<WrittenFiles> {
+        self.reload().await?;
+        self.check_writable()?;
+        if !self.timeline().pending().any(|i| i.time == instant && i.action == op.action(self.config().table_type)) {
+            return Err(Error::invalid_arg("instant", format!("{instant} is not a pending write of this table")));
+        }
+        let incoming = prepare(self, op, batches)?.map(Arc::new);
+        if incoming.is_none() && op != WriteOperation::InsertOverwriteTable {
+            return Ok(WrittenFiles::default());
+        }
+        self.write_files_in(op, incoming.as_ref(), instant, config).await
+    }
+
+    async fn write_files_in(
+        &self,
+        op: WriteOperation,
+        incoming: Option<&Arc<Incoming>>,
+        instant: &str,
+        config: &WriteConfig,
+    ) -> Result<WrittenFiles> {
+        let plan = plan::plan(self, op, incoming, config).await?;
+        write_partition_markers(self, instant, &plan).await?;
+        let plan::WritePlan { work, replaced } = plan;
+        let written = base_file::write_all(self, instant, work, incoming, config).await?;
+        Ok(WrittenFiles { replaced, stats: written.into_iter().map(|w| (w.partition, w.stat)).collect() })
+    }
+
+    /// Completes a write with the files of all its tasks (driver side). With `reconcile`, files of
+    /// the instant in the partitions written that no task reported (left by failed task attempts)
+    /// are deleted first, so that only reported files become visible.
+    pub async fn commit_write(
+        &mut self,
+        tx: Transaction,
+        op: WriteOperation,
+        parts: Vec<WrittenFiles>,
+        reconcile: bool,
+    ) -> Result<WriteResult> {
+        let mut metadata = CommitMetadata { operation_type: Some(op.hudi_name().to_string()), ..Default::default() };
         metadata
             .extra_metadata
             .insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&self.data_schema(), &self.config().name)?);
         let mut result = WriteResult::default();
-        for w in &written {
-            result.num_inserts += w.stat.num_inserts as u64;
-            result.num_updates += w.stat.num_update_writes as u64;
-            result.num_deletes += w.stat.num_deletes as u64;
-            result.files.push(w.stat.path.clone().unwrap_or_default());
-            metadata.partition_to_write_stats.entry(w.partition.clone()).or_default().push(w.stat.clone());
+        for part in parts {
+            for (partition, ids) in part.replaced {
+                let entry = metadata.partition_to_replace_file_ids.entry(partition).or_default();
+                entry.extend(ids);
+                entry.sort();
+                entry.dedup();
+            }
+            for (partition, stat) in part.stats {
+                result.num_inserts += stat.num_inserts as u64;
+                result.num_updates += stat.num_update_writes as u64;
+                result.num_deletes += stat.num_deletes as u64;
+                result.files.push(stat.path.clone().unwrap_or_default());
+                metadata.partition_to_write_stats.entry(partition).or_default().push(stat);
+            }
+        }
+        if reconcile {
+            let kept: std::collections::HashSet<&str> = result.files.iter().map(String::as_str).collect();
+            let partitions: Vec<&str> = metadata.partition_to_write_stats.keys().map(String::as_str).collect();
+            if let Err(e) = crate::commit::remove_unreported_files(self.storage(), tx.time(), &partitions, &kept).await
+            {
+                if let Err(rollback_err) = tx.abort(self).await {
+                    log::error!("rollback after a failed write also failed: {rollback_err}");
+                }
+                return Err(e);
+            }
         }
         let instant = tx.commit(self, &metadata).await?;
         result.instant = Some(instant.time);
-        if instant.action == Action::DeltaCommit {
-            self.compact_inline(config).await;
-        }
         Ok(result)
     }
 

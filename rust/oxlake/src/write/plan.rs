@@ -46,6 +46,17 @@ impl Default for WriteConfig {
     }
 }
 
+impl WriteConfig {
+    /// The default configuration with base files filled up to `size` bytes (when given); files
+    /// under five sixths of it take inserts.
+    pub fn with_target_file_size(self, size: Option<u64>) -> Self {
+        match size {
+            Some(size) => WriteConfig { target_file_size: size.max(1), small_file_limit: size.max(1) * 5 / 6, ..self },
+            None => self,
+        }
+    }
+}
+
 /// Where a merge-on-read write puts a file group's changes: a new log file of the slice.
 #[derive(Clone, Debug)]
 pub(crate) struct LogTarget {

@@ -1,0 +1,148 @@
+"""oxlake tables from PySpark: reads planned on the driver and read natively by the executors
+(`mapInArrow`), and writes whose files the executors write and whose one commit the driver makes.
+
+Reading: the driver plans the query once (metadata only, no data file is opened) and cuts it into
+splits of whole file slices, about `split_bytes` each; one Spark task reads each split with the
+native reader, streaming Arrow batches. Every task reads the table state the driver planned.
+
+Writing: the driver begins the instant; the rows are repartitioned by the table's partition
+columns, so that each task owns whole partitions (and so disjoint file groups); each task looks
+its keys up, writes its base files and log blocks natively and returns what it wrote; the driver
+commits everything as one instant. A failed job rolls back every file it wrote, and files left
+by failed task attempts never become visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from oxlake import _native
+from oxlake.table import FilterLike, Split, Table, WriteResult, _filter, create_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+#: Split size a read aims for (bytes of Parquet and log files per task).
+DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
+_META_PREFIX = "_hoodie_"
+_CHANGE_TYPE = "_change_type"
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of an Arrow schema, every field nullable (a change query's deleted rows
+    carry nulls in columns the table declares non-null)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    converted = from_arrow_schema(schema)
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in converted.fields])
+
+
+def _read_columns(table: Table, columns: Sequence[str] | None, with_meta_columns: bool) -> list[str] | None:
+    if columns is not None:
+        return list(columns)
+    if with_meta_columns:
+        return None
+    return [f.name for f in table.schema if not f.name.startswith(_META_PREFIX)]
+
+
+def _result_schema(table: Table, columns: list[str] | None, query: str) -> pa.Schema:
+    schema = table.schema
+    if query == "changes":
+        schema = schema.append(pa.field(_CHANGE_TYPE, pa.string()))
+    if columns is None:
+        return schema
+    missing = [c for c in columns if c not in schema.names]
+    if missing:
+        raise _native.InvalidArgumentError(f"unknown columns {missing} (the table has {schema.names})")
+    return pa.schema([schema.field(c) for c in columns])
+
+
+def read(
+    spark: SparkSession,
+    uri: str,
+    columns: Sequence[str] | None = None,
+    filter: FilterLike | None = None,
+    as_of: str | None = None,
+    query: str = "snapshot",
+    start: str | None = None,
+    end: str | None = None,
+    *,
+    storage_options: dict[str, str] | None = None,
+    with_meta_columns: bool = True,
+    batch_size: int = 65536,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+) -> DataFrame:
+    """The table as a Spark DataFrame (queries as `Table.scan`). Partition and statistics
+    pruning run natively: partitions the filter rules out get no task, and each task reads only
+    the columns asked for."""
+    table = Table(uri, storage_options)
+    cols = _read_columns(table, columns, with_meta_columns)
+    splits = table.splits(cols, filter, as_of, query, start, end, target_bytes=split_bytes)
+    schema = _result_schema(table, cols, query)
+    rows = [(i, s.data) for i, s in enumerate(splits)]
+    descriptors = spark.sparkContext.parallelize(rows, len(rows)).toDF("split_id int, split binary")
+    filt = _filter(filter)
+
+    def read_splits(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        reader = Table(uri, storage_options)
+        for batch in batches:
+            for data in batch.column("split").to_pylist():
+                yield from reader.scan_split(Split(data, 0, 0), cols, filt, batch_size)
+
+    return descriptors.mapInArrow(read_splits, spark_schema(schema))
+
+
+def write(
+    df: DataFrame,
+    uri: str,
+    operation: str = "upsert",
+    *,
+    storage_options: dict[str, str] | None = None,
+    target_file_size: int | None = None,
+    **create_options: Any,
+) -> WriteResult:
+    """Writes a Spark DataFrame into the table at `uri` as one commit (`operation`: upsert,
+    insert, delete, insert_overwrite or insert_overwrite_table). The table is created on first
+    write with `create_options` (those of `oxlake.create_table`: `record_key`, `partition_by`,
+    `ordering_field`, `table_type`, ...). On any failure the write is rolled back and the table
+    stays as it was."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    table = _open_or_create(uri, to_arrow_schema(df.schema), storage_options, create_options)
+    partition_by = [c for c in table.properties.get("hoodie.table.partition.fields", "").split(",") if c]
+    pending = _native.begin_write(table._t, operation)
+    instant = pending.instant
+    try:
+        # Each task owns whole partitions: the file groups tasks write are disjoint.
+        data = df.repartition(*partition_by) if partition_by else df.coalesce(1)
+
+        def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            rows = pa.Table.from_batches(list(batches))
+            writer = Table(uri, storage_options)
+            written = _native.write_files(writer._t, operation, instant, rows, target_file_size)
+            yield pa.RecordBatch.from_pydict({"written": [written]})
+
+        parts = [r["written"] for r in data.mapInArrow(write_partition, "written binary").collect()]
+        landed, inserts, updates, deletes, files = pending.commit([bytes(p) for p in parts])
+    except BaseException:
+        pending.abort()
+        raise
+    return WriteResult(landed, inserts, updates, deletes, list(files))
+
+
+def _open_or_create(
+    uri: str, schema: pa.Schema, storage_options: dict[str, str] | None, create_options: dict[str, Any]
+) -> Table:
+    try:
+        return Table(uri, storage_options)
+    except _native.TableNotFoundError:
+        if "record_key" not in create_options:
+            raise _native.InvalidArgumentError(
+                f"no table at {uri}: give record_key (and partition_by, ordering_field, ...) to create it"
+            ) from None
+        return create_table(uri, schema, storage_options=storage_options, **create_options)

@@ -1,0 +1,162 @@
+//! Splits: a query planned once (on a driver) and cut into pieces read independently (by Spark or
+//! Dask workers). A split is a part of the query's plan — whole file slices, never a part of one —
+//! that serializes to JSON: a worker opens the table and reads the split with
+//! [`Table::scan_split`] without listing or planning anything again, so every worker reads the
+//! same table state, the one the driver planned.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::changes::ChangePlan;
+use super::{HudiTableProvider, PlannedSlice, QueryType, ScanOptions, ScanPlan, session};
+use crate::error::{Error, Result};
+use crate::table::Table;
+use crate::table::fs_view::FileGroupId;
+
+/// A piece of a planned query.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum Split {
+    /// Slices of a snapshot, read-optimized or incremental query.
+    Scan(ScanPlan),
+    /// File groups of a change query (`None`: the table has no commit yet).
+    Changes(Option<ChangePlan>),
+}
+
+impl Split {
+    /// Bytes of the files the split reads.
+    pub fn size(&self) -> u64 {
+        self.slices().map(PlannedSlice::size).sum()
+    }
+
+    /// Number of files the split reads.
+    pub fn files(&self) -> usize {
+        self.slices().map(|s| usize::from(s.base.is_some()) + s.logs.len()).sum()
+    }
+
+    fn slices(&self) -> Box<dyn Iterator<Item = &PlannedSlice> + '_> {
+        match self {
+            Split::Scan(p) => Box::new(p.slices.iter()),
+            Split::Changes(Some(c)) => Box::new(c.before.slices.iter().chain(&c.after.slices)),
+            Split::Changes(None) => Box::new(std::iter::empty()),
+        }
+    }
+
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        serde_json::to_vec(self).map_err(Error::invalid_data)
+    }
+
+    pub fn from_json(bytes: &[u8]) -> Result<Self> {
+        serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("split", e))
+    }
+}
+
+impl Table {
+    /// Plans a query and cuts it into splits of about `target_bytes` each (a file slice is never
+    /// cut; a larger one is a split of its own). Partitions the filter rules out are dropped here,
+    /// so no worker is started for them. A query with nothing to read gives one empty split, so
+    /// that readers still learn the schema.
+    pub async fn plan_splits(&self, opts: &ScanOptions, target_bytes: u64) -> Result<Vec<Split>> {
+        if opts.query == QueryType::Changes {
+            self.check_changes_readable()?;
+            let Some(plan) = self.plan_changes(opts).await? else { return Ok(vec![Split::Changes(None)]) };
+            return Ok(cut_changes(plan, target_bytes));
+        }
+        let plan = self.plan_scan(opts).await?;
+        let slices = match &opts.filter {
+            Some(filter) => self.prune_partitions(&plan, filter).await?,
+            None => plan.slices.clone(),
+        };
+        let parts = pack(slices, target_bytes, PlannedSlice::size);
+        let splits: Vec<Split> = parts
+            .into_iter()
+            .map(|slices| {
+                Split::Scan(ScanPlan { slices, upper: plan.upper.clone(), commit_range: plan.commit_range.clone() })
+            })
+            .collect();
+        Ok(if splits.is_empty() { vec![Split::Scan(ScanPlan { slices: Vec::new(), ..plan })] } else { splits })
+    }
+
+    /// The slices of `plan` in partitions that can satisfy `filter`.
+    async fn prune_partitions(&self, plan: &ScanPlan, filter: &super::Filter) -> Result<Vec<PlannedSlice>> {
+        let ctx = session(self, None, None)?;
+        let provider = Arc::new(HudiTableProvider::try_new(self, plan.clone())?);
+        let df = ctx.read_table(provider.clone())?;
+        let expr = filter.to_expr(&df).map_err(|e| Error::invalid_arg("filter", e))?;
+        let kept = provider.prune_partitions(&ctx.state(), &[expr])?;
+        Ok(kept.into_iter().cloned().collect())
+    }
+}
+
+/// Both sides of each file group stay together: the join of a change query pairs them.
+fn cut_changes(plan: ChangePlan, target_bytes: u64) -> Vec<Split> {
+    let mut groups: BTreeMap<FileGroupId, (Vec<PlannedSlice>, Vec<PlannedSlice>)> = BTreeMap::new();
+    for s in plan.before.slices {
+        groups.entry(s.group_id()).or_default().0.push(s);
+    }
+    for s in plan.after.slices {
+        groups.entry(s.group_id()).or_default().1.push(s);
+    }
+    let size = |(b, a): &(Vec<PlannedSlice>, Vec<PlannedSlice>)| b.iter().chain(a).map(PlannedSlice::size).sum();
+    let parts = pack(groups.into_values().collect(), target_bytes, size);
+    let side =
+        |slices: Vec<PlannedSlice>, upper: &str| ScanPlan { slices, upper: upper.to_string(), commit_range: None };
+    let splits: Vec<Split> = parts
+        .into_iter()
+        .map(|part| {
+            let (before, after): (Vec<_>, Vec<_>) = part.into_iter().unzip();
+            Split::Changes(Some(ChangePlan {
+                before: side(before.into_iter().flatten().collect(), &plan.start),
+                after: side(after.into_iter().flatten().collect(), &plan.end),
+                start: plan.start.clone(),
+                end: plan.end.clone(),
+            }))
+        })
+        .collect();
+    if splits.is_empty() {
+        let empty = ChangePlan { before: side(Vec::new(), &plan.start), after: side(Vec::new(), &plan.end), ..plan };
+        return vec![Split::Changes(Some(empty))];
+    }
+    splits
+}
+
+/// Packs items, in order, into consecutive runs of about `target` bytes.
+fn pack<T>(items: Vec<T>, target: u64, size: impl Fn(&T) -> u64) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = Vec::new();
+    let mut current: Vec<T> = Vec::new();
+    let mut bytes = 0u64;
+    for item in items {
+        let n = size(&item);
+        if !current.is_empty() && bytes + n > target.max(1) {
+            out.push(std::mem::take(&mut current));
+            bytes = 0;
+        }
+        bytes += n;
+        current.push(item);
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Packing keeps every item once, in order, and a run passes the target only by its
+        /// last item.
+        #[test]
+        fn packing_keeps_items_in_order_near_the_target(sizes in proptest::collection::vec(0u64..100, 0..50), target in 1u64..300) {
+            let parts = pack(sizes.clone(), target, |s| *s);
+            prop_assert_eq!(parts.iter().flatten().copied().collect::<Vec<_>>(), sizes);
+            for p in &parts {
+                prop_assert!(!p.is_empty());
+                prop_assert!(p[..p.len() - 1].iter().sum::<u64>() <= target);
+            }
+        }
+    }
+}
