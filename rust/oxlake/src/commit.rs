@@ -166,6 +166,16 @@ impl Transaction {
         Ok(completed)
     }
 
+    /// Rolls the transaction back after `error` ended it, and returns `error` (a failed rollback
+    /// is logged: the next writer finishes it).
+    pub async fn fail(self, table: &mut Table, error: Error) -> Error {
+        let instant = self.instant.clone();
+        if let Err(rollback_err) = self.abort(table).await {
+            log::error!("rollback of the failed {} {} also failed: {rollback_err}", instant.action, instant.time);
+        }
+        error
+    }
+
     /// Rolls this write back (its files and its pending instant) and records a rollback instant.
     pub async fn abort(mut self, table: &mut Table) -> Result<()> {
         table.reload().await?;

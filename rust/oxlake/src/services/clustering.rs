@@ -203,12 +203,7 @@ impl Table {
         let tx = Transaction::begin_with(self, Action::ReplaceCommit, |_| Ok(Bytes::from(json.clone()))).await?;
         let written = match execute(self, tx.time(), &plan, config).await {
             Ok(w) => w,
-            Err(e) => {
-                if let Err(rollback_err) = tx.abort(self).await {
-                    ::log::error!("rollback of a failed clustering also failed: {rollback_err}");
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(tx.fail(self, e).await),
         };
         crate::commit::failpoint("cluster-before-commit");
         let mut metadata = CommitMetadata { operation_type: Some(CLUSTER.into()), ..Default::default() };

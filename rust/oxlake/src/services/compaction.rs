@@ -220,12 +220,7 @@ async fn execute(
     let outcome = write_compacted(table, tx.time(), &plan, config).await;
     let stats = match outcome {
         Ok(s) => s,
-        Err(e) => {
-            if let Err(rollback_err) = tx.abort(table).await {
-                log::error!("rollback of a failed compaction also failed: {rollback_err}");
-            }
-            return Err(e);
-        }
+        Err(e) => return Err(tx.fail(table, e).await),
     };
     let mut metadata = CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
     metadata

@@ -161,12 +161,7 @@ impl Table {
         let tx = self.begin_write(op).await?;
         let files = match self.write_files_in(op, incoming.as_ref(), tx.time(), config).await {
             Ok(files) => files,
-            Err(e) => {
-                if let Err(rollback_err) = tx.abort(self).await {
-                    log::error!("rollback after a failed write also failed: {rollback_err}");
-                }
-                return Err(e);
-            }
+            Err(e) => return Err(tx.fail(self, e).await),
         };
         let result = self.commit_write(tx, op, vec![files], false).await?;
         if op.action(self.config().table_type) == Action::DeltaCommit && result.instant.is_some() {
@@ -257,10 +252,7 @@ impl Table {
             let partitions: Vec<&str> = metadata.partition_to_write_stats.keys().map(String::as_str).collect();
             if let Err(e) = crate::commit::remove_unreported_files(self.storage(), tx.time(), &partitions, &kept).await
             {
-                if let Err(rollback_err) = tx.abort(self).await {
-                    log::error!("rollback after a failed write also failed: {rollback_err}");
-                }
-                return Err(e);
+                return Err(tx.fail(self, e).await);
             }
         }
         let instant = tx.commit(self, &metadata).await?;
