@@ -186,16 +186,8 @@ impl PyTable {
         batch_size: Option<usize>,
         memory_limit: Option<usize>,
     ) -> PyResult<PyRecordBatchStream> {
-        let opts = ScanOptions {
-            columns,
-            filter: filter.map(|f| parse_filter(&f)).transpose()?,
-            as_of,
-            query: QueryType::parse(query).map_err(crate::errors::to_py)?,
-            start,
-            end,
-            batch_size,
-            memory_limit,
-        };
+        let opts =
+            ScanOptions { batch_size, memory_limit, ..query_options(columns, filter, as_of, query, start, end)? };
         let inner = self.inner.clone();
         let stream = run(py, async move {
             let mut t = inner.lock().await;
@@ -220,15 +212,7 @@ impl PyTable {
         end: Option<String>,
         target_bytes: u64,
     ) -> PyResult<Vec<(Vec<u8>, u64, usize)>> {
-        let opts = ScanOptions {
-            columns,
-            filter: filter.map(|f| parse_filter(&f)).transpose()?,
-            as_of,
-            query: QueryType::parse(query).map_err(crate::errors::to_py)?,
-            start,
-            end,
-            ..Default::default()
-        };
+        let opts = query_options(columns, filter, as_of, query, start, end)?;
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
@@ -275,13 +259,7 @@ impl PyTable {
         start: Option<String>,
         end: Option<String>,
     ) -> PyResult<Vec<String>> {
-        let opts = ScanOptions {
-            as_of,
-            query: QueryType::parse(query).map_err(crate::errors::to_py)?,
-            start,
-            end,
-            ..Default::default()
-        };
+        let opts = query_options(None, None, as_of, query, start, end)?;
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
@@ -303,6 +281,26 @@ impl PyTable {
             f(&t)
         })
     }
+}
+
+/// The query part of a scan's options, as the Python methods take it.
+fn query_options(
+    columns: Option<Vec<String>>,
+    filter: Option<Bound<'_, PyAny>>,
+    as_of: Option<String>,
+    query: &str,
+    start: Option<String>,
+    end: Option<String>,
+) -> PyResult<ScanOptions> {
+    Ok(ScanOptions {
+        columns,
+        filter: filter.map(|f| parse_filter(&f)).transpose()?,
+        as_of,
+        query: QueryType::parse(query).map_err(crate::errors::to_py)?,
+        start,
+        end,
+        ..Default::default()
+    })
 }
 
 /// A SQL string, or a list of `(column, op, value)` tuples.
