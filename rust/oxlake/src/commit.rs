@@ -49,6 +49,41 @@ pub struct Transaction {
     heartbeat: Option<JoinHandle<()>>,
 }
 
+#[derive(Serialize)]
+struct HandOver<'a> {
+    time: String,
+    action: &'a str,
+    seen: &'a HashSet<String>,
+}
+
+#[derive(Deserialize)]
+struct HandOverOwned {
+    time: String,
+    action: String,
+    seen: HashSet<String>,
+}
+
+/// Keeps the heartbeat of a pending instant beating while a task of a distributed write works
+/// on it (the driver may be idle meanwhile); stops when dropped.
+pub struct TaskHeartbeat(JoinHandle<()>);
+
+impl TaskHeartbeat {
+    pub async fn start(table: &Table, time: &str) -> Result<Self> {
+        write_heartbeat(table.storage(), time).await?;
+        Ok(TaskHeartbeat(spawn_heartbeat(
+            table.storage().clone(),
+            time.to_string(),
+            table.options().heartbeat_interval,
+        )))
+    }
+}
+
+impl Drop for TaskHeartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What a rollback plan names (stored in `r.rollback.requested`).
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -127,6 +162,34 @@ impl Transaction {
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         failpoint("after-inflight");
         Ok(tx)
+    }
+
+    /// What another process needs to finish this transaction ([`Transaction::take_over`]): a
+    /// distributed write whose driver-side steps run in different processes (Spark's data source
+    /// API plans a write in one Python worker and commits it in another).
+    pub fn hand_over(&self) -> Result<Vec<u8>> {
+        let token = HandOver { time: self.instant.time.clone(), action: self.instant.action.name(), seen: &self.seen };
+        serde_json::to_vec(&token).map_err(Error::invalid_data)
+    }
+
+    /// Takes up a transaction handed over by [`Transaction::hand_over`] (its instant still
+    /// pending), with its own heartbeat from now on.
+    pub async fn take_over(table: &mut Table, token: &[u8]) -> Result<Self> {
+        let token: HandOverOwned = serde_json::from_slice(token).map_err(|e| Error::invalid_arg("transaction", e))?;
+        table.reload().await?;
+        let Some(pending) =
+            table.timeline().pending().find(|i| i.time == token.time && i.action.name() == token.action)
+        else {
+            return Err(Error::invalid_arg(
+                "transaction",
+                format!("{} is not a pending write of this table", token.time),
+            ));
+        };
+        let instant = pending.with_state(State::Requested);
+        let storage = table.storage().clone();
+        write_heartbeat(&storage, &instant.time).await?;
+        let heartbeat = Some(spawn_heartbeat(storage, instant.time.clone(), table.options().heartbeat_interval));
+        Ok(Transaction { instant, seen: token.seen, heartbeat })
     }
 
     /// The instant time of this write.

@@ -1,12 +1,14 @@
 //! A write spread over processes (Spark tasks): the driver begins it and commits or aborts it
 //! (`PendingWrite`); each task writes its files (`write_files`) and hands back what it wrote.
+//! When the driver's steps run in different processes (Spark's data source API), the pending
+//! write travels as a token (`PendingWrite.token`, `resume_write`).
 
 use oxlake::commit::Transaction;
-use oxlake::write::WrittenFiles;
+use oxlake::write::{TaskId, WrittenFiles};
 use oxlake::{WriteConfig, WriteOperation};
 use pyo3::prelude::*;
 
-use crate::arrow_ffi::import_batches;
+use crate::arrow_ffi::{PyRecordBatchStream, import_batches};
 use crate::errors::{InvalidArgumentError, to_py};
 use crate::runtime::run;
 use crate::table::{PyTable, WriteSummary};
@@ -22,7 +24,26 @@ pub struct PyPendingWrite {
     table: PyTable,
     op: WriteOperation,
     instant: String,
+    token: Vec<u8>,
     tx: std::sync::Mutex<Option<Transaction>>,
+}
+
+impl PyPendingWrite {
+    fn new(table: &PyTable, op: WriteOperation, tx: Transaction) -> PyResult<Self> {
+        Ok(PyPendingWrite {
+            table: PyTable { inner: table.inner.clone() },
+            op,
+            instant: tx.time().to_string(),
+            token: tx.hand_over().map_err(to_py)?,
+            tx: std::sync::Mutex::new(Some(tx)),
+        })
+    }
+
+    /// The transaction, once: committing or aborting ends it.
+    fn take(&self) -> PyResult<Option<Transaction>> {
+        let mut tx = self.tx.lock().map_err(|_| crate::errors::OxlakeError::new_err("pending write lock poisoned"))?;
+        Ok(tx.take())
+    }
 }
 
 /// Begins a write whose files other processes write (see `write_files`).
@@ -34,18 +55,26 @@ pub fn begin_write(py: Python<'_>, table: &PyTable, operation_name: &str) -> PyR
         let mut t = inner.lock().await;
         t.begin_write(op).await
     })?;
-    Ok(PyPendingWrite {
-        table: PyTable { inner: table.inner.clone() },
-        op,
-        instant: tx.time().to_string(),
-        tx: std::sync::Mutex::new(Some(tx)),
-    })
+    PyPendingWrite::new(table, op, tx)
+}
+
+/// Takes up, in this process, a write begun elsewhere (`token`: its `PendingWrite.token`).
+#[pyfunction]
+pub fn resume_write(py: Python<'_>, table: &PyTable, operation_name: &str, token: Vec<u8>) -> PyResult<PyPendingWrite> {
+    let op = operation(operation_name)?;
+    let inner = table.inner.clone();
+    let tx = run(py, async move {
+        let mut t = inner.lock().await;
+        Transaction::take_over(&mut t, &token).await
+    })?;
+    PyPendingWrite::new(table, op, tx)
 }
 
 /// Writes the files of `data` for the pending write `instant`; returns what it wrote, for the
-/// driver's `PendingWrite.commit`.
+/// driver's `PendingWrite.commit`. `task` is `(task number, attempt number)` of the writing task
+/// (attempts from 1): it goes into every file name, so tasks never write the same file.
 #[pyfunction]
-#[pyo3(signature = (table, operation_name, instant, data, target_file_size=None))]
+#[pyo3(signature = (table, operation_name, instant, data, target_file_size=None, task=None))]
 pub fn write_files(
     py: Python<'_>,
     table: &PyTable,
@@ -53,10 +82,17 @@ pub fn write_files(
     instant: String,
     data: Bound<'_, PyAny>,
     target_file_size: Option<u64>,
+    task: Option<(u32, u64)>,
 ) -> PyResult<Vec<u8>> {
     let op = operation(operation_name)?;
     let batches = import_batches(&data)?;
-    let config = WriteConfig::default().with_target_file_size(target_file_size);
+    let mut config = WriteConfig::default().with_target_file_size(target_file_size);
+    if let Some((task, attempt)) = task {
+        if attempt == 0 {
+            return Err(InvalidArgumentError::new_err("task attempts are numbered from 1"));
+        }
+        config.task = TaskId { task, attempt };
+    }
     let inner = table.inner.clone();
     run(py, async move {
         let mut t = inner.lock().await;
@@ -71,8 +107,15 @@ impl PyPendingWrite {
         self.instant.clone()
     }
 
-    /// Completes the write with every task's result; files of failed task attempts are removed
-    /// first. On a conflict the write is rolled back and `CommitConflictError` raised.
+    /// What `resume_write` needs to finish this write in another process.
+    #[getter]
+    fn token(&self) -> Vec<u8> {
+        self.token.clone()
+    }
+
+    /// Completes the write with every task's result; base files several tasks wrote for one file
+    /// group are merged and files of failed task attempts removed first. On a conflict the write
+    /// is rolled back and `CommitConflictError` raised.
     fn commit(&self, py: Python<'_>, parts: Vec<Vec<u8>>) -> PyResult<WriteSummary> {
         let parts =
             parts.iter().map(|p| WrittenFiles::from_json(p)).collect::<oxlake::Result<Vec<_>>>().map_err(to_py)?;
@@ -98,10 +141,29 @@ impl PyPendingWrite {
     }
 }
 
-impl PyPendingWrite {
-    /// The transaction, once: committing or aborting ends it.
-    fn take(&self) -> PyResult<Option<Transaction>> {
-        let mut tx = self.tx.lock().map_err(|_| crate::errors::OxlakeError::new_err("pending write lock poisoned"))?;
-        Ok(tx.take())
-    }
+/// Where each row of `data` goes in a distributed write (see `Table::route`): an Arrow stream
+/// of one string column `route`, a row per input row.
+#[pyfunction]
+pub fn route(
+    py: Python<'_>,
+    table: &PyTable,
+    operation_name: &str,
+    data: Bound<'_, PyAny>,
+) -> PyResult<PyRecordBatchStream> {
+    use arrow::array::{RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+
+    let op = operation(operation_name)?;
+    let batches = import_batches(&data)?;
+    let inner = table.inner.clone();
+    let routes = run(py, async move {
+        let mut t = inner.lock().await;
+        t.route(op, batches).await
+    })?;
+    let schema = std::sync::Arc::new(Schema::new(vec![Field::new("route", DataType::Utf8, false)]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![std::sync::Arc::new(StringArray::from(routes))])
+        .map_err(|e| to_py(e.into()))?;
+    let stream = RecordBatchStreamAdapter::new(schema, futures::stream::iter([Ok(batch)]));
+    PyRecordBatchStream::new(Box::pin(stream))
 }

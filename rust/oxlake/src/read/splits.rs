@@ -84,7 +84,9 @@ impl Table {
         let provider = Arc::new(HudiTableProvider::try_new(self, plan.clone())?);
         let df = ctx.read_table(provider.clone())?;
         let expr = filter.to_expr(&df).map_err(|e| Error::invalid_arg("filter", e))?;
-        let kept = provider.prune_partitions(&ctx.state(), &[expr])?;
+        // Each conjunct on partition columns prunes, whatever else the filter holds.
+        let conjuncts: Vec<_> = datafusion::logical_expr::utils::split_conjunction_owned(expr);
+        let kept = provider.prune_partitions(&ctx.state(), &conjuncts)?;
         Ok(kept.into_iter().cloned().collect())
     }
 }

@@ -19,7 +19,7 @@ use parquet::schema::types::ColumnPath;
 use tokio::sync::Semaphore;
 
 use super::Incoming;
-use super::plan::{FileWork, WriteConfig};
+use super::plan::{FileWork, TaskId, WriteConfig};
 use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
 use crate::format::file_name::BaseFileName;
@@ -46,6 +46,7 @@ pub(super) struct Context {
     pub ordering_field: Option<String>,
     pub props: WriterProperties,
     pub table_name: String,
+    pub task: TaskId,
 }
 
 /// How base files are written (by writes, compaction and clustering alike).
@@ -80,6 +81,7 @@ pub(crate) async fn write_all(
         ordering_field,
         table_name: table.config().name.clone(),
         props: base_file_properties(config),
+        task: config.task,
     });
     let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -108,15 +110,14 @@ pub(crate) async fn write_all(
 async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Written> {
     let name = BaseFileName {
         file_id: work.file_id.clone(),
-        write_token: format!("{index}-0-1"),
+        write_token: ctx.task.write_token(index),
         instant: ctx.instant.clone(),
     };
     let file_name = name.name();
     let rel = crate::format::file_name::file_path(&work.partition, &file_name);
     let sink = BufWriter::new(ctx.storage.object_store(), ctx.storage.path(&rel));
     let mut writer = AsyncArrowWriter::try_new(sink, ctx.schema.clone(), Some(ctx.props.clone()))?;
-    let mut meta =
-        MetaWriter { instant: &ctx.instant, index, partition: &work.partition, file_name: &file_name, seq: 0 };
+    let mut meta = MetaWriter::new(ctx, index, &work.partition, &file_name);
     let mut stat = WriteStat {
         file_id: work.file_id.clone(),
         path: Some(rel.clone()),
@@ -205,24 +206,29 @@ fn merge_batch(
 
 /// Fills the meta fields of incoming rows as Apache Hudi does.
 pub(super) struct MetaWriter<'a> {
-    pub instant: &'a str,
-    pub index: usize,
-    pub partition: &'a str,
+    instant: &'a str,
+    /// `<task>-<file index>`: sequence numbers are unique across the tasks of a write.
+    writer: String,
+    partition: &'a str,
     /// The base file name (the file id in log blocks).
-    pub file_name: &'a str,
-    pub seq: u64,
+    file_name: &'a str,
+    seq: u64,
 }
 
-impl MetaWriter<'_> {
+impl<'a> MetaWriter<'a> {
+    pub(super) fn new(ctx: &'a Context, index: usize, partition: &'a str, file_name: &'a str) -> Self {
+        MetaWriter { instant: &ctx.instant, writer: format!("{}-{index}", ctx.task.task), partition, file_name, seq: 0 }
+    }
+
     pub(super) fn new_rows(&mut self, ctx: &Context, rows: &[u32]) -> Result<RecordBatch> {
         let incoming = ctx.incoming.as_ref().ok_or_else(|| Error::invalid_data("rows without input"))?;
         let indices = UInt32Array::from(rows.to_vec());
         let data = take_record_batch(&incoming.batch, &indices)?;
         let n = rows.len();
-        // `<instant>_<task>_<n>`, written into one buffer (no string per row).
+        // `<instant>_<task>-<file>_<n>`, written into one buffer (no string per row).
         let mut seqnos = StringBuilder::with_capacity(n, n * (self.instant.len() + 12));
         for i in 0..n {
-            write!(seqnos, "{}_{}_{}", self.instant, self.index, self.seq + i as u64)
+            write!(seqnos, "{}_{}_{}", self.instant, self.writer, self.seq + i as u64)
                 .map_err(|e| Error::invalid_data(format!("sequence number: {e}")))?;
             seqnos.append_value("");
         }

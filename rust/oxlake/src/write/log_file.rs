@@ -52,13 +52,7 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
         stat.num_inserts = work.inserts.len() as i64;
         rows.extend(work.inserts.iter().copied());
         if !rows.is_empty() {
-            let mut meta = MetaWriter {
-                instant: &ctx.instant,
-                index,
-                partition: &work.partition,
-                file_name: &work.file_id,
-                seq: 0,
-            };
+            let mut meta = MetaWriter::new(ctx, index, &work.partition, &work.file_id);
             let batch: RecordBatch = meta.new_rows(ctx, &rows)?;
             stat.num_writes = batch.num_rows() as i64;
             blocks.push(log::parquet_block(&ctx.instant, &batch, &ctx.table_name)?);
@@ -71,7 +65,7 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
         &work.partition,
         &work.file_id,
         &target.base_instant,
-        &format!("{index}-0-1"),
+        &ctx.task.write_token(index),
         target.after_version,
         &blocks,
     )

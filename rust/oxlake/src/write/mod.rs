@@ -9,6 +9,7 @@
 
 mod base_file;
 mod log_file;
+mod overlaps;
 mod plan;
 
 use std::sync::Arc;
@@ -26,7 +27,7 @@ use crate::schema;
 use crate::table::Table;
 
 pub use base_file::base_file_properties;
-pub use plan::WriteConfig;
+pub use plan::{TaskId, WriteConfig};
 
 /// What a write does with its records.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,7 +201,40 @@ impl Table {
         if incoming.is_none() && op != WriteOperation::InsertOverwriteTable {
             return Ok(WrittenFiles::default());
         }
+        let _beating = crate::commit::TaskHeartbeat::start(self, instant).await?;
         self.write_files_in(op, incoming.as_ref(), instant, config).await
+    }
+
+    /// Where each input row goes in a distributed write (task side, before a shuffle by route):
+    /// `g/<partition>/<file id>` for a key the table holds (all changes of a file group then meet
+    /// in one task), `k/<partition>/<key>` for a new key (each key meets its duplicates). Inserts
+    /// never look keys up, so all their routes are keys.
+    pub async fn route(&mut self, op: WriteOperation, batches: Vec<RecordBatch>) -> Result<Vec<String>> {
+        self.reload().await?;
+        self.check_writable()?;
+        let Some(all) = keyed(self, op, batches)? else { return Ok(Vec::new()) };
+        let (keys, partitions) = (all.keys.clone(), all.partitions.clone());
+        // (partition, key) -> file id of the group holding the key.
+        let mut groups: hashbrown::HashMap<(String, String), String> = hashbrown::HashMap::new();
+        if op != WriteOperation::Insert {
+            let incoming = Arc::new(dedup(all)?);
+            let lookup_only = WriteConfig { small_file_limit: 0, ..WriteConfig::default() };
+            let plan = plan::plan(self, op, Some(&incoming), &lookup_only).await?;
+            for work in plan.work.iter().filter(|w| w.old.is_some()) {
+                for key in work.changes.keys() {
+                    groups.insert((work.partition.clone(), key.clone()), work.file_id.clone());
+                }
+            }
+        }
+        let mut routes = Vec::with_capacity(keys.len());
+        for row in 0..keys.len() {
+            let (partition, key) = (partitions.path(row), keys.value(row));
+            routes.push(match groups.get(&(partition.to_string(), key.to_string())) {
+                Some(file_id) => format!("g/{partition}/{file_id}"),
+                None => format!("k/{partition}/{key}"),
+            });
+        }
+        Ok(routes)
     }
 
     async fn write_files_in(
@@ -217,16 +251,23 @@ impl Table {
         Ok(WrittenFiles { replaced, stats: written.into_iter().map(|w| (w.partition, w.stat)).collect() })
     }
 
-    /// Completes a write with the files of all its tasks (driver side). With `reconcile`, files of
-    /// the instant in the partitions written that no task reported (left by failed task attempts)
-    /// are deleted first, so that only reported files become visible.
+    /// Completes a write with the files of all its tasks (driver side). With `reconcile` (a write
+    /// spread over tasks), base files that several tasks wrote for one file group are merged into
+    /// one, and files of the instant in the partitions written that no task reported (left by failed
+    /// task attempts) are deleted, so that only reported files become visible.
     pub async fn commit_write(
         &mut self,
         tx: Transaction,
         op: WriteOperation,
-        parts: Vec<WrittenFiles>,
+        mut parts: Vec<WrittenFiles>,
         reconcile: bool,
     ) -> Result<WriteResult> {
+        if reconcile
+            && let Err(e) =
+                overlaps::merge_overlapping_rewrites(self, tx.time(), &mut parts, &WriteConfig::default()).await
+        {
+            return Err(tx.fail(self, e).await);
+        }
         let mut metadata = CommitMetadata { operation_type: Some(op.hudi_name().to_string()), ..Default::default() };
         metadata
             .extra_metadata
@@ -303,6 +344,11 @@ async fn write_partition_markers(table: &Table, instant: &str, plan: &plan::Writ
 
 /// Checks and keys the input; `None` when it holds no rows.
 fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Result<Option<Incoming>> {
+    keyed(table, op, batches)?.map(dedup).transpose()
+}
+
+/// The input checked against the table and keyed, every row kept.
+fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Result<Option<Incoming>> {
     let Some(first) = batches.first() else { return Ok(None) };
     let source_schema = first.schema();
     let data_schema = table.data_schema();
@@ -344,7 +390,7 @@ fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Resu
         },
         _ => None,
     };
-    dedup(Incoming { batch, keys, partitions, ordering }).map(Some)
+    Ok(Some(Incoming { batch, keys, partitions, ordering }))
 }
 
 /// Combines rows with the same (partition, key): the greatest ordering value wins, ties and

@@ -32,6 +32,30 @@ pub struct WriteConfig {
     pub row_group_size: usize,
     /// Files written at once.
     pub parallelism: usize,
+    /// The task writing, in a write spread over tasks (Spark): part of every file name and
+    /// sequence number it writes, so that two tasks, or two attempts of one, never write the same
+    /// name. One process writing alone is task 0, attempt 1.
+    pub task: TaskId,
+}
+
+/// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
+/// `<file index>-<task>-<attempt>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TaskId {
+    pub task: u32,
+    pub attempt: u64,
+}
+
+impl TaskId {
+    /// A single-process write.
+    pub const ALONE: TaskId = TaskId { task: 0, attempt: 1 };
+    /// The driver of a distributed write (Spark attempts are numbered from 1 here).
+    pub const DRIVER: TaskId = TaskId { task: 0, attempt: 0 };
+
+    /// The write token of the `index`-th file this task writes.
+    pub fn write_token(self, index: usize) -> String {
+        format!("{index}-{}-{}", self.task, self.attempt)
+    }
 }
 
 impl Default for WriteConfig {
@@ -42,6 +66,7 @@ impl Default for WriteConfig {
             default_record_size: 1024,
             row_group_size: 128 * 1024,
             parallelism: std::thread::available_parallelism().map_or(2, |n| n.get()),
+            task: TaskId::ALONE,
         }
     }
 }
