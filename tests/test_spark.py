@@ -171,3 +171,378 @@ def test_files_of_failed_task_attempts_never_become_visible(table: oxlake.Table)
         pending.commit([retry])
     with pytest.raises(oxlake.InvalidArgumentError, match="not a pending write"):
         oxlake._native.write_files(table._t, "upsert", pending.instant, data)
+
+
+# ---- Spark's Python Data Source API: format("oxlake") ------------------------------------------
+
+needs_data_source = pytest.mark.skipif(
+    not hasattr(SparkSession, "dataSource"), reason="Python data sources need Spark 4"
+)
+
+
+@pytest.fixture(scope="module")
+def source(spark: SparkSession) -> SparkSession:
+    if not hasattr(spark, "dataSource"):
+        pytest.skip("Python data sources need Spark 4")
+    oxlake.spark.register(spark)
+    return spark
+
+
+def committed_files(path: str, time: str, action: str) -> list[str]:
+    import json
+
+    meta = json.loads((Path(path) / ".hoodie" / f"{time}.{action}").read_text())
+    return [s["path"] for stats in meta["partitionToWriteStats"].values() for s in stats]
+
+
+def base_files_of(path: str, instant: str) -> list[str]:
+    return sorted(p.name for p in Path(path).rglob("*.parquet") if p.name.endswith(f"_{instant}.parquet"))
+
+
+@needs_data_source
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_data_source_reads_what_the_native_reader_reads(
+    source: SparkSession, tmp_path: Path, table_type: str
+) -> None:
+    path = str(tmp_path / "t")
+    t = oxlake.create_table(
+        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+    )
+    t.insert(trips(list(range(300))))
+    first = [i.time for i in t.timeline() if i.state == "completed"][-1]
+    t.upsert(trips(list(range(0, 300, 7)), ts=2, name="u"))
+    t.delete(trips([1, 2, 3]))
+
+    df = source.read.format("oxlake").option("split_bytes", "1").load(path)
+    assert df.rdd.getNumPartitions() == len(t.splits(target_bytes=1)) > 1
+    assert rows(from_spark(df)) == rows(t.to_arrow())
+    assert df.columns[:5] == [f.name for f in t.schema][:5]
+
+    hidden = source.read.format("oxlake").option("with_meta_columns", "false").load(path)
+    assert hidden.columns == ["id", "name", "city", "ts", "fare"]
+    picked = source.read.format("oxlake").option("columns", "id, fare").load(path)
+    assert picked.columns == ["id", "fare"]
+    native = t.to_arrow(columns=["id", "fare"])
+    assert sorted(tuple(r) for r in picked.collect()) == sorted(
+        zip(native["id"].to_pylist(), native["fare"].to_pylist(), strict=True)
+    )
+
+    old = source.read.format("oxlake").option("as_of", first).load(path)
+    assert rows(from_spark(old)) == rows(t.to_arrow(as_of=first))
+    changes = from_spark(
+        source.read.format("oxlake").option("query", "changes").option("start", first).load(path)
+    )
+    expected = t.to_arrow(query="changes", start=first)
+    assert sorted(zip(changes["id"].to_pylist(), changes["_change_type"].to_pylist(), strict=True)) == sorted(
+        zip(expected["id"].to_pylist(), expected["_change_type"].to_pylist(), strict=True)
+    )
+
+
+@needs_data_source
+def test_data_source_pushes_filters_to_the_native_planner(source: SparkSession, table: oxlake.Table) -> None:
+    from pyspark.sql.functions import col
+
+    table.insert(trips(list(range(90))))
+    table.upsert(pa.table({**trips([4]).to_pydict(), "name": ["O'Brien"]}, schema=SCHEMA))
+    every = table.splits(target_bytes=1)
+    sf = table.splits(filter="city = 'sf'", target_bytes=1)
+    assert len(sf) < len(every)
+    df = source.read.format("oxlake").option("split_bytes", "1").load(table.uri)
+
+    pruned = df.filter("city = 'sf' AND fare > 40.5")
+    # Partition pruning: only the splits of `city=sf` become tasks; the rest of the filter runs
+    # natively on each row (Spark keeps no filter of its own).
+    assert pruned.rdd.getNumPartitions() == len(sf)
+    assert "Filter (" not in pruned._jdf.queryExecution().executedPlan().toString()
+    assert sorted(r.id for r in pruned.collect()) == [i for i in range(90) if i % 3 == 0 and i + 10.0 > 40.5]
+
+    mixed = df.filter(
+        col("city").isin("sf", "nyc")
+        & col("name").startswith("n1")
+        & ~(col("id") == 13)
+        & col("fare").isNotNull()
+        & (col("name") != "O'Brien")
+    )
+    expected = [
+        r["id"]
+        for r in rows(table.to_arrow())
+        if r["city"] in ("sf", "nyc") and r["name"].startswith("n1") and r["id"] != 13
+    ]
+    assert sorted(r.id for r in mixed.collect()) == expected
+    assert [r.id for r in df.filter(col("name") == "O'Brien").collect()] == [4]
+    assert [r.id for r in df.filter(col("name").contains("Bri")).collect()] == [4]
+    assert [r.id for r in df.filter(col("name").endswith("89")).collect()] == [89]
+
+
+def test_spark_filters_become_sql_the_native_reader_understands() -> None:
+    ds = pytest.importorskip("pyspark.sql.datasource")
+    if not hasattr(ds, "EqualTo"):
+        pytest.skip("filter pushdown to Python data sources needs Spark 4.1")
+    import datetime
+    import decimal
+
+    from oxlake.spark_source import _to_sql
+
+    cases = [
+        (ds.EqualTo(("a",), 1), '"a" = 1'),
+        (ds.EqualTo(("a b",), "it's"), "\"a b\" = 'it''s'"),
+        (ds.GreaterThan(("a",), 1.5), '"a" > 1.5'),
+        (ds.GreaterThanOrEqual(("a",), decimal.Decimal("2.50")), '"a" >= 2.50'),
+        (ds.LessThan(("d",), datetime.date(2024, 2, 29)), "\"d\" < DATE '2024-02-29'"),
+        (ds.LessThanOrEqual(("b",), True), '"b" <= TRUE'),
+        (ds.EqualNullSafe(("a",), None), '"a" IS NOT DISTINCT FROM NULL'),
+        (ds.In(("a",), (1, 2)), '"a" IN (1, 2)'),
+        (ds.IsNull(("a",)), '"a" IS NULL'),
+        (ds.IsNotNull(("a",)), '"a" IS NOT NULL'),
+        (ds.Not(ds.EqualTo(("a",), 1)), 'NOT ("a" = 1)'),
+        (ds.StringStartsWith(("s",), "x%"), "starts_with(\"s\", 'x%')"),
+        (ds.StringEndsWith(("s",), "y"), "ends_with(\"s\", 'y')"),
+        (ds.StringContains(("s",), "z"), "strpos(\"s\", 'z') > 0"),
+    ]
+    for f, sql in cases:
+        assert _to_sql(f) == sql, f
+    # What the native reader would not evaluate exactly as Spark does stays with Spark.
+    kept = [
+        ds.EqualTo(("a", "nested"), 1),
+        ds.EqualTo(("t",), datetime.datetime(2024, 1, 1, 12)),
+        ds.EqualTo(("f",), float("nan")),
+        ds.In(("a",), ()),
+        ds.Not(ds.EqualTo(("b",), b"bytes")),
+    ]
+    assert [_to_sql(f) for f in kept] == [None] * len(kept)
+
+
+@needs_data_source
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_data_source_write_round_trip(source: SparkSession, tmp_path: Path, table_type: str) -> None:
+    """Rows of one table partition spread over several tasks (the data source cannot repartition):
+    the commit still holds one file per file group and exactly the written rows."""
+    path = str(tmp_path / "t")
+
+    def frame(data: pa.Table) -> object:
+        return source.createDataFrame(data.to_pandas()).repartition(3)
+
+    (
+        frame(trips(list(range(200))))
+        .write.format("oxlake")
+        .option("record_key", "id")
+        .option("partition_by", "city")
+        .option("ordering_field", "ts")
+        .option("table_type", table_type)
+        .mode("append")
+        .save(path)
+    )
+    t = oxlake.Table(path)
+    assert t.properties["hoodie.table.type"] == table_type.upper()
+    assert rows(t.to_arrow()) == rows(trips(list(range(200))))
+
+    frame(trips(list(range(150, 250)), ts=2, name="u")).write.format("oxlake").mode("append").save(path)
+    frame(trips(list(range(0, 20)))).write.format("oxlake").option("operation", "delete").mode("append").save(
+        path
+    )
+    expected = rows(
+        pa.concat_tables([trips(list(range(20, 150))), trips(list(range(150, 250)), ts=2, name="u")])
+    )
+    t = oxlake.Table(path)
+    assert rows(t.to_arrow()) == expected
+    assert rows(hudi_read(path)) == expected
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    assert len(completed) == 3
+    for instant in completed:
+        names = base_files_of(path, instant.time)
+        file_ids = [n.split("_", 1)[0] for n in names]
+        assert len(file_ids) == len(set(file_ids)), names  # merged: one base file per group
+    # Nothing but the committed files is left behind.
+    committed = {f.rsplit("/", 1)[-1] for i in completed for f in committed_files(path, i.time, i.action)}
+    on_disk = {
+        p.name for p in Path(path).rglob("*") if p.is_file() and "_" in p.name and ".hoodie" not in str(p)
+    }
+    assert on_disk - {".hoodie_partition_metadata"} <= committed
+
+    frame(trips([1000, 1001])).write.format("oxlake").mode("overwrite").save(path)
+    assert rows(oxlake.Table(path).to_arrow()) == rows(trips([1000, 1001]))
+    assert rows(hudi_read(path)) == rows(trips([1000, 1001]))
+
+
+@needs_data_source
+def test_failed_data_source_write_leaves_the_table_unchanged(
+    source: SparkSession, table: oxlake.Table
+) -> None:
+    from pyspark.sql.functions import udf
+
+    table.insert(trips(list(range(30))))
+    before = rows(table.to_arrow())
+    files = {p.name for p in Path(table.uri).rglob("*.parquet")}
+
+    @udf("bigint")
+    def fail_on_nyc(city: str, id: int) -> int:
+        if city == "nyc":
+            raise RuntimeError("task failure")
+        return id
+
+    data = source.createDataFrame(trips(list(range(100, 160))).to_pandas()).repartition(3)
+    with pytest.raises(Exception, match="task failure"):
+        data.withColumn("id", fail_on_nyc("city", "id")).write.format("oxlake").mode("append").save(table.uri)
+    t = oxlake.Table(table.uri)
+    assert rows(t.to_arrow()) == before
+    assert {p.name for p in Path(table.uri).rglob("*.parquet")} == files
+    assert not [i for i in t.timeline() if i.state != "completed"]
+
+
+# ---- schemas --------------------------------------------------------------------------------
+
+
+def test_every_stored_type_maps_to_its_spark_type(spark: SparkSession, tmp_path: Path) -> None:
+    import datetime
+    import decimal
+
+    from pyspark.sql import types as T
+
+    schema = pa.schema(
+        [
+            pa.field("id", pa.int64(), nullable=False),
+            ("b", pa.bool_()),
+            ("i8", pa.int8()),
+            ("i16", pa.int16()),
+            ("i32", pa.int32()),
+            ("u8", pa.uint8()),
+            ("u16", pa.uint16()),
+            ("u32", pa.uint32()),
+            ("f32", pa.float32()),
+            ("f64", pa.float64()),
+            ("s", pa.large_string()),
+            ("bin", pa.binary()),
+            ("fixed", pa.binary(3)),
+            ("d32", pa.date32()),
+            ("d64", pa.date64()),
+            ("ts_utc", pa.timestamp("us", "UTC")),
+            ("ts_ns", pa.timestamp("ns", "UTC")),
+            ("ts_local", pa.timestamp("ms")),
+            ("dec", pa.decimal128(12, 3)),
+            ("t64", pa.time64("us")),
+            ("t32", pa.time32("ms")),
+            ("tags", pa.list_(pa.string())),
+            ("point", pa.struct([("x", pa.float64()), ("at", pa.timestamp("ns", "UTC"))])),
+            ("attrs", pa.map_(pa.string(), pa.uint16())),
+        ]
+    )
+    when = datetime.datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=datetime.UTC)
+    data = pa.table(
+        {
+            "id": [1, 2],
+            "b": [True, None],
+            "i8": [-8, None],
+            "i16": [-16, None],
+            "i32": [-32, None],
+            "u8": [255, None],
+            "u16": [65535, None],
+            "u32": [4294967295, None],
+            "f32": [1.5, None],
+            "f64": [2.25, None],
+            "s": ["é", None],
+            "bin": [b"\x00\x01", None],
+            "fixed": [b"abc", None],
+            "d32": [datetime.date(2024, 2, 29), None],
+            "d64": [datetime.date(1970, 1, 2), None],
+            "ts_utc": [when, None],
+            "ts_ns": [when, None],
+            "ts_local": [datetime.datetime(2024, 1, 1, 0, 0, 1, 5000), None],
+            "dec": [decimal.Decimal("123456789.123"), None],
+            "t64": [datetime.time(23, 59, 59, 999999), None],
+            "t32": [datetime.time(1, 2, 3, 4000), None],
+            "tags": [["a", None], None],
+            "point": [{"x": 1.0, "at": when}, None],
+            "attrs": [[("k", 7)], None],
+        },
+        schema=schema,
+    )
+    path = str(tmp_path / "types")
+    t = oxlake.create_table(path, schema, record_key="id")
+    t.insert(data)
+
+    df = oxlake.spark.read(spark, path, with_meta_columns=False)
+    got = {f.name: f.dataType for f in df.schema.fields}
+    expected_types = {
+        "id": T.LongType(),
+        "b": T.BooleanType(),
+        "i8": T.ByteType(),
+        "i16": T.ShortType(),
+        "i32": T.IntegerType(),
+        "u8": T.ShortType(),
+        "u16": T.IntegerType(),
+        "u32": T.LongType(),
+        "f32": T.FloatType(),
+        "f64": T.DoubleType(),
+        "s": T.StringType(),
+        "bin": T.BinaryType(),
+        "fixed": T.BinaryType(),
+        "d32": T.DateType(),
+        "d64": T.DateType(),
+        "ts_utc": T.TimestampType(),
+        "ts_ns": T.TimestampType(),
+        "ts_local": T.TimestampNTZType(),
+        "dec": T.DecimalType(12, 3),
+        "tags": T.ArrayType(T.StringType()),
+        "point": T.StructType([T.StructField("x", T.DoubleType()), T.StructField("at", T.TimestampType())]),
+        "attrs": T.MapType(T.StringType(), T.IntegerType()),
+        # Microseconds since midnight, as Spark's Avro reader reads Avro's times.
+        "t64": T.LongType(),
+        "t32": T.LongType(),
+    }
+    assert {k: v for k, v in got.items() if k in expected_types} == expected_types
+
+    spark_rows = {r["id"]: r.asDict(recursive=True) for r in df.collect()}
+    one = spark_rows[1]
+    assert one["u8"] == 255 and one["u16"] == 65535 and one["u32"] == 4294967295
+    assert one["s"] == "é" and one["bin"] == b"\x00\x01" and one["fixed"] == b"abc"
+    assert one["d32"] == datetime.date(2024, 2, 29) and one["d64"] == datetime.date(1970, 1, 2)
+    assert one["ts_utc"].replace(tzinfo=datetime.UTC) == when.replace(tzinfo=None).replace(
+        tzinfo=datetime.UTC
+    )
+    assert one["ts_ns"] == one["ts_utc"]
+    assert one["ts_local"] == datetime.datetime(2024, 1, 1, 0, 0, 1, 5000)
+    assert one["dec"] == decimal.Decimal("123456789.123")
+    assert one["t64"] == 86_399_999_999 and one["t32"] == 3_723_004_000
+    assert one["tags"] == ["a", None] and one["point"]["x"] == 1.0 and one["attrs"] == {"k": 7}
+    assert all(v is None for k, v in spark_rows[2].items() if k != "id")
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_tables_without_partition_columns_are_written_by_many_tasks(
+    spark: SparkSession, tmp_path: Path, table_type: str
+) -> None:
+    """The tasks look their keys up, a shuffle by file group gives each task whole groups: several
+    tasks write, no two write the same group, and duplicates of a key meet in one task."""
+    path = str(tmp_path / "t")
+    t = oxlake.create_table(path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type)
+    t.insert(trips(list(range(0, 400, 2))), target_file_size=300)
+    assert len(t.file_groups()) > 4
+
+    changes = pa.concat_tables(
+        [
+            trips(list(range(0, 600, 3)), ts=2, name="u"),
+            trips([3, 9], ts=5, name="late"),
+            trips([3], ts=4, name="old"),
+        ]
+    )
+    df = spark.createDataFrame(changes.to_pandas()).repartition(4)
+    # Adaptive execution would coalesce this little data into one task.
+    spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
+    try:
+        result = oxlake.spark.write(df, path, "upsert", target_file_size=300)
+    finally:
+        spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
+    expected = {r["id"]: r for r in rows(t.to_arrow())}
+    for r in rows(changes):
+        if r["id"] not in expected or expected[r["id"]]["ts"] <= r["ts"]:
+            expected[r["id"]] = r
+    t = oxlake.Table(path)
+    assert rows(t.to_arrow()) == sorted(expected.values(), key=lambda r: r["id"])
+    assert rows(hudi_read(path)) == rows(t.to_arrow())
+    assert result.num_updates + result.num_inserts == len({r["id"] for r in rows(changes)})
+
+    written = [f.rsplit("/", 1)[-1] for f in result.files]
+    file_ids = [n.lstrip(".").split("_", 1)[0] for n in written]
+    assert len(file_ids) == len(set(file_ids)), written  # no group written twice, nothing merged
+    tasks = {n.rsplit("_", 2)[-2 if n.endswith(".parquet") else -1].split("-")[1] for n in written}
+    assert len(tasks) > 1, written

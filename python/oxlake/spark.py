@@ -6,10 +6,12 @@ splits of whole file slices, about `split_bytes` each; one Spark task reads each
 native reader, streaming Arrow batches. Every task reads the table state the driver planned.
 
 Writing: the driver begins the instant; the rows are repartitioned by the table's partition
-columns, so that each task owns whole partitions (and so disjoint file groups); each task looks
-its keys up, writes its base files and log blocks natively and returns what it wrote; the driver
-commits everything as one instant. A failed job rolls back every file it wrote, and files left
-by failed task attempts never become visible.
+columns, so that each task owns whole partitions (and so disjoint file groups); a table without
+partition columns is routed instead: the tasks look their keys up, and a shuffle by file group
+(new keys by key) gives each task whole file groups. Each task writes its base files and log
+blocks natively and returns what it wrote; the driver commits everything as one instant. A
+failed job rolls back every file it wrote, and files left by failed task attempts never become
+visible.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from oxlake import _native
 from oxlake.table import FilterLike, Split, Table, WriteResult, _filter, create_table
 
 if TYPE_CHECKING:
+    from pyspark import TaskContext
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -33,13 +36,69 @@ _CHANGE_TYPE = "_change_type"
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
-    """The Spark schema of an Arrow schema, every field nullable (a change query's deleted rows
-    carry nulls in columns the table declares non-null)."""
+    """The Spark schema of a table's Arrow schema (see `spark_arrow_schema`), every field nullable
+    (a change query's deleted rows carry nulls in columns the table declares non-null)."""
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
-    converted = from_arrow_schema(schema)
+    converted = from_arrow_schema(spark_arrow_schema(schema))
     return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in converted.fields])
+
+
+def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema Spark takes for data of `schema`, every column nullable: Spark has no
+    unsigned integers (they widen to the next signed type) and no 64-bit dates, keeps timestamps
+    in microseconds, and reads times of day as microseconds since midnight (a long, as Spark's
+    Avro reader does; its Arrow reader has no time type); fixed-size binary is binary."""
+    return _spark_schema(schema, pa.int64())
+
+
+def _spark_schema(schema: pa.Schema, time: pa.DataType) -> pa.Schema:
+    return pa.schema([_spark_field(f, time).with_nullable(True) for f in schema])
+
+
+def _spark_field(f: pa.Field, time: pa.DataType) -> pa.Field:
+    return f.with_type(_spark_type(f.type, time))
+
+
+_WIDENED = {
+    pa.uint8(): pa.int16(),
+    pa.uint16(): pa.int32(),
+    pa.uint32(): pa.int64(),
+    pa.date64(): pa.date32(),
+}
+
+
+def _spark_type(t: pa.DataType, time: pa.DataType) -> pa.DataType:
+    if t in _WIDENED:
+        return _WIDENED[t]
+    if pa.types.is_time(t):
+        return time
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", t.tz)
+    if pa.types.is_fixed_size_binary(t):
+        return pa.binary()
+    if pa.types.is_list(t):
+        return pa.list_(_spark_field(t.value_field, time))
+    if pa.types.is_struct(t):
+        return pa.struct([_spark_field(t.field(i), time) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(_spark_field(t.key_field, time), _spark_field(t.item_field, time))
+    return t
+
+
+def _as_spark(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Batches of `schema` in `spark_arrow_schema(schema)`; values are cast only where a type
+    differs (sub-microsecond parts of times and timestamps are dropped, Spark cannot hold them)."""
+    target = spark_arrow_schema(schema)
+    # Times become microseconds first, then their count.
+    in_micros = _spark_schema(schema, pa.time64("us"))
+    same_types = target.types == schema.types
+    for batch in batches:
+        if same_types:
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=target)
+        else:
+            yield batch.cast(in_micros, safe=False).cast(target)
 
 
 def _read_columns(table: Table, columns: Sequence[str] | None, with_meta_columns: bool) -> list[str] | None:
@@ -92,7 +151,9 @@ def read(
         reader = Table(uri, storage_options)
         for batch in batches:
             for data in batch.column("split").to_pylist():
-                yield from reader.scan_split(Split(data, 0, 0), cols, filt, batch_size)
+                yield from _as_spark(
+                    iter(reader.scan_split(Split(data, 0, 0), cols, filt, batch_size)), schema
+                )
 
     return descriptors.mapInArrow(read_splits, spark_schema(schema))
 
@@ -113,18 +174,26 @@ def write(
     stays as it was."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    table = _open_or_create(uri, to_arrow_schema(df.schema), storage_options, create_options)
+    arrow_schema = to_arrow_schema(df.schema)
+    table = _open_or_create(uri, arrow_schema, storage_options, create_options)
     partition_by = [c for c in table.properties.get("hoodie.table.partition.fields", "").split(",") if c]
     pending = _native.begin_write(table._t, operation)
     instant = pending.instant
     try:
-        # Each task owns whole partitions: the file groups tasks write are disjoint.
-        data = df.repartition(*partition_by) if partition_by else df.coalesce(1)
+        # Each task owns whole partitions, or (no partition columns) whole file groups and new
+        # keys: the file groups tasks write are disjoint.
+        if partition_by:
+            data = df.repartition(*partition_by)
+        else:
+            data = _routed(df, uri, operation, storage_options, arrow_schema)
 
         def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-            rows = pa.Table.from_batches(list(batches))
+            from pyspark import TaskContext
+
+            rows = pa.Table.from_batches(list(batches), schema=arrow_schema)
             writer = Table(uri, storage_options)
-            written = _native.write_files(writer._t, operation, instant, rows, target_file_size)
+            task = _task_id(TaskContext.get())
+            written = _native.write_files(writer._t, operation, instant, rows, target_file_size, task)
             yield pa.RecordBatch.from_pydict({"written": [written]})
 
         parts = [r["written"] for r in data.mapInArrow(write_partition, "written binary").collect()]
@@ -133,6 +202,45 @@ def write(
         pending.abort()
         raise
     return WriteResult(landed, inserts, updates, deletes, list(files))
+
+
+_ROUTE = "_oxlake_route"
+
+
+def _routed(
+    df: DataFrame, uri: str, operation: str, storage_options: dict[str, str] | None, schema: pa.Schema
+) -> DataFrame:
+    """`df` shuffled so that every task gets whole file groups (all changes of the keys a group
+    holds) and every occurrence of each new key. The index lookup runs in the tasks, before the
+    shuffle, each task looking up the keys it holds."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = pa.Table.from_batches(list(batches), schema=schema)
+        routes = pa.table(_native.route(Table(uri, storage_options)._t, operation, rows)).column("route")
+        yield from rows.append_column(_ROUTE, routes).to_batches()
+
+    tagged = StructType([*df.schema.fields, StructField(_ROUTE, StringType(), False)])
+    return df.mapInArrow(tag, tagged).repartition(_ROUTE).drop(_ROUTE)
+
+
+def register(spark: SparkSession) -> None:
+    """Registers the `oxlake` data source (Spark 4): `spark.read.format("oxlake").load(uri)` and
+    `df.write.format("oxlake").option("operation", "upsert").mode("append").save(uri)`; see
+    `oxlake.spark_source` for the options. Enables Spark's filter pushdown to Python data
+    sources (`spark.sql.python.filterPushdown.enabled`, Spark 4.1 and later)."""
+    from oxlake.spark_source import OxlakeDataSource
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(OxlakeDataSource)
+
+
+def _task_id(ctx: TaskContext | None) -> tuple[int, int] | None:
+    """(task, attempt) of the running Spark task, attempts numbered from 1: part of the names
+    of the files it writes, so that no two attempts write the same file."""
+    if ctx is None:
+        return None
+    return ctx.partitionId(), ctx.taskAttemptId() + 1
 
 
 def _open_or_create(

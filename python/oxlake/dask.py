@@ -1,0 +1,55 @@
+"""oxlake tables as Dask DataFrames: planned once here (as for Spark: splits of whole file
+slices, metadata only), each partition read by the native reader on the worker."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from oxlake.spark import DEFAULT_SPLIT_BYTES, _result_schema
+from oxlake.table import FilterLike, Split, Table, _filter
+
+if TYPE_CHECKING:
+    import dask.dataframe as dd
+    import pandas as pd
+
+
+def read(
+    uri: str,
+    columns: Sequence[str] | None = None,
+    filter: FilterLike | None = None,
+    as_of: str | None = None,
+    *,
+    storage_options: dict[str, str] | None = None,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+) -> dd.DataFrame:
+    """The table's snapshot (at `as_of` when given) as a Dask DataFrame with one partition per
+    split of about `split_bytes` of files; partitions the filter rules out get no partition."""
+    import dask.dataframe as dd
+
+    table = Table(uri, storage_options)
+    cols = list(columns) if columns is not None else None
+    splits = table.splits(cols, filter, as_of, target_bytes=split_bytes)
+    meta = _result_schema(table, cols, "snapshot").empty_table().to_pandas()
+    frame: dd.DataFrame = dd.from_map(  # type: ignore[no-untyped-call]
+        _read_split,
+        [s.data for s in splits],
+        uri=uri,
+        storage_options=storage_options,
+        columns=cols,
+        filter=_filter(filter),
+        meta=meta,
+        label="oxlake-read",
+        enforce_metadata=False,
+    )
+    return frame
+
+
+def _read_split(
+    data: bytes,
+    uri: str,
+    storage_options: dict[str, str] | None,
+    columns: list[str] | None,
+    filter: str | list[tuple[str, str, object]] | None,
+) -> pd.DataFrame:
+    return Table(uri, storage_options).scan_split(Split(data, 0, 0), columns, filter).to_pandas()

@@ -1,0 +1,287 @@
+"""The `oxlake` data source of Spark's Python Data Source API (Spark 4): registered by
+`oxlake.spark.register(spark)`, then `spark.read.format("oxlake").load(uri)` and
+`df.write.format("oxlake").save(uri)`.
+
+Reading plans the query like `oxlake.spark.read`: one Spark partition per split of whole file
+slices, read natively on the executor. Filters Spark pushes (Spark 4.1 and later) prune
+partitions and files natively and are applied exactly by the native reader. The API has no
+column pruning; the `columns` option selects columns.
+
+Writing: the driver begins the instant when Spark plans the write, every task writes the files of
+the rows it holds, and the driver commits them as one instant. Spark hands each task whatever rows
+its input partition holds, so two tasks may rewrite the same copy-on-write file group; the commit
+merges such rewrites into one file. Partition the data by the table's partition columns first
+(`df.repartition(...)`) to keep the work on the executors, or use `oxlake.spark.write`, which
+does that itself.
+
+Options (all strings): reading: `columns` (comma-separated), `filter` (SQL), `as_of`, `query`,
+`start`, `end`, `with_meta_columns`, `batch_size`, `split_bytes`; writing: `operation` (mode
+`overwrite` means `insert_overwrite_table`), `target_file_size`, and on a table's first write
+`record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`; both: `storage.*`
+(storage options, for example `storage.aws_endpoint`).
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark import TaskContext
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import StructType
+
+from oxlake import _native
+from oxlake.spark import (
+    DEFAULT_SPLIT_BYTES,
+    _as_spark,
+    _open_or_create,
+    _read_columns,
+    _result_schema,
+    _task_id,
+    spark_schema,
+)
+from oxlake.table import Split, Table
+
+
+def _flag(value: str | None, default: bool) -> bool:
+    if value is None:
+        return default
+    if value.lower() in ("true", "1", "yes"):
+        return True
+    if value.lower() in ("false", "0", "no"):
+        return False
+    raise _native.InvalidArgumentError(f"expected true or false, got {value!r}")
+
+
+def _list(value: str | None) -> list[str] | None:
+    return None if value is None else [c.strip() for c in value.split(",") if c.strip()]
+
+
+@dataclass(frozen=True)
+class _Options:
+    """The options of one read or write, parsed once (on the driver)."""
+
+    uri: str
+    storage: dict[str, str]
+    raw: Mapping[str, str]
+
+    @staticmethod
+    def of(options: Mapping[str, str]) -> _Options:
+        uri = options.get("path")
+        if not uri:
+            raise _native.InvalidArgumentError("give the table's URI: .load(uri) or .save(uri)")
+        storage = {k[len("storage.") :]: v for k, v in options.items() if k.startswith("storage.")}
+        return _Options(uri, storage, dict(options))
+
+    def get(self, key: str) -> str | None:
+        return self.raw.get(key)
+
+    def int(self, key: str, default: int | None) -> int | None:
+        value = self.raw.get(key)
+        try:
+            return default if value is None else int(value)
+        except ValueError:
+            raise _native.InvalidArgumentError(f"option {key} must be an integer, got {value!r}") from None
+
+    def table(self) -> Table:
+        return Table(self.uri, self.storage or None)
+
+
+class OxlakeDataSource(DataSource):
+    """`format("oxlake")`: Apache Hudi tables read and written by oxlake."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "oxlake"
+
+    def _read_plan(self) -> tuple[_Options, list[str] | None, pa.Schema]:
+        opts = _Options.of(self.options)
+        table = opts.table()
+        columns = _read_columns(table, _list(opts.get("columns")), _flag(opts.get("with_meta_columns"), True))
+        return opts, columns, _result_schema(table, columns, opts.get("query") or "snapshot")
+
+    def schema(self) -> StructType:
+        return spark_schema(self._read_plan()[2])
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts, columns, arrow_schema = self._read_plan()
+        return OxlakeReader(opts, columns, arrow_schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> OxlakeWriter:
+        return OxlakeWriter(_Options.of(self.options), schema, overwrite)
+
+
+@dataclass(frozen=True)
+class _SplitPartition(InputPartition):
+    data: bytes
+
+
+class OxlakeReader(DataSourceReader):
+    def __init__(self, opts: _Options, columns: list[str] | None, schema: pa.Schema) -> None:
+        self.opts = opts
+        self.columns = columns
+        self.schema = schema
+        self.pushed: list[str] = []
+
+    def pushFilters(self, filters: list[Any]) -> Iterable[Any]:  # noqa: N802 (Spark's name)
+        for f in filters:
+            sql = _to_sql(f)
+            if sql is None:
+                yield f
+            else:
+                self.pushed.append(sql)
+
+    def _filter(self) -> str | None:
+        parts = [f"({s})" for s in [self.opts.get("filter"), *self.pushed] if s]
+        return " AND ".join(parts) or None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        o = self.opts
+        splits = o.table().splits(
+            self.columns,
+            self._filter(),
+            o.get("as_of"),
+            o.get("query") or "snapshot",
+            o.get("start"),
+            o.get("end"),
+            target_bytes=o.int("split_bytes", DEFAULT_SPLIT_BYTES) or DEFAULT_SPLIT_BYTES,
+        )
+        return [_SplitPartition(s.data) for s in splits]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _SplitPartition)
+        batch_size = self.opts.int("batch_size", 65536)
+        split = Split(partition.data, 0, 0)
+        scan = self.opts.table().scan_split(split, self.columns, self._filter(), batch_size)
+        yield from _as_spark(iter(scan), self.schema)
+
+
+@dataclass(frozen=True)
+class _Written(WriterCommitMessage):
+    files: bytes
+
+
+class OxlakeWriter(DataSourceArrowWriter):
+    """Begins the instant where Spark plans the write (on the driver), so every task writes for
+    it; `commit` and `abort` take the pending write over in whichever process Spark runs them."""
+
+    def __init__(self, opts: _Options, schema: StructType, overwrite: bool) -> None:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        self.opts = opts
+        self.operation = "insert_overwrite_table" if overwrite else (opts.get("operation") or "upsert")
+        self.arrow_schema = to_arrow_schema(schema)
+        table = _open_or_create(opts.uri, self.arrow_schema, opts.storage or None, self._create_options())
+        pending = _native.begin_write(table._t, self.operation)
+        self.instant = pending.instant
+        self.token = pending.token
+
+    def _create_options(self) -> dict[str, Any]:
+        created: dict[str, Any] = {}
+        for key in ("record_key", "partition_by"):
+            if (names := _list(self.opts.get(key))) is not None:
+                created[key] = names
+        for key in ("ordering_field", "table_type"):
+            if (value := self.opts.get(key)) is not None:
+                created[key] = value
+        return created
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Written:
+        data = pa.Table.from_batches(list(iterator), schema=self.arrow_schema)
+        files = _native.write_files(
+            self.opts.table()._t,
+            self.operation,
+            self.instant,
+            data,
+            self.opts.int("target_file_size", None),
+            _task_id(TaskContext.get()),
+        )
+        return _Written(files)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        parts = [m.files for m in messages if isinstance(m, _Written)]
+        pending = _native.resume_write(self.opts.table()._t, self.operation, self.token)
+        try:
+            pending.commit(parts)
+        except BaseException:
+            pending.abort()
+            raise
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        _native.resume_write(self.opts.table()._t, self.operation, self.token).abort()
+
+
+# ---- Spark filters as SQL for the native planner --------------------------------------------
+
+
+def _ident(path: tuple[str, ...]) -> str | None:
+    if len(path) != 1:
+        return None  # nested fields stay with Spark
+    return '"' + path[0].replace('"', '""') + '"'
+
+
+def _literal(value: Any) -> str | None:
+    if value is None:
+        return "NULL"
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        return repr(value) if value == value and value not in (float("inf"), float("-inf")) else None
+    if isinstance(value, decimal.Decimal):
+        return str(value) if value.is_finite() else None
+    if isinstance(value, str):
+        return "'" + value.replace("'", "''") + "'"
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return f"DATE '{value.isoformat()}'"
+    return None  # timestamps (time zones), binary, ...: Spark evaluates them
+
+
+_COMPARISONS = {
+    "EqualTo": "=",
+    "GreaterThan": ">",
+    "GreaterThanOrEqual": ">=",
+    "LessThan": "<",
+    "LessThanOrEqual": "<=",
+    "EqualNullSafe": "IS NOT DISTINCT FROM",
+}
+_STRING_FUNCTIONS = {"StringStartsWith": "starts_with", "StringEndsWith": "ends_with"}
+
+
+def _to_sql(f: Any) -> str | None:
+    """The SQL of a Spark filter, or None when it stays with Spark."""
+    kind = type(f).__name__
+    if kind == "Not":
+        inner = _to_sql(f.child)
+        return None if inner is None else f"NOT ({inner})"
+    column = _ident(f.attribute)
+    if column is None:
+        return None
+    if kind == "IsNull":
+        return f"{column} IS NULL"
+    if kind == "IsNotNull":
+        return f"{column} IS NOT NULL"
+    if kind == "In":
+        values = [_literal(v) for v in f.value]
+        return None if not values or None in values else f"{column} IN ({', '.join(v for v in values if v)})"
+    value = _literal(f.value)
+    if value is None:
+        return None
+    if kind in _COMPARISONS:
+        return f"{column} {_COMPARISONS[kind]} {value}"
+    if kind in _STRING_FUNCTIONS and isinstance(f.value, str):
+        return f"{_STRING_FUNCTIONS[kind]}({column}, {value})"
+    if kind == "StringContains" and isinstance(f.value, str):
+        return f"strpos({column}, {value}) > 0"
+    return None
