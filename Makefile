@@ -6,7 +6,7 @@ PYTHON     ?= python3
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: demo test develop rust-test py-test lint bench bench-mor clean
+.PHONY: demo test develop rust-test py-test spark35-test lint bench bench-mor bench-spark clean
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,17 @@ py-test: develop
 
 test: develop rust-test py-test
 
+# The Spark tests again on Spark 3.5 (pandas 2), in a venv of their own beside the main one.
+SPARK35 := .venv-spark35
+$(SPARK35)/.ready:
+	$(PYTHON) -m venv $(SPARK35)
+	$(SPARK35)/bin/pip install -q "pyspark>=3.5,<3.6" "pandas>=2.2,<3" pyarrow pytest hypothesis "hudi==0.5.0" fastavro
+	touch $@
+
+spark35-test: develop $(SPARK35)/.ready
+	PYTHONPATH=$(CURDIR)/python PYSPARK_PYTHON=$(CURDIR)/$(SPARK35)/bin/python \
+		$(SPARK35)/bin/python -m pytest -q -p no:cacheprovider tests/test_spark.py
+
 lint: develop
 	cargo fmt --all -- --check
 	cargo clippy --release --all-targets -p oxlake -p oxlake-python -- -D warnings
@@ -43,6 +54,9 @@ bench: develop
 bench-mor: develop
 	VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test,bench -q
 	$(PY) benches/mor.py
+
+bench-spark: develop
+	$(PY) benches/spark.py
 
 clean:
 	rm -rf $(VENV) target

@@ -41,7 +41,8 @@ def spark_schema(schema: pa.Schema) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_schema
     from pyspark.sql.types import StructField, StructType
 
-    converted = from_arrow_schema(spark_arrow_schema(schema))
+    # Timestamps without a time zone stay without one (Spark 3.5 would read them as local time).
+    converted = from_arrow_schema(spark_arrow_schema(schema), prefer_timestamp_ntz=True)
     return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in converted.fields])
 
 
