@@ -359,6 +359,10 @@ def test_data_source_write_round_trip(source: SparkSession, tmp_path: Path, tabl
     }
     assert on_disk - {".hoodie_partition_metadata"} <= committed
 
+    frame(trips([500, 501])).write.format("oxlake").option("operation", "insert").mode("append").save(path)
+    expected = sorted(expected + rows(trips([500, 501])), key=lambda r: r["id"])
+    assert rows(oxlake.Table(path).to_arrow()) == expected
+
     frame(trips([1000, 1001])).write.format("oxlake").mode("overwrite").save(path)
     assert rows(oxlake.Table(path).to_arrow()) == rows(trips([1000, 1001]))
     assert rows(hudi_read(path)) == rows(trips([1000, 1001]))
