@@ -37,7 +37,8 @@ def best(repeat: int, run: Callable[[], object], reset: Callable[[], None] | Non
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=raw)
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--work", type=Path, default=None, help="working folder (default: a temporary one)")
@@ -77,9 +78,8 @@ def main() -> int:
     results: list[tuple[str, float, str]] = []
     parquet_read = best(args.repeat, lambda: sink(spark.read.parquet(*base_files)))
     results.append(("read: spark.read.parquet (the table's base files)", parquet_read, "read"))
-    results.append(
-        ("read: oxlake.spark.read", best(args.repeat, lambda: sink(oxlake.spark.read(spark, table_uri))), "read")
-    )
+    mapped = best(args.repeat, lambda: sink(oxlake.spark.read(spark, table_uri)))
+    results.append(("read: oxlake.spark.read", mapped, "read"))
     results.append(
         (
             'read: spark.read.format("oxlake")',
@@ -116,12 +116,14 @@ def main() -> int:
             'write: df.write.format("oxlake") (insert)',
             best(
                 args.repeat,
-                lambda: frame.write.format("oxlake")
-                .option("operation", "insert")
-                .option("record_key", "trip_id")
-                .option("partition_by", "city")
-                .mode("append")
-                .save(str(out)),
+                lambda: (
+                    frame.write.format("oxlake")
+                    .option("operation", "insert")
+                    .option("record_key", "trip_id")
+                    .option("partition_by", "city")
+                    .mode("append")
+                    .save(str(out))
+                ),
                 fresh,
             ),
             "write",
