@@ -38,9 +38,8 @@ def from_spark(df: object) -> pa.Table:
     return pa.Table.from_pandas(df.toPandas(), preserve_index=False)  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
-def test_read_equals_the_native_reader(spark: SparkSession, tmp_path: Path, table_type: str) -> None:
-    path = str(tmp_path / "t")
+def three_commits(path: str, table_type: str) -> tuple[oxlake.Table, str]:
+    """A table after an insert, an upsert and a delete; and the insert's instant."""
     t = oxlake.create_table(
         path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
     )
@@ -48,6 +47,21 @@ def test_read_equals_the_native_reader(spark: SparkSession, tmp_path: Path, tabl
     first = [i.time for i in t.timeline() if i.state == "completed"][-1]
     t.upsert(trips(list(range(0, 300, 7)), ts=2, name="u"))
     t.delete(trips([1, 2, 3]))
+    return t, first
+
+
+def assert_same_changes(df: object, t: oxlake.Table, start: str) -> None:
+    changes = from_spark(df)
+    expected = t.to_arrow(query="changes", start=start)
+    assert sorted(zip(changes["id"].to_pylist(), changes["_change_type"].to_pylist(), strict=True)) == sorted(
+        zip(expected["id"].to_pylist(), expected["_change_type"].to_pylist(), strict=True)
+    )
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_read_equals_the_native_reader(spark: SparkSession, tmp_path: Path, table_type: str) -> None:
+    path = str(tmp_path / "t")
+    t, first = three_commits(path, table_type)
 
     df = oxlake.spark.read(spark, path, split_bytes=1)
     assert df.rdd.getNumPartitions() == len(t.splits(target_bytes=1)) > 1
@@ -60,11 +74,7 @@ def test_read_equals_the_native_reader(spark: SparkSession, tmp_path: Path, tabl
 
     old = oxlake.spark.read(spark, path, as_of=first)
     assert rows(from_spark(old)) == rows(t.to_arrow(as_of=first))
-    changes = from_spark(oxlake.spark.read(spark, path, query="changes", start=first))
-    expected = t.to_arrow(query="changes", start=first)
-    assert sorted(zip(changes["id"].to_pylist(), changes["_change_type"].to_pylist(), strict=True)) == sorted(
-        zip(expected["id"].to_pylist(), expected["_change_type"].to_pylist(), strict=True)
-    )
+    assert_same_changes(oxlake.spark.read(spark, path, query="changes", start=first), t, first)
 
 
 def test_filter_and_columns_are_pushed_to_the_native_reader(spark: SparkSession, table: oxlake.Table) -> None:
@@ -205,13 +215,7 @@ def test_data_source_reads_what_the_native_reader_reads(
     source: SparkSession, tmp_path: Path, table_type: str
 ) -> None:
     path = str(tmp_path / "t")
-    t = oxlake.create_table(
-        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
-    )
-    t.insert(trips(list(range(300))))
-    first = [i.time for i in t.timeline() if i.state == "completed"][-1]
-    t.upsert(trips(list(range(0, 300, 7)), ts=2, name="u"))
-    t.delete(trips([1, 2, 3]))
+    t, first = three_commits(path, table_type)
 
     df = source.read.format("oxlake").option("split_bytes", "1").load(path)
     assert df.rdd.getNumPartitions() == len(t.splits(target_bytes=1)) > 1
@@ -229,13 +233,8 @@ def test_data_source_reads_what_the_native_reader_reads(
 
     old = source.read.format("oxlake").option("as_of", first).load(path)
     assert rows(from_spark(old)) == rows(t.to_arrow(as_of=first))
-    changes = from_spark(
-        source.read.format("oxlake").option("query", "changes").option("start", first).load(path)
-    )
-    expected = t.to_arrow(query="changes", start=first)
-    assert sorted(zip(changes["id"].to_pylist(), changes["_change_type"].to_pylist(), strict=True)) == sorted(
-        zip(expected["id"].to_pylist(), expected["_change_type"].to_pylist(), strict=True)
-    )
+    changes = source.read.format("oxlake").option("query", "changes").option("start", first).load(path)
+    assert_same_changes(changes, t, first)
 
 
 @needs_data_source
