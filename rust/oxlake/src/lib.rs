@@ -19,6 +19,7 @@ pub mod error;
 pub mod format;
 pub mod keys;
 pub mod log;
+pub mod metadata;
 pub mod read;
 pub mod schema;
 pub mod services;

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::error::Result;
 use crate::format::file_name::{BaseFileName, LogFileName, PARTITION_METADATA};
 use crate::format::instant::Action;
-use crate::storage::Storage;
+use crate::storage::{FileInfo, Storage};
 use crate::timeline::Timeline;
 
 /// A base file of a file slice.
@@ -67,7 +67,12 @@ pub struct FileSystemView {
 impl FileSystemView {
     /// Lists the table once and keeps the files whose instant is committed.
     pub async fn load(storage: &Storage, timeline: &Timeline, partitioned: bool) -> Result<Self> {
-        let files = storage.list_recursive("").await?;
+        Ok(Self::from_files(storage.list_recursive("").await?, timeline, partitioned))
+    }
+
+    /// The view of a listing of the table's files (from storage, or from the metadata table's
+    /// `files` index): files of instants not committed on `timeline` are left out.
+    pub fn from_files(files: Vec<FileInfo>, timeline: &Timeline, partitioned: bool) -> Self {
         let mut view = FileSystemView::default();
         for f in files {
             if f.path.starts_with(".hoodie/") {
@@ -97,7 +102,7 @@ impl FileSystemView {
             }
         }
         view.attach_pending_logs(timeline);
-        Ok(view)
+        view
     }
 
     fn group(&mut self, partition: &str, file_id: &str) -> &mut FileGroup {
