@@ -29,6 +29,7 @@ from oxlake.table import (
     Scan,
     Split,
     Table,
+    ValidationReport,
     WriteResult,
     create_table,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "TableExistsError",
     "TableNotFoundError",
     "UnsupportedError",
+    "ValidationReport",
     "WriteResult",
     "__version__",
     "create_table",

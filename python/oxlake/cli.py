@@ -147,10 +147,29 @@ def _timeline(table: Table) -> None:
         print(f"{i.time}  {i.action:<14} {i.state}")
 
 
+def _validate(table: Table) -> bool:
+    report = table.validate()
+    if not report.present:
+        print("no metadata table (build one with `oxlake build-metadata URI`)")
+        return False
+    for instant in report.missing_instants:
+        print(f"stale: instant {instant} is not in the metadata table (readers list storage)")
+    for line in report.differences:
+        print(f"differs: {line}")
+    print("ok" if report.ok else "not ok")
+    return report.ok
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="oxlake", description="Inspect and maintain Apache Hudi tables.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for name, help_text in (("show", "properties, schema, file groups"), ("timeline", "the instants")):
+    plain = (
+        ("show", "properties, schema, file groups"),
+        ("timeline", "the instants"),
+        ("build-metadata", "build the metadata table from a full listing"),
+        ("validate", "compare the metadata table with a full listing (exit 1 on a difference)"),
+    )
+    for name, help_text in plain:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("uri")
     for name, (help_text, _) in SERVICES.items():
@@ -173,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in SERVICES:
             fn = SERVICES[args.command][1]
             _service(args.command, lambda progress: fn(table, args, progress))
+        elif args.command == "validate":
+            return 0 if _validate(table) else 1
+        elif args.command == "build-metadata":
+            print(f"metadata table built, instant {table.build_metadata()}")
         else:
             _show(table) if args.command == "show" else _timeline(table)
     except OxlakeError as e:

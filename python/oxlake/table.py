@@ -138,6 +138,23 @@ def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | Non
 
 
 @dataclass(frozen=True)
+class ValidationReport:
+    """What `Table.validate` found."""
+
+    present: bool
+    """Whether the table has a metadata table."""
+    missing_instants: list[str]
+    """Instants that changed the table's files and that the metadata table lacks: it is stale,
+    and readers list storage instead."""
+    differences: list[str]
+    """One line per file on which the metadata table and storage disagree."""
+
+    @property
+    def ok(self) -> bool:
+        return self.present and not self.missing_instants and not self.differences
+
+
+@dataclass(frozen=True)
 class Split:
     """A piece of a planned query (whole file slices), read by `Table.scan_split`; picklable."""
 
@@ -193,6 +210,20 @@ class Table:
     def rollback_failed(self) -> list[str]:
         """Rolls back writes whose writer is gone (expired heartbeat); returns their instants."""
         return list(self._t.rollback_failed())
+
+    # -- the metadata table -----------------------------------------------------------------
+
+    def build_metadata(self, files_shards: int = 4) -> str:
+        """Builds the table's metadata table (`.hoodie/oxlake/metadata`) from a full listing of
+        storage, replacing any earlier one, and returns the `indexing` instant that records it.
+        While it is fresh, planning takes the table's files from its `files` index (sharded into
+        `files_shards` file groups) instead of listing directories."""
+        return self._t.build_metadata(files_shards)
+
+    def validate(self) -> ValidationReport:
+        """Compares the metadata table with a full listing of storage."""
+        present, missing, differences = self._t.validate()
+        return ValidationReport(present, missing, differences)
 
     # -- table services ---------------------------------------------------------------------
 

@@ -150,6 +150,25 @@ impl Transaction {
         })
     }
 
+    /// Claims the instant `time` (not a new one) for `action`: the metadata table's commits carry
+    /// the time of the data instant they belong to. Fails when `time` is taken.
+    pub async fn begin_at(table: &mut Table, action: Action, time: &str) -> Result<Self> {
+        table.reload().await?;
+        let storage = table.storage().clone();
+        let requested = Instant::new(time, action, State::Requested);
+        if !table.timeline().instants_at(time).is_empty()
+            || !table.timeline().create(&storage, &requested, Bytes::new()).await?
+        {
+            return Err(Error::CommitConflict { instant: time.to_string(), detail: "the instant is taken".into() });
+        }
+        write_heartbeat(&storage, time).await?;
+        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let heartbeat = Some(spawn_heartbeat(storage.clone(), time.to_string(), table.options().heartbeat_interval));
+        let tx = Transaction { instant: requested, seen, heartbeat };
+        table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
+        Ok(tx)
+    }
+
     /// Takes up a requested instant whose plan is already on the timeline (a compaction scheduled
     /// earlier, or one whose failed run was rolled back): heartbeat, then inflight.
     pub async fn resume(table: &mut Table, requested: &Instant) -> Result<Self> {

@@ -54,6 +54,11 @@ impl Timeline {
         Timeline { instants: by_time.into_values().collect(), dir, layout }
     }
 
+    /// Keeps only the instants `keep` accepts.
+    pub(crate) fn retain(&mut self, keep: impl Fn(&Instant) -> bool) {
+        self.instants.retain(|i| keep(i));
+    }
+
     /// The instants at one time (usually one; a savepoint shares its commit's time).
     pub fn instants_at(&self, time: &str) -> &[Instant] {
         let start = self.instants.partition_point(|i| i.time.as_str() < time);

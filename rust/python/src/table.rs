@@ -146,6 +146,31 @@ impl PyTable {
         })
     }
 
+    /// Builds the metadata table from a full listing; returns its `indexing` instant.
+    #[pyo3(signature = (files_shards=4))]
+    fn build_metadata(&self, py: Python<'_>, files_shards: u32) -> PyResult<String> {
+        if files_shards == 0 {
+            return Err(crate::errors::InvalidArgumentError::new_err("files_shards must be at least 1"));
+        }
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            t.build_metadata(oxlake::metadata::MetadataConfig { files_shards }).await
+        })
+    }
+
+    /// Compares the metadata table with a full listing: (present, missing instants, differences).
+    fn validate(&self, py: Python<'_>) -> PyResult<(bool, Vec<String>, Vec<String>)> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            let r = t.validate_metadata().await?;
+            Ok((r.present, r.missing_instants, r.differences))
+        })
+    }
+
     // ---- writes ---------------------------------------------------------------------------
 
     /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).

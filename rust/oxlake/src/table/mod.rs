@@ -12,7 +12,7 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use crate::config::{CreateOptions, PROPERTIES_FILE, TableConfig, keys};
 use crate::error::{Error, Result};
-use crate::format::instant::Action;
+use crate::format::instant::{Action, Instant};
 use crate::schema;
 use crate::storage::{ParquetFile, Storage};
 use crate::timeline::Timeline;
@@ -128,9 +128,29 @@ impl Table {
         schema::with_meta_fields(&self.data_schema)
     }
 
-    /// The committed file groups, from one listing.
+    /// The committed file groups: from the metadata table's `files` index when it is fresh, else
+    /// from one listing of storage.
     pub async fn file_system_view(&self) -> Result<FileSystemView> {
-        FileSystemView::load(&self.storage, &self.timeline, self.config.is_partitioned()).await
+        let partitioned = self.config.is_partitioned();
+        match self.metadata_table().await {
+            // Boxed: the metadata table is a table too (its own view lists storage).
+            Ok(Some(mdt)) if mdt.is_fresh() => match Box::pin(mdt.files()).await {
+                Ok(files) => return Ok(FileSystemView::from_files(files, &self.timeline, partitioned)),
+                Err(e) => log::warn!("{}: metadata table unreadable, listing storage: {e}", self.uri()),
+            },
+            Ok(_) => {}
+            Err(e) => log::warn!("{}: metadata table unreadable, listing storage: {e}", self.uri()),
+        }
+        FileSystemView::load(&self.storage, &self.timeline, partitioned).await
+    }
+
+    /// Keeps only the instants `keep` accepts (the metadata table's reader rules).
+    pub(crate) fn restrict_timeline(&mut self, keep: impl Fn(&Instant) -> bool) {
+        self.timeline.retain(keep);
+    }
+
+    pub(crate) fn replace_config(&mut self, config: TableConfig) {
+        self.config = config;
     }
 
     /// File groups replaced by completed replacecommits up to `as_of`.

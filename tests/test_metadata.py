@@ -1,0 +1,107 @@
+"""The metadata table: built from a listing, used for planning while fresh, never trusted when stale."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import oxlake
+import pytest
+from conftest import SCHEMA, hudi_read, rows, trips
+
+
+def completed(t: oxlake.Table) -> list[oxlake.Instant]:
+    return [i for i in t.timeline() if i.state == "completed"]
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_the_built_files_index_lists_exactly_the_files_in_storage(tmp_path: Path, table_type: str) -> None:
+    path = str(tmp_path / "t")
+    t = oxlake.create_table(
+        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+    )
+    t.insert(trips(list(range(100))))
+    t.upsert(trips(list(range(0, 100, 4)), ts=2, name="u"))
+    t.delete(trips([1, 2]))
+    before = rows(t.to_arrow())
+    assert not t.validate().present
+
+    instant = t.build_metadata(files_shards=3)
+    report = t.validate()
+    assert report.ok, report
+    assert (report.missing_instants, report.differences) == ([], [])
+    last = completed(t)[-1]
+    assert (last.time, last.action) == (instant, "indexing")
+    assert t.properties["oxlake.metadata.partitions"] == "files"
+    assert "hoodie.table.metadata.partitions" not in t.properties  # never Apache Hudi's
+    shards = sorted(
+        p.name.split("_")[0] for p in (Path(path) / ".hoodie/oxlake/metadata/files").glob("*.parquet")
+    )
+    assert shards == ["files-0000-0", "files-0001-0", "files-0002-0"]
+    assert rows(t.to_arrow()) == before
+    assert rows(hudi_read(path)) == before
+
+
+def test_planning_takes_the_files_from_the_index_while_it_is_fresh(table: oxlake.Table) -> None:
+    table.insert(trips(list(range(30))))
+    table.build_metadata()
+    before = rows(table.to_arrow())
+    # A file storage holds but the index does not: a copy of a base file under a new file id,
+    # named with a committed instant. A listing would read it as one more file group.
+    base = next(Path(table.uri).rglob("*.parquet"))
+    stray = base.with_name("0000aaaa-0000-0000-0000-000000000000-0" + base.name[base.name.index("_") :])
+    shutil.copy(base, stray)
+    assert rows(table.to_arrow()) == before
+    report = table.validate()
+    assert not report.ok
+    assert report.differences == [
+        f"{stray.relative_to(table.uri)}: in storage ({stray.stat().st_size} bytes), not in the files index"
+    ]
+    stray.unlink()
+    assert table.validate().ok
+
+
+def test_a_write_the_index_lacks_makes_it_stale_and_readers_list_storage(table: oxlake.Table) -> None:
+    table.insert(trips(list(range(30))))
+    table.build_metadata()
+    result = table.upsert(trips(list(range(20, 40)), ts=2, name="u"))
+    report = table.validate()
+    assert report.present and not report.ok
+    assert report.missing_instants == [result.instant]
+    expected = rows(table.to_arrow())
+    assert [r["id"] for r in expected] == list(range(40))
+    assert sum(r["name"].startswith("u") for r in expected) == 20
+    table.build_metadata()
+    assert table.validate().ok
+    assert rows(table.to_arrow()) == expected
+
+
+def test_a_build_that_never_completed_is_not_used(table: oxlake.Table) -> None:
+    table.insert(trips(list(range(10))))
+    instant = table.build_metadata()
+    # The build crashed after writing the metadata table, before its instant completed.
+    (Path(table.uri) / ".hoodie" / f"{instant}.indexing").unlink()
+    t = oxlake.Table(table.uri)
+    assert t.validate().missing_instants == [instant]
+    assert rows(t.to_arrow()) == rows(trips(list(range(10))))
+
+
+def test_cli_builds_and_validates(table: oxlake.Table) -> None:
+    table.insert(trips(list(range(10))))
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "oxlake.cli", *args], capture_output=True, text=True)
+
+    missing = cli("validate", table.uri)
+    assert missing.returncode == 1 and "no metadata table" in missing.stdout
+    built = cli("build-metadata", table.uri)
+    assert built.returncode == 0 and "metadata table built" in built.stdout
+    ok = cli("validate", table.uri)
+    assert (ok.returncode, ok.stdout.strip()) == (0, "ok")
+    table.insert(trips([50]))
+    stale = cli("validate", table.uri)
+    assert stale.returncode == 1 and "stale: instant" in stale.stdout
+    with pytest.raises(oxlake.InvalidArgumentError):
+        table.build_metadata(files_shards=0)
