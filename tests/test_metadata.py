@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import oxlake
@@ -63,19 +65,124 @@ def test_planning_takes_the_files_from_the_index_while_it_is_fresh(table: oxlake
     assert table.validate().ok
 
 
-def test_a_write_the_index_lacks_makes_it_stale_and_readers_list_storage(table: oxlake.Table) -> None:
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_every_write_and_service_keeps_the_index_in_step(tmp_path: Path, table_type: str) -> None:
+    """After each step the index equals storage and reads equal the model."""
+    path = str(tmp_path / "t")
+    t = oxlake.create_table(
+        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+    )
+    t.insert(trips(list(range(60))), target_file_size=100)  # small file groups, for clustering
+    t.build_metadata(files_shards=2)
+    model = {r["id"]: r for r in rows(t.to_arrow())}
+
+    def check(step: str) -> None:
+        report = t.validate()
+        assert report.ok, (step, report)
+        assert rows(t.to_arrow()) == sorted(model.values(), key=lambda r: r["id"]), step
+
+    def apply(data: object, delete: bool = False) -> None:
+        for r in rows(data):  # type: ignore[arg-type]
+            if delete:
+                model.pop(r["id"], None)
+            else:
+                model[r["id"]] = r
+
+    changed = trips(list(range(40, 80)), ts=2, name="u")
+    t.upsert(changed)
+    apply(changed)
+    check("upsert")
+    savepoint = completed(t)[-1].time
+    t.savepoint(savepoint)
+    saved = dict(model)
+    gone = trips(list(range(0, 10)))
+    t.delete(gone)
+    apply(gone, delete=True)
+    check("delete")
+    if table_type == "merge_on_read":
+        assert t.compact().instants
+        check("compact")
+    assert t.cluster(sort_by=["fare"]).instant is not None
+    check("cluster")
+    assert t.clean(retain=1)  # the files deleted
+    check("clean")
+    later = trips([500, 501])
+    t.insert(later)
+    t.rollback(completed(t)[-1].time)
+    check("rollback")
+    t.restore(savepoint)
+    model = saved
+    check("restore")
+    assert rows(hudi_read(path)) == sorted(model.values(), key=lambda r: r["id"])
+
+
+def test_a_writer_that_ignores_the_index_makes_it_stale_and_readers_list_storage(table: oxlake.Table) -> None:
     table.insert(trips(list(range(30))))
     table.build_metadata()
-    result = table.upsert(trips(list(range(20, 40)), ts=2, name="u"))
+    # Another writer, unaware of the metadata table (here: one that does not see its property).
+    props = Path(table.uri) / ".hoodie" / "hoodie.properties"
+    text = props.read_text()
+    props.write_text("".join(line for line in text.splitlines(True) if "oxlake.metadata" not in line))
+    result = oxlake.Table(table.uri).upsert(trips(list(range(20, 40)), ts=2, name="u"))
+    props.write_text(text)
+
     report = table.validate()
     assert report.present and not report.ok
     assert report.missing_instants == [result.instant]
     expected = rows(table.to_arrow())
     assert [r["id"] for r in expected] == list(range(40))
     assert sum(r["name"].startswith("u") for r in expected) == 20
+    # Writes leave a stale index stale (they cannot know what it missed); a build catches it up.
+    table.upsert(trips([1], ts=3, name="w"))
+    assert not table.validate().ok
     table.build_metadata()
     assert table.validate().ok
-    assert rows(table.to_arrow()) == expected
+    assert rows(table.to_arrow())[1]["name"] == "w1"
+
+
+WRITER = """
+import sys, oxlake
+sys.path.insert(0, {tests!r})
+from conftest import trips
+oxlake.Table({uri!r}, heartbeat_interval=0.2).upsert(trips([2, 3, 40, 41], ts=5, name="crashed"))
+"""
+
+
+@pytest.mark.parametrize(
+    "failpoint",
+    [
+        "after-inflight",  # the data files written, nothing synced
+        "before-commit",  # inside the metadata table's deltacommit (its first commit step)
+        "after-metadata-sync",  # the metadata deltacommit completed, the data instant not
+    ],
+)
+def test_a_writer_killed_around_the_metadata_commit(table_path: str, failpoint: str) -> None:
+    t = oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        heartbeat_interval=0.2,
+    )
+    t.insert(trips(list(range(6))))
+    t.build_metadata()
+    committed = rows(t.to_arrow())
+    script = WRITER.format(tests=str(Path(__file__).parent), uri=table_path)
+    env = dict(os.environ, OXLAKE_FAILPOINT=failpoint)
+    assert subprocess.run([sys.executable, "-c", script], env=env, capture_output=True).returncode != 0
+
+    reader = oxlake.Table(table_path)
+    assert rows(reader.to_arrow()) == committed
+    assert reader.validate().ok  # what the crashed write left counts nowhere
+    time.sleep(1.0)  # the crashed writer's heartbeat expires
+    writer = oxlake.Table(table_path, heartbeat_interval=0.2)
+    writer.upsert(trips([5], ts=9, name="next"))
+    assert [i.action for i in writer.timeline() if i.state == "completed"][-2:] == ["rollback", "commit"]
+    report = writer.validate()
+    assert report.ok, report
+    expected = [r if r["id"] != 5 else {**r, "ts": 9, "name": "next5"} for r in committed]
+    assert rows(writer.to_arrow()) == expected
 
 
 def test_a_build_that_never_completed_is_not_used(table: oxlake.Table) -> None:

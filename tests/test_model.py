@@ -203,9 +203,14 @@ class Entry:
 
 
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@pytest.mark.parametrize("metadata", [False, True], ids=["listing", "metadata-table"])
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(service, min_size=1, max_size=10))
-def test_services_interleaved_with_writes(table_type: str, ops: list[tuple[str, Any]]) -> None:
+def test_services_interleaved_with_writes(
+    table_type: str, metadata: bool, ops: list[tuple[str, Any]]
+) -> None:
+    """With `metadata`, the metadata table is built first and kept in step: after every step it
+    equals a full listing (and planning reads it instead of listing)."""
     path = tempfile.mkdtemp()
     try:
         t = oxlake.create_table(
@@ -216,6 +221,8 @@ def test_services_interleaved_with_writes(table_type: str, ops: list[tuple[str, 
             ordering_field="ts",
             table_type=table_type,
         )
+        if metadata:
+            t.build_metadata(files_shards=2)
         model: Model = {}
         mor = MorModel() if table_type == "merge_on_read" else None
         history: list[Entry] = []
@@ -290,6 +297,9 @@ def test_services_interleaved_with_writes(table_type: str, ops: list[tuple[str, 
                 back_to(next(i for i, e in enumerate(history) if e.instant == target))
             event(f"ran {name}")
             assert read(t) == as_set(list(model.values())), (name, arg)
+            if metadata:
+                report = t.validate()
+                assert report.ok, (name, arg, report)
 
         assert [e.instant for e in history] == [
             i.time

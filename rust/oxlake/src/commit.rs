@@ -29,7 +29,7 @@ use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::{self, Action, Instant, State};
-use crate::storage::Storage;
+use crate::storage::{FileInfo, Storage};
 use crate::table::Table;
 use crate::table::fs_view::FileGroupId;
 use crate::timeline::Timeline;
@@ -228,6 +228,20 @@ impl Transaction {
             let detail = format!("instant {conflict} completed meanwhile and touched the same file groups");
             self.abort(table).await?;
             return Err(Error::CommitConflict { instant: conflict, detail });
+        }
+        if self.instant.action != Action::Indexing {
+            let added: Vec<FileInfo> = metadata
+                .write_stats()
+                .filter_map(|(_, s)| {
+                    let path = s.path.clone()?;
+                    Some(FileInfo { path, size: s.file_size_in_bytes.max(0) as u64 })
+                })
+                .collect();
+            if let Err(e) = Box::pin(crate::metadata::sync(table, &self.instant.time, &added, &[])).await {
+                self.abort(table).await?;
+                return Err(e);
+            }
+            failpoint("after-metadata-sync");
         }
         // A compaction completes as a commit (a clustering as a replacecommit).
         let completed = match self.instant.action {
@@ -509,8 +523,10 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
     };
     timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
     failpoint("rollback-after-inflight");
-    let deleted = undo_files_of(storage, target, &r.time).await?;
+    let (deleted, added) = undo_files_of(storage, target, &r.time).await?;
     failpoint("rollback-after-delete");
+    // Boxed: syncing commits on the metadata table, whose failure rolls back there.
+    Box::pin(crate::metadata::sync(table, &r.time, &added, &deleted)).await?;
     let meta = RollbackMetadata {
         start_rollback_time: r.time.clone(),
         commits_rollback: vec![target.time.clone()],
@@ -582,9 +598,13 @@ pub(crate) async fn remove_unreported_files(
     Ok(deleted)
 }
 
-async fn undo_files_of(storage: &Storage, target: &Instant, rollback_time: &str) -> Result<Vec<String>> {
+async fn undo_files_of(
+    storage: &Storage,
+    target: &Instant,
+    rollback_time: &str,
+) -> Result<(Vec<String>, Vec<FileInfo>)> {
     let time = target.time.as_str();
-    let mut deleted = Vec::new();
+    let (mut deleted, mut added) = (Vec::new(), Vec::new());
     let files = storage.list_recursive("").await?;
     let mut max_versions: std::collections::HashMap<(String, String, String), u32> = Default::default();
     let mut logs = Vec::new();
@@ -627,9 +647,10 @@ async fn undo_files_of(storage: &Storage, target: &Instant, rollback_time: &str)
             )
             .await?;
             max_versions.insert((dir, name.file_id.clone(), name.instant.clone()), written.name.version);
+            added.push(FileInfo { path: written.path, size: written.size });
         }
     }
-    Ok(deleted)
+    Ok((deleted, added))
 }
 
 /// Crash and interleaving points for the tests. With `OXLAKE_FAILPOINT=<name>` in the environment

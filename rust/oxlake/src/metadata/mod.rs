@@ -28,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName, PARTITION_METADATA, file_path};
 use crate::format::instant::{Action, Instant};
+use crate::format::log_block::{DeleteRecord, OrderingVal};
 use crate::read::{Filter, ScanOptions};
 use crate::schema;
 use crate::storage::FileInfo;
@@ -96,10 +97,9 @@ fn record_schema() -> SchemaRef {
 }
 
 /// Whether an instant of the data timeline changes the table's files (and so must reach the
-/// metadata table).
+/// metadata table). A restore changes them through rollback instants of its own.
 fn changes_files(i: &Instant) -> bool {
-    i.is_completed()
-        && (i.action.writes_data() || matches!(i.action, Action::Clean | Action::Rollback | Action::Restore))
+    i.is_completed() && (i.action.writes_data() || matches!(i.action, Action::Clean | Action::Rollback))
 }
 
 impl Table {
@@ -152,8 +152,12 @@ impl Table {
         let Some(mdt) = self.metadata_table().await? else { return Ok(ValidationReport::default()) };
         let mut report =
             ValidationReport { present: true, missing_instants: mdt.missing.clone(), ..Default::default() };
-        let listed: BTreeMap<String, u64> =
-            data_files(self.storage().list_recursive("").await?).into_iter().map(|f| (f.path, f.size)).collect();
+        let mut listed = BTreeMap::new();
+        for f in data_files(self.storage().list_recursive("").await?) {
+            if self.is_committed_file(&f.path).await? {
+                listed.insert(f.path, f.size);
+            }
+        }
         let indexed: BTreeMap<String, u64> = mdt.files().await?.into_iter().map(|f| (f.path, f.size)).collect();
         for (path, size) in &listed {
             match indexed.get(path) {
@@ -168,6 +172,17 @@ impl Table {
             report.differences.push(format!("{path}: in the files index, not in storage"));
         }
         Ok(report)
+    }
+
+    /// Whether a data file holds anything committed: a base file of a committed instant, a log
+    /// file with a block of one. (A pending write's files are in storage, not yet in the index.)
+    async fn is_committed_file(&self, path: &str) -> Result<bool> {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if let Some(base) = BaseFileName::parse(name) {
+            return Ok(self.timeline().is_committed(&base.instant));
+        }
+        let instants = crate::log::block_instants(self.storage(), path).await?;
+        Ok(instants.is_empty() || instants.iter().any(|i| self.timeline().is_committed(i)))
     }
 
     /// Sets (or with `None` removes) one line of `hoodie.properties`, keeping every other line.
@@ -288,6 +303,120 @@ async fn write_base_file(mdt: &Table, time: &str, index: &str, shard: u32, files
         num_inserts: n as i64,
         total_write_bytes: size,
         file_size_in_bytes: size,
+        ..WriteStat::default()
+    })
+}
+
+/// Records the data files an instant of the data table added and deleted in the metadata table:
+/// a deltacommit with the same time, completed before the data instant completes (it counts only
+/// once the data instant completes). Nothing to do without a metadata table; a stale one is left
+/// stale (readers list storage until it is built again).
+pub(crate) async fn sync(data: &Table, time: &str, added: &[FileInfo], deleted: &[String]) -> Result<()> {
+    let Some(current) = data.metadata_table().await? else { return Ok(()) };
+    if !current.is_fresh() {
+        log::info!("{}: metadata table stale (missing {:?}); not updated", data.uri(), current.missing);
+        return Ok(());
+    }
+    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let shards: u32 = mdt.config().raw.get(FILES_SHARDS_KEY).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let mut by_shard: BTreeMap<u32, (Vec<&FileInfo>, Vec<&str>)> = BTreeMap::new();
+    let shard_of_path = |path: &str| shard::shard_of(path.rsplit_once('/').map_or("", |(p, _)| p), shards);
+    for f in added {
+        by_shard.entry(shard_of_path(&f.path)).or_default().0.push(f);
+    }
+    for path in deleted {
+        by_shard.entry(shard_of_path(path)).or_default().1.push(path);
+    }
+    let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time).await?;
+    let view = match mdt.file_system_view().await {
+        Ok(view) => view,
+        Err(e) => return Err(tx.fail(&mut mdt, e).await),
+    };
+    let mut metadata = CommitMetadata { operation_type: Some("UPSERT".into()), ..Default::default() };
+    metadata.extra_metadata.insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&record_schema(), "metadata")?);
+    for (n, (upserts, deletes)) in by_shard {
+        let file_id = shard::file_id(FILES, n);
+        let slice = view
+            .groups()
+            .find(|g| g.partition == FILES && g.file_id == file_id)
+            .and_then(|g| g.slices.values().next_back());
+        let Some(slice) = slice else {
+            let e = Error::corrupt(DIR, format!("file group {file_id} is missing"));
+            return Err(tx.fail(&mut mdt, e).await);
+        };
+        match write_log(&mdt, time, n, slice, &upserts, &deletes).await {
+            Ok(stat) => metadata.partition_to_write_stats.entry(FILES.to_string()).or_default().push(stat),
+            Err(e) => return Err(tx.fail(&mut mdt, e).await),
+        }
+    }
+    tx.commit(&mut mdt, &metadata).await?;
+    Ok(())
+}
+
+/// One shard's changes as a new log file of its latest slice: a data block of the files added,
+/// a delete block of the files deleted.
+async fn write_log(
+    mdt: &Table,
+    time: &str,
+    shard: u32,
+    slice: &crate::table::fs_view::FileSlice,
+    upserts: &[&FileInfo],
+    deletes: &[&str],
+) -> Result<WriteStat> {
+    let file_id = shard::file_id(FILES, shard);
+    let mut blocks = Vec::new();
+    if !upserts.is_empty() {
+        let n = upserts.len();
+        let keys = StringArray::from_iter_values(upserts.iter().map(|f| f.path.as_str()));
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec![time; n])),
+            Arc::new(StringArray::from_iter_values((0..n).map(|i| format!("{time}_{shard}_{i}")))),
+            Arc::new(keys.clone()),
+            Arc::new(StringArray::from(vec![FILES; n])),
+            Arc::new(StringArray::from(vec![file_id.as_str(); n])),
+            Arc::new(keys),
+            Arc::new(StringArray::from(vec![FILES; n])),
+            Arc::new(Int64Array::from_iter_values(upserts.iter().map(|f| f.size as i64))),
+        ];
+        let batch = RecordBatch::try_new(mdt.schema(), columns)?;
+        blocks.push(crate::log::parquet_block(time, &batch, &mdt.config().name)?);
+    }
+    if !deletes.is_empty() {
+        let records: Vec<DeleteRecord> = deletes
+            .iter()
+            .map(|path| DeleteRecord {
+                record_key: Some(path.to_string()),
+                partition_path: Some(FILES.to_string()),
+                ordering: OrderingVal::COMMIT_TIME,
+            })
+            .collect();
+        blocks.push(crate::log::delete_block(time, &records, &record_schema(), &mdt.config().name)?);
+    }
+    let after = slice.logs.iter().filter(|l| l.name.instant == slice.base_instant).map(|l| l.name.version).max();
+    let file = crate::log::write_new(
+        mdt.storage(),
+        FILES,
+        &file_id,
+        &slice.base_instant,
+        "0-0-1",
+        after.unwrap_or(0),
+        &blocks,
+    )
+    .await?;
+    Ok(WriteStat {
+        file_id,
+        path: Some(file.path.clone()),
+        prev_commit: Some(slice.base_instant.clone()),
+        partition_path: Some(FILES.to_string()),
+        num_writes: upserts.len() as i64,
+        num_update_writes: upserts.len() as i64,
+        num_deletes: deletes.len() as i64,
+        total_log_records: (upserts.len() + deletes.len()) as i64,
+        total_log_blocks: blocks.len() as i64,
+        log_version: Some(i64::from(file.name.version)),
+        log_files: Some(vec![file.name.name()]),
+        total_write_bytes: file.size as i64,
+        file_size_in_bytes: file.size as i64,
         ..WriteStat::default()
     })
 }
