@@ -212,3 +212,28 @@ def test_cli_builds_and_validates(table: oxlake.Table) -> None:
     assert stale.returncode == 1 and "stale: instant" in stale.stdout
     with pytest.raises(oxlake.InvalidArgumentError):
         table.build_metadata(files_shards=0)
+
+
+def test_the_metadata_table_compacts_itself(table: oxlake.Table) -> None:
+    """Each commit adds a log file to the shards it touches; past ten, the next commit first
+    compacts the metadata table into new base files (time: the latest data instant + `001`)."""
+    table.insert(trips(list(range(30))))
+    table.build_metadata(files_shards=1)
+    for n in range(12):
+        table.upsert(trips([n], ts=2 + n, name="u"))
+        assert table.validate().ok, n
+    shard = Path(table.uri) / ".hoodie/oxlake/metadata/files"
+    bases = sorted(p.name for p in shard.glob("*.parquet"))
+    data_times = {i.time for i in completed(table)}
+    compacted = [b for b in bases if len(b.rsplit("_", 1)[1].removesuffix(".parquet")) == 20]
+    assert compacted, bases
+    time = compacted[-1].rsplit("_", 1)[1].removesuffix(".parquet")
+    assert time[:17] in data_times and time.endswith("001")
+    latest_logs = [p for p in shard.glob(".files-0000-0_*.log.*") if f"_{time}.log." in p.name]
+    assert 0 < len(latest_logs) < 10
+    expected = [
+        {**r, "ts": 2 + r["id"], "name": f"u{r['id']}"} if r["id"] < 12 else r
+        for r in rows(trips(list(range(30))))
+    ]
+    assert rows(table.to_arrow()) == expected
+    assert rows(hudi_read(table.uri)) == expected

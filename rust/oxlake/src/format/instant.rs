@@ -183,7 +183,9 @@ impl fmt::Display for Instant {
 
 /// Whether `s` is a 17- or 14-digit instant time (or the metadata table's all-zero times).
 pub fn is_instant_time(s: &str) -> bool {
-    matches!(s.len(), 14 | 17) && s.bytes().all(|b| b.is_ascii_digit())
+    // 20 digits: a 17-digit time with a 3-digit suffix, as Apache Hudi names the metadata table's
+    // own instants (ours: its compactions), ordered after the data instant they follow.
+    matches!(s.len(), 14 | 17 | 20) && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The current UTC time as an instant time.
@@ -205,7 +207,11 @@ pub fn next_after(last: Option<&str>) -> Result<String> {
 
 /// Parses an instant time (17 or 14 digits).
 pub fn parse_time(s: &str) -> Result<NaiveDateTime> {
-    let padded = if s.len() == 14 { format!("{s}000") } else { s.to_string() };
+    let padded = match s.len() {
+        14 => format!("{s}000"),
+        20 => s[..17].to_string(),
+        _ => s.to_string(),
+    };
     NaiveDateTime::parse_from_str(&padded, TIME_FORMAT)
         .map_err(|e| Error::invalid_arg("instant", format!("`{s}` is not an instant time: {e}")))
 }

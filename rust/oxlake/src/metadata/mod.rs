@@ -114,7 +114,9 @@ impl Table {
         let data = self.timeline();
         let built_at = mdt.config().raw.get(BUILT_AT_KEY).cloned().unwrap_or_else(|| UNKNOWN_BUILD_TIME.to_string());
         let completed = |time: &str| data.instants_at(time).iter().any(|d| d.is_completed());
-        mdt.restrict_timeline(|i| completed(&i.time));
+        // A compaction of the metadata table carries the time of the data instant it follows,
+        // suffixed (see `compact_if_due`).
+        mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)));
         let have: HashSet<&str> = mdt.timeline().completed_data().map(|i| i.time.as_str()).collect();
         let pending_then: HashSet<&str> =
             mdt.config().raw.get(BUILT_PENDING_KEY).map(|p| p.split(',').collect()).unwrap_or_default();
@@ -249,17 +251,11 @@ async fn build(data: &Table, time: &str, config: MetadataConfig) -> Result<()> {
     let pending: Vec<&str> =
         data.timeline().pending().filter(|i| i.action.writes_data()).map(|i| i.time.as_str()).collect();
     mdt.set_property(BUILT_PENDING_KEY, Some(&pending.join(","))).await?;
-    let files = data_files(storage.list_recursive("").await?);
-    let mut shards: Vec<Vec<FileInfo>> = vec![Vec::new(); config.files_shards.max(1) as usize];
-    for f in files {
-        let partition = f.path.rsplit_once('/').map_or("", |(p, _)| p);
-        shards[shard::shard_of(partition, config.files_shards) as usize].push(f);
-    }
+    let shards = by_shard(data_files(storage.list_recursive("").await?), config.files_shards);
     let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time).await?;
     let mut metadata = CommitMetadata { operation_type: Some("BULK_INSERT".into()), ..Default::default() };
     metadata.extra_metadata.insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&record_schema(), "metadata")?);
-    for (n, mut files) in shards.into_iter().enumerate() {
-        files.sort_by(|a, b| a.path.cmp(&b.path));
+    for (n, files) in shards.into_iter().enumerate() {
         match write_base_file(&mdt, time, FILES, n as u32, &files).await {
             Ok(stat) => metadata.partition_to_write_stats.entry(FILES.to_string()).or_default().push(stat),
             Err(e) => return Err(tx.fail(&mut mdt, e).await),
@@ -317,6 +313,7 @@ pub(crate) async fn sync(data: &Table, time: &str, added: &[FileInfo], deleted: 
         log::info!("{}: metadata table stale (missing {:?}); not updated", data.uri(), current.missing);
         return Ok(());
     }
+    compact_if_due(data, &current, time).await?;
     let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
     let shards: u32 = mdt.config().raw.get(FILES_SHARDS_KEY).and_then(|s| s.parse().ok()).unwrap_or(1);
     let mut by_shard: BTreeMap<u32, (Vec<&FileInfo>, Vec<&str>)> = BTreeMap::new();
@@ -351,6 +348,57 @@ pub(crate) async fn sync(data: &Table, time: &str, added: &[FileInfo], deleted: 
     }
     tx.commit(&mut mdt, &metadata).await?;
     Ok(())
+}
+
+/// Log files a shard's latest slice may gather before the metadata table is compacted.
+const COMPACT_AFTER_LOGS: usize = 10;
+
+/// Compacts the metadata table when a shard's latest slice has [`COMPACT_AFTER_LOGS`] log files:
+/// new base files of every shard, holding the index as readers see it (only blocks of instants
+/// completed on the data timeline), at time `<latest completed data instant>001`, which orders
+/// after that instant and before any later one. Runs before the deltacommit of `syncing`, and only
+/// when no other data write is pending: a write that completed later would have written its
+/// blocks into a slice the compaction leaves behind.
+async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) -> Result<()> {
+    let Some(latest) = data.timeline().latest_completed_data().map(|i| i.time.clone()) else { return Ok(()) };
+    let view = current.table.file_system_view().await?;
+    let due = view.groups().any(|g| g.slices.values().next_back().is_some_and(|s| s.logs.len() >= COMPACT_AFTER_LOGS));
+    let others_pending = data.timeline().pending().any(|i| i.action.writes_data() && i.time != syncing);
+    if !due || others_pending {
+        return Ok(());
+    }
+    let time = format!("{}001", &latest[..latest.len().min(17)]);
+    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    if !mdt.timeline().instants_at(&time).is_empty() {
+        return Ok(());
+    }
+    let files = current.files().await?;
+    let shards: u32 = mdt.config().raw.get(FILES_SHARDS_KEY).and_then(|s| s.parse().ok()).unwrap_or(1);
+    let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time).await?;
+    let mut metadata = CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
+    metadata.extra_metadata.insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&record_schema(), "metadata")?);
+    for (n, files) in by_shard(files, shards).into_iter().enumerate() {
+        match write_base_file(&mdt, &time, FILES, n as u32, &files).await {
+            Ok(stat) => metadata.partition_to_write_stats.entry(FILES.to_string()).or_default().push(stat),
+            Err(e) => return Err(tx.fail(&mut mdt, e).await),
+        }
+    }
+    tx.commit(&mut mdt, &metadata).await?;
+    log::info!("{}: metadata table compacted at {time}", data.uri());
+    Ok(())
+}
+
+/// Files by shard of the `files` index, each shard sorted by path.
+fn by_shard(files: Vec<FileInfo>, shards: u32) -> Vec<Vec<FileInfo>> {
+    let mut out: Vec<Vec<FileInfo>> = vec![Vec::new(); shards.max(1) as usize];
+    for f in files {
+        let partition = f.path.rsplit_once('/').map_or("", |(p, _)| p);
+        out[shard::shard_of(partition, shards) as usize].push(f);
+    }
+    for shard in &mut out {
+        shard.sort_by(|a, b| a.path.cmp(&b.path));
+    }
+    out
 }
 
 /// One shard's changes as a new log file of its latest slice: a data block of the files added,
