@@ -119,6 +119,10 @@ impl Transaction {
     pub async fn begin_with(table: &mut Table, action: Action, plan: impl Fn(&str) -> Result<Bytes>) -> Result<Self> {
         table.reload().await?;
         rollback_failed(table).await?;
+        if action != Action::Indexing {
+            // Boxed: catching up builds the metadata table, which begins a transaction of its own.
+            Box::pin(crate::metadata::catch_up(table)).await?;
+        }
         let storage = table.storage().clone();
         let mut last = table.timeline().last_time().map(str::to_string);
         for _ in 0..CLAIM_ATTEMPTS {
@@ -428,7 +432,12 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
         .timeline()
         .pending()
         // A compaction that never started keeps its plan; one that started is undone and rerun.
-        .filter(|i| i.action.writes_data() || (i.action == Action::Compaction && i.state == State::Inflight))
+        // A metadata table build that never completed is dropped (the next writer builds again).
+        .filter(|i| {
+            i.action.writes_data()
+                || i.action == Action::Indexing
+                || (i.action == Action::Compaction && i.state == State::Inflight)
+        })
         .cloned()
         .collect();
     for instant in failed {

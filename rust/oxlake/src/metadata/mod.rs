@@ -8,7 +8,8 @@
 //! Reader rules: the metadata table is used only when it is fresh (every instant that changed
 //! files on the data timeline after it was built is also completed on it), and only its instants
 //! whose time is a completed instant of the data timeline count; anything else (a crash between
-//! the two commits, a writer that ignores the metadata table) makes readers list storage instead.
+//! the two commits, a writer that ignores the metadata table) makes readers list storage instead,
+//! and the next writer builds it again ([`catch_up`]).
 
 pub mod shard;
 
@@ -347,6 +348,27 @@ pub(crate) async fn sync(data: &Table, time: &str, added: &[FileInfo], deleted: 
         }
     }
     tx.commit(&mut mdt, &metadata).await?;
+    Ok(())
+}
+
+/// Catches a stale metadata table up before a change of the data table (the next writer repairs
+/// what another writer or a crash left, DESIGN.md §3): built again from a listing, with the same
+/// shards. An unreadable one is built again too.
+pub(crate) async fn catch_up(data: &mut Table) -> Result<()> {
+    let shards = match data.metadata_table().await {
+        Ok(None) => return Ok(()),
+        Ok(Some(mdt)) if mdt.is_fresh() => return Ok(()),
+        Ok(Some(mdt)) => {
+            log::info!("{}: metadata table stale (missing {:?}); building it again", data.uri(), mdt.missing);
+            mdt.table.config().raw.get(FILES_SHARDS_KEY).and_then(|s| s.parse().ok())
+        }
+        Err(e) => {
+            log::warn!("{}: metadata table unreadable ({e}); building it again", data.uri());
+            None
+        }
+    };
+    let config = MetadataConfig { files_shards: shards.unwrap_or(MetadataConfig::default().files_shards) };
+    data.build_metadata(config).await?;
     Ok(())
 }
 
