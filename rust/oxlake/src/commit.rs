@@ -154,14 +154,15 @@ impl Transaction {
         })
     }
 
-    /// Claims the instant `time` (not a new one) for `action`: the metadata table's commits carry
-    /// the time of the data instant they belong to. Fails when `time` is taken.
-    pub async fn begin_at(table: &mut Table, action: Action, time: &str) -> Result<Self> {
+    /// Claims the instant `time` (not a new one) for `action`, its requested file holding `plan`:
+    /// the metadata table's commits carry the time of the data instant they belong to. Fails when
+    /// `time` is taken.
+    pub async fn begin_at(table: &mut Table, action: Action, time: &str, plan: Bytes) -> Result<Self> {
         table.reload().await?;
         let storage = table.storage().clone();
         let requested = Instant::new(time, action, State::Requested);
         if !table.timeline().instants_at(time).is_empty()
-            || !table.timeline().create(&storage, &requested, Bytes::new()).await?
+            || !table.timeline().create(&storage, &requested, plan).await?
         {
             return Err(Error::CommitConflict { instant: time.to_string(), detail: "the instant is taken".into() });
         }

@@ -253,7 +253,7 @@ async fn build(data: &Table, time: &str, config: MetadataConfig) -> Result<()> {
         data.timeline().pending().filter(|i| i.action.writes_data()).map(|i| i.time.as_str()).collect();
     mdt.set_property(BUILT_PENDING_KEY, Some(&pending.join(","))).await?;
     let shards = by_shard(data_files(storage.list_recursive("").await?), config.files_shards);
-    let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time).await?;
+    let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time, Bytes::new()).await?;
     let mut metadata = CommitMetadata { operation_type: Some("BULK_INSERT".into()), ..Default::default() };
     metadata.extra_metadata.insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&record_schema(), "metadata")?);
     for (n, files) in shards.into_iter().enumerate() {
@@ -325,7 +325,7 @@ pub(crate) async fn sync(data: &Table, time: &str, added: &[FileInfo], deleted: 
     for path in deleted {
         by_shard.entry(shard_of_path(path)).or_default().1.push(path);
     }
-    let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time).await?;
+    let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time, Bytes::new()).await?;
     let view = match mdt.file_system_view().await {
         Ok(view) => view,
         Err(e) => return Err(tx.fail(&mut mdt, e).await),
@@ -396,7 +396,9 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     }
     let files = current.files().await?;
     let shards: u32 = mdt.config().raw.get(FILES_SHARDS_KEY).and_then(|s| s.parse().ok()).unwrap_or(1);
-    let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time).await?;
+    // The plan names no file group: writers never wait for this compaction (it gives way).
+    let plan = Bytes::from(crate::services::CompactionPlan::default().to_json()?);
+    let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time, plan).await?;
     let mut metadata = CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
     metadata.extra_metadata.insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&record_schema(), "metadata")?);
     for (n, files) in by_shard(files, shards).into_iter().enumerate() {
@@ -404,6 +406,18 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
             Ok(stat) => metadata.partition_to_write_stats.entry(FILES.to_string()).or_default().push(stat),
             Err(e) => return Err(tx.fail(&mut mdt, e).await),
         }
+    }
+    crate::commit::failpoint("metadata-compaction-before-commit");
+    // A writer that began its sync meanwhile may have put its log into the slice this compaction
+    // leaves behind: then the compaction gives way (it runs again at a later sync).
+    mdt.reload().await?;
+    let raced = mdt.timeline().instants().iter().any(|i| i.action == Action::DeltaCommit && i.time > latest);
+    if raced {
+        log::info!("{}: metadata compaction at {time} gave way to a concurrent sync", data.uri());
+        tx.abort(&mut mdt).await?;
+        // An aborted compaction keeps its plan to run again; this one has none to keep.
+        let requested = Instant::new(time, Action::Compaction, crate::format::instant::State::Requested);
+        return mdt.storage().delete(&mdt.timeline().path_of(&requested)).await;
     }
     tx.commit(&mut mdt, &metadata).await?;
     log::info!("{}: metadata table compacted at {time}", data.uri());
