@@ -61,11 +61,16 @@ def table_path(tmp_path: Path) -> str:
     return str(tmp_path / "t")
 
 
+def trips_table(path: str, **options: Any) -> oxlake.Table:
+    """A new table for `trips` rows: keyed by id, partitioned by city, ordered by ts."""
+    return oxlake.create_table(
+        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", **options
+    )
+
+
 @pytest.fixture
 def table(table_path: str) -> oxlake.Table:
-    return oxlake.create_table(
-        table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts"
-    )
+    return trips_table(table_path)
 
 
 def python() -> str:

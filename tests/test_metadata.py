@@ -11,7 +11,8 @@ from pathlib import Path
 
 import oxlake
 import pytest
-from conftest import SCHEMA, hudi_read, rows, trips
+from conftest import SCHEMA, hudi_read, rows, trips, trips_table
+from test_crash import HEARTBEAT, WRITER
 
 
 def completed(t: oxlake.Table) -> list[oxlake.Instant]:
@@ -21,9 +22,7 @@ def completed(t: oxlake.Table) -> list[oxlake.Instant]:
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_the_built_files_index_lists_exactly_the_files_in_storage(tmp_path: Path, table_type: str) -> None:
     path = str(tmp_path / "t")
-    t = oxlake.create_table(
-        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
-    )
+    t = trips_table(path, table_type=table_type)
     t.insert(trips(list(range(100))))
     t.upsert(trips(list(range(0, 100, 4)), ts=2, name="u"))
     t.delete(trips([1, 2]))
@@ -69,9 +68,7 @@ def test_planning_takes_the_files_from_the_index_while_it_is_fresh(table: oxlake
 def test_every_write_and_service_keeps_the_index_in_step(tmp_path: Path, table_type: str) -> None:
     """After each step the index equals storage and reads equal the model."""
     path = str(tmp_path / "t")
-    t = oxlake.create_table(
-        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
-    )
+    t = trips_table(path, table_type=table_type)
     t.insert(trips(list(range(60))), target_file_size=100)  # small file groups, for clustering
     t.build_metadata(files_shards=2)
     model = {r["id"]: r for r in rows(t.to_arrow())}
@@ -147,14 +144,6 @@ def test_a_writer_that_ignores_the_index_makes_it_stale_until_the_next_writer(ta
     assert rows(table.to_arrow())[1]["name"] == "w1"
 
 
-WRITER = """
-import sys, oxlake
-sys.path.insert(0, {tests!r})
-from conftest import trips
-oxlake.Table({uri!r}, heartbeat_interval=0.2).upsert(trips([2, 3, 40, 41], ts=5, name="crashed"))
-"""
-
-
 @pytest.mark.parametrize(
     "failpoint",
     [
@@ -164,18 +153,11 @@ oxlake.Table({uri!r}, heartbeat_interval=0.2).upsert(trips([2, 3, 40, 41], ts=5,
     ],
 )
 def test_a_writer_killed_around_the_metadata_commit(table_path: str, failpoint: str) -> None:
-    t = oxlake.create_table(
-        table_path,
-        SCHEMA,
-        record_key="id",
-        partition_by=["city"],
-        ordering_field="ts",
-        heartbeat_interval=0.2,
-    )
+    t = trips_table(table_path, heartbeat_interval=HEARTBEAT)
     t.insert(trips(list(range(6))))
     t.build_metadata()
     committed = rows(t.to_arrow())
-    script = WRITER.format(tests=str(Path(__file__).parent), uri=table_path)
+    script = WRITER.format(tests=str(Path(__file__).parent), uri=table_path, hb=HEARTBEAT)
     env = dict(os.environ, OXLAKE_FAILPOINT=failpoint)
     assert subprocess.run([sys.executable, "-c", script], env=env, capture_output=True).returncode != 0
 
@@ -183,7 +165,7 @@ def test_a_writer_killed_around_the_metadata_commit(table_path: str, failpoint: 
     assert rows(reader.to_arrow()) == committed
     assert reader.validate().ok  # what the crashed write left counts nowhere
     time.sleep(1.0)  # the crashed writer's heartbeat expires
-    writer = oxlake.Table(table_path, heartbeat_interval=0.2)
+    writer = oxlake.Table(table_path, heartbeat_interval=HEARTBEAT)
     writer.upsert(trips([5], ts=9, name="next"))
     assert [i.action for i in writer.timeline() if i.state == "completed"][-2:] == ["rollback", "commit"]
     report = writer.validate()
@@ -193,12 +175,12 @@ def test_a_writer_killed_around_the_metadata_commit(table_path: str, failpoint: 
 
 
 def test_a_build_that_never_completed_is_not_used(table_path: str) -> None:
-    table = oxlake.create_table(table_path, SCHEMA, record_key="id", heartbeat_interval=0.2)
+    table = oxlake.create_table(table_path, SCHEMA, record_key="id", heartbeat_interval=HEARTBEAT)
     table.insert(trips(list(range(10))))
     instant = table.build_metadata()
     # The build crashed after writing the metadata table, before its instant completed.
     (Path(table.uri) / ".hoodie" / f"{instant}.indexing").unlink()
-    t = oxlake.Table(table.uri, heartbeat_interval=0.2)
+    t = oxlake.Table(table.uri, heartbeat_interval=HEARTBEAT)
     assert t.validate().missing_instants == [instant]
     assert rows(t.to_arrow()) == rows(trips(list(range(10))))
     time.sleep(1.0)  # the crashed build's heartbeat expires

@@ -12,7 +12,7 @@ import oxlake
 import oxlake.spark
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, hudi_read, rows, trips
+from conftest import SCHEMA, hudi_read, rows, trips, trips_table
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import SparkSession  # noqa: E402
@@ -40,9 +40,7 @@ def from_spark(df: object) -> pa.Table:
 
 def three_commits(path: str, table_type: str) -> tuple[oxlake.Table, str]:
     """A table after an insert, an upsert and a delete; and the insert's instant."""
-    t = oxlake.create_table(
-        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
-    )
+    t = trips_table(path, table_type=table_type)
     t.insert(trips(list(range(300))))
     first = [i.time for i in t.timeline() if i.state == "completed"][-1]
     t.upsert(trips(list(range(0, 300, 7)), ts=2, name="u"))
@@ -90,6 +88,20 @@ def test_filter_and_columns_are_pushed_to_the_native_reader(spark: SparkSession,
     assert got == [i for i in range(90) if i % 3 == 0]
 
 
+def check_insert_upsert_delete(path: str) -> tuple[list[dict[str, object]], list[oxlake.Instant]]:
+    """After Spark wrote 0..199, upserted 150..249 (`u`, ts 2) and deleted 0..19, in three
+    commits: oxlake and hudi-rs read the same rows. Returns them and the completed instants."""
+    expected = rows(
+        pa.concat_tables([trips(list(range(20, 150))), trips(list(range(150, 250)), ts=2, name="u")])
+    )
+    t = oxlake.Table(path)
+    assert rows(t.to_arrow()) == expected
+    assert rows(hudi_read(path)) == expected
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    assert len(completed) == 3
+    return expected, completed
+
+
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_write_round_trip(spark: SparkSession, tmp_path: Path, table_type: str) -> None:
     """Created by the first write, then upserts, deletes and an overwrite, each one commit; read
@@ -114,14 +126,7 @@ def test_write_round_trip(spark: SparkSession, tmp_path: Path, table_type: str) 
     assert (r.num_inserts, r.num_updates) == (50, 50)
     gone = spark.createDataFrame(trips(list(range(0, 20))).to_pandas())
     assert oxlake.spark.write(gone, path, "delete").num_deletes == 20
-    expected = rows(
-        pa.concat_tables([trips(list(range(20, 150))), trips(list(range(150, 250)), ts=2, name="u")])
-    )
-    t = oxlake.Table(path)
-    assert rows(t.to_arrow()) == expected
-    assert rows(hudi_read(path)) == expected
-    instants = [i for i in t.timeline() if i.state == "completed"]
-    assert len(instants) == 3
+    expected, _ = check_insert_upsert_delete(path)
 
     over = spark.createDataFrame(trips([1000, 1003], city="sf").to_pandas())
     oxlake.spark.write(over, path, "insert_overwrite")
@@ -339,14 +344,8 @@ def test_data_source_write_round_trip(source: SparkSession, tmp_path: Path, tabl
     frame(trips(list(range(0, 20)))).write.format("oxlake").option("operation", "delete").mode("append").save(
         path
     )
-    expected = rows(
-        pa.concat_tables([trips(list(range(20, 150))), trips(list(range(150, 250)), ts=2, name="u")])
-    )
+    expected, completed = check_insert_upsert_delete(path)
     t = oxlake.Table(path)
-    assert rows(t.to_arrow()) == expected
-    assert rows(hudi_read(path)) == expected
-    completed = [i for i in t.timeline() if i.state == "completed"]
-    assert len(completed) == 3
     for instant in completed:
         names = base_files_of(path, instant.time)
         file_ids = [n.split("_", 1)[0] for n in names]
