@@ -210,25 +210,32 @@ def test_cli_builds_and_validates(table: oxlake.Table) -> None:
         table.build_metadata(files_shards=0)
 
 
-def test_the_metadata_table_compacts_itself(table: oxlake.Table) -> None:
+def test_the_metadata_table_compacts_and_cleans_itself(table: oxlake.Table) -> None:
     """Each commit adds a log file to the shards it touches; past ten, the next commit first
-    compacts the metadata table into new base files (time: the latest data instant + `001`)."""
+    compacts the metadata table into new base files (time: the latest data instant + `001`), and
+    deletes the slices older than the one before."""
     table.insert(trips(list(range(30))))
-    table.build_metadata(files_shards=1)
-    for n in range(12):
+    built = table.build_metadata(files_shards=1)
+    for n in range(23):
         table.upsert(trips([n], ts=2 + n, name="u"))
         assert table.validate().ok, n
     shard = Path(table.uri) / ".hoodie/oxlake/metadata/files"
-    bases = sorted(p.name for p in shard.glob("*.parquet"))
+
+    def instant_of(name: str) -> str:
+        if name.endswith(".parquet"):
+            return name.rsplit("_", 1)[1].removesuffix(".parquet")
+        return name.split("_")[1].split(".")[0]  # .<file id>_<base instant>.log.<version>_<token>
+
+    base_times = sorted(instant_of(p.name) for p in shard.glob("*.parquet"))
     data_times = {i.time for i in completed(table)}
-    compacted = [b for b in bases if len(b.rsplit("_", 1)[1].removesuffix(".parquet")) == 20]
-    assert compacted, bases
-    time = compacted[-1].rsplit("_", 1)[1].removesuffix(".parquet")
-    assert time[:17] in data_times and time.endswith("001")
-    latest_logs = [p for p in shard.glob(".files-0000-0_*.log.*") if f"_{time}.log." in p.name]
+    assert len(base_times) == 2, base_times  # two compactions; the built slice is gone
+    assert all(len(t) == 20 and t[:17] in data_times and t.endswith("001") for t in base_times)
+    assert {instant_of(p.name) for p in shard.glob(".files-*")} <= set(base_times)
+    assert built not in {instant_of(p.name) for p in shard.iterdir()}
+    latest_logs = [p for p in shard.glob(".files-0000-0_*.log.*") if instant_of(p.name) == base_times[-1]]
     assert 0 < len(latest_logs) < 10
     expected = [
-        {**r, "ts": 2 + r["id"], "name": f"u{r['id']}"} if r["id"] < 12 else r
+        {**r, "ts": 2 + r["id"], "name": f"u{r['id']}"} if r["id"] < 23 else r
         for r in rows(trips(list(range(30))))
     ]
     assert rows(table.to_arrow()) == expected

@@ -421,6 +421,22 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     }
     tx.commit(&mut mdt, &metadata).await?;
     log::info!("{}: metadata table compacted at {time}", data.uri());
+    remove_old_slices(&mdt).await
+}
+
+/// Deletes the slices of the metadata table older than the one before the latest: a reader that
+/// opened the table before this compaction still reads the one before. (No instant records it:
+/// an interrupted removal is finished by the next compaction.)
+async fn remove_old_slices(mdt: &Table) -> Result<()> {
+    let view = mdt.file_system_view().await?;
+    for group in view.groups() {
+        let slices: Vec<_> = group.slices.values().collect();
+        for slice in &slices[..slices.len().saturating_sub(2)] {
+            for path in slice.base.iter().map(|b| &b.path).chain(slice.logs.iter().map(|l| &l.path)) {
+                mdt.storage().delete(path).await?;
+            }
+        }
+    }
     Ok(())
 }
 
