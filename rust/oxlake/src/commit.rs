@@ -226,7 +226,18 @@ impl Transaction {
     }
 
     /// Checks for conflicts and makes the write visible. On a conflict the write is rolled back.
-    pub async fn commit(mut self, table: &mut Table, metadata: &CommitMetadata) -> Result<Instant> {
+    pub async fn commit(self, table: &mut Table, metadata: &CommitMetadata) -> Result<Instant> {
+        self.commit_with_keys(table, metadata, &crate::metadata::KeyChanges::default()).await
+    }
+
+    /// [`Transaction::commit`] of a write that moved record keys (`keys`: what the record index
+    /// learns; clusterings and insert overwrites are read back from their files instead).
+    pub async fn commit_with_keys(
+        mut self,
+        table: &mut Table,
+        metadata: &CommitMetadata,
+        keys: &crate::metadata::KeyChanges,
+    ) -> Result<Instant> {
         failpoint("before-commit");
         table.reload().await?;
         if let Some(conflict) = self.find_conflict(table, metadata).await? {
@@ -242,7 +253,15 @@ impl Transaction {
                     Some(FileInfo { path, size: s.file_size_in_bytes.max(0) as u64 })
                 })
                 .collect();
-            if let Err(e) = Box::pin(crate::metadata::sync(table, &self.instant.time, &added, &[])).await {
+            let replaced: Vec<FileGroupId> =
+                metadata.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())).collect();
+            let keys = match self.instant.action {
+                Action::Compaction => crate::metadata::KeySource::Unchanged,
+                Action::Clustering | Action::ReplaceCommit => crate::metadata::KeySource::Replaced(replaced),
+                _ => crate::metadata::KeySource::Reported(keys),
+            };
+            let change = crate::metadata::Change { added: &added, deleted: &[], keys };
+            if let Err(e) = Box::pin(crate::metadata::sync(table, &self.instant.time, change)).await {
                 self.abort(table).await?;
                 return Err(e);
             }
@@ -468,7 +487,11 @@ pub async fn rollback_completed(table: &mut Table, time: &str) -> Result<String>
         let replaced = table.replaced_file_groups(previous).await?;
         table.check_not_cleaned("instant", previous, &view, &replaced).await?;
     }
-    rollback_latest(table, &time).await
+    let r = rollback_latest(table, &time).await?;
+    // A rollback the record index could not follow left the metadata table stale: build it now
+    // rather than have readers list storage until the next write.
+    Box::pin(crate::metadata::catch_up(table)).await?;
+    Ok(r)
 }
 
 /// [`rollback_completed`] without the recovery of failed writes first and without the clean check
@@ -536,7 +559,12 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
     let (deleted, added) = undo_files_of(storage, target, &r.time).await?;
     failpoint("rollback-after-delete");
     // Boxed: syncing commits on the metadata table, whose failure rolls back there.
-    Box::pin(crate::metadata::sync(table, &r.time, &added, &deleted)).await?;
+    let change = crate::metadata::Change {
+        added: &added,
+        deleted: &deleted,
+        keys: crate::metadata::KeySource::RolledBack(&target.time),
+    };
+    Box::pin(crate::metadata::sync(table, &r.time, change)).await?;
     let meta = RollbackMetadata {
         start_rollback_time: r.time.clone(),
         commits_rollback: vec![target.time.clone()],

@@ -146,18 +146,53 @@ impl PyTable {
         })
     }
 
-    /// Builds the metadata table from a full listing; returns its `indexing` instant.
-    #[pyo3(signature = (files_shards=4))]
-    fn build_metadata(&self, py: Python<'_>, files_shards: u32) -> PyResult<String> {
-        if files_shards == 0 {
-            return Err(crate::errors::InvalidArgumentError::new_err("files_shards must be at least 1"));
-        }
+    /// Builds the metadata table; returns its `indexing` instant. A shard count of 0 leaves an
+    /// index out (`files` needs one).
+    #[pyo3(signature = (files_shards=4, column_stats_shards=2, bloom_filters_shards=2, record_index_shards=8))]
+    fn build_metadata(
+        &self,
+        py: Python<'_>,
+        files_shards: u32,
+        column_stats_shards: u32,
+        bloom_filters_shards: u32,
+        record_index_shards: u32,
+    ) -> PyResult<String> {
+        let config = oxlake::metadata::MetadataConfig::new(
+            files_shards,
+            column_stats_shards,
+            bloom_filters_shards,
+            record_index_shards,
+        )
+        .map_err(crate::errors::to_py)?;
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
-            t.build_metadata(oxlake::metadata::MetadataConfig { files_shards }).await
+            t.build_metadata(config).await
         })
+    }
+
+    /// The current rows of the keys `keys` holds (rows with the record key columns).
+    #[pyo3(signature = (keys, columns=None))]
+    fn lookup(
+        &self,
+        py: Python<'_>,
+        keys: Bound<'_, PyAny>,
+        columns: Option<Vec<String>>,
+    ) -> PyResult<PyRecordBatchStream> {
+        let batches = import_batches(&keys)?;
+        let inner = self.inner.clone();
+        let stream = run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            let schema = match batches.first() {
+                Some(b) => b.schema(),
+                None => t.data_schema(),
+            };
+            let keys = arrow::compute::concat_batches(&schema, &batches)?;
+            t.lookup(&keys, columns).await
+        })?;
+        PyRecordBatchStream::new(stream)
     }
 
     /// Compares the metadata table with a full listing: (present, missing instants, differences).

@@ -104,36 +104,60 @@ pub async fn read_slice(
             }
             continue;
         }
-        match block.block_type {
-            BlockType::Delete => {
-                let records = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;
-                out.push(LogContent::Deletes { instant, records });
-            }
-            BlockType::ParquetData => {
-                let reader = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
-                    .map_err(|e| Error::corrupt(&path, e))?
-                    .with_batch_size(DECODE_BATCH)
-                    .build()
-                    .map_err(|e| Error::corrupt(&path, e))?;
-                for batch in reader {
-                    let batch = schema::align(&batch.map_err(|e| Error::corrupt(&path, e))?, schema)?;
-                    out.push(LogContent::Records { instant: instant.clone(), batch });
-                }
-            }
-            BlockType::AvroData => {
-                let writer_schema = block
-                    .header
-                    .get(&HeaderKey::Schema)
-                    .ok_or_else(|| Error::corrupt(&path, "Avro data block without a schema header"))?;
-                let reader = DatumReader::new(writer_schema, schema.clone()).map_err(|e| Error::corrupt(&path, e))?;
-                let datums = log_block::avro_datums(&block.content).map_err(|e| Error::corrupt(&path, e))?;
-                for chunk in datums.chunks(DECODE_BATCH) {
-                    let batch = reader.read(chunk.iter().copied()).map_err(|e| Error::corrupt(&path, e))?;
-                    out.push(LogContent::Records { instant: instant.clone(), batch });
-                }
-            }
-            _ => {}
+        if block.block_type == BlockType::Delete {
+            let records = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;
+            out.push(LogContent::Deletes { instant, records });
+            continue;
         }
+        for batch in decode_records(&path, &block, schema)? {
+            out.push(LogContent::Records { instant: instant.clone(), batch });
+        }
+    }
+    Ok(out)
+}
+
+/// The records of a data block (Parquet or Avro) decoded into `schema`; none for other blocks.
+fn decode_records(path: &str, block: &LogBlock, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    let mut out = Vec::new();
+    match block.block_type {
+        BlockType::ParquetData => {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
+                .map_err(|e| Error::corrupt(path, e))?
+                .with_batch_size(DECODE_BATCH)
+                .build()
+                .map_err(|e| Error::corrupt(path, e))?;
+            for batch in reader {
+                out.push(schema::align(&batch.map_err(|e| Error::corrupt(path, e))?, schema)?);
+            }
+        }
+        BlockType::AvroData => {
+            let writer_schema = block
+                .header
+                .get(&HeaderKey::Schema)
+                .ok_or_else(|| Error::corrupt(path, "Avro data block without a schema header"))?;
+            let reader = DatumReader::new(writer_schema, schema.clone()).map_err(|e| Error::corrupt(path, e))?;
+            let datums = log_block::avro_datums(&block.content).map_err(|e| Error::corrupt(path, e))?;
+            for chunk in datums.chunks(DECODE_BATCH) {
+                out.push(reader.read(chunk.iter().copied()).map_err(|e| Error::corrupt(path, e))?);
+            }
+        }
+        _ => {}
+    }
+    Ok(out)
+}
+
+/// Every record of a log file's data blocks, of any instant, decoded into `schema` (the bounds of
+/// what the file may contribute to a read: the file-level indexes describe it).
+pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    let log = LogFile {
+        name: LogFileName::parse(path.rsplit('/').next().unwrap_or(path))
+            .ok_or_else(|| Error::corrupt(path, "not a log file name"))?,
+        path: path.to_string(),
+        size: 0,
+    };
+    let mut out = Vec::new();
+    for Located { path, block } in read_blocks(storage, std::slice::from_ref(&log)).await? {
+        out.extend(decode_records(&path, &block, schema)?);
     }
     Ok(out)
 }

@@ -14,10 +14,15 @@ pub fn shard_of(key: &str, shards: u32) -> u32 {
     (stable_hash(key) % u64::from(shards.max(1))) as u32
 }
 
-/// The file id of a shard: `<index>-<shard, 4 digits>-0`, as Apache Hudi names its metadata
-/// table's file groups.
+/// The file id of a shard: `<prefix>-<shard, 4 digits>-0`, as Apache Hudi names its metadata
+/// table's file groups (`files`, `col-stats`, `bloom-filters`, `record-index`: a file id holds no
+/// `_`, which separates the parts of a file name).
 pub fn file_id(index: &str, shard: u32) -> String {
-    format!("{index}-{shard:04}-0")
+    let prefix = match index {
+        "column_stats" => "col-stats".to_string(),
+        other => other.replace('_', "-"),
+    };
+    format!("{prefix}-{shard:04}-0")
 }
 
 #[cfg(test)]
@@ -32,6 +37,8 @@ mod tests {
         assert_eq!(stable_hash("a"), 0xaf63_dc4c_8601_ec8c);
         assert_eq!(stable_hash("foobar"), 0x8594_4171_f739_67e8);
         assert_eq!(file_id("files", 7), "files-0007-0");
+        assert_eq!(file_id("column_stats", 1), "col-stats-0001-0");
+        assert_eq!(file_id("record_index", 12), "record-index-0012-0");
     }
 
     proptest! {

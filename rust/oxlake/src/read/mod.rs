@@ -271,10 +271,21 @@ impl Table {
         Ok(slices)
     }
 
-    /// Every file a query reads (after planning, before partition pruning).
+    /// [`Table::plan_scan`], less the slices that the metadata table's `column_stats` and
+    /// `bloom_filters` show cannot hold a row passing the filter.
+    pub async fn plan_scan_pruned(&self, opts: &ScanOptions) -> Result<ScanPlan> {
+        let mut plan = self.plan_scan(opts).await?;
+        if let Some(filter) = &opts.filter {
+            plan.slices = self.prune_by_indexes(plan.slices, filter).await?;
+        }
+        Ok(plan)
+    }
+
+    /// Every file a query reads (after planning and pruning by the metadata table's file indexes,
+    /// before partition pruning).
     pub async fn planned_paths(&self, opts: &ScanOptions) -> Result<Vec<String>> {
         if opts.query != QueryType::Changes {
-            return Ok(self.plan_scan(opts).await?.paths());
+            return Ok(self.plan_scan_pruned(opts).await?.paths());
         }
         let Some(plans) = self.plan_changes(opts).await? else { return Ok(Vec::new()) };
         let mut paths = plans.before.paths();
@@ -296,7 +307,7 @@ impl Table {
                 self.check_changes_readable()?;
                 splits::Split::Changes(self.plan_changes(opts).await?)
             }
-            _ => splits::Split::Scan(self.plan_scan(opts).await?),
+            _ => splits::Split::Scan(self.plan_scan_pruned(opts).await?),
         };
         self.scan_split(split, opts).await
     }

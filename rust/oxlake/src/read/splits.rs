@@ -63,7 +63,7 @@ impl Table {
             let Some(plan) = self.plan_changes(opts).await? else { return Ok(vec![Split::Changes(None)]) };
             return Ok(cut_changes(plan, target_bytes));
         }
-        let plan = self.plan_scan(opts).await?;
+        let plan = self.plan_scan_pruned(opts).await?;
         let slices = match &opts.filter {
             Some(filter) => self.prune_partitions(&plan, filter).await?,
             None => plan.slices.clone(),

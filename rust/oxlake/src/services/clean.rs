@@ -113,7 +113,12 @@ async fn execute(
         progress::advance(progress, 1);
     }
     crate::commit::failpoint("clean-after-delete");
-    Box::pin(crate::metadata::sync(table, &requested.time, &[], &plan.files_to_delete)).await?;
+    let change = crate::metadata::Change {
+        added: &[],
+        deleted: &plan.files_to_delete,
+        keys: crate::metadata::KeySource::Unchanged,
+    };
+    Box::pin(crate::metadata::sync(table, &requested.time, change)).await?;
     let record = serde_json::to_vec_pretty(plan).map_err(Error::invalid_data)?;
     table.timeline().create(storage, &requested.with_state(State::Completed), Bytes::from(record)).await?;
     Ok(plan.files_to_delete.clone())

@@ -102,6 +102,8 @@ impl Table {
             return Err(Error::CommitConflict { instant: r, detail: "restore instant taken".into() });
         }
         finish(self, &requested, &plan, &progress).await?;
+        // The rollbacks of a restore leave a record index stale (see `metadata::sync`).
+        Box::pin(crate::metadata::catch_up(self)).await?;
         Ok(r)
     }
 }

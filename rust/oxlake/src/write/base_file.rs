@@ -126,12 +126,15 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
         ..WriteStat::default()
     };
 
+    // Changes whose key the old file turns out not to hold (an index entry of a key an event-time
+    // delete removed keeps its group) are written as new records, never dropped.
+    let mut matched: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
     if let Some(old) = &work.old {
         let reader = ParquetFile::open(&ctx.storage, &old.path, old.size);
         let mut stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
         while let Some(batch) = stream.next().await {
             let batch = crate::schema::align(&batch?, &ctx.schema)?;
-            let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat)?;
+            let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat, &mut matched)?;
             if kept.num_rows() > 0 {
                 writer.write(&kept).await?;
             }
@@ -141,7 +144,12 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
             stat.num_writes += (kept.num_rows() + replaced.len()) as i64;
         }
     }
-    for chunk in work.inserts.chunks(INSERT_BATCH) {
+    let mut unmatched: Vec<u32> = match work.deletes {
+        true => Vec::new(),
+        false => work.changes.values().copied().filter(|r| !matched.contains(r)).collect(),
+    };
+    unmatched.sort_unstable();
+    for chunk in unmatched.chunks(INSERT_BATCH).chain(work.inserts.chunks(INSERT_BATCH)) {
         writer.write(&meta.new_rows(ctx, chunk)?).await?;
         stat.num_inserts += chunk.len() as i64;
         stat.num_writes += chunk.len() as i64;
@@ -161,6 +169,7 @@ fn merge_batch(
     work: &FileWork,
     batch: &RecordBatch,
     stat: &mut WriteStat,
+    matched: &mut hashbrown::HashSet<u32>,
 ) -> Result<(RecordBatch, Vec<u32>)> {
     if work.changes.is_empty() {
         return Ok((batch.clone(), vec![]));
@@ -188,6 +197,7 @@ fn merge_batch(
             keep.push(true);
             continue;
         };
+        matched.insert(new_row);
         let stored_wins = cmp.as_ref().is_some_and(|(c, _)| c(row, new_row as usize).is_gt());
         if stored_wins {
             keep.push(true);

@@ -27,6 +27,7 @@ use crate::schema;
 use crate::table::Table;
 
 pub use base_file::base_file_properties;
+pub(crate) use plan::base_file_keys;
 pub use plan::{TaskId, WriteConfig};
 
 /// What a write does with its records.
@@ -96,6 +97,9 @@ pub struct WriteResult {
 pub struct WrittenFiles {
     pub replaced: std::collections::BTreeMap<String, Vec<String>>,
     pub stats: Vec<(String, crate::format::commit::WriteStat)>,
+    /// The record keys the files took and the ones they deleted (for the record index).
+    #[serde(default)]
+    pub keys: crate::metadata::KeyChanges,
 }
 
 impl WrittenFiles {
@@ -247,8 +251,12 @@ impl Table {
         let plan = plan::plan(self, op, incoming, config).await?;
         write_partition_markers(self, instant, &plan).await?;
         let plan::WritePlan { work, replaced } = plan;
+        let keys = match incoming {
+            Some(incoming) => key_changes(&work, incoming)?,
+            None => crate::metadata::KeyChanges::default(),
+        };
         let written = base_file::write_all(self, instant, work, incoming, config).await?;
-        Ok(WrittenFiles { replaced, stats: written.into_iter().map(|w| (w.partition, w.stat)).collect() })
+        Ok(WrittenFiles { replaced, stats: written.into_iter().map(|w| (w.partition, w.stat)).collect(), keys })
     }
 
     /// Completes a write with the files of all its tasks (driver side). With `reconcile` (a write
@@ -273,7 +281,9 @@ impl Table {
             .extra_metadata
             .insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&self.data_schema(), &self.config().name)?);
         let mut result = WriteResult::default();
+        let mut keys = crate::metadata::KeyChanges::default();
         for part in parts {
+            keys.extend(part.keys);
             for (partition, ids) in part.replaced {
                 let entry = metadata.partition_to_replace_file_ids.entry(partition).or_default();
                 entry.extend(ids);
@@ -296,7 +306,7 @@ impl Table {
                 return Err(tx.fail(self, e).await);
             }
         }
-        let instant = tx.commit(self, &metadata).await?;
+        let instant = tx.commit_with_keys(self, &metadata, &keys).await?;
         result.instant = Some(instant.time);
         Ok(result)
     }
@@ -323,6 +333,32 @@ impl Table {
             Err(e) => log::warn!("inline compaction after {since} deltacommits failed (the write landed): {e}"),
         }
     }
+}
+
+/// What the planned work does to record keys: the keys each file group takes (updates and
+/// inserts), and the keys deleted.
+fn key_changes(work: &[plan::FileWork], incoming: &Incoming) -> Result<crate::metadata::KeyChanges> {
+    let mut changes = crate::metadata::KeyChanges::default();
+    for w in work {
+        let mut rows: Vec<u32> = w.changes.values().copied().collect();
+        // A delete carrying an ordering value may lose to the stored record (event-time
+        // ordering): its key keeps its entry, which routes a later write to the same group.
+        if w.deletes && incoming.ordering.is_some() {
+            continue;
+        }
+        if w.deletes {
+            changes
+                .deleted
+                .push((w.partition.clone(), crate::metadata::record_index::take_keys(&incoming.keys, &rows)?));
+            continue;
+        }
+        rows.extend(&w.inserts);
+        if !rows.is_empty() {
+            let keys = crate::metadata::record_index::take_keys(&incoming.keys, &rows)?;
+            changes.written.push((w.partition.clone(), w.file_id.clone(), keys));
+        }
+    }
+    Ok(changes)
 }
 
 /// Every partition directory gets `.hoodie_partition_metadata` (Apache Hudi's readers find

@@ -181,7 +181,7 @@ pub(crate) async fn plan(
             let mut looked_up = if op == WriteOperation::Insert {
                 HashMap::new()
             } else {
-                lookup(table.storage(), &rows_by_partition, &live, &slice_logs, incoming, config.parallelism).await?
+                index_lookup(table, &rows_by_partition, &live, &slice_logs, incoming, config.parallelism).await?
             };
             for (partition, rows) in rows_by_partition {
                 let (found, missing) = looked_up.remove(&partition).unwrap_or((Vec::new(), rows));
@@ -291,6 +291,102 @@ fn assign_inserts(
     }
 }
 
+/// Per partition: the changes per file, and the rows whose key no file holds.
+type LookedUp = HashMap<String, (Vec<(BaseFile, Changes)>, Vec<u32>)>;
+
+/// The index lookup of a write: the record index of a fresh metadata table when it keeps one
+/// (no data file is read); else the key columns of the live files, skipping those whose bloom
+/// filters (and those of their logs) hold none of the partition's incoming keys.
+async fn index_lookup(
+    table: &Table,
+    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    live: &HashMap<String, Vec<BaseFile>>,
+    slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
+    incoming: &Arc<Incoming>,
+    parallelism: usize,
+) -> Result<LookedUp> {
+    use crate::metadata::Index;
+    let mdt = match table.metadata_table().await {
+        Ok(Some(mdt)) if mdt.is_fresh() => Some(mdt),
+        _ => None,
+    };
+    let Some(mdt) = mdt else {
+        return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
+    };
+    if mdt.has(Index::RecordIndex) {
+        return record_index_lookup(&mdt, rows_by_partition, live, incoming).await;
+    }
+    if !mdt.has(Index::BloomFilters) {
+        return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
+    }
+    let mut paths: Vec<&str> = Vec::new();
+    for (partition, files) in live.iter().filter(|(p, _)| rows_by_partition.contains_key(*p)) {
+        for f in files {
+            paths.push(&f.path);
+            let logs = slice_logs.get(&(partition.clone(), f.name.file_id.clone()));
+            paths.extend(logs.into_iter().flatten().map(|l| l.path.as_str()));
+        }
+    }
+    let blooms: HashMap<String, parquet::bloom_filter::Sbbf> = mdt
+        .bloom_filters(&paths)
+        .await?
+        .into_iter()
+        .map(|(p, bits)| (p, parquet::bloom_filter::Sbbf::new(&bits)))
+        .collect();
+    // A slice is read when some file of it lacks a bloom filter or may hold one of the keys.
+    let mut candidates: HashMap<String, Vec<BaseFile>> = HashMap::new();
+    for (partition, rows) in rows_by_partition {
+        let Some(files) = live.get(partition) else { continue };
+        for f in files {
+            let logs = slice_logs.get(&(partition.clone(), f.name.file_id.clone()));
+            let slice_paths =
+                std::iter::once(f.path.as_str()).chain(logs.into_iter().flatten().map(|l| l.path.as_str()));
+            let may_hold = slice_paths.into_iter().any(|p| match blooms.get(p) {
+                Some(bloom) => rows.iter().any(|&r| bloom.check(incoming.keys.value(r as usize))),
+                None => true,
+            });
+            if may_hold {
+                candidates.entry(partition.clone()).or_default().push(f.clone());
+            }
+        }
+    }
+    lookup(table.storage(), rows_by_partition, &candidates, slice_logs, incoming, parallelism).await
+}
+
+/// The lookup of a write through the record index: which file group holds each incoming
+/// (partition, key), without reading a data file. A group the index names that is not live
+/// (replaced meanwhile) holds nothing.
+async fn record_index_lookup(
+    mdt: &crate::metadata::MetadataTable,
+    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    live: &HashMap<String, Vec<BaseFile>>,
+    incoming: &Arc<Incoming>,
+) -> Result<LookedUp> {
+    let keys: std::collections::BTreeSet<String> =
+        rows_by_partition.values().flatten().map(|&r| incoming.keys.value(r as usize).to_string()).collect();
+    let located = mdt.locate(&keys).await?;
+    let mut out = HashMap::new();
+    for (partition, rows) in rows_by_partition {
+        let files: HashMap<&str, &BaseFile> =
+            live.get(partition).into_iter().flatten().map(|f| (f.name.file_id.as_str(), f)).collect();
+        let mut by_file: HashMap<&str, Changes> = HashMap::new();
+        let mut missing = Vec::new();
+        for &r in rows {
+            let key = incoming.keys.value(r as usize);
+            match located.get(&(key.to_string(), partition.clone())).filter(|f| files.contains_key(f.as_str())) {
+                Some(file_id) => {
+                    let file_id = files.get_key_value(file_id.as_str()).map_or("", |(k, _)| *k);
+                    by_file.entry(file_id).or_default().insert(key.to_string(), r);
+                }
+                None => missing.push(r),
+            }
+        }
+        let found = by_file.into_iter().filter_map(|(f, c)| files.get(f).map(|b| ((*b).clone(), c))).collect();
+        out.insert(partition.clone(), (found, missing));
+    }
+    Ok(out)
+}
+
 /// A stored key matching an incoming row, and whether it is live in its file group.
 type Hit = (String, u32, bool);
 
@@ -331,7 +427,7 @@ async fn lookup(
     slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
     incoming: &Arc<Incoming>,
     parallelism: usize,
-) -> Result<HashMap<String, (Vec<(BaseFile, Changes)>, Vec<u32>)>> {
+) -> Result<LookedUp> {
     let permits = Arc::new(tokio::sync::Semaphore::new(parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for (p, (partition, rows)) in rows_by_partition.iter().enumerate() {
@@ -413,4 +509,26 @@ async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> 
         hits.extend(strings.iter().flatten().filter_map(|k| index.get(k).map(|r| (k.to_string(), r))));
     }
     Ok(hits)
+}
+
+/// Every record key of a base file, reading only the key column.
+pub(crate) async fn base_file_keys(storage: &Storage, path: &str, size: u64) -> Result<StringArray> {
+    let reader = ParquetFile::open(storage, path, size);
+    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+    let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
+    let mut stream = builder.with_projection(mask).build()?;
+    let mut parts = Vec::new();
+    while let Some(batch) = stream.next().await {
+        parts.push(arrow::compute::cast(batch?.column(0), &arrow::datatypes::DataType::Utf8)?);
+    }
+    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
+    let all = if refs.is_empty() {
+        Arc::new(StringArray::from(Vec::<&str>::new())) as _
+    } else {
+        arrow::compute::concat(&refs)?
+    };
+    all.as_any()
+        .downcast_ref::<StringArray>()
+        .cloned()
+        .ok_or_else(|| Error::corrupt(path, "record key column is not a string"))
 }

@@ -1,0 +1,177 @@
+//! Reading the metadata table: the current records of one shard, merged from its latest slice
+//! (the base file's records, then each admitted log block in order: later records replace
+//! earlier ones of the same key, delete blocks remove keys).
+//!
+//! Reader rules (DESIGN.md §3): the slice and the blocks are those of the metadata timeline
+//! restricted to instants completed on the data timeline; nothing else is read.
+//!
+//! A lookup of some keys reads only the base file's row groups whose key range may hold one of
+//! them (base files are sorted by key), and only the matching rows of the logs.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use arrow::array::{Array, BooleanArray, RecordBatch};
+use arrow::compute::filter_record_batch;
+use futures::StreamExt;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+
+use super::entries::{record_key_of, record_schema, strings};
+use super::{Index, MetadataTable, shard};
+use crate::error::{Error, Result};
+use crate::log::{Admission, LogContent};
+use crate::storage::ParquetFile;
+
+/// Which records of a shard to read.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Select<'a> {
+    /// Every record.
+    All,
+    /// Records with these keys (sorted, distinct).
+    Keys(&'a BTreeSet<String>),
+    /// `record_index` records of these record keys, in any partition (sorted, distinct).
+    RecordKeys(&'a BTreeSet<String>),
+}
+
+impl Select<'_> {
+    fn matches(&self, key: &str) -> bool {
+        match self {
+            Select::All => true,
+            Select::Keys(keys) => keys.contains(key),
+            Select::RecordKeys(keys) => keys.contains(record_key_of(key)),
+        }
+    }
+
+    /// Whether some selected key may lie in `[min, max]`.
+    fn overlaps(&self, min: &str, max: &str) -> bool {
+        let (keys, min, max) = match self {
+            Select::All => return true,
+            Select::Keys(keys) => (keys, min, max),
+            Select::RecordKeys(keys) => (keys, record_key_of(min), record_key_of(max)),
+        };
+        keys.range(min.to_string()..).next().is_some_and(|k| k.as_str() <= max)
+    }
+}
+
+impl MetadataTable {
+    /// The current records of one shard of `index` that `select` picks, as batches of
+    /// [`record_schema`] (in no particular order).
+    pub(crate) async fn read_shard(&self, index: Index, shard: u32, select: Select<'_>) -> Result<Vec<RecordBatch>> {
+        let Some(upper) = self.upper.clone() else { return Ok(Vec::new()) };
+        let file_id = shard::file_id(index.name(), shard);
+        let Some(slice) =
+            self.view.get(&(index.name().to_string(), file_id.clone())).and_then(|g| g.slice_as_of(&upper)).cloned()
+        else {
+            return Err(Error::corrupt(super::DIR, format!("file group {file_id} is missing")));
+        };
+        let mut batches = Vec::new();
+        if let Some(base) = &slice.base {
+            batches.extend(self.read_base(&base.path, base.size, select).await?);
+        }
+        if slice.logs.is_empty() {
+            return Ok(batches);
+        }
+        let admission = Admission { upper, timeline: Arc::new(self.table.timeline().clone()) };
+        let content =
+            crate::log::read_slice(self.table.storage(), &slice.logs, &self.table.schema(), &admission).await?;
+        // The latest version of each key: (batch, row), or None when deleted.
+        let mut latest: HashMap<String, Option<(usize, usize)>> = HashMap::new();
+        for (b, batch) in batches.iter().enumerate() {
+            for (r, key) in strings(batch, "key")?.iter().enumerate() {
+                latest.insert(key.unwrap_or_default().to_string(), Some((b, r)));
+            }
+        }
+        for part in content {
+            match part {
+                LogContent::Records { batch, .. } => {
+                    let batch = batch.project(&data_columns(&batch)?)?;
+                    let keys = strings(&batch, "key")?;
+                    let mask: BooleanArray = keys.iter().map(|k| Some(select.matches(k.unwrap_or_default()))).collect();
+                    let batch = filter_record_batch(&batch, &mask)?;
+                    let b = batches.len();
+                    for (r, key) in strings(&batch, "key")?.iter().enumerate() {
+                        latest.insert(key.unwrap_or_default().to_string(), Some((b, r)));
+                    }
+                    batches.push(batch);
+                }
+                LogContent::Deletes { records, .. } => {
+                    for key in records.into_iter().filter_map(|d| d.record_key) {
+                        if select.matches(&key) {
+                            latest.insert(key, None);
+                        }
+                    }
+                }
+            }
+        }
+        let mut keep: Vec<Vec<bool>> = batches.iter().map(|b| vec![false; b.num_rows()]).collect();
+        for (b, r) in latest.into_values().flatten() {
+            keep[b][r] = true;
+        }
+        batches
+            .iter()
+            .zip(keep)
+            .map(|(batch, keep)| Ok(filter_record_batch(batch, &BooleanArray::from(keep))?))
+            .collect()
+    }
+
+    /// The records of `select` in every shard of `index`.
+    pub(crate) async fn read_index(&self, index: Index, select: Select<'_>) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        for shard in 0..self.shards(index) {
+            out.extend(self.read_shard(index, shard, select).await?);
+        }
+        Ok(out)
+    }
+
+    /// The selected records of a base file, reading only the row groups that may hold them.
+    async fn read_base(&self, path: &str, size: u64, select: Select<'_>) -> Result<Vec<RecordBatch>> {
+        let reader = ParquetFile::open(self.table.storage(), path, size);
+        let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+        let groups = builder.metadata().row_groups();
+        let converter = StatisticsConverter::try_new("key", builder.schema(), builder.parquet_schema())
+            .map_err(|e| Error::corrupt(path, e))?;
+        let (mins, maxes) = (converter.row_group_mins(groups)?, converter.row_group_maxes(groups)?);
+        let as_strings = |a: &arrow::array::ArrayRef| arrow::compute::cast(a, &arrow::datatypes::DataType::Utf8);
+        let (mins, maxes) = (as_strings(&mins)?, as_strings(&maxes)?);
+        let (mins, maxes) = (
+            mins.as_any().downcast_ref::<arrow::array::StringArray>(),
+            maxes.as_any().downcast_ref::<arrow::array::StringArray>(),
+        );
+        let row_groups: Vec<usize> = (0..groups.len())
+            .filter(|&i| match (mins, maxes) {
+                (Some(mins), Some(maxes)) if mins.is_valid(i) && maxes.is_valid(i) => {
+                    select.overlaps(mins.value(i), maxes.value(i))
+                }
+                _ => true,
+            })
+            .collect();
+        if row_groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: Vec<String> = record_schema().fields().iter().map(|f| f.name().clone()).collect();
+        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().map(String::as_str));
+        let mut stream = builder.with_row_groups(row_groups).with_projection(mask).build()?;
+        let mut out = Vec::new();
+        while let Some(batch) = stream.next().await {
+            let batch = crate::schema::align(&batch?, &record_schema())?;
+            if matches!(select, Select::All) {
+                out.push(batch);
+                continue;
+            }
+            let mask: BooleanArray =
+                strings(&batch, "key")?.iter().map(|k| Some(select.matches(k.unwrap_or_default()))).collect();
+            let batch = filter_record_batch(&batch, &mask)?;
+            if batch.num_rows() > 0 {
+                out.push(batch);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The indices of the [`record_schema`] columns in a batch of the full metadata schema.
+fn data_columns(batch: &RecordBatch) -> Result<Vec<usize>> {
+    record_schema().fields().iter().map(|f| Ok(batch.schema().index_of(f.name())?)).collect()
+}

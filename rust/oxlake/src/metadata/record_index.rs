@@ -1,0 +1,205 @@
+//! The record index: record key and partition → the file group holding the record.
+//!
+//! Writers report the keys each write put into file groups and the keys it deleted
+//! ([`KeyChanges`]); a clustering or an insert overwrite is read back from its files (every key of
+//! a new file moved there, every key of a replaced group left it). The index is exact: upserts
+//! route by it without reading a data file, and [`Table::lookup`] reads only the groups it names.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+use arrow::array::{Array, RecordBatch, StringArray};
+use datafusion::common::ScalarValue;
+use datafusion::execution::SendableRecordBatchStream;
+use futures::TryStreamExt;
+use serde::{Deserialize, Serialize};
+
+use super::entries::{Entries, record_key_of, shard_of, strings};
+use super::{Index, MetadataTable, Select};
+use crate::error::{Error, Result};
+use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::keys::KeySpec;
+use crate::read::splits::Split;
+use crate::read::{Filter, Op, Predicate, QueryType, ScanOptions};
+use crate::schema::{COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY};
+use crate::table::Table;
+use crate::table::fs_view::FileGroupId;
+
+/// The record keys a write put into file groups and the ones it deleted.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct KeyChanges {
+    /// Keys written (inserted or updated) into a file group: partition, file id, keys.
+    pub written: Vec<(String, String, StringArray)>,
+    /// Keys deleted from a partition.
+    pub deleted: Vec<(String, StringArray)>,
+}
+
+/// [`KeyChanges`] as it travels between processes (a distributed write's tasks report theirs).
+#[derive(Serialize, Deserialize)]
+struct KeyChangesText {
+    written: Vec<(String, String, Vec<String>)>,
+    deleted: Vec<(String, Vec<String>)>,
+}
+
+fn texts(a: &StringArray) -> Vec<String> {
+    a.iter().map(|k| k.unwrap_or_default().to_string()).collect()
+}
+
+impl Serialize for KeyChanges {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        KeyChangesText {
+            written: self.written.iter().map(|(p, f, k)| (p.clone(), f.clone(), texts(k))).collect(),
+            deleted: self.deleted.iter().map(|(p, k)| (p.clone(), texts(k))).collect(),
+        }
+        .serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyChanges {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let t = KeyChangesText::deserialize(d)?;
+        Ok(KeyChanges {
+            written: t.written.into_iter().map(|(p, f, k)| (p, f, StringArray::from(k))).collect(),
+            deleted: t.deleted.into_iter().map(|(p, k)| (p, StringArray::from(k))).collect(),
+        })
+    }
+}
+
+impl KeyChanges {
+    pub fn extend(&mut self, other: KeyChanges) {
+        self.written.extend(other.written);
+        self.deleted.extend(other.deleted);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.written.is_empty() && self.deleted.is_empty()
+    }
+}
+
+/// The file id named by a record's `_hoodie_file_name` (a base file name, a log file name, or
+/// the file id itself, as log records carry).
+pub(crate) fn file_id_of(file_name: &str) -> String {
+    if let Some(b) = BaseFileName::parse(file_name) {
+        return b.file_id;
+    }
+    LogFileName::parse(file_name).map_or_else(|| file_name.to_string(), |l| l.file_id)
+}
+
+/// The record index of a whole table, read from a snapshot of its meta fields, one list of
+/// (key, location) per shard, each sorted by key. Locations are (partition, file id, instant).
+pub(crate) async fn snapshot_entries(data: &Table, shards: u32) -> Result<Vec<Vec<RecordBatch>>> {
+    let opts = ScanOptions {
+        columns: Some(vec![RECORD_KEY.into(), PARTITION_PATH.into(), FILE_NAME.into(), COMMIT_TIME.into()]),
+        ..ScanOptions::default()
+    };
+    // Locations are few (file groups × instants): rows refer to them by number.
+    let mut locations: Vec<(String, String, String)> = Vec::new();
+    let mut location_ids: HashMap<(String, String, String), u32> = HashMap::new();
+    let mut by_shard: Vec<Vec<(String, u32)>> = vec![Vec::new(); shards as usize];
+    let mut stream = data.scan(&opts).await?;
+    while let Some(batch) = stream.try_next().await? {
+        let cols: Vec<StringArray> = (0..4)
+            .map(|i| {
+                let c = arrow::compute::cast(batch.column(i), &arrow::datatypes::DataType::Utf8)?;
+                c.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| Error::invalid_data("meta field"))
+            })
+            .collect::<Result<_>>()?;
+        for row in 0..batch.num_rows() {
+            let key = cols[0].value(row);
+            let location =
+                (cols[1].value(row).to_string(), file_id_of(cols[2].value(row)), cols[3].value(row).to_string());
+            let next = location_ids.len() as u32;
+            let id = *location_ids.entry(location.clone()).or_insert_with(|| {
+                locations.push(location);
+                next
+            });
+            let composite = super::entries::record_index_key(key, &locations[id as usize].0);
+            by_shard[shard_of(Index::RecordIndex, &composite, shards) as usize].push((composite, id));
+        }
+    }
+    let mut out = Vec::with_capacity(shards as usize);
+    for mut rows in by_shard {
+        rows.sort_unstable();
+        let mut batches = Vec::new();
+        for chunk in rows.chunks(super::entries::BLOCK_ROWS) {
+            let mut entries = Entries::new(Index::RecordIndex);
+            for (key, id) in chunk {
+                let (partition, file_id, instant) = &locations[*id as usize];
+                entries.record(record_key_of(key), partition, file_id, instant);
+            }
+            batches.push(entries.to_batch(false)?);
+        }
+        out.push(batches);
+    }
+    Ok(out)
+}
+
+impl MetadataTable {
+    /// Where the record index puts each of `keys` (record keys), in every partition holding it:
+    /// (record key, partition) → file id.
+    pub(crate) async fn locate(&self, keys: &BTreeSet<String>) -> Result<HashMap<(String, String), String>> {
+        let shards = self.shards(Index::RecordIndex);
+        let mut by_shard: Vec<BTreeSet<String>> = vec![BTreeSet::new(); shards as usize];
+        for k in keys {
+            by_shard[super::shard::shard_of(k, shards) as usize].insert(k.clone());
+        }
+        let mut out = HashMap::with_capacity(keys.len());
+        for (shard, keys) in by_shard.iter().enumerate().filter(|(_, k)| !k.is_empty()) {
+            for batch in self.read_shard(Index::RecordIndex, shard as u32, Select::RecordKeys(keys)).await? {
+                let (key, partition, file) =
+                    (strings(&batch, "key")?, strings(&batch, "partition")?, strings(&batch, "file")?);
+                for i in 0..batch.num_rows() {
+                    let location = (record_key_of(key.value(i)).to_string(), partition.value(i).to_string());
+                    out.insert(location, file.value(i).to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Table {
+    /// The current rows of the records whose keys `keys` holds (rows with at least the record key
+    /// columns); keys the table does not hold are absent. With the record index only the file
+    /// groups holding the keys are read; else bloom filters and column statistics prune, and
+    /// without a metadata table every slice is read.
+    pub async fn lookup(&self, keys: &RecordBatch, columns: Option<Vec<String>>) -> Result<SendableRecordBatchStream> {
+        let cfg = self.config();
+        for name in &cfg.record_key_fields {
+            if keys.column_by_name(name).is_none() {
+                return Err(Error::invalid_arg("keys", format!("the rows lack the record key column `{name}`")));
+            }
+        }
+        if !cfg.populate_meta_fields {
+            return Err(Error::unsupported("lookups in tables without meta fields"));
+        }
+        let record_keys: BTreeSet<String> =
+            KeySpec::from_config(cfg).record_keys(keys)?.iter().flatten().map(str::to_string).collect();
+        let filter = Filter::Predicates(vec![Predicate {
+            column: RECORD_KEY.into(),
+            op: Op::In,
+            values: record_keys.iter().map(|k| ScalarValue::Utf8(Some(k.clone()))).collect(),
+        }]);
+        let opts = ScanOptions { columns, filter: Some(filter.clone()), ..ScanOptions::default() };
+        let mut plan = self.plan_scan(&ScanOptions { query: QueryType::Snapshot, ..ScanOptions::default() }).await?;
+        let mdt = match self.metadata_table().await {
+            Ok(Some(mdt)) if mdt.is_fresh() => Some(mdt),
+            _ => None,
+        };
+        match mdt {
+            Some(mdt) if mdt.has(Index::RecordIndex) => {
+                let groups: HashSet<FileGroupId> =
+                    mdt.locate(&record_keys).await?.into_iter().map(|((_, p), f)| (p, f)).collect();
+                plan.slices.retain(|s| groups.contains(&s.group_id()));
+            }
+            _ => plan.slices = self.prune_by_indexes(std::mem::take(&mut plan.slices), &filter).await?,
+        }
+        self.scan_split(Split::Scan(plan), &opts).await
+    }
+}
+
+/// Keys of `rows` in a string array.
+pub(crate) fn take_keys(keys: &StringArray, rows: &[u32]) -> Result<StringArray> {
+    let indices = arrow::array::UInt32Array::from(rows.to_vec());
+    let taken = arrow::compute::take(keys, &indices, None)?;
+    taken.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| Error::invalid_data("keys are not strings"))
+}

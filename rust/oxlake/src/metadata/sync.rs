@@ -1,0 +1,307 @@
+//! Keeping the metadata table in step: every instant that changes the data table's files is
+//! recorded as a metadata deltacommit of the same time, completed before the data instant
+//! completes (it counts only once the data instant completes). Inline compaction and cleaning of
+//! the metadata table run here too.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use arrow::array::{BooleanArray, RecordBatch};
+use arrow::compute::{concat_batches, filter_record_batch, sort_to_indices, take_record_batch};
+use bytes::Bytes;
+
+use super::entries::{self, BLOCK_ROWS, Entries, record_index_key, shard_of, strings};
+use super::{Index, MetadataTable, Select, commit_metadata, file_entries, metadata_uri};
+use crate::commit::Transaction;
+use crate::error::{Error, Result};
+use crate::format::instant::{Action, Instant, State};
+use crate::storage::FileInfo;
+use crate::table::Table;
+use crate::table::fs_view::FileGroupId;
+
+use super::record_index::KeyChanges;
+
+/// Where the record index learns which keys an instant moved.
+#[derive(Debug)]
+pub(crate) enum KeySource<'a> {
+    /// The instant moved no key (compaction, clean).
+    Unchanged,
+    /// The writer says which.
+    Reported(&'a KeyChanges),
+    /// A clustering or an insert overwrite: every key of the replaced groups left them, every
+    /// key of the new base files is there now (read from the files).
+    Replaced(Vec<FileGroupId>),
+    /// A rollback of this instant.
+    RolledBack(&'a str),
+}
+
+/// What an instant of the data table changed.
+#[derive(Debug)]
+pub(crate) struct Change<'a> {
+    pub added: &'a [FileInfo],
+    pub deleted: &'a [String],
+    pub keys: KeySource<'a>,
+}
+
+/// Records `change`, made by the data instant `time`, in the metadata table. Nothing to do
+/// without a metadata table; a stale one is left stale (readers list storage until it is built
+/// again). A rollback of an instant the record index already holds leaves it stale too: the keys
+/// that instant deleted are known only to the data, so the next writer builds it again.
+pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result<()> {
+    let Some(current) = data.metadata_table().await? else { return Ok(()) };
+    if !current.is_fresh() {
+        log::info!("{}: metadata table stale (missing {:?}); not updated", data.uri(), current.missing);
+        return Ok(());
+    }
+    if let KeySource::RolledBack(target) = change.keys
+        && current.has(Index::RecordIndex)
+    {
+        // The index holds the target's keys when anything at or after it reached the metadata
+        // table (its own deltacommit, a later one, or a build).
+        let mdt = crate::table::Table::open(&metadata_uri(data), data.options().clone()).await?;
+        if mdt.timeline().instants().iter().any(|i| i.is_completed() && i.time.as_str() >= target) {
+            log::info!("{}: rollback of {target}: the metadata table is left to be built again", data.uri());
+            return Ok(());
+        }
+    }
+    compact_if_due(data, &current, time).await?;
+    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time, Bytes::new()).await?;
+    match write_changes(data, &current, &mdt, time, &change).await {
+        Ok(metadata) => {
+            tx.commit(&mut mdt, &metadata).await?;
+            Ok(())
+        }
+        Err(e) => Err(tx.fail(&mut mdt, e).await),
+    }
+}
+
+/// Writes one log file per shard that `change` touches, for every index; returns the commit
+/// metadata naming them.
+async fn write_changes(
+    data: &Table,
+    current: &MetadataTable,
+    mdt: &Table,
+    time: &str,
+    change: &Change<'_>,
+) -> Result<crate::format::commit::CommitMetadata> {
+    let view = mdt.file_system_view().await?;
+    let mut metadata = commit_metadata("UPSERT")?;
+    let mut upserts: BTreeMap<Index, Entries> = file_entries(data, change.added, &current.shards).await?;
+    let mut files = Entries::new(Index::Files);
+    for f in change.added {
+        files.file(&f.path, f.size);
+    }
+    upserts.insert(Index::Files, files);
+    for (index, entries) in upserts {
+        let shards = current.shards(index);
+        let batches = split_by_shard(index, &entries.to_batch(false)?, shards)?;
+        let mut deletes: Vec<Vec<String>> = vec![Vec::new(); shards as usize];
+        for path in change.deleted {
+            deletes[shard_of(index, path, shards) as usize].push(path.clone());
+        }
+        for (shard, (batch, deletes)) in batches.into_iter().zip(deletes).enumerate() {
+            if batch.num_rows() == 0 && deletes.is_empty() {
+                continue;
+            }
+            let stat = write_shard_log(mdt, &view, time, index, shard as u32, &[batch], &deletes).await?;
+            metadata.partition_to_write_stats.entry(index.name().to_string()).or_default().push(stat);
+        }
+    }
+    if current.has(Index::RecordIndex) {
+        for stat in write_record_index(data, current, mdt, &view, time, change).await? {
+            metadata.partition_to_write_stats.entry(Index::RecordIndex.name().to_string()).or_default().push(stat);
+        }
+    }
+    Ok(metadata)
+}
+
+async fn write_shard_log(
+    mdt: &Table,
+    view: &crate::table::fs_view::FileSystemView,
+    time: &str,
+    index: Index,
+    shard: u32,
+    upserts: &[RecordBatch],
+    deletes: &[String],
+) -> Result<crate::format::commit::WriteStat> {
+    let file_id = super::shard::file_id(index.name(), shard);
+    let slice = view
+        .get(&(index.name().to_string(), file_id.clone()))
+        .and_then(|g| g.slices.values().next_back())
+        .ok_or_else(|| Error::corrupt(super::DIR, format!("file group {file_id} is missing")))?;
+    entries::write_log(mdt, time, index, shard, slice, upserts, deletes).await
+}
+
+/// The record index's share of a sync: one log file per shard whose keys moved, written shard by
+/// shard in blocks of [`BLOCK_ROWS`], so that memory holds one shard's records at a time.
+async fn write_record_index(
+    data: &Table,
+    current: &MetadataTable,
+    mdt: &Table,
+    view: &crate::table::fs_view::FileSystemView,
+    time: &str,
+    change: &Change<'_>,
+) -> Result<Vec<crate::format::commit::WriteStat>> {
+    let read;
+    let changes = match &change.keys {
+        KeySource::Unchanged | KeySource::RolledBack(_) => return Ok(Vec::new()),
+        KeySource::Reported(changes) => *changes,
+        KeySource::Replaced(groups) => {
+            read = replaced_keys(data, groups, change.added).await?;
+            &read
+        }
+    };
+    let shards = current.shards(Index::RecordIndex);
+    let shard_of_key = |k: &str| super::shard::shard_of(k, shards);
+    // Per written batch, the shard of each key (computed once).
+    let written_shards: Vec<Vec<u32>> = changes
+        .written
+        .iter()
+        .map(|(_, _, keys)| keys.iter().map(|k| shard_of_key(k.unwrap_or_default())).collect())
+        .collect();
+    let mut stats = Vec::new();
+    for shard in 0..shards {
+        let mut deletes = Vec::new();
+        for (partition, keys) in &changes.deleted {
+            for k in keys.iter().flatten().filter(|k| shard_of_key(k) == shard) {
+                deletes.push(record_index_key(k, partition));
+            }
+        }
+        let mut batches = Vec::new();
+        let mut entries = Entries::new(Index::RecordIndex);
+        for ((partition, file_id, keys), shard_ids) in changes.written.iter().zip(&written_shards) {
+            for (k, _) in keys.iter().zip(shard_ids).filter(|(_, s)| **s == shard) {
+                entries.record(k.unwrap_or_default(), partition, file_id, time);
+                if entries.len() == BLOCK_ROWS {
+                    batches.push(std::mem::replace(&mut entries, Entries::new(Index::RecordIndex)).to_batch(false)?);
+                }
+            }
+        }
+        batches.push(entries.to_batch(false)?);
+        if batches.iter().all(|b| b.num_rows() == 0) && deletes.is_empty() {
+            continue;
+        }
+        stats.push(write_shard_log(mdt, view, time, Index::RecordIndex, shard, &batches, &deletes).await?);
+    }
+    Ok(stats)
+}
+
+/// The keys a clustering or an insert overwrite moved: those of the replaced groups' latest
+/// slices left; those of the instant's new base files (read back) arrived.
+async fn replaced_keys(data: &Table, groups: &[FileGroupId], added: &[FileInfo]) -> Result<KeyChanges> {
+    let view = data.file_system_view().await?;
+    let mut changes = KeyChanges::default();
+    for f in added {
+        let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+        let Some(base) = crate::format::file_name::BaseFileName::parse(name) else { continue };
+        let partition = f.path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+        let keys = crate::write::base_file_keys(data.storage(), &f.path, f.size).await?;
+        changes.written.push((partition, base.file_id, keys));
+    }
+    for id in groups {
+        let Some(slice) = view.get(id).and_then(|g| g.slices.values().next_back()) else { continue };
+        let mut keys: BTreeSet<String> = BTreeSet::new();
+        if let Some(base) = &slice.base {
+            let stored = crate::write::base_file_keys(data.storage(), &base.path, base.size).await?;
+            keys.extend(stored.iter().flatten().map(str::to_string));
+        }
+        keys.extend(crate::log::record_keys(data.storage(), &slice.logs).await?.into_keys());
+        changes.deleted.push((id.0.clone(), arrow::array::StringArray::from_iter_values(keys)));
+    }
+    Ok(changes)
+}
+
+/// Splits a batch of metadata records into one batch per shard (each keeping the batch's order).
+pub(super) fn split_by_shard(index: Index, batch: &RecordBatch, shards: u32) -> Result<Vec<RecordBatch>> {
+    let keys = strings(batch, "key")?;
+    let ids: Vec<u32> = keys.iter().map(|k| shard_of(index, k.unwrap_or_default(), shards)).collect();
+    (0..shards.max(1))
+        .map(|s| {
+            let mask: BooleanArray = ids.iter().map(|&id| Some(id == s)).collect();
+            Ok(filter_record_batch(batch, &mask)?)
+        })
+        .collect()
+}
+
+/// Log files a shard's latest slice may gather before the metadata table is compacted.
+const COMPACT_AFTER_LOGS: usize = 10;
+
+/// Compacts the metadata table when a shard's latest slice has [`COMPACT_AFTER_LOGS`] log files:
+/// new base files of every shard of every index, holding the records as readers see them (only
+/// blocks of instants completed on the data timeline), at time `<latest completed data
+/// instant>001`, which orders after that instant and before any later one. Runs before the
+/// deltacommit of `syncing`, and only when no other data write is pending: a write that completed
+/// later would have written its blocks into a slice the compaction leaves behind. Shard by shard,
+/// so memory holds one shard.
+async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) -> Result<()> {
+    let Some(latest) = data.timeline().latest_completed_data().map(|i| i.time.clone()) else { return Ok(()) };
+    let due = current
+        .view
+        .groups()
+        .any(|g| g.slices.values().next_back().is_some_and(|s| s.logs.len() >= COMPACT_AFTER_LOGS));
+    let others_pending = data.timeline().pending().any(|i| i.action.writes_data() && i.time != syncing);
+    if !due || others_pending {
+        return Ok(());
+    }
+    let time = format!("{}001", &latest[..latest.len().min(17)]);
+    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    if !mdt.timeline().instants_at(&time).is_empty() {
+        return Ok(());
+    }
+    // The plan names no file group: writers never wait for this compaction (it gives way).
+    let plan = Bytes::from(crate::services::CompactionPlan::default().to_json()?);
+    let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time, plan).await?;
+    let mut metadata = commit_metadata("COMPACT")?;
+    metadata.compacted = true;
+    for index in current.indexes() {
+        for shard in 0..current.shards(index) {
+            let written = match compacted_shard(current, index, shard).await {
+                Ok(batch) => super::entries::write_base(&mdt, &time, index, shard, &[batch]).await,
+                Err(e) => Err(e),
+            };
+            match written {
+                Ok(stat) => metadata.partition_to_write_stats.entry(index.name().to_string()).or_default().push(stat),
+                Err(e) => return Err(tx.fail(&mut mdt, e).await),
+            }
+        }
+    }
+    crate::commit::failpoint("metadata-compaction-before-commit");
+    // A writer that began its sync meanwhile may have put its log into the slice this compaction
+    // leaves behind: then the compaction gives way (it runs again at a later sync).
+    mdt.reload().await?;
+    let raced = mdt.timeline().instants().iter().any(|i| i.action == Action::DeltaCommit && i.time > latest);
+    if raced {
+        log::info!("{}: metadata compaction at {time} gave way to a concurrent sync", data.uri());
+        tx.abort(&mut mdt).await?;
+        // An aborted compaction keeps its plan to run again; this one has none to keep.
+        let requested = Instant::new(time, Action::Compaction, State::Requested);
+        return mdt.storage().delete(&mdt.timeline().path_of(&requested)).await;
+    }
+    tx.commit(&mut mdt, &metadata).await?;
+    log::info!("{}: metadata table compacted at {time}", data.uri());
+    remove_old_slices(&mdt).await
+}
+
+/// One shard's current records, sorted by key.
+async fn compacted_shard(current: &MetadataTable, index: Index, shard: u32) -> Result<RecordBatch> {
+    let batches = current.read_shard(index, shard, Select::All).await?;
+    let batch = concat_batches(&entries::record_schema(), &batches)?;
+    let order = sort_to_indices(strings(&batch, "key")?, None, None)?;
+    Ok(take_record_batch(&batch, &order)?)
+}
+
+/// Deletes the slices of the metadata table older than the one before the latest: a reader that
+/// opened the table before this compaction still reads the one before. (No instant records it:
+/// an interrupted removal is finished by the next compaction.)
+async fn remove_old_slices(mdt: &Table) -> Result<()> {
+    let view = mdt.file_system_view().await?;
+    for group in view.groups() {
+        let slices: Vec<_> = group.slices.values().collect();
+        for slice in &slices[..slices.len().saturating_sub(2)] {
+            for path in slice.base.iter().map(|b| &b.path).chain(slice.logs.iter().map(|l| &l.path)) {
+                mdt.storage().delete(path).await?;
+            }
+        }
+    }
+    Ok(())
+}

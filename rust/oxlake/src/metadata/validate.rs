@@ -1,0 +1,181 @@
+//! Validation: the metadata table against a full listing of storage and against the data.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::entries::{binaries, strings};
+use super::{Index, Select, data_files};
+use crate::error::Result;
+use crate::format::file_name::BaseFileName;
+use crate::table::Table;
+
+/// What `Table::validate_metadata` found: every difference between the metadata table and
+/// storage (the `files` index), the data files (`column_stats`, `bloom_filters`) and the records
+/// (`record_index`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ValidationReport {
+    /// Whether the table has a metadata table at all.
+    pub present: bool,
+    /// Completed data-timeline instants the metadata table lacks (it is stale; readers list).
+    pub missing_instants: Vec<String>,
+    /// One line per difference.
+    pub differences: Vec<String>,
+}
+
+impl ValidationReport {
+    pub fn ok(&self) -> bool {
+        self.present && self.missing_instants.is_empty() && self.differences.is_empty()
+    }
+}
+
+impl Table {
+    /// Compares the metadata table with a full listing of storage and with the data.
+    pub async fn validate_metadata(&self) -> Result<ValidationReport> {
+        let Some(mdt) = self.metadata_table().await? else { return Ok(ValidationReport::default()) };
+        let mut report =
+            ValidationReport { present: true, missing_instants: mdt.missing.clone(), ..Default::default() };
+        let mut listed = BTreeMap::new();
+        for f in data_files(self.storage().list_recursive("").await?) {
+            if self.is_committed_file(&f.path).await? {
+                listed.insert(f.path, f.size);
+            }
+        }
+        let listed: BTreeMap<String, Bytes> = listed.into_iter().map(|(p, s)| (p, Bytes(s))).collect();
+        let indexed: BTreeMap<String, Bytes> =
+            mdt.files().await?.into_iter().map(|f| (f.path, Bytes(f.size))).collect();
+        let d = &mut report.differences;
+        compare(d, "files index", &listed, &indexed, |path, stored, actual| {
+            format!("{path}: {actual} in storage, {stored} in the files index")
+        });
+        if !mdt.is_fresh() {
+            return Ok(report);
+        }
+        let (stats, blooms) = (mdt.has(Index::ColumnStats), mdt.has(Index::BloomFilters));
+        if stats || blooms {
+            let files: Vec<_> =
+                listed.iter().map(|(p, s)| crate::storage::FileInfo { path: p.clone(), size: s.0 }).collect();
+            let mut actual = super::file_entries(self, &files, &mdt.shards).await?;
+            if let Some(entries) = actual.remove(&Index::ColumnStats) {
+                let actual = by_key(&entries.to_batch(false)?, "stats")?;
+                let stored: BTreeMap<String, String> = mdt
+                    .read_index(Index::ColumnStats, Select::All)
+                    .await?
+                    .iter()
+                    .map(|b| by_key(b, "stats"))
+                    .collect::<Result<Vec<_>>>()?
+                    .into_iter()
+                    .flatten()
+                    .collect();
+                compare(d, "column_stats index", &actual, &stored, |path, stored, actual| {
+                    format!("{path}: statistics {actual} in the file, {stored} in the column_stats index")
+                });
+            }
+            if let Some(entries) = actual.remove(&Index::BloomFilters) {
+                let batch = entries.to_batch(false)?;
+                let actual = blooms_by_key(&batch)?;
+                let mut stored = BTreeMap::new();
+                for b in mdt.read_index(Index::BloomFilters, Select::All).await? {
+                    stored.extend(blooms_by_key(&b)?);
+                }
+                compare(d, "bloom_filters index", &actual, &stored, |path, _, _| {
+                    format!("{path}: the bloom filter differs from the file's record keys")
+                });
+            }
+        }
+        if let Some(&shards) = mdt.shards.get(&Index::RecordIndex) {
+            let mut actual = BTreeMap::new();
+            for batches in super::record_index::snapshot_entries(self, shards).await? {
+                for b in &batches {
+                    actual.extend(locations(b)?);
+                }
+            }
+            let mut stored = BTreeMap::new();
+            for b in mdt.read_index(Index::RecordIndex, Select::All).await? {
+                stored.extend(locations(&b)?);
+            }
+            // A key an event-time delete removed keeps its entry (the delete might have lost; see
+            // `write::key_changes`): it routes a later write of the key to a group that takes it,
+            // and a replaced group counts as holding nothing.
+            if self.config().merge_mode == crate::config::MergeMode::EventTime {
+                stored.retain(|k, _| actual.contains_key(k));
+            }
+            compare(d, "record_index", &actual, &stored, |key, stored, actual| {
+                format!("record {key}: in {actual}, the record_index says {stored}")
+            });
+        }
+        Ok(report)
+    }
+
+    /// Whether a data file holds anything committed: a base file of a committed instant, a log
+    /// file with a block of one. (A pending write's files are in storage, not yet in the index.)
+    async fn is_committed_file(&self, path: &str) -> Result<bool> {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        if let Some(base) = BaseFileName::parse(name) {
+            return Ok(self.timeline().is_committed(&base.instant));
+        }
+        let instants = crate::log::block_instants(self.storage(), path).await?;
+        Ok(instants.is_empty() || instants.iter().any(|i| self.timeline().is_committed(i)))
+    }
+}
+
+/// Adds a line to `out` for every key on one side only, and for every value that differs.
+fn compare<V: PartialEq + std::fmt::Display>(
+    out: &mut Vec<String>,
+    what: &str,
+    actual: &BTreeMap<String, V>,
+    stored: &BTreeMap<String, V>,
+    differs: impl Fn(&str, &V, &V) -> String,
+) {
+    for (key, value) in actual {
+        match stored.get(key) {
+            None => out.push(format!("{}: in storage ({value}), not in the {what}", printable(key))),
+            Some(s) if s != value => out.push(differs(&printable(key), s, value)),
+            Some(_) => {}
+        }
+    }
+    for key in stored.keys().filter(|k| !actual.contains_key(*k)) {
+        out.push(format!("{}: in the {what}, not in storage", printable(key)));
+    }
+}
+
+/// A metadata key as a person reads it (`record_index` keys hold a NUL before the partition).
+fn printable(key: &str) -> String {
+    key.replace(super::KEY_SEPARATOR, " @ ")
+}
+
+fn by_key(batch: &arrow::array::RecordBatch, column: &str) -> Result<BTreeMap<String, String>> {
+    let (keys, values) = (strings(batch, "key")?, strings(batch, column)?);
+    Ok((0..batch.num_rows()).map(|i| (keys.value(i).to_string(), values.value(i).to_string())).collect())
+}
+
+/// Bloom filters by path, shown by their size.
+fn blooms_by_key(batch: &arrow::array::RecordBatch) -> Result<BTreeMap<String, Bloom>> {
+    let (keys, blooms) = (strings(batch, "key")?, binaries(batch, "bloom")?);
+    Ok((0..batch.num_rows()).map(|i| (keys.value(i).to_string(), Bloom(blooms.value(i).to_vec()))).collect())
+}
+
+/// A file size, shown with its unit.
+#[derive(PartialEq)]
+struct Bytes(u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} bytes", self.0)
+    }
+}
+
+#[derive(PartialEq)]
+struct Bloom(Vec<u8>);
+
+impl std::fmt::Display for Bloom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "bloom filter of {} bytes", self.0.len())
+    }
+}
+
+/// `record_index` records as key → "partition/file id".
+fn locations(batch: &arrow::array::RecordBatch) -> Result<HashMap<String, String>> {
+    let (keys, partitions, files) = (strings(batch, "key")?, strings(batch, "partition")?, strings(batch, "file")?);
+    Ok((0..batch.num_rows())
+        .map(|i| (keys.value(i).to_string(), format!("file group {}/{}", partitions.value(i), files.value(i))))
+        .collect())
+}
