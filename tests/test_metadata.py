@@ -59,10 +59,15 @@ def test_planning_takes_the_files_from_the_index_while_it_is_fresh(table: oxlake
     assert not report.ok
     rel = stray.relative_to(table.uri)
     # The file-level indexes miss it too; the record index does not (its rows are no table's).
-    assert report.differences[0] == f"{rel}: in storage ({stray.stat().st_size} bytes), not in the files index"
+    assert (
+        report.differences[0] == f"{rel}: in storage ({stray.stat().st_size} bytes), not in the files index"
+    )
     assert [d.split(": in storage")[0] for d in report.differences] == [str(rel)] * 3
     assert report.differences[1].endswith("not in the column_stats index")
-    assert report.differences[2] == f"{rel}: in storage (bloom filter of 32 bytes), not in the bloom_filters index"
+    assert (
+        report.differences[2]
+        == f"{rel}: in storage (bloom filter of 32 bytes), not in the bloom_filters index"
+    )
     stray.unlink()
     assert table.validate().ok
 

@@ -213,15 +213,41 @@ class Table:
 
     # -- the metadata table -----------------------------------------------------------------
 
-    def build_metadata(self, files_shards: int = 4) -> str:
-        """Builds the table's metadata table (`.hoodie/oxlake/metadata`) from a full listing of
-        storage, replacing any earlier one, and returns the `indexing` instant that records it.
-        While it is fresh, planning takes the table's files from its `files` index (sharded into
-        `files_shards` file groups) instead of listing directories."""
-        return self._t.build_metadata(files_shards)
+    def build_metadata(
+        self,
+        files_shards: int = 4,
+        *,
+        column_stats_shards: int = 2,
+        bloom_filters_shards: int = 2,
+        record_index_shards: int = 8,
+    ) -> str:
+        """Builds the table's metadata table (`.hoodie/oxlake/metadata`), replacing any earlier
+        one, and returns the `indexing` instant that records it. Every later write keeps it in
+        step. While it is fresh:
+
+        - planning takes the table's files from its `files` index instead of listing directories;
+        - filters prune file slices by `column_stats` (min/max/nulls of every file) and, for
+          equality on the record key, by `bloom_filters`;
+        - upserts and deletes find the file group of each key in the `record_index` without
+          reading a data file, and `lookup` reads only the groups holding the keys.
+
+        Each index is sharded into the given number of file groups; 0 leaves an index out
+        (`files` needs at least one)."""
+        return self._t.build_metadata(
+            files_shards, column_stats_shards, bloom_filters_shards, record_index_shards
+        )
+
+    def lookup(self, keys: Any, *, columns: list[str] | None = None) -> pa.Table:
+        """The current rows of the records whose keys `keys` holds: any Arrow data (pyarrow,
+        pandas, `__arrow_c_stream__`) with at least the record key columns. Keys the table does
+        not hold are absent from the result. With a record index only the file groups holding the
+        keys are read."""
+        return Scan(self._t.lookup(_arrow_stream(keys), columns)).to_arrow()
 
     def validate(self) -> ValidationReport:
-        """Compares the metadata table with a full listing of storage."""
+        """Compares the metadata table with a full listing of storage and with the data: every
+        file in the files index, the statistics and bloom filter of every file, the file group of
+        every record in the record index."""
         present, missing, differences = self._t.validate()
         return ValidationReport(present, missing, differences)
 
@@ -389,9 +415,11 @@ class Table:
         query: str = "snapshot",
         start: str | None = None,
         end: str | None = None,
+        filter: FilterLike | None = None,
     ) -> list[str]:
-        """The files (base and log files) a scan would read, before partition pruning."""
-        return list(self._t.planned_files(as_of, query, start, end))
+        """The files (base and log files) a scan would read, after pruning by the metadata
+        table's `column_stats` and `bloom_filters` (with a filter), before partition pruning."""
+        return list(self._t.planned_files(as_of, query, start, end, _filter(filter)))
 
     def __repr__(self) -> str:
         return f"oxlake.Table({self.uri!r})"

@@ -309,8 +309,9 @@ impl PyTable {
         PyRecordBatchStream::new(stream)
     }
 
-    /// The files a scan would read (after planning, before partition pruning).
-    #[pyo3(signature = (as_of=None, query="snapshot", start=None, end=None))]
+    /// The files a scan would read (after planning and pruning by the metadata table's file
+    /// indexes, before partition pruning).
+    #[pyo3(signature = (as_of=None, query="snapshot", start=None, end=None, filter=None))]
     fn planned_files(
         &self,
         py: Python<'_>,
@@ -318,8 +319,9 @@ impl PyTable {
         query: &str,
         start: Option<String>,
         end: Option<String>,
+        filter: Option<Bound<'_, PyAny>>,
     ) -> PyResult<Vec<String>> {
-        let opts = query_options(None, None, as_of, query, start, end)?;
+        let opts = query_options(None, filter, as_of, query, start, end)?;
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;

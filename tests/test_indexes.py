@@ -1,0 +1,149 @@
+"""The indexes of the metadata table at work: column statistics and bloom filters prune planning,
+the record index routes writes and lookups without reading the files it rules out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import oxlake
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import hudi_read, rows, trips, trips_table
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+
+def three_commits(t: oxlake.Table) -> None:
+    t.insert(trips(list(range(60))))
+    t.upsert(trips(list(range(0, 60, 3)), ts=2, name="u"))
+    t.delete(trips([1, 4, 7]))
+
+
+def expected(t: oxlake.Table, ids: list[int]) -> list[dict[str, object]]:
+    return [r for r in rows(t.to_arrow()) if r["id"] in ids]
+
+
+def key_rows(ids: list[int]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64())})
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@pytest.mark.parametrize("indexes", ["none", "bloom_filters", "record_index"])
+def test_lookup_returns_the_current_rows_of_the_keys(tmp_path: Path, table_type: str, indexes: str) -> None:
+    t = trips_table(str(tmp_path / "t"), table_type=table_type)
+    three_commits(t)
+    if indexes == "bloom_filters":
+        t.build_metadata(record_index_shards=0)
+    elif indexes == "record_index":
+        t.build_metadata()
+    ids = [0, 1, 2, 3, 30, 59, 1000]  # 1 was deleted, 1000 never existed
+    got = rows(t.lookup(key_rows(ids)).select(t.to_arrow().column_names))
+    assert got == expected(t, ids)
+    assert [r["id"] for r in got] == [0, 2, 3, 30, 59]
+    assert rows(t.lookup(key_rows([]))) == []
+    assert t.lookup(key_rows([3]), columns=["id", "name"]).to_pylist() == [{"id": 3, "name": "u3"}]
+    with pytest.raises(oxlake.InvalidArgumentError, match="record key column `id`"):
+        t.lookup(pa.table({"other": [1]}))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ids=st.lists(st.integers(-5, 70), max_size=12))
+def test_lookup_equals_a_filtered_scan(tmp_path_factory: pytest.TempPathFactory, ids: list[int]) -> None:
+    t = indexed_table(tmp_path_factory)
+    assert rows(t.lookup(key_rows(ids)).select(t.to_arrow().column_names)) == expected(t, ids)
+
+
+_INDEXED: dict[str, oxlake.Table] = {}
+
+
+def indexed_table(factory: pytest.TempPathFactory) -> oxlake.Table:
+    if "t" not in _INDEXED:
+        t = trips_table(str(factory.mktemp("indexed") / "t"), table_type="merge_on_read")
+        three_commits(t)
+        t.build_metadata()
+        t.upsert(trips(list(range(50, 70)), ts=3, name="late"))
+        _INDEXED["t"] = t
+    return _INDEXED["t"]
+
+
+def spoil(path: Path) -> bytes:
+    """Overwrites a data file with garbage (returns what it held): a read of it fails."""
+    held = path.read_bytes()
+    path.write_bytes(b"not parquet" * 10)
+    return held
+
+
+def test_the_record_index_routes_writes_and_lookups_without_reading_other_files(tmp_path: Path) -> None:
+    t = trips_table(str(tmp_path / "t"))
+    # Several file groups in city=sf (a small target size: new groups, no small-file filling).
+    t.insert(trips(list(range(0, 120, 3)), city="sf"), target_file_size=200)
+    t.build_metadata()
+    holder = next(f for f in t.planned_files() if "city=sf" in f)
+    keys_there = [int(k) for k in pq.read_table(Path(t.uri) / holder)["_hoodie_record_key"].to_pylist()]
+    other = next(Path(t.uri) / f for f in t.planned_files() if "city=sf" in f and f != holder)
+    held = spoil(other)
+    with pytest.raises((oxlake.OxlakeError, pa.ArrowInvalid)):
+        t.to_arrow()  # the spoiled file cannot be read...
+    # ...yet only the group holding the keys is read: the spoiled file is never opened.
+    assert [r["id"] for r in t.lookup(key_rows(keys_there[:2])).to_pylist()] == keys_there[:2]
+    t.upsert(trips(keys_there[:2], ts=5, name="moved", city="sf"))
+    other.write_bytes(held)
+    assert t.validate().ok
+    assert {r["id"]: r["name"] for r in t.lookup(key_rows(keys_there[:2])).to_pylist()} == {
+        k: f"moved{k}" for k in keys_there[:2]
+    }
+    assert len(rows(t.to_arrow())) == 40
+
+
+def test_bloom_filters_route_writes_when_there_is_no_record_index(tmp_path: Path) -> None:
+    t = trips_table(str(tmp_path / "t"))
+    t.insert(trips(list(range(0, 40)), city="sf"), target_file_size=200)
+    t.build_metadata(record_index_shards=0, column_stats_shards=0)
+    files = sorted(t.planned_files())
+    assert len(files) > 1
+    untouched = next(
+        f for f in files if "5" not in pq.read_table(Path(t.uri) / f)["_hoodie_record_key"].to_pylist()
+    )
+    held = spoil(Path(t.uri) / untouched)
+    with pytest.raises((oxlake.OxlakeError, pa.ArrowInvalid)):
+        t.to_arrow()
+    # The spoiled file's bloom filter rules out key 5: the upsert reads only the other file.
+    t.upsert(trips([5], ts=9, name="b", city="sf"))
+    (Path(t.uri) / untouched).write_bytes(held)
+    assert t.validate().ok
+    assert [r for r in rows(t.to_arrow()) if r["id"] == 5][0]["name"] == "b5"
+    assert len(rows(t.to_arrow())) == 40
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_column_stats_and_bloom_filters_prune_planning(tmp_path: Path, table_type: str) -> None:
+    t = trips_table(str(tmp_path / "t"), table_type=table_type)
+    # One file group per day (a partition each), each with its own range of `ts` and ids.
+    for day in range(5):
+        t.insert(trips(list(range(day * 100, day * 100 + 50)), ts=day, city=f"c{day}"))
+    all_files = t.planned_files(filter="ts >= 3")
+    assert len(all_files) == 5  # no metadata table: nothing to prune with
+    t.build_metadata()
+    assert len(t.planned_files()) == 5
+    pruned = t.planned_files(filter="ts >= 3")
+    assert len(pruned) == 2
+    assert len(t.planned_files(filter=[("ts", "=", 2)])) == 1
+    assert len(t.planned_files(filter="fare > 100000")) == 0
+    # Equality on the record key: the bloom filters rule out the other files.
+    assert len(t.planned_files(filter="_hoodie_record_key = '205'")) == 1
+    assert len(t.planned_files(filter="id = 205")) == 1
+    everything = rows(t.to_arrow())
+    checks = {
+        "ts >= 3": lambda r: r["ts"] >= 3,
+        "id = 205": lambda r: r["id"] == 205,
+        "fare > 100000": lambda r: r["fare"] > 100000,
+        "ts = 2 OR id = 7": lambda r: r["ts"] == 2 or r["id"] == 7,
+    }
+    for sql, keep in checks.items():
+        assert rows(t.to_arrow(filter=sql)) == [r for r in everything if keep(r)], sql
+    assert rows(hudi_read(t.uri)) == everything
+    # A merge-on-read slice whose log holds a row passing the filter is kept.
+    t.upsert(trips([10], ts=9, city="c0"))
+    assert {r["id"] for r in rows(t.to_arrow(filter="ts >= 9"))} == {10}
+    assert t.validate().ok
