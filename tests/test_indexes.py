@@ -147,3 +147,21 @@ def test_column_stats_and_bloom_filters_prune_planning(tmp_path: Path, table_typ
     t.upsert(trips([10], ts=9, city="c0"))
     assert {r["id"] for r in rows(t.to_arrow(filter="ts >= 9"))} == {10}
     assert t.validate().ok
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ids=st.lists(st.integers(-10, 3_010), max_size=40))
+def test_lookups_read_single_pages_of_a_large_record_index(
+    tmp_path_factory: pytest.TempPathFactory, ids: list[int]
+) -> None:
+    """One record-index shard of 3,000 keys spans many 256-row pages: a lookup prunes pages by
+    the page index and still finds every key, including those at page boundaries."""
+    if "large" not in _INDEXED:
+        t = trips_table(str(tmp_path_factory.mktemp("large") / "t"))
+        t.insert(trips(list(range(3_000))))
+        t.build_metadata(1, column_stats_shards=0, bloom_filters_shards=0, record_index_shards=1)
+        t.delete(trips([5, 500, 2_999]))
+        _INDEXED["large"] = t
+    t = _INDEXED["large"]
+    got = sorted(t.lookup(key_rows(ids), columns=["id"]).column("id").to_pylist())
+    assert got == sorted({i for i in ids if 0 <= i < 3_000 and i not in (5, 500, 2_999)})

@@ -405,14 +405,19 @@ impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
 
     fn get_metadata<'a>(
         &'a mut self,
-        _options: Option<&'a parquet::arrow::arrow_reader::ArrowReaderOptions>,
+        options: Option<&'a parquet::arrow::arrow_reader::ArrowReaderOptions>,
     ) -> futures::future::BoxFuture<'a, parquet::errors::Result<Arc<parquet::file::metadata::ParquetMetaData>>> {
         Box::pin(async move {
             let size = self.size;
-            let meta = parquet::file::metadata::ParquetMetaDataReader::new()
-                .with_prefetch_hint(Some(FOOTER_HINT))
-                .load_and_finish(self, size)
-                .await?;
+            let mut reader =
+                parquet::file::metadata::ParquetMetaDataReader::new().with_prefetch_hint(Some(FOOTER_HINT));
+            // The page index only when asked for (point lookups in the metadata table).
+            if let Some(options) = options {
+                reader = reader
+                    .with_column_index_policy(options.column_index_policy())
+                    .with_offset_index_policy(options.offset_index_policy());
+            }
+            let meta = reader.load_and_finish(self, size).await?;
             Ok(Arc::new(meta))
         })
     }

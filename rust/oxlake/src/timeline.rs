@@ -14,7 +14,7 @@ use crate::format::instant::{Action, Instant, State};
 use crate::storage::Storage;
 
 /// The instants of one table, sorted by time.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct Timeline {
     instants: Vec<Instant>,
     dir: String,

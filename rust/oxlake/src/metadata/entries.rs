@@ -19,6 +19,8 @@ use arrow::array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, String
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use object_store::buffered::BufWriter;
 use parquet::arrow::AsyncArrowWriter;
+use parquet::file::properties::EnabledStatistics;
+use parquet::schema::types::ColumnPath;
 
 use super::Index;
 use super::shard;
@@ -30,9 +32,11 @@ use crate::table::Table;
 use crate::table::fs_view::FileSlice;
 use crate::write::{WriteConfig, base_file_properties};
 
-/// Rows per row group of a metadata base file: a lookup reads the row groups whose key range
-/// holds one of its keys.
-const ROW_GROUP_ROWS: usize = 8192;
+/// Rows per row group of a metadata base file.
+const ROW_GROUP_ROWS: usize = 65_536;
+/// Rows per data page of a metadata base file: a lookup reads, of the row groups whose key range
+/// may hold one of its keys, only the pages whose key range may (by the page index).
+pub(super) const PAGE_ROWS: usize = 256;
 /// Rows per data block of a metadata log file (a large commit writes several).
 pub(super) const BLOCK_ROWS: usize = 65_536;
 
@@ -196,7 +200,19 @@ pub(super) async fn write_base(
     let rel = file_path(index.name(), &name);
     let sink = BufWriter::new(mdt.storage().object_store(), mdt.storage().path(&rel));
     let config = WriteConfig { row_group_size: ROW_GROUP_ROWS, ..WriteConfig::default() };
-    let mut writer = AsyncArrowWriter::try_new(sink, mdt.schema(), Some(base_file_properties(&config)))?;
+    let mut props = base_file_properties(&config)
+        .into_builder()
+        .set_data_page_row_count_limit(PAGE_ROWS)
+        .set_write_batch_size(PAGE_ROWS)
+        // Page statistics (the column index) only where lookups prune by them.
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_column_statistics_enabled(ColumnPath::from("key"), EnabledStatistics::Page);
+    // Values unique per row: a dictionary would be read whole by every lookup, then thrown away.
+    for unique in ["key", "stats", "bloom"] {
+        props = props.set_column_dictionary_enabled(ColumnPath::from(unique), false);
+    }
+    let props = props.build();
+    let mut writer = AsyncArrowWriter::try_new(sink, mdt.schema(), Some(props))?;
     let (mut seq, mut rows) = (0, 0);
     for batch in batches {
         rows += batch.num_rows();

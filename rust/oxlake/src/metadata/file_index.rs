@@ -317,10 +317,7 @@ impl Table {
         slices: Vec<PlannedSlice>,
         filter: &Filter,
     ) -> Result<Vec<PlannedSlice>> {
-        let mdt = match self.metadata_table().await {
-            Ok(Some(mdt)) if mdt.is_fresh() => mdt,
-            _ => return Ok(slices),
-        };
+        let Some(mdt) = self.fresh_metadata_table().await else { return Ok(slices) };
         let (has_stats, has_blooms) = (mdt.has(Index::ColumnStats), mdt.has(Index::BloomFilters));
         if slices.is_empty() || !(has_stats || has_blooms) {
             return Ok(slices);

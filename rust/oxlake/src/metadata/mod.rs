@@ -23,6 +23,7 @@ mod sync;
 mod validate;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -146,43 +147,21 @@ fn changes_files(i: &Instant) -> bool {
 }
 
 impl Table {
-    /// The metadata table, when the table advertises one.
-    pub async fn metadata_table(&self) -> Result<Option<MetadataTable>> {
-        let Some(advertised) = self.config().raw.get(PARTITIONS_KEY) else { return Ok(None) };
-        if Index::parse(advertised.split(',').next().unwrap_or_default()) != Some(Index::Files) {
-            return Ok(None);
+    /// The metadata table, when the table advertises one; opened once per state of the table.
+    pub async fn metadata_table(&self) -> Result<Option<Arc<MetadataTable>>> {
+        self.metadata_cache().get_or_try_init(|| open(self)).await.cloned()
+    }
+
+    /// The metadata table when readers may use it (advertised, readable and fresh); else `None`,
+    /// and readers list storage.
+    pub async fn fresh_metadata_table(&self) -> Option<Arc<MetadataTable>> {
+        match self.metadata_table().await {
+            Ok(mdt) => mdt.filter(|m| m.is_fresh()),
+            Err(e) => {
+                log::warn!("{}: metadata table unreadable, listing storage: {e}", self.uri());
+                None
+            }
         }
-        let mut mdt = Table::open(&metadata_uri(self), self.options().clone()).await?;
-        let mut shards = BTreeMap::new();
-        for name in advertised.split(',') {
-            let index =
-                Index::parse(name).ok_or_else(|| Error::corrupt(PROPERTIES_FILE, format!("unknown index {name}")))?;
-            let n = mdt.config().raw.get(&index.shards_key()).and_then(|s| s.parse().ok()).unwrap_or(1u32);
-            shards.insert(index, n.max(1));
-        }
-        // Only instants completed on the data timeline count (a write that crashed between its
-        // metadata commit and its data commit left one that must not be read).
-        let data = self.timeline();
-        let built_at = mdt.config().raw.get(BUILT_AT_KEY).cloned().unwrap_or_else(|| UNKNOWN_BUILD_TIME.to_string());
-        let completed = |time: &str| data.instants_at(time).iter().any(|d| d.is_completed());
-        // A compaction of the metadata table carries the time of the data instant it follows,
-        // suffixed (see `sync::compact_if_due`).
-        mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)));
-        let have: HashSet<&str> = mdt.timeline().completed_data().map(|i| i.time.as_str()).collect();
-        let pending_then: HashSet<&str> =
-            mdt.config().raw.get(BUILT_PENDING_KEY).map(|p| p.split(',').collect()).unwrap_or_default();
-        let missing = data
-            .instants()
-            .iter()
-            .filter(|i| changes_files(i) && (i.time > built_at || pending_then.contains(i.time.as_str())))
-            .filter(|i| !have.contains(i.time.as_str()))
-            .map(|i| i.time.clone());
-        // A build whose `indexing` instant never completed left nothing a reader may use.
-        let unfinished = (!completed(&built_at)).then(|| built_at.clone());
-        let missing = unfinished.into_iter().chain(missing).collect();
-        let upper = mdt.timeline().latest_completed_data().map(|i| i.time.clone());
-        let view = FileSystemView::load(mdt.storage(), mdt.timeline(), true).await?;
-        Ok(Some(MetadataTable { table: mdt, view, upper, built_at, missing, shards }))
     }
 
     /// Builds the metadata table from a full listing of storage (and, for the record index, a
@@ -225,6 +204,45 @@ impl Table {
         self.replace_config(config);
         Ok(())
     }
+}
+
+/// Opens the metadata table of `data` at its state (see [`Table::metadata_table`]).
+async fn open(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
+    let Some(advertised) = data.config().raw.get(PARTITIONS_KEY) else { return Ok(None) };
+    if Index::parse(advertised.split(',').next().unwrap_or_default()) != Some(Index::Files) {
+        return Ok(None);
+    }
+    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let mut shards = BTreeMap::new();
+    for name in advertised.split(',') {
+        let index =
+            Index::parse(name).ok_or_else(|| Error::corrupt(PROPERTIES_FILE, format!("unknown index {name}")))?;
+        let n = mdt.config().raw.get(&index.shards_key()).and_then(|s| s.parse().ok()).unwrap_or(1u32);
+        shards.insert(index, n.max(1));
+    }
+    // Only instants completed on the data timeline count (a write that crashed between its
+    // metadata commit and its data commit left one that must not be read).
+    let timeline = data.timeline();
+    let built_at = mdt.config().raw.get(BUILT_AT_KEY).cloned().unwrap_or_else(|| UNKNOWN_BUILD_TIME.to_string());
+    let completed = |time: &str| timeline.instants_at(time).iter().any(|d| d.is_completed());
+    // A compaction of the metadata table carries the time of the data instant it follows,
+    // suffixed (see `sync::compact_if_due`).
+    mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)));
+    let have: HashSet<&str> = mdt.timeline().completed_data().map(|i| i.time.as_str()).collect();
+    let pending_then: HashSet<&str> =
+        mdt.config().raw.get(BUILT_PENDING_KEY).map(|p| p.split(',').collect()).unwrap_or_default();
+    let missing = timeline
+        .instants()
+        .iter()
+        .filter(|i| changes_files(i) && (i.time > built_at || pending_then.contains(i.time.as_str())))
+        .filter(|i| !have.contains(i.time.as_str()))
+        .map(|i| i.time.clone());
+    // A build whose `indexing` instant never completed left nothing a reader may use.
+    let unfinished = (!completed(&built_at)).then(|| built_at.clone());
+    let missing = unfinished.into_iter().chain(missing).collect();
+    let upper = mdt.timeline().latest_completed_data().map(|i| i.time.clone());
+    let view = FileSystemView::load(mdt.storage(), mdt.timeline(), true).await?;
+    Ok(Some(Arc::new(MetadataTable { table: mdt, view, upper, built_at, missing, shards })))
 }
 
 fn metadata_uri(table: &Table) -> String {
@@ -372,7 +390,7 @@ pub(crate) async fn catch_up(data: &mut Table) -> Result<()> {
         Ok(Some(mdt)) if mdt.is_fresh() => return Ok(()),
         Ok(Some(mdt)) => {
             log::info!("{}: metadata table stale (missing {:?}); building it again", data.uri(), mdt.missing);
-            MetadataConfig { shards: mdt.shards }
+            MetadataConfig { shards: mdt.shards.clone() }
         }
         Err(e) => {
             log::warn!("{}: metadata table unreadable ({e}); building it again", data.uri());

@@ -5,18 +5,21 @@
 //! Reader rules (DESIGN.md §3): the slice and the blocks are those of the metadata timeline
 //! restricted to instants completed on the data timeline; nothing else is read.
 //!
-//! A lookup of some keys reads only the base file's row groups whose key range may hold one of
-//! them (base files are sorted by key), and only the matching rows of the logs.
+//! A lookup of some keys reads only the base file's pages whose key range may hold one of them
+//! (base files are sorted by key and carry a page index), and only the matching rows of the logs.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{Array, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
+use arrow::datatypes::DataType;
 use futures::StreamExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::file::metadata::PageIndexPolicy;
 
 use super::entries::{record_key_of, record_schema, strings};
 use super::{Index, MetadataTable, shard};
@@ -118,41 +121,50 @@ impl MetadataTable {
 
     /// The records of `select` in every shard of `index`.
     pub(crate) async fn read_index(&self, index: Index, select: Select<'_>) -> Result<Vec<RecordBatch>> {
-        let mut out = Vec::new();
-        for shard in 0..self.shards(index) {
-            out.extend(self.read_shard(index, shard, select).await?);
-        }
-        Ok(out)
+        let shards = (0..self.shards(index)).map(|shard| self.read_shard(index, shard, select));
+        Ok(futures::future::try_join_all(shards).await?.into_iter().flatten().collect())
     }
 
-    /// The selected records of a base file, reading only the row groups that may hold them.
+    /// The selected records of a base file, reading only the row groups, and in them the pages,
+    /// whose key range may hold them.
     async fn read_base(&self, path: &str, size: u64, select: Select<'_>) -> Result<Vec<RecordBatch>> {
         let reader = ParquetFile::open(self.table.storage(), path, size);
-        let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
-        let groups = builder.metadata().row_groups();
-        let converter = StatisticsConverter::try_new("key", builder.schema(), builder.parquet_schema())
+        let policy = match select {
+            Select::All => PageIndexPolicy::Skip,
+            Select::Keys(_) | Select::RecordKeys(_) => PageIndexPolicy::Optional,
+        };
+        let options = ArrowReaderOptions::new().with_page_index_policy(policy);
+        let builder = ParquetRecordBatchStreamBuilder::new_with_options(reader, options).await?;
+        let (metadata, schema) = (builder.metadata().clone(), builder.schema().clone());
+        let converter = StatisticsConverter::try_new("key", &schema, metadata.file_metadata().schema_descr())
             .map_err(|e| Error::corrupt(path, e))?;
+        let groups = metadata.row_groups();
         let (mins, maxes) = (converter.row_group_mins(groups)?, converter.row_group_maxes(groups)?);
-        let as_strings = |a: &arrow::array::ArrayRef| arrow::compute::cast(a, &arrow::datatypes::DataType::Utf8);
-        let (mins, maxes) = (as_strings(&mins)?, as_strings(&maxes)?);
-        let (mins, maxes) = (
-            mins.as_any().downcast_ref::<arrow::array::StringArray>(),
-            maxes.as_any().downcast_ref::<arrow::array::StringArray>(),
-        );
-        let row_groups: Vec<usize> = (0..groups.len())
-            .filter(|&i| match (mins, maxes) {
-                (Some(mins), Some(maxes)) if mins.is_valid(i) && maxes.is_valid(i) => {
-                    select.overlaps(mins.value(i), maxes.value(i))
-                }
-                _ => true,
-            })
+        let row_groups: Vec<usize> = overlapping(select, &mins, &maxes)?
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, keep)| keep.then_some(i))
             .collect();
         if row_groups.is_empty() {
             return Ok(Vec::new());
         }
         let names: Vec<String> = record_schema().fields().iter().map(|f| f.name().clone()).collect();
         let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().map(String::as_str));
-        let mut stream = builder.with_row_groups(row_groups).with_projection(mask).build()?;
+        let mut builder = builder.with_projection(mask);
+        if let (Some(pages), Some(offsets)) = (metadata.column_index(), metadata.offset_index()) {
+            let (mins, maxes) = (
+                converter.data_page_mins(pages, offsets, &row_groups)?,
+                converter.data_page_maxes(pages, offsets, &row_groups)?,
+            );
+            if let Some(counts) = converter.data_page_row_counts(offsets, groups, &row_groups)? {
+                let keep = overlapping(select, &mins, &maxes)?;
+                let selectors = keep.iter().zip(counts.values()).map(|(&keep, &rows)| {
+                    if keep { RowSelector::select(rows as usize) } else { RowSelector::skip(rows as usize) }
+                });
+                builder = builder.with_row_selection(RowSelection::from_iter(selectors));
+            }
+        }
+        let mut stream = builder.with_row_groups(row_groups).build()?;
         let mut out = Vec::new();
         while let Some(batch) = stream.next().await {
             let batch = crate::schema::align(&batch?, &record_schema())?;
@@ -169,6 +181,17 @@ impl MetadataTable {
         }
         Ok(out)
     }
+}
+
+/// Whether each `[min, max]` key range (row groups or pages; unknown bounds count as
+/// everything) may hold a key of `select`.
+fn overlapping(select: Select<'_>, mins: &ArrayRef, maxes: &ArrayRef) -> Result<Vec<bool>> {
+    let as_strings = |a: &ArrayRef| arrow::compute::cast(a, &DataType::Utf8);
+    let (mins, maxes) = (as_strings(mins)?, as_strings(maxes)?);
+    let (mins, maxes) = (mins.as_string::<i32>(), maxes.as_string::<i32>());
+    Ok((0..mins.len())
+        .map(|i| !(mins.is_valid(i) && maxes.is_valid(i)) || select.overlaps(mins.value(i), maxes.value(i)))
+        .collect())
 }
 
 /// The indices of the [`record_schema`] columns in a batch of the full metadata schema.

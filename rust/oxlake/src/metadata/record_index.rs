@@ -142,9 +142,14 @@ impl MetadataTable {
         for k in keys {
             by_shard[super::shard::shard_of(k, shards) as usize].insert(k.clone());
         }
+        let reads = by_shard
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| !k.is_empty())
+            .map(|(shard, keys)| self.read_shard(Index::RecordIndex, shard as u32, Select::RecordKeys(keys)));
         let mut out = HashMap::with_capacity(keys.len());
-        for (shard, keys) in by_shard.iter().enumerate().filter(|(_, k)| !k.is_empty()) {
-            for batch in self.read_shard(Index::RecordIndex, shard as u32, Select::RecordKeys(keys)).await? {
+        for batches in futures::future::try_join_all(reads).await? {
+            for batch in batches {
                 let (key, partition, file) =
                     (strings(&batch, "key")?, strings(&batch, "partition")?, strings(&batch, "file")?);
                 for i in 0..batch.num_rows() {
@@ -181,11 +186,7 @@ impl Table {
         }]);
         let opts = ScanOptions { columns, filter: Some(filter.clone()), ..ScanOptions::default() };
         let mut plan = self.plan_scan(&ScanOptions { query: QueryType::Snapshot, ..ScanOptions::default() }).await?;
-        let mdt = match self.metadata_table().await {
-            Ok(Some(mdt)) if mdt.is_fresh() => Some(mdt),
-            _ => None,
-        };
-        match mdt {
+        match self.fresh_metadata_table().await {
             Some(mdt) if mdt.has(Index::RecordIndex) => {
                 let groups: HashSet<FileGroupId> =
                     mdt.locate(&record_keys).await?.into_iter().map(|((_, p), f)| (p, f)).collect();

@@ -4,15 +4,18 @@
 pub mod fs_view;
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use tokio::sync::OnceCell;
 
 use crate::config::{CreateOptions, PROPERTIES_FILE, TableConfig, keys};
 use crate::error::{Error, Result};
 use crate::format::instant::{Action, Instant};
+use crate::metadata::MetadataTable;
 use crate::schema;
 use crate::storage::{ParquetFile, Storage};
 use crate::timeline::Timeline;
@@ -45,7 +48,12 @@ pub struct Table {
     timeline: Timeline,
     data_schema: SchemaRef,
     options: TableOptions,
+    /// The metadata table opened at this state (shared by clones; dropped when the state changes).
+    metadata: MetadataCache,
 }
+
+/// Where [`Table::metadata_table`] keeps the metadata table it opened.
+pub(crate) type MetadataCache = Arc<OnceCell<Option<Arc<MetadataTable>>>>;
 
 impl Table {
     /// Opens an existing table.
@@ -64,7 +72,7 @@ impl Table {
         let config = TableConfig::parse(text)?;
         let timeline = Timeline::load(&storage, &config).await?;
         let data_schema = resolve_schema(&storage, &config, &timeline).await?;
-        Ok(Table { storage, config, timeline, data_schema, options })
+        Ok(Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() })
     }
 
     /// Creates a table with the given data schema (no meta fields) and returns it open.
@@ -87,13 +95,18 @@ impl Table {
             return Err(Error::TableExists { uri: storage.uri().to_string() });
         }
         let timeline = Timeline::from_file_names([], config.timeline_dir(), config.layout_version);
-        Ok(Table { storage, config, timeline, data_schema, options })
+        Ok(Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() })
     }
 
     /// Reloads the timeline (and the schema, which may have changed with it).
     pub async fn reload(&mut self) -> Result<()> {
-        self.timeline = Timeline::load(&self.storage, &self.config).await?;
-        self.data_schema = resolve_schema(&self.storage, &self.config, &self.timeline).await?;
+        let timeline = Timeline::load(&self.storage, &self.config).await?;
+        if timeline == self.timeline {
+            return Ok(());
+        }
+        self.data_schema = resolve_schema(&self.storage, &self.config, &timeline).await?;
+        self.timeline = timeline;
+        self.metadata = MetadataCache::default();
         Ok(())
     }
 
@@ -132,25 +145,29 @@ impl Table {
     /// from one listing of storage.
     pub async fn file_system_view(&self) -> Result<FileSystemView> {
         let partitioned = self.config.is_partitioned();
-        match self.metadata_table().await {
-            // Boxed: the metadata table is a table too (its own view lists storage).
-            Ok(Some(mdt)) if mdt.is_fresh() => match Box::pin(mdt.files()).await {
+        // Boxed: the metadata table is a table too (its own view lists storage).
+        if let Some(mdt) = Box::pin(self.fresh_metadata_table()).await {
+            match Box::pin(mdt.files()).await {
                 Ok(files) => return Ok(FileSystemView::from_files(files, &self.timeline, partitioned)),
                 Err(e) => log::warn!("{}: metadata table unreadable, listing storage: {e}", self.uri()),
-            },
-            Ok(_) => {}
-            Err(e) => log::warn!("{}: metadata table unreadable, listing storage: {e}", self.uri()),
+            }
         }
         FileSystemView::load(&self.storage, &self.timeline, partitioned).await
+    }
+
+    pub(crate) fn metadata_cache(&self) -> &MetadataCache {
+        &self.metadata
     }
 
     /// Keeps only the instants `keep` accepts (the metadata table's reader rules).
     pub(crate) fn restrict_timeline(&mut self, keep: impl Fn(&Instant) -> bool) {
         self.timeline.retain(keep);
+        self.metadata = MetadataCache::default();
     }
 
     pub(crate) fn replace_config(&mut self, config: TableConfig) {
         self.config = config;
+        self.metadata = MetadataCache::default();
     }
 
     /// File groups replaced by completed replacecommits up to `as_of`.
@@ -227,7 +244,7 @@ impl Table {
                 .collect();
             let config = TableConfig::parse(&kept)?;
             self.storage.put(PROPERTIES_FILE, Bytes::from(kept)).await?;
-            self.config = config;
+            self.replace_config(config);
         }
         let files = self.storage.list_recursive(APACHE_HUDI_METADATA_TABLE).await?;
         for f in files.iter().filter(|f| f.path != APACHE_HUDI_METADATA_PROPERTIES) {

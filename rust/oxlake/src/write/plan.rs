@@ -306,11 +306,7 @@ async fn index_lookup(
     parallelism: usize,
 ) -> Result<LookedUp> {
     use crate::metadata::Index;
-    let mdt = match table.metadata_table().await {
-        Ok(Some(mdt)) if mdt.is_fresh() => Some(mdt),
-        _ => None,
-    };
-    let Some(mdt) = mdt else {
+    let Some(mdt) = table.fresh_metadata_table().await else {
         return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
     };
     if mdt.has(Index::RecordIndex) {
