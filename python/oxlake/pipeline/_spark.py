@@ -1,0 +1,186 @@
+"""The Spark side of the pipeline: the functions that run in tasks (`mapInArrow`), grouping of
+rows by key inside a task, and the one-commit writer of a catalog."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from oxlake import _native
+from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
+from oxlake.table import Table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+INPUT = "catalog string, layer string, partition string, payload binary"
+CANDIDATE = "layer string, partition string, payload binary"
+OUT_KEY = "out_layer string, out_partition string"
+IN_KEY = "catalog string, layer string, partition string"
+EDGE = f"{OUT_KEY}, {IN_KEY}"
+PIECE = f"{OUT_KEY}, {IN_KEY}, seq int, value binary"
+DIRECT_INPUT = f"{OUT_KEY}, {INPUT}"
+WRITE = "op string, layer string, partition string, payload binary, checksum string"
+
+_IN_KEYS = ["catalog", "layer", "partition"]
+_OUT_KEYS = ["out_layer", "out_partition"]
+
+
+def ship(task: Compiler) -> None:
+    """Pickles the compiler's own module by value, so that Spark's workers need not import it
+    (compilers live in scripts, notebooks and test modules)."""
+    from pyspark import cloudpickle
+
+    module = sys.modules.get(type(task).__module__)
+    if module is not None and not type(task).__module__.startswith(("oxlake", "builtins")):
+        cloudpickle.register_pickle_by_value(module)
+
+
+def _rows(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
+    batches = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(batches) if batches else None
+
+
+def groups(table: pa.Table, keys: list[str], order: list[str]) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
+    """The rows of `table` grouped by `keys`, each group sorted by `order`."""
+    table = table.take(pc.sort_indices(table, [(c, "ascending") for c in keys + order]))
+    columns = [table.column(k).to_pylist() for k in keys]
+    start = 0
+    for i in range(1, table.num_rows + 1):
+        if i == table.num_rows or any(col[i] != col[start] for col in columns):
+            yield tuple(col[start] for col in columns), table.slice(start, i - start)
+            start = i
+
+
+def output_keys(task: DirectCompiler, with_payload: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Input rows → one row per output key they contribute to (payload carried when asked)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            cols = {c: batch.column(c).to_pylist() for c in _IN_KEYS}
+            out: dict[str, list[Any]] = {c: [] for c in _OUT_KEYS + _IN_KEYS}
+            take: list[int] = []
+            for i, (cat, layer, part) in enumerate(zip(cols["catalog"], cols["layer"], cols["partition"], strict=True)):
+                for out_layer, out_part in task.output_keys(cat, layer, part):
+                    out["out_layer"].append(out_layer)
+                    out["out_partition"].append(out_part)
+                    out["catalog"].append(cat)
+                    out["layer"].append(layer)
+                    out["partition"].append(part)
+                    take.append(i)
+            arrays = {c: pa.array(v, pa.string()) for c, v in out.items()}
+            if with_payload:
+                arrays["payload"] = batch.column("payload").take(pa.array(take, pa.int64()))
+            yield pa.RecordBatch.from_pydict(arrays)
+
+    return run
+
+
+def compile_direct(task: DirectCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Rows of DIRECT_INPUT (all of an output key in one task) → compiled CANDIDATE rows."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = _rows(batches)
+        if table is None:
+            return
+        layers, parts, payloads = [], [], []
+        for (out_layer, out_part), rows in groups(table, _OUT_KEYS, _IN_KEYS):
+            inputs = [
+                InputPartition(c, layer, p, pl)
+                for c, layer, p, pl in zip(
+                    *(rows.column(x).to_pylist() for x in [*_IN_KEYS, "payload"]), strict=True
+                )
+            ]
+            layers.append(out_layer)
+            parts.append(out_part)
+            payloads.append(task.compile(out_layer, out_part, inputs))
+        yield _candidates(layers, parts, payloads)
+
+    return run
+
+
+def map_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """INPUT rows → PIECE rows (`map` of each input partition)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            out: dict[str, list[Any]] = {c: [] for c in [*_OUT_KEYS, *_IN_KEYS, "seq", "value"]}
+            for cat, layer, part, payload in zip(
+                *(batch.column(x).to_pylist() for x in [*_IN_KEYS, "payload"]), strict=True
+            ):
+                for seq, (out_layer, out_part, value) in enumerate(task.map(InputPartition(cat, layer, part, payload))):
+                    for c, v in zip(out, (out_layer, out_part, cat, layer, part, seq, value), strict=True):
+                        out[c].append(v)
+            types = [pa.string()] * 5 + [pa.int32(), pa.binary()]
+            yield pa.RecordBatch.from_pydict({c: pa.array(v, t) for (c, v), t in zip(out.items(), types, strict=True)})
+
+    return run
+
+
+def reduce_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """PIECE rows (all of an output key in one task) → CANDIDATE rows (`reduce`)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = _rows(batches)
+        if table is None:
+            return
+        layers, parts, payloads = [], [], []
+        for (out_layer, out_part), rows in groups(table, _OUT_KEYS, [*_IN_KEYS, "seq"]):
+            layers.append(out_layer)
+            parts.append(out_part)
+            payloads.append(task.reduce(out_layer, out_part, rows.column("value").to_pylist()))
+        yield _candidates(layers, parts, payloads)
+
+    return run
+
+
+def _candidates(layers: list[str], parts: list[str], payloads: list[bytes | None]) -> pa.RecordBatch:
+    for p in payloads:
+        if p is not None and not isinstance(p, bytes | bytearray):
+            raise TypeError(f"a compiler returned {type(p).__name__}, not bytes or None")
+    return pa.RecordBatch.from_pydict(
+        {
+            "layer": pa.array(layers, pa.string()),
+            "partition": pa.array(parts, pa.string()),
+            "payload": pa.array(payloads, pa.binary()),
+        }
+    )
+
+
+def write_one_commit(rows: DataFrame, uri: str, storage_options: dict[str, str] | None) -> str | None:
+    """Writes rows of WRITE (`op` upsert or delete) into the catalog at `uri` as ONE commit:
+    the driver opens the instant, each Spark task writes whole layers (deletes, then upserts, as
+    log files of the pending instant), the driver commits every task's files, or aborts."""
+    from oxlake.spark import _task_id
+
+    table = Table(uri, storage_options)
+    pending = _native.begin_write(table._t, "upsert")
+    instant = pending.instant
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        data = _rows(batches)
+        if data is None:
+            return
+        writer = Table(uri, storage_options)
+        task = _task_id(TaskContext.get())
+        out = []
+        deletes = data.filter(pc.equal(data.column("op"), "delete")).select(["layer", "partition"])
+        upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(["layer", "partition", "payload", "checksum"])
+        for op, part in [("delete", deletes), ("upsert", upserts)]:
+            if part.num_rows:
+                out.append(_native.write_files(writer._t, op, instant, part, None, task))
+        yield pa.RecordBatch.from_pydict({"written": pa.array(out, pa.binary())})
+
+    try:
+        parts = [r["written"] for r in rows.repartition("layer").mapInArrow(write, "written binary").collect()]
+        landed, *_ = pending.commit([bytes(p) for p in parts])
+    except BaseException:
+        pending.abort()
+        raise
+    return landed

@@ -1,0 +1,236 @@
+"""A catalog: one oxlake table, one timeline, its layers as partitions (DESIGN.md §7).
+
+Each record is one published partition of a layer: `(layer, partition)` is its key, `payload`
+its content (bytes), `checksum` the SHA-256 of the payload (hex). A catalog version is a completed
+write instant of the table, also numbered densely from 1. A record's `_hoodie_commit_time` is the
+version at which that partition last changed (unchanged partitions keep their version).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from oxlake import _native
+from oxlake.table import Table, create_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+#: The reserved layer holding the pipeline state (DESIGN.md §7).
+STATE_LAYER = "_state"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("layer", pa.string(), nullable=False),
+        pa.field("partition", pa.string(), nullable=False),
+        pa.field("payload", pa.binary()),
+        pa.field("checksum", pa.string()),
+    ]
+)
+
+#: What `Catalog.changes` reports per partition.
+ADDED, CHANGED, REMOVED = "added", "changed", "removed"
+_CHANGE_KINDS = {"insert": ADDED, "update": CHANGED, "delete": REMOVED}
+
+
+@dataclass(frozen=True)
+class Version:
+    """One catalog version: its number, its instant, and the input versions each pipeline task
+    that wrote it recorded (`{task: {catalog: instant}}`; empty for writes outside a pipeline)."""
+
+    number: int
+    instant: str
+    dependencies: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+class Catalog:
+    """A catalog at `uri` (created with `Catalog.create`)."""
+
+    def __init__(self, uri: str, storage_options: dict[str, str] | None = None) -> None:
+        self.uri = uri
+        self.storage_options = storage_options
+        self.table = Table(uri, storage_options)
+        fields = set(self.table.schema.names)
+        if not {"layer", "partition", "payload", "checksum"} <= fields:
+            raise _native.InvalidArgumentError(f"{uri} is not a catalog (columns {sorted(fields)})")
+
+    @classmethod
+    def create(cls, uri: str, storage_options: dict[str, str] | None = None) -> Catalog:
+        """Creates an empty catalog: a merge-on-read table keyed by (layer, partition),
+        partitioned by layer, compacted inline every 10 versions."""
+        create_table(
+            uri,
+            SCHEMA,
+            record_key=["layer", "partition"],
+            partition_by=["layer"],
+            table_type="merge_on_read",
+            storage_options=storage_options,
+            inline_compaction=10,
+        )
+        return cls(uri, storage_options)
+
+    @classmethod
+    def open_or_create(cls, uri: str, storage_options: dict[str, str] | None = None) -> Catalog:
+        try:
+            return cls(uri, storage_options)
+        except _native.TableNotFoundError:
+            return cls.create(uri, storage_options)
+
+    def refresh(self) -> None:
+        self.table = Table(self.uri, self.storage_options)
+
+    # ---- versions ---------------------------------------------------------------------------
+
+    def instants(self) -> list[str]:
+        """The instants of the catalog's versions, oldest first."""
+        writes = {"commit", "deltacommit", "replacecommit"}
+        return [i.time for i in self.table.timeline() if i.state == "completed" and i.action in writes]
+
+    def latest(self) -> str | None:
+        instants = self.instants()
+        return instants[-1] if instants else None
+
+    def instant_of(self, version: int | str) -> str:
+        """The instant of a version given as a number (1, 2, ...) or an instant."""
+        instants = self.instants()
+        if isinstance(version, int):
+            if not 1 <= version <= len(instants):
+                raise _native.InvalidArgumentError(
+                    f"version {version} does not exist (the catalog has {len(instants)})"
+                )
+            return instants[version - 1]
+        if version not in instants:
+            raise _native.InvalidArgumentError(f"{version} is not a version of {self.uri}")
+        return version
+
+    def number_of(self, instant: str) -> int:
+        return self.instants().index(instant) + 1
+
+    def versions(self) -> list[Version]:
+        """Every version with the input versions its pipeline tasks recorded."""
+        out = []
+        for n, instant in enumerate(self.instants(), start=1):
+            state = self.table.to_arrow(
+                columns=["partition", "payload"],
+                filter=[("layer", "=", STATE_LAYER)],
+                as_of=instant,
+            )
+            deps = {}
+            for name, payload in zip(
+                state.column("partition").to_pylist(), state.column("payload").to_pylist(), strict=True
+            ):
+                if "|" not in name and payload:
+                    deps[name] = json.loads(payload)["inputs"]
+            out.append(Version(n, instant, deps))
+        return out
+
+    # ---- reads ------------------------------------------------------------------------------
+
+    def _layer_filter(self, layers: Sequence[str] | None, with_state: bool) -> list[tuple[str, str, object]]:
+        if layers is not None:
+            return [("layer", "in", list(layers))]
+        return [] if with_state else [("layer", "!=", STATE_LAYER)]
+
+    def snapshot(
+        self,
+        version: int | str | None = None,
+        layers: Sequence[str] | None = None,
+        *,
+        spark: SparkSession | None = None,
+        with_state: bool = False,
+    ) -> pa.Table | DataFrame:
+        """The published partitions at `version` (default latest), restricted to `layers`: a
+        Spark DataFrame when `spark` is given, else an Arrow table. Columns: layer, partition,
+        payload, checksum, and `version` (the instant at which the partition last changed)."""
+        if self.latest() is None:
+            return _empty(spark, with_version=True)
+        as_of = self.instant_of(version) if version is not None else None
+        filt = self._layer_filter(layers, with_state) or None
+        columns = ["layer", "partition", "payload", "checksum", "_hoodie_commit_time"]
+        if spark is not None:
+            from oxlake import spark as oxspark
+
+            df = oxspark.read(
+                spark, self.uri, columns, filt, as_of, storage_options=self.storage_options
+            )
+            return df.withColumnRenamed("_hoodie_commit_time", "version")
+        t = self.table.to_arrow(columns=columns, filter=filt, as_of=as_of)
+        return t.rename_columns([*columns[:4], "version"])
+
+    def changes(
+        self,
+        since: int | str | None,
+        until: int | str | None = None,
+        layers: Sequence[str] | None = None,
+        *,
+        spark: SparkSession | None = None,
+        with_state: bool = False,
+    ) -> pa.Table | DataFrame:
+        """The partitions added, changed and removed after version `since` (None: from the
+        start) up to `until` (default latest): layer, partition, `change` (added, changed,
+        removed), and the payload and checksum at `until` (null when removed)."""
+        end = self.instant_of(until) if until is not None else self.latest()
+        if end is None:
+            return _empty(spark, with_version=False, change=True)
+        start = self.instant_of(since) if since is not None else "0"
+        filt = self._layer_filter(layers, with_state) or None
+        columns = ["layer", "partition", "payload", "checksum"]
+        if spark is not None:
+            from pyspark.sql import functions as F
+
+            from oxlake import spark as oxspark
+
+            df = oxspark.read(
+                spark,
+                self.uri,
+                [*columns, "_change_type"],
+                filt,
+                query="changes",
+                start=start,
+                end=end,
+                storage_options=self.storage_options,
+                with_meta_columns=False,
+            )
+            kind = F.create_map(*[F.lit(x) for kv in _CHANGE_KINDS.items() for x in kv])
+            return df.select(*columns[:2], kind[F.col("_change_type")].alias("change"), *columns[2:])
+        t = self.table.to_arrow(
+            columns=[*columns, "_change_type"], filter=filt, query="changes", start=start, end=end
+        )
+        kinds = [_CHANGE_KINDS[k] for k in t.column("_change_type").to_pylist()]
+        return pa.table(
+            {
+                "layer": t.column("layer"),
+                "partition": t.column("partition"),
+                "change": pa.array(kinds, pa.string()),
+                "payload": t.column("payload"),
+                "checksum": t.column("checksum"),
+            }
+        )
+
+    def layers(self) -> list[str]:
+        """The layers holding at least one published partition (the state layer excluded)."""
+        t = self.table.to_arrow(columns=["layer"], filter=[("layer", "!=", STATE_LAYER)])
+        return sorted(pc.unique(t.column("layer")).to_pylist())
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.uri!r})"
+
+
+def _empty(spark: SparkSession | None, *, with_version: bool, change: bool = False) -> pa.Table | DataFrame:
+    fields = list(SCHEMA)
+    if change:
+        fields.insert(2, pa.field("change", pa.string()))
+    if with_version:
+        fields.append(pa.field("version", pa.string()))
+    schema = pa.schema(fields)
+    if spark is None:
+        return schema.empty_table()
+    from oxlake.spark import spark_schema
+
+    return spark.createDataFrame([], spark_schema(schema))

@@ -1,0 +1,146 @@
+"""Compilers: what a pipeline task computes, in the patterns of incremental publishing.
+
+- `DirectCompiler`: each output partition's key follows from input keys alone
+  (`output_keys`, 1:N and M:N); `compile` builds one output partition from the inputs mapped to
+  it. An incremental run recompiles the outputs of the changed inputs' keys.
+- `MapGroupCompiler`: outputs follow from content: `map` turns one input partition into
+  `(layer, partition, value)` pieces, `reduce` builds an output partition from its pieces. The
+  input → output graph is kept in the state layer, so an incremental run recompiles the outputs
+  that changed inputs fed before and feed now.
+- `FunctionCompiler` (or the `@compiler` decorator): a plain function from input DataFrames to
+  output DataFrames, run in full every time.
+
+Inputs are declared as `{catalog name: [layers]}`, outputs as `[layers]`; `config` (JSON-able)
+is part of the task's fingerprint, with the library version and the compiler's source code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from oxlake import __version__
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+@dataclass(frozen=True, order=True)
+class InputPartition:
+    """One published partition of an input catalog."""
+
+    catalog: str
+    layer: str
+    partition: str
+    payload: bytes
+
+
+class Compiler:
+    """The base of every compiler: its name, inputs, outputs and configuration."""
+
+    #: `{catalog name: [layers]}` read by the task.
+    inputs: ClassVar[Mapping[str, Sequence[str]]] = {}
+    #: Layers of the output catalog the task produces (each by exactly one task).
+    outputs: ClassVar[Sequence[str]] = ()
+    #: Whether the driver may run it incrementally.
+    incremental: ClassVar[bool] = True
+
+    def __init__(self, name: str | None = None, config: Mapping[str, Any] | None = None) -> None:
+        self.name = name or type(self).__name__
+        self.config = dict(config or {})
+        if "|" in self.name:
+            raise ValueError(f"task name {self.name!r} must not contain '|'")
+
+    def input_layers(self) -> list[tuple[str, str]]:
+        return [(c, layer) for c, layers in self.inputs.items() for layer in layers]
+
+    def code(self) -> str:
+        """The source the fingerprint covers (falls back to the qualified name)."""
+        try:
+            return inspect.getsource(type(self))
+        except (OSError, TypeError):
+            return type(self).__qualname__
+
+    def fingerprint(self) -> dict[str, str]:
+        """What makes the recorded state reusable: library version, compiler code, config."""
+        return {
+            "library": __version__,
+            "code": hashlib.sha256(self.code().encode()).hexdigest(),
+            "config": hashlib.sha256(json.dumps(self.config, sort_keys=True, default=str).encode()).hexdigest(),
+        }
+
+
+class DirectCompiler(Compiler):
+    """Output keys from input keys: override `output_keys` and `compile`."""
+
+    def output_keys(self, catalog: str, layer: str, partition: str) -> Iterable[tuple[str, str]]:
+        """The `(output layer, output partition)` keys an input partition contributes to."""
+        raise NotImplementedError
+
+    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> bytes | None:
+        """One output partition from its inputs (sorted by catalog, layer, partition). `None`
+        or empty bytes: the partition has no content (a published one is deleted)."""
+        raise NotImplementedError
+
+
+class MapGroupCompiler(Compiler):
+    """Output keys from content: override `map` and `reduce`."""
+
+    def map(self, item: InputPartition) -> Iterable[tuple[str, str, bytes]]:
+        """The `(output layer, output partition, value)` pieces of one input partition."""
+        raise NotImplementedError
+
+    def reduce(self, layer: str, partition: str, values: list[bytes]) -> bytes | None:
+        """One output partition from its pieces (ordered by the input they came from, then by
+        the order `map` gave them). `None` or empty bytes: no content."""
+        raise NotImplementedError
+
+
+#: A non-incremental compiler's function: input DataFrames by `(catalog, layer)` (columns
+#: partition, payload) → output DataFrames by layer (columns partition, payload).
+CompileFunction = Callable[[dict[tuple[str, str], "DataFrame"]], Mapping[str, "DataFrame"]]
+
+
+class FunctionCompiler(Compiler):
+    """A plain DataFrame function, always run in full."""
+
+    incremental: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        fn: CompileFunction,
+        inputs: Mapping[str, Sequence[str]],
+        outputs: Sequence[str],
+        name: str | None = None,
+        config: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(name or fn.__name__, config)
+        self.fn = fn
+        # Per instance: the class attributes are the defaults of the other compilers.
+        self.inputs = {c: list(layers) for c, layers in inputs.items()}  # type: ignore[misc]
+        self.outputs = list(outputs)  # type: ignore[misc]
+
+    def code(self) -> str:
+        try:
+            return inspect.getsource(self.fn)
+        except (OSError, TypeError):
+            return self.fn.__qualname__
+
+
+def compiler(
+    *, inputs: Mapping[str, Sequence[str]], outputs: Sequence[str], config: Mapping[str, Any] | None = None
+) -> Callable[[CompileFunction], FunctionCompiler]:
+    """Turns a DataFrame function into a non-incremental task:
+
+    >>> @compiler(inputs={"roads": ["segments"]}, outputs=["counts"])   # doctest: +SKIP
+    ... def counts(inputs): ...
+    """
+
+    def wrap(fn: CompileFunction) -> FunctionCompiler:
+        return FunctionCompiler(fn, inputs, outputs, config=config)
+
+    return wrap
