@@ -21,10 +21,9 @@ import random
 import sys
 from collections.abc import Iterable
 
+from oxlake.pipeline import Catalog, DirectCompiler, Driver, InputPartition, MapGroupCompiler, compiler
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
-
-from oxlake.pipeline import Catalog, DirectCompiler, Driver, InputPartition, MapGroupCompiler, compiler
 
 CLASSES = ["motorway", "primary", "secondary", "residential", "track"]
 
@@ -70,7 +69,9 @@ class Classes(MapGroupCompiler):
     def reduce(self, layer: str, partition: str, values: list[bytes]) -> bytes | None:
         pairs = [json.loads(v) for v in values]
         count = sum(n for n, _ in pairs)
-        return json.dumps({"segments": count, "length": round(sum(length for _, length in pairs), 3)}).encode()
+        return json.dumps(
+            {"segments": count, "length": round(sum(length for _, length in pairs), 3)}
+        ).encode()
 
 
 @compiler(inputs={"output": ["tiles13"]}, outputs=["summary"])
@@ -78,7 +79,11 @@ def summary(inputs: dict[tuple[str, str], DataFrame]) -> dict[str, DataFrame]:
     """One partition `all`: how many level-13 tiles hold roads."""
     tiles = inputs[("output", "tiles13")]
     total = tiles.agg(F.count("*").alias("tiles"))
-    return {"summary": total.select(F.lit("all").alias("partition"), F.to_json(F.struct("tiles")).cast("binary").alias("payload"))}
+    return {
+        "summary": total.select(
+            F.lit("all").alias("partition"), F.to_json(F.struct("tiles")).cast("binary").alias("payload")
+        )
+    }
 
 
 def segments(rng: random.Random, tile: str, n: int) -> bytes:
@@ -128,9 +133,14 @@ def main(work: str) -> None:
     driver = pipeline(spark, roads, out)
     for version in range(1, 5):
         report = driver.run()
-        print(f"input version {version}: {report.mode} {report.reasons or ''} → output version {report.version}")
+        print(
+            f"input version {version}: {report.mode} {report.reasons or ''} → output version {report.version}"
+        )
         for layer, r in sorted(report.layers.items()):
-            print(f"  {layer:8s} compiled {r.compiled:5d}  written {r.written:5d}  unchanged {r.unchanged:5d}  deleted {r.deleted:4d}")
+            print(
+                f"  {layer:8s} compiled {r.compiled:5d}  written {r.written:5d}  "
+                f"unchanged {r.unchanged:5d}  deleted {r.deleted:4d}"
+            )
         changed = rng.sample(tiles, 20)
         publish(changed, [segments(rng, t, rng.randint(1, 6)) for t in changed])
     spark.stop()

@@ -37,12 +37,12 @@ def ship(task: Compiler) -> None:
 
     module = sys.modules.get(type(task).__module__)
     if module is not None and not type(task).__module__.startswith(("oxlake", "builtins")):
-        cloudpickle.register_pickle_by_value(module)
+        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
-    batches = [b for b in batches if b.num_rows]
-    return pa.Table.from_batches(batches) if batches else None
+    kept = [b for b in batches if b.num_rows]
+    return pa.Table.from_batches(kept) if kept else None
 
 
 def groups(table: pa.Table, keys: list[str], order: list[str]) -> Iterator[tuple[tuple[Any, ...], pa.Table]]:
@@ -56,7 +56,9 @@ def groups(table: pa.Table, keys: list[str], order: list[str]) -> Iterator[tuple
             start = i
 
 
-def output_keys(task: DirectCompiler, with_payload: bool) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def output_keys(
+    task: DirectCompiler, with_payload: bool
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Input rows → one row per output key they contribute to (payload carried when asked)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -64,7 +66,9 @@ def output_keys(task: DirectCompiler, with_payload: bool) -> Callable[[Iterator[
             cols = {c: batch.column(c).to_pylist() for c in _IN_KEYS}
             out: dict[str, list[Any]] = {c: [] for c in _OUT_KEYS + _IN_KEYS}
             take: list[int] = []
-            for i, (cat, layer, part) in enumerate(zip(cols["catalog"], cols["layer"], cols["partition"], strict=True)):
+            for i, (cat, layer, part) in enumerate(
+                zip(cols["catalog"], cols["layer"], cols["partition"], strict=True)
+            ):
                 for out_layer, out_part in task.output_keys(cat, layer, part):
                     out["out_layer"].append(out_layer)
                     out["out_partition"].append(out_part)
@@ -112,11 +116,15 @@ def map_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], I
             for cat, layer, part, payload in zip(
                 *(batch.column(x).to_pylist() for x in [*_IN_KEYS, "payload"]), strict=True
             ):
-                for seq, (out_layer, out_part, value) in enumerate(task.map(InputPartition(cat, layer, part, payload))):
+                for seq, (out_layer, out_part, value) in enumerate(
+                    task.map(InputPartition(cat, layer, part, payload))
+                ):
                     for c, v in zip(out, (out_layer, out_part, cat, layer, part, seq, value), strict=True):
                         out[c].append(v)
             types = [pa.string()] * 5 + [pa.int32(), pa.binary()]
-            yield pa.RecordBatch.from_pydict({c: pa.array(v, t) for (c, v), t in zip(out.items(), types, strict=True)})
+            yield pa.RecordBatch.from_pydict(
+                {c: pa.array(v, t) for (c, v), t in zip(out.items(), types, strict=True)}
+            )
 
     return run
 
@@ -171,14 +179,18 @@ def write_one_commit(rows: DataFrame, uri: str, storage_options: dict[str, str] 
         task = _task_id(TaskContext.get())
         out = []
         deletes = data.filter(pc.equal(data.column("op"), "delete")).select(["layer", "partition"])
-        upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(["layer", "partition", "payload", "checksum"])
+        upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(
+            ["layer", "partition", "payload", "checksum"]
+        )
         for op, part in [("delete", deletes), ("upsert", upserts)]:
             if part.num_rows:
                 out.append(_native.write_files(writer._t, op, instant, part, None, task))
         yield pa.RecordBatch.from_pydict({"written": pa.array(out, pa.binary())})
 
     try:
-        parts = [r["written"] for r in rows.repartition("layer").mapInArrow(write, "written binary").collect()]
+        parts = [
+            r["written"] for r in rows.repartition("layer").mapInArrow(write, "written binary").collect()
+        ]
         landed, *_ = pending.commit([bytes(p) for p in parts])
     except BaseException:
         pending.abort()

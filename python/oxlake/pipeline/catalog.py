@@ -156,9 +156,7 @@ class Catalog:
         if spark is not None:
             from oxlake import spark as oxspark
 
-            df = oxspark.read(
-                spark, self.uri, columns, filt, as_of, storage_options=self.storage_options
-            )
+            df = oxspark.read(spark, self.uri, columns, filt, as_of, storage_options=self.storage_options)
             return df.withColumnRenamed("_hoodie_commit_time", "version")
         t = self.table.to_arrow(columns=columns, filter=filt, as_of=as_of)
         return t.rename_columns([*columns[:4], "version"])
@@ -178,7 +176,21 @@ class Catalog:
         end = self.instant_of(until) if until is not None else self.latest()
         if end is None:
             return _empty(spark, with_version=False, change=True)
-        start = self.instant_of(since) if since is not None else "0"
+        if since is None:
+            # Everything at `until` was added since the start.
+            snap = self.snapshot(end, layers, spark=spark, with_state=with_state)
+            if not isinstance(snap, pa.Table):
+                from pyspark.sql import functions as F
+
+                return snap.select("layer", "partition", F.lit(ADDED).alias("change"), "payload", "checksum")
+            kinds = pa.array([ADDED] * snap.num_rows, pa.string())
+            return (
+                snap.select(["layer", "partition"])
+                .append_column("change", kinds)
+                .append_column("payload", snap.column("payload"))
+                .append_column("checksum", snap.column("checksum"))
+            )
+        start = self.instant_of(since)
         filt = self._layer_filter(layers, with_state) or None
         columns = ["layer", "partition", "payload", "checksum"]
         if spark is not None:

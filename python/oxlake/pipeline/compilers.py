@@ -70,7 +70,9 @@ class Compiler:
         return {
             "library": __version__,
             "code": hashlib.sha256(self.code().encode()).hexdigest(),
-            "config": hashlib.sha256(json.dumps(self.config, sort_keys=True, default=str).encode()).hexdigest(),
+            "config": hashlib.sha256(
+                json.dumps(self.config, sort_keys=True, default=str).encode()
+            ).hexdigest(),
         }
 
 

@@ -54,7 +54,7 @@ class RunReport:
 
     @property
     def mode(self) -> str:
-        """"full" when any task ran in full, else "incremental"."""
+        """ "full" when any task ran in full, else "incremental"."""
         return "full" if any(t.mode == "full" for t in self.tasks.values()) else "incremental"
 
     @property
@@ -152,10 +152,12 @@ class Driver:
             return "a full run was requested"
         if state is None:
             return "no recorded state (first run)"
-        recorded = state.get("fingerprint", {})
+        recorded: dict[str, str] = state.get("fingerprint", {})  # type: ignore[assignment]
         for part, value in task.fingerprint().items():
-            if recorded.get(part) != value:  # type: ignore[union-attr]
-                what = {"library": "library version", "code": "compiler code", "config": "configuration"}[part]
+            if recorded.get(part) != value:
+                what = {"library": "library version", "code": "compiler code", "config": "configuration"}[
+                    part
+                ]
                 return f"the fingerprint changed ({what})"
         inputs = {c for c, _ in task.input_layers()}
         marked = sorted(inputs & set(reprocess))
@@ -168,7 +170,9 @@ class Driver:
                 return f"the recorded input versions do not match the requested range ({name})"
             if had is None or (want is not None and had > want) or had not in self.inputs[name].instants():
                 return f"the recorded input versions do not match the requested range ({name})"
-        upstream = sorted(run.full_layers & {layer for c, layer in task.input_layers() if c == self.output_name})
+        upstream = sorted(
+            run.full_layers & {layer for c, layer in task.input_layers() if c == self.output_name}
+        )
         if upstream:
             return f"upstream layer {upstream[0]} was compiled in full"
         return None
@@ -246,9 +250,15 @@ class _Run:
             if name == self.d.output_name:
                 for layer in layers:
                     df = self.changed[layer]
-                    parts.append(df.select(F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"))
+                    parts.append(
+                        df.select(
+                            F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"
+                        )
+                    )
             elif recorded[name] != self.requested[name]:
-                ch = self.d.inputs[name].changes(recorded[name], self.requested[name], layers, spark=self.d.spark)
+                ch = self.d.inputs[name].changes(
+                    recorded[name], self.requested[name], layers, spark=self.d.spark
+                )
                 parts.append(ch.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
         if not parts:
             return self.d.spark.createDataFrame([], _spark.INPUT)
@@ -261,7 +271,9 @@ class _Run:
 
         incremental = reason is None
         report = TaskReport(task.name, "incremental" if incremental else "full", reason)
-        report.inputs = {c: self.requested[c] for c in task.inputs if c != self.d.output_name and self.requested[c]}
+        report.inputs = {
+            c: v for c in task.inputs if c != self.d.output_name and (v := self.requested[c]) is not None
+        }
         self.reports[task.name] = report
         graph: DataFrame | None = None
         if isinstance(task, DirectCompiler):
@@ -271,12 +283,18 @@ class _Run:
         elif isinstance(task, FunctionCompiler):
             candidates = self._function(task)
         else:
-            raise PipelineDefinitionError(f"task {task.name!r}: {type(task).__name__} is not a known compiler")
+            raise PipelineDefinitionError(
+                f"task {task.name!r}: {type(task).__name__} is not a known compiler"
+            )
         record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
-        own_state = self.d.spark.createDataFrame([(STATE_LAYER, task.name, record.encode())], _spark.CANDIDATE)
+        own_state = self.d.spark.createDataFrame(
+            [(STATE_LAYER, task.name, record.encode())], _spark.CANDIDATE
+        )
         if graph is not None:
             own_state = own_state.unionByName(graph)
-        compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(own_state.withColumn("compiled", F.lit(False)))
+        compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(
+            own_state.withColumn("compiled", F.lit(False))
+        )
         scope = None
         if not incremental:
             self.full_layers |= set(task.outputs)
@@ -294,7 +312,9 @@ class _Run:
                 .select("partition", "payload")
                 .join(changed.select("partition"), "partition", "left_anti")
             )
-            self.new_state[layer] = kept.unionByName(mine.filter(F.col("op") == "upsert").select("partition", "payload"))
+            self.new_state[layer] = kept.unionByName(
+                mine.filter(F.col("op") == "upsert").select("partition", "payload")
+            )
             self.changed[layer] = changed
 
     def _decide(self, name: str, compiled: DataFrame, scope: Column | None) -> DataFrame:
@@ -314,7 +334,9 @@ class _Run:
             .when(F.col("old").isNull() | (F.col("checksum") != F.col("old")), "upsert")
             .otherwise("unchanged")
         )
-        rows = joined.select(F.lit(name).alias("task"), op.alias("op"), "layer", "partition", "payload", "checksum", "compiled")
+        rows = joined.select(
+            F.lit(name).alias("task"), op.alias("op"), "layer", "partition", "payload", "checksum", "compiled"
+        )
         if scope is not None:
             gone = (
                 pub.filter(scope)
@@ -336,7 +358,9 @@ class _Run:
         spark = self.d.spark
         if state is None:
             pieces = self.snapshot(task).mapInArrow(_spark.output_keys(task, True), _spark.DIRECT_INPUT)
-            return pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.compile_direct(task), _spark.CANDIDATE)
+            return pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
+                _spark.compile_direct(task), _spark.CANDIDATE
+            )
         affected = (
             self.changes(task, state)
             .select(*_spark._IN_KEYS)
@@ -346,8 +370,12 @@ class _Run:
         )
         edges = self.snapshot(task, keys_only=True).mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
         needed = edges.join(affected, _spark._OUT_KEYS, "left_semi")
-        pieces = needed.join(self.snapshot(task), _spark._IN_KEYS).select(*_spark._OUT_KEYS, *_spark._IN_KEYS, "payload")
-        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.compile_direct(task), _spark.CANDIDATE)
+        pieces = needed.join(self.snapshot(task), _spark._IN_KEYS).select(
+            *_spark._OUT_KEYS, *_spark._IN_KEYS, "payload"
+        )
+        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
+            _spark.compile_direct(task), _spark.CANDIDATE
+        )
         return self._with_vanished(affected, compiled, spark)
 
     @staticmethod
@@ -360,17 +388,23 @@ class _Run:
         vanished = keys.join(compiled.select("layer", "partition"), ["layer", "partition"], "left_anti")
         return compiled.unionByName(vanished.withColumn("payload", F.lit(None).cast("binary")))
 
-    def _map_group(self, task: MapGroupCompiler, state: dict[str, object] | None) -> tuple[DataFrame, DataFrame]:
+    def _map_group(
+        self, task: MapGroupCompiler, state: dict[str, object] | None
+    ) -> tuple[DataFrame, DataFrame]:
         from pyspark.sql import functions as F
 
         spark, keys = self.d.spark, _spark._IN_KEYS
         if state is None:
             pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task), _spark.PIECE)
             pieces = pieces.persist()
-            out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.reduce_pieces(task), _spark.CANDIDATE)
+            out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
+                _spark.reduce_pieces(task), _spark.CANDIDATE
+            )
             return out, self._graph_rows(task, pieces, None)
         changed = self.changes(task, state).persist()
-        new_pieces = changed.filter(F.col("payload").isNotNull()).mapInArrow(_spark.map_pieces(task), _spark.PIECE)
+        new_pieces = changed.filter(F.col("payload").isNotNull()).mapInArrow(
+            _spark.map_pieces(task), _spark.PIECE
+        )
         old = self._old_graph(task)
         old_affected = old.join(changed.select(*keys), keys, "left_semi").select(*_spark._OUT_KEYS)
         affected = old_affected.unionByName(new_pieces.select(*_spark._OUT_KEYS)).distinct()
@@ -387,7 +421,9 @@ class _Run:
             .join(affected, _spark._OUT_KEYS, "left_semi")
         )
         pieces = new_pieces.unionByName(feeder_pieces)
-        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.reduce_pieces(task), _spark.CANDIDATE)
+        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
+            _spark.reduce_pieces(task), _spark.CANDIDATE
+        )
         return self._with_vanished(affected, compiled, spark), self._graph_rows(task, new_pieces, changed)
 
     def _graph_key(self, task: Compiler) -> Column:
@@ -404,7 +440,9 @@ class _Run:
         by_input = edges.groupBy(*_spark._IN_KEYS).agg(F.sort_array(F.collect_list("out")).alias("outputs"))
         payload = F.to_json(F.struct(F.array("catalog", "layer", "partition").alias("input"), "outputs"))
         rows = by_input.select(
-            F.lit(STATE_LAYER).alias("layer"), self._graph_key(task).alias("partition"), payload.cast("binary").alias("payload")
+            F.lit(STATE_LAYER).alias("layer"),
+            self._graph_key(task).alias("partition"),
+            payload.cast("binary").alias("payload"),
         )
         if changed is not None:
             gone = changed.select(*_spark._IN_KEYS).join(by_input, _spark._IN_KEYS, "left_anti")
@@ -439,7 +477,9 @@ class _Run:
 
         snap = self.snapshot(task)
         inputs = {
-            (c, layer): snap.filter((F.col("catalog") == c) & (F.col("layer") == layer)).select("partition", "payload")
+            (c, layer): snap.filter((F.col("catalog") == c) & (F.col("layer") == layer)).select(
+                "partition", "payload"
+            )
             for c, layer in task.input_layers()
         }
         outputs = task.fn(inputs)
@@ -447,7 +487,11 @@ class _Run:
         if unknown:
             raise PipelineDefinitionError(f"task {task.name!r} returned undeclared layers {sorted(unknown)}")
         parts = [
-            df.select(F.lit(layer).alias("layer"), F.col("partition").cast("string"), F.col("payload").cast("binary"))
+            df.select(
+                F.lit(layer).alias("layer"),
+                F.col("partition").cast("string"),
+                F.col("payload").cast("binary"),
+            )
             for layer, df in outputs.items()
         ]
         if not parts:
@@ -468,6 +512,9 @@ class _Run:
                 .count()
                 .collect()
             )
+            for task in self.d.tasks:
+                for name in task.outputs:
+                    self.reports[task.name].layers.setdefault(name, LayerReport())
             for r in counts:
                 layer = self.reports[r["task"]].layers.setdefault(r["layer"], LayerReport())
                 if r["compiled"]:
@@ -478,10 +525,9 @@ class _Run:
                     layer.deleted += r["count"]
                 elif r["op"] == "unchanged":
                     layer.unchanged += r["count"]
-            for name, report in self.reports.items():
-                for layer in next(t for t in self.d.tasks if t.name == name).outputs:
-                    report.layers.setdefault(layer, LayerReport())
-            writes = rows.filter(F.col("op").isin("upsert", "delete")).select(*[c.split()[0] for c in _spark.WRITE.split(", ")])
+            writes = rows.filter(F.col("op").isin("upsert", "delete")).select(
+                *[c.split()[0] for c in _spark.WRITE.split(", ")]
+            )
             instant = None
             if not dry_run and writes.limit(1).count():
                 instant = _spark.write_one_commit(writes, self.d.output.uri, self.d.output.storage_options)
