@@ -286,3 +286,9 @@ def test_catalog_versions_snapshots_and_changes(tmp_path: Path) -> None:
     assert c.changes(None, 1).column("change").to_pylist() == [ADDED, ADDED]
     with pytest.raises(Exception, match="version 9 does not exist"):
         c.snapshot(9)
+    # Inline compaction (every 10 deltacommits) is not a version and changes no content.
+    for i in range(10):
+        publish(c, {"a": str(i).encode()})
+    assert any(i.action == "commit" for i in c.table.timeline())
+    assert [v.number for v in c.versions()][-1] == 13
+    assert published(c) == {("segments", "a"): b"9", ("segments", "c"): b"4"}

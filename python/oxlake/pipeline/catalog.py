@@ -88,9 +88,9 @@ class Catalog:
     # ---- versions ---------------------------------------------------------------------------
 
     def instants(self) -> list[str]:
-        """The instants of the catalog's versions, oldest first."""
-        writes = {"commit", "deltacommit", "replacecommit"}
-        return [i.time for i in self.table.timeline() if i.state == "completed" and i.action in writes]
+        """The instants of the catalog's versions, oldest first: its deltacommits (a catalog is a
+        merge-on-read table: its compactions complete as `commit`s and change no content)."""
+        return [i.time for i in self.table.timeline() if i.state == "completed" and i.action == "deltacommit"]
 
     def latest(self) -> str | None:
         instants = self.instants()
