@@ -84,27 +84,38 @@ def output_keys(
     return run
 
 
-def compile_direct(task: DirectCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Rows of DIRECT_INPUT (all of an output key in one task) → compiled CANDIDATE rows."""
+Build = Callable[[str, str, pa.Table], "bytes | None"]
+
+
+def _per_output(
+    order: list[str], build: Build
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Rows holding every row of each of their output keys → one CANDIDATE row per output key,
+    built by `build(layer, partition, rows sorted by order)`."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         table = _rows(batches)
         if table is None:
             return
         layers, parts, payloads = [], [], []
-        for (out_layer, out_part), rows in groups(table, _OUT_KEYS, _IN_KEYS):
-            inputs = [
-                InputPartition(c, layer, p, pl)
-                for c, layer, p, pl in zip(
-                    *(rows.column(x).to_pylist() for x in [*_IN_KEYS, "payload"]), strict=True
-                )
-            ]
+        for (out_layer, out_part), rows in groups(table, _OUT_KEYS, order):
             layers.append(out_layer)
             parts.append(out_part)
-            payloads.append(task.compile(out_layer, out_part, inputs))
+            payloads.append(build(out_layer, out_part, rows))
         yield _candidates(layers, parts, payloads)
 
     return run
+
+
+def compile_direct(task: DirectCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Rows of DIRECT_INPUT (all of an output key in one task) → compiled CANDIDATE rows."""
+
+    def build(layer: str, partition: str, rows: pa.Table) -> bytes | None:
+        columns = (rows.column(x).to_pylist() for x in [*_IN_KEYS, "payload"])
+        inputs = [InputPartition(*values) for values in zip(*columns, strict=True)]
+        return task.compile(layer, partition, inputs)
+
+    return _per_output(_IN_KEYS, build)
 
 
 def map_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -132,18 +143,10 @@ def map_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], I
 def reduce_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """PIECE rows (all of an output key in one task) → CANDIDATE rows (`reduce`)."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = _rows(batches)
-        if table is None:
-            return
-        layers, parts, payloads = [], [], []
-        for (out_layer, out_part), rows in groups(table, _OUT_KEYS, [*_IN_KEYS, "seq"]):
-            layers.append(out_layer)
-            parts.append(out_part)
-            payloads.append(task.reduce(out_layer, out_part, rows.column("value").to_pylist()))
-        yield _candidates(layers, parts, payloads)
+    def build(layer: str, partition: str, rows: pa.Table) -> bytes | None:
+        return task.reduce(layer, partition, rows.column("value").to_pylist())
 
-    return run
+    return _per_output([*_IN_KEYS, "seq"], build)
 
 
 def _candidates(layers: list[str], parts: list[str], payloads: list[bytes | None]) -> pa.RecordBatch:
