@@ -310,21 +310,32 @@ class Table:
 
     # -- writes -----------------------------------------------------------------------------
 
-    def _write(self, operation: str, data: Any, target_file_size: int | None) -> WriteResult:
-        instant, ins, upd, dels, files = self._t.write(operation, _arrow_stream(data), target_file_size)
+    def _write(
+        self, operation: str, data: Any, target_file_size: int | None, conflict_retries: int = 0
+    ) -> WriteResult:
+        stream = _arrow_stream(data)
+        instant, ins, upd, dels, files = self._t.write(operation, stream, target_file_size, conflict_retries)
         return WriteResult(instant, ins, upd, dels, list(files))
 
-    def insert(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+    # `conflict_retries`: a write that loses a conflict with another writer (CommitConflictError:
+    # the same file groups or keys committed first) is planned and written again, against the
+    # table as it is then, up to this many times before the error is raised.
+
+    def insert(
+        self, data: Any, *, target_file_size: int | None = None, conflict_retries: int = 0
+    ) -> WriteResult:
         """Adds records (duplicate keys in `data` are combined by the ordering field first)."""
-        return self._write("insert", data, target_file_size)
+        return self._write("insert", data, target_file_size, conflict_retries)
 
-    def upsert(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+    def upsert(
+        self, data: Any, *, target_file_size: int | None = None, conflict_retries: int = 0
+    ) -> WriteResult:
         """Updates records whose key exists and inserts the others."""
-        return self._write("upsert", data, target_file_size)
+        return self._write("upsert", data, target_file_size, conflict_retries)
 
-    def delete(self, data: Any) -> WriteResult:
+    def delete(self, data: Any, *, conflict_retries: int = 0) -> WriteResult:
         """Deletes the records whose keys are in `data` (record key and partition columns)."""
-        return self._write("delete", data, None)
+        return self._write("delete", data, None, conflict_retries)
 
     def insert_overwrite(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
         """Replaces every partition present in `data` with `data`."""

@@ -45,7 +45,16 @@ pub fn to_py(e: oxlake::Error) -> PyErr {
         E::SchemaMismatch { .. } => SchemaMismatchError::new_err(msg),
         E::InvalidData { .. } => InvalidDataError::new_err(msg),
         E::InvalidArgument { .. } => InvalidArgumentError::new_err(msg),
-        E::CommitConflict { .. } => CommitConflictError::new_err(msg),
+        E::CommitConflict { instant, .. } => {
+            let err = CommitConflictError::new_err(msg);
+            // The instant that won, for callers that retry or report.
+            Python::attach(|py| {
+                if let Err(e) = err.value(py).setattr("instant", instant) {
+                    e.print(py);
+                }
+            });
+            err
+        }
         E::CorruptTable { .. } | E::Parquet(_) => CorruptTableError::new_err(msg),
         E::Unsupported { .. } => UnsupportedError::new_err(msg),
         E::Storage { .. } => StorageError::new_err(msg),

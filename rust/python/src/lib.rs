@@ -10,6 +10,7 @@ mod errors;
 mod runtime;
 mod services;
 mod table;
+mod testing;
 
 use pyo3::prelude::*;
 
@@ -33,5 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(services::clean, m)?)?;
     m.add_function(wrap_pyfunction!(services::cluster, m)?)?;
     m.add_class::<services::PyProgress>()?;
+    m.add_function(wrap_pyfunction!(testing::inject_faults, m)?)?;
+    m.add_function(wrap_pyfunction!(testing::fault_counts, m)?)?;
     Ok(())
 }

@@ -209,18 +209,19 @@ impl PyTable {
     // ---- writes ---------------------------------------------------------------------------
 
     /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).
-    #[pyo3(signature = (operation, data, target_file_size=None))]
+    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0))]
     fn write(
         &self,
         py: Python<'_>,
         operation: &str,
         data: Bound<'_, PyAny>,
         target_file_size: Option<u64>,
+        conflict_retries: u32,
     ) -> PyResult<WriteSummary> {
         let op = WriteOperation::parse(operation)
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
         let batches = import_batches(&data)?;
-        let config = WriteConfig::default().with_target_file_size(target_file_size);
+        let config = WriteConfig { conflict_retries, ..WriteConfig::default().with_target_file_size(target_file_size) };
         let inner = self.inner.clone();
         let r = run(py, async move {
             let mut t = inner.lock().await;

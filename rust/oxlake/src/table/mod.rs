@@ -131,6 +131,11 @@ impl Table {
         self.storage.uri()
     }
 
+    /// Whether this is a metadata table (ours, under a data table's `.hoodie/oxlake/metadata`).
+    pub fn is_metadata_table(&self) -> bool {
+        self.uri().trim_end_matches('/').ends_with(crate::metadata::DIR)
+    }
+
     /// The data columns (no meta fields).
     pub fn data_schema(&self) -> SchemaRef {
         self.data_schema.clone()

@@ -126,7 +126,9 @@ impl Table {
     /// Writes `batches` with `op` as one commit. The table is reloaded afterwards.
     ///
     /// Bad input (schema mismatch, null keys, missing columns) fails before anything is written;
-    /// a failure during the write rolls the instant back, leaving the table as it was.
+    /// a failure during the write rolls the instant back, leaving the table as it was. A write that
+    /// loses a conflict is written again up to `config.conflict_retries` times (inserts, upserts,
+    /// deletes: their outcome does not depend on the state they were planned against).
     pub async fn write(
         &mut self,
         op: WriteOperation,
@@ -140,7 +142,18 @@ impl Table {
             }
             return self.execute(op, None, config).await;
         };
-        self.execute(op, Some(Arc::new(incoming)), config).await
+        let incoming = Arc::new(incoming);
+        let retriable = matches!(op, WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete);
+        let mut attempt = 0;
+        loop {
+            match self.execute(op, Some(incoming.clone()), config).await {
+                Err(Error::CommitConflict { instant, detail }) if retriable && attempt < config.conflict_retries => {
+                    attempt += 1;
+                    log::info!("{}: {op:?} lost a conflict with {instant} ({detail}); attempt {attempt}", self.uri());
+                }
+                outcome => return outcome,
+            }
+        }
     }
 
     fn check_writable(&self) -> Result<()> {

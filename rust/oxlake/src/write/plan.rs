@@ -36,6 +36,10 @@ pub struct WriteConfig {
     /// sequence number it writes, so that two tasks, or two attempts of one, never write the same
     /// name. One process writing alone is task 0, attempt 1.
     pub task: TaskId,
+    /// How many times a write that lost a conflict (another writer committed the same file groups
+    /// or keys first) is planned and written again against the table as it is then. Only for
+    /// inserts, upserts and deletes; 0: the conflict is the caller's.
+    pub conflict_retries: u32,
 }
 
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
@@ -67,6 +71,7 @@ impl Default for WriteConfig {
             row_group_size: 128 * 1024,
             parallelism: std::thread::available_parallelism().map_or(2, |n| n.get()),
             task: TaskId::ALONE,
+            conflict_retries: 0,
         }
     }
 }

@@ -6,9 +6,10 @@
 //!    A heartbeat file `.hoodie/.heartbeat/t` is written first and refreshed while the write runs.
 //! 2. `t.<action>.inflight`, then the data files, each named with `t`.
 //! 3. (Seam for the metadata table: its deltacommit `t` completes here, before step 4.)
-//! 4. The conflict check: every data instant completed since the writer began must touch file
-//!    groups disjoint from `t`'s; otherwise the write is rolled back and fails with
-//!    [`Error::CommitConflict`].
+//! 4. The conflict check ([`conflicts`]): the write's footprint (file groups, keys) is published as
+//!    an intent, then every data instant completed since the writer began, and every other write
+//!    committing now, must have a footprint disjoint from `t`'s; otherwise the write is rolled back
+//!    and fails with [`Error::CommitConflict`] naming the other instant.
 //! 5. `t.<action>`, the completed instant, created last with a conditional put. Its appearance is
 //!    the commit: before it no reader sees any of `t`'s files (readers keep only files of completed
 //!    instants), after it all of them.
@@ -17,6 +18,8 @@
 //! it back: `r.rollback.requested` naming `t`, `r.rollback.inflight`, `t`'s data files deleted,
 //! `r.rollback` completed, then `t`'s pending files removed. Each step is idempotent, so a crash
 //! during a rollback is finished by the writer after.
+
+mod conflicts;
 
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
@@ -239,11 +242,8 @@ impl Transaction {
         keys: &crate::metadata::KeyChanges,
     ) -> Result<Instant> {
         failpoint("before-commit");
-        table.reload().await?;
-        if let Some(conflict) = self.find_conflict(table, metadata).await? {
-            let detail = format!("instant {conflict} completed meanwhile and touched the same file groups");
-            self.abort(table).await?;
-            return Err(Error::CommitConflict { instant: conflict, detail });
+        if let Err(e) = self.check(table, metadata, keys).await {
+            return Err(self.fail(table, e).await);
         }
         if self.instant.action != Action::Indexing {
             let added: Vec<FileInfo> = metadata
@@ -276,6 +276,7 @@ impl Transaction {
         let created = table.timeline().create(table.storage(), &completed, Bytes::from(metadata.to_json()?)).await?;
         failpoint("after-commit");
         self.stop_heartbeat(table.storage()).await?;
+        conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
         if !created {
             return Err(Error::CommitConflict {
                 instant: self.instant.time.clone(),
@@ -305,59 +306,42 @@ impl Transaction {
         result
     }
 
-    async fn find_conflict(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<String>> {
-        // A log written on a slice that a compaction planned after it compacts away.
-        if let Some(c) = self.stale_log(table, metadata).await? {
-            return Ok(Some(c));
+    /// Decides whether this write may complete: publishes its footprint, then waits for earlier
+    /// overlapping writes that are committing, and fails with [`Error::CommitConflict`] when a
+    /// write completed since this one began, or a later one committing now, overlaps it.
+    async fn check(
+        &self,
+        table: &mut Table,
+        metadata: &CommitMetadata,
+        keys: &crate::metadata::KeyChanges,
+    ) -> Result<()> {
+        let time = self.instant.time.as_str();
+        let footprint = conflicts::Footprint::of(metadata, keys);
+        // The metadata table's deltacommits only append log files, each its own: they never
+        // overlap (its writers are serialized by the data table's commits).
+        let appends_only = table.is_metadata_table() && self.instant.action == Action::DeltaCommit;
+        if !appends_only {
+            conflicts::publish_intent(table.storage(), time, &footprint).await?;
+            failpoint("after-intent");
         }
-        let ours = touched_groups(metadata);
-        for other in table.timeline().completed_data() {
-            if other.time == self.instant.time || self.seen.contains(&other.time) {
-                continue;
+        loop {
+            table.reload().await?;
+            let (seen, compare) = (&self.seen, if appends_only { None } else { Some(&footprint) });
+            if let Some(other) = conflicts::find_conflict(table, time, seen, metadata, keys, compare).await? {
+                return Err(conflict(&other, "completed since this write began"));
             }
-            let theirs = table.timeline().commit_metadata(table.storage(), other).await?;
-            // A compaction and a log write on the same file group do not conflict: logs written
-            // after the compaction was planned go to the compaction's new slice. A compaction and
-            // a clustering (which replaces groups) do.
-            let replaces =
-                !metadata.partition_to_replace_file_ids.is_empty() || !theirs.partition_to_replace_file_ids.is_empty();
-            if (metadata.compacted || theirs.compacted) && !replaces {
-                continue;
+            if appends_only {
+                return Ok(());
             }
-            let theirs = touched_groups(&theirs);
-            if !ours.is_disjoint(&theirs) {
-                return Ok(Some(other.time.clone()));
-            }
-        }
-        Ok(None)
-    }
-
-    /// The compaction (pending or completed since this write began) planned over a file group this
-    /// write logged to under an older base instant, if any: that log would be left behind.
-    async fn stale_log(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<String>> {
-        let logged: Vec<(FileGroupId, &str)> = metadata
-            .write_stats()
-            .filter(|(_, s)| s.log_files.is_some())
-            .filter_map(|(p, s)| Some(((p.to_string(), s.file_id.clone()), s.prev_commit.as_deref()?)))
-            .collect();
-        if logged.is_empty() {
-            return Ok(None);
-        }
-        let mut compactions: Vec<(FileGroupId, String)> =
-            crate::services::pending_compaction_groups(table).await?.into_iter().collect();
-        for other in table.timeline().completed_data().filter(|i| !self.seen.contains(&i.time)) {
-            let meta = table.timeline().commit_metadata(table.storage(), other).await?;
-            if meta.compacted {
-                compactions
-                    .extend(meta.write_stats().map(|(p, s)| ((p.to_string(), s.file_id.clone()), other.time.clone())));
+            match conflicts::check_intents(table, time, &footprint).await? {
+                conflicts::Verdict::Clear => return Ok(()),
+                conflicts::Verdict::GiveWay(other) => return Err(conflict(&other, "is committing")),
+                conflicts::Verdict::Wait(other) => {
+                    log::debug!("{time}: waiting for the overlapping commit of {other}");
+                    conflicts::pause().await;
+                }
             }
         }
-        Ok(logged.iter().find_map(|(group, base)| {
-            compactions
-                .iter()
-                .find(|(g, c)| g == group && c.as_str() > *base && c.as_str() != self.instant.time)
-                .map(|(_, c)| c.clone())
-        }))
     }
 
     async fn stop_heartbeat(&mut self, storage: &Storage) -> Result<()> {
@@ -378,11 +362,11 @@ impl Drop for Transaction {
     }
 }
 
-/// The file groups a commit wrote or replaced.
-fn touched_groups(m: &CommitMetadata) -> HashSet<FileGroupId> {
-    let written = m.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone()));
-    let replaced = m.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string()));
-    written.chain(replaced).collect()
+fn conflict(other: &str, what: &str) -> Error {
+    Error::CommitConflict {
+        instant: other.to_string(),
+        detail: format!("instant {other} {what} and touched the same file groups or record keys"),
+    }
 }
 
 fn heartbeat_path(time: &str) -> String {
@@ -580,6 +564,7 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
         timeline.remove_pending(storage, target).await?;
     }
     storage.delete(&heartbeat_path(&target.time)).await?;
+    conflicts::withdraw_intent(storage, &target.time).await?;
     log::info!("rolled back instant {} as rollback {}", target.time, r.time);
     Ok(())
 }

@@ -3,11 +3,15 @@
 //! A [`Storage`] is an `object_store` store plus the table's root inside it. Paths handed to its
 //! methods are relative to the table root (`.hoodie/hoodie.properties`, `city=sf/f1_0-1-0_t.parquet`).
 //! Timeline transitions use [`Storage::put_if_absent`], a conditional create that is atomic on local
-//! disk and on S3 (`If-None-Match: *`); transient failures are retried a bounded number of times.
+//! disk and on S3 (`If-None-Match: *`). Every store is wrapped twice: [`retry::RetryStore`] retries
+//! transient failures (for every reader and writer, DataFusion's scans included), above
+//! [`faults::FaultStore`], which injects the faults and latency the tests ask for.
+
+pub mod faults;
+mod retry;
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -16,13 +20,12 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
+
+use self::faults::FaultStore;
+use self::retry::RetryStore;
 use url::Url;
 
 use crate::error::{Error, Result};
-
-/// How many times a transient failure is retried, and the first pause (doubled each time).
-const RETRIES: u32 = 3;
-const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 
 /// A table's storage: the store, the table root inside it, and the URL DataFusion knows it by.
 #[derive(Clone, Debug)]
@@ -67,7 +70,7 @@ impl Storage {
     /// A fresh in-memory store (unit tests).
     pub fn in_memory(root: &str) -> Result<Self> {
         Ok(Storage {
-            store: Arc::new(InMemory::new()),
+            store: layered(Arc::new(InMemory::new())),
             root: Path::from(root.trim_matches('/')),
             store_url: url_of("memory:///")?,
             uri: format!("memory://{}", root.trim_matches('/')),
@@ -78,7 +81,7 @@ impl Storage {
         let abs = normalize_local(&std::path::absolute(path).map_err(|e| Error::invalid_arg("uri", e))?);
         let root = Path::from_absolute_path(&abs).map_err(|e| Error::invalid_arg("uri", format!("{uri}: {e}")))?;
         Ok(Storage {
-            store: Arc::new(LocalFileSystem::new()),
+            store: layered(Arc::new(LocalFileSystem::new())),
             root,
             store_url: url_of("file:///")?,
             uri: abs.to_string_lossy().into_owned(),
@@ -92,7 +95,7 @@ impl Storage {
         }
         let mut builder = AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
-            .with_retry(RetryConfig { max_retries: RETRIES as usize, ..RetryConfig::default() });
+            .with_retry(RetryConfig { max_retries: 3, ..RetryConfig::default() });
         for (key, value) in options {
             let key = key.to_ascii_lowercase();
             let key = key.strip_prefix("aws_").unwrap_or(&key);
@@ -112,7 +115,7 @@ impl Storage {
         }
         let store = builder.build().map_err(|e| Error::invalid_arg("storage_options", format!("{uri}: {e}")))?;
         Ok(Storage {
-            store: Arc::new(store),
+            store: layered(Arc::new(store)),
             root: Path::from(prefix.trim_matches('/')),
             store_url: url_of(&format!("s3://{bucket}/"))?,
             uri: uri.to_string(),
@@ -149,7 +152,8 @@ impl Storage {
     /// Reads a whole file.
     pub async fn get(&self, rel: &str) -> Result<Bytes> {
         let path = self.path(rel);
-        retry(rel, || async { self.store.get(&path).await?.bytes().await }).await
+        let get = async { self.store.get(&path).await?.bytes().await };
+        get.await.map_err(|e| Error::storage(rel, e))
     }
 
     /// Reads a file, or `None` when it does not exist.
@@ -164,7 +168,7 @@ impl Storage {
     /// Size and modification time of a file, or `None` when it does not exist.
     pub async fn head(&self, rel: &str) -> Result<Option<ObjectMeta>> {
         let path = self.path(rel);
-        match retry(rel, || self.store.head(&path)).await {
+        match self.store.head(&path).await.map_err(|e| Error::storage(rel, e)) {
             Ok(m) => Ok(Some(m)),
             Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => Ok(None),
             Err(e) => Err(e),
@@ -174,7 +178,7 @@ impl Storage {
     /// Writes a file, replacing any previous content.
     pub async fn put(&self, rel: &str, data: Bytes) -> Result<()> {
         let path = self.path(rel);
-        retry(rel, || self.store.put(&path, PutPayload::from(data.clone()))).await?;
+        self.store.put(&path, PutPayload::from(data)).await.map_err(|e| Error::storage(rel, e))?;
         Ok(())
     }
 
@@ -184,7 +188,7 @@ impl Storage {
     pub async fn put_if_absent(&self, rel: &str, data: Bytes) -> Result<bool> {
         let path = self.path(rel);
         let opts = PutOptions { mode: PutMode::Create, ..PutOptions::default() };
-        let result = retry(rel, || self.store.put_opts(&path, PutPayload::from(data.clone()), opts.clone())).await;
+        let result = self.store.put_opts(&path, PutPayload::from(data), opts).await.map_err(|e| Error::storage(rel, e));
         match result {
             Ok(_) => Ok(true),
             Err(Error::Storage { source: object_store::Error::AlreadyExists { .. }, .. }) => Ok(false),
@@ -197,7 +201,7 @@ impl Storage {
     /// Deletes a file; a file that is already gone is not an error.
     pub async fn delete(&self, rel: &str) -> Result<()> {
         let path = self.path(rel);
-        match retry(rel, || self.store.delete(&path)).await {
+        match self.store.delete(&path).await.map_err(|e| Error::storage(rel, e)) {
             Ok(()) | Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => Ok(()),
             Err(e) => Err(e),
         }
@@ -206,24 +210,22 @@ impl Storage {
     /// Lists the files directly inside a directory (not recursive), paths relative to the root.
     pub async fn list_dir(&self, rel_dir: &str) -> Result<Vec<FileInfo>> {
         let prefix = self.path(rel_dir);
-        let listing = retry(rel_dir, || self.store.list_with_delimiter(Some(&prefix))).await?;
+        let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
         Ok(listing.objects.into_iter().map(|m| self.file_info(&m)).collect())
     }
 
     /// Lists the sub-directories directly inside a directory, paths relative to the root.
     pub async fn list_subdirs(&self, rel_dir: &str) -> Result<Vec<String>> {
         let prefix = self.path(rel_dir);
-        let listing = retry(rel_dir, || self.store.list_with_delimiter(Some(&prefix))).await?;
+        let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
         Ok(listing.common_prefixes.iter().map(|p| self.relative(p)).collect())
     }
 
     /// Lists every file under a directory, recursively.
     pub async fn list_recursive(&self, rel_dir: &str) -> Result<Vec<FileInfo>> {
         let prefix = self.path(rel_dir);
-        retry(rel_dir, || async {
-            self.store.list(Some(&prefix)).map_ok(|m| self.file_info(&m)).try_collect::<Vec<_>>().await
-        })
-        .await
+        let listing = self.store.list(Some(&prefix)).map_ok(|m| self.file_info(&m)).try_collect::<Vec<_>>();
+        listing.await.map_err(|e| Error::storage(rel_dir, e))
     }
 
     fn file_info(&self, meta: &ObjectMeta) -> FileInfo {
@@ -244,45 +246,9 @@ fn url_of(s: &str) -> Result<Url> {
     Url::parse(s).map_err(|e| Error::invalid_arg("uri", format!("{s}: {e}")))
 }
 
-/// Retries an operation on transient errors with exponential backoff.
-async fn retry<T, F, Fut>(what: &str, mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = object_store::Result<T>>,
-{
-    let mut pause = FIRST_BACKOFF;
-    let mut attempt = 0;
-    loop {
-        match op().await {
-            Ok(v) => return Ok(v),
-            Err(e) if attempt < RETRIES && is_transient(&e) => {
-                log::warn!("retrying {what} after transient storage error: {e}");
-                tokio::time::sleep(pause).await;
-                pause *= 2;
-                attempt += 1;
-            }
-            Err(e) => return Err(Error::storage(what, e)),
-        }
-    }
-}
-
-/// Errors that say something about the object (absent, present, changed, not allowed) are final;
-/// anything generic (I/O, network) may pass.
-fn is_transient(e: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    !matches!(
-        e,
-        E::NotFound { .. }
-            | E::AlreadyExists { .. }
-            | E::Precondition { .. }
-            | E::NotModified { .. }
-            | E::NotImplemented { .. }
-            | E::NotSupported { .. }
-            | E::InvalidPath { .. }
-            | E::PermissionDenied { .. }
-            | E::Unauthenticated { .. }
-            | E::UnknownConfigurationKey { .. }
-    )
+/// The layers every store gets: retries above injected faults above the real store.
+fn layered(store: Arc<dyn ObjectStore>) -> Arc<dyn ObjectStore> {
+    Arc::new(RetryStore::new(Arc::new(FaultStore::new(store))))
 }
 
 /// Resolves `.` and `..` in an absolute local path by its components (the table may not exist

@@ -1,0 +1,303 @@
+//! Conflicts between writers, decided at commit time (optimistic concurrency, DESIGN.md §3).
+//!
+//! A write's footprint is the file groups it wrote or replaced and the record keys it wrote. Two
+//! writes conflict when their footprints meet: a shared file group (except a compaction and a log
+//! write, which go to different slices), or a shared key (two writers inserting one new key into
+//! different file groups would otherwise leave it twice).
+//!
+//! Checking the instants completed since the write began is not enough: two writers may both check,
+//! find nothing, and both complete. So a writer first publishes its footprint as an *intent*
+//! (`.hoodie/oxlake/intents/<time>`), then checks, then completes, then removes the intent. Every
+//! writer writes before it reads, so of two overlapping writers at least one sees the other's intent
+//! (the store is read-after-write consistent: local disk, S3). Then:
+//! - the later instant waits until the earlier one has completed (and checks it as a completed
+//!   instant) or gone (rolled back, or its heartbeat expired);
+//! - the earlier instant gives way to a later pending one (a conflict): the later one may be
+//!   waiting for it, and one of them must yield.
+//!
+//! Completed instants are checked exactly: their commit metadata names their file groups, and their
+//! keys are read from the files they wrote, in the partitions both wrote.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use arrow::array::Array;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::format::commit::CommitMetadata;
+use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::format::instant::Instant;
+use crate::metadata::KeyChanges;
+use crate::storage::Storage;
+use crate::table::Table;
+use crate::table::fs_view::{FileGroupId, LogFile};
+
+const INTENT_DIR: &str = ".hoodie/oxlake/intents";
+/// Intents name keys by hash up to this many keys; beyond, by the partitions they fall in.
+const MAX_INTENT_KEYS: usize = 100_000;
+/// How often a writer waiting for an earlier one looks again.
+const WAIT_POLL: Duration = Duration::from_millis(25);
+
+/// What a commit touches.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(crate) struct Footprint {
+    groups: BTreeSet<FileGroupId>,
+    /// A compaction (its base files do not conflict with log writes to the same groups).
+    compacted: bool,
+    /// Replaces file groups (clustering, insert overwrite): conflicts with compactions too.
+    replaces: bool,
+    /// Hashes of `(partition, key)` of the keys written; `None` when there were too many.
+    key_hashes: Option<BTreeSet<u64>>,
+    /// Partitions the written keys fall in.
+    key_partitions: BTreeSet<String>,
+}
+
+impl Footprint {
+    pub(crate) fn of(metadata: &CommitMetadata, keys: &KeyChanges) -> Self {
+        let written = metadata.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone()));
+        let replaced = metadata.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string()));
+        let count: usize = keys.written.iter().map(|(_, _, k)| k.len()).sum();
+        let key_hashes = (count <= MAX_INTENT_KEYS).then(|| {
+            keys.written.iter().flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(p, k))).collect()
+        });
+        Footprint {
+            groups: written.chain(replaced).collect(),
+            compacted: metadata.compacted,
+            replaces: !metadata.partition_to_replace_file_ids.is_empty(),
+            key_hashes,
+            key_partitions: keys.written.iter().filter(|(_, _, k)| !k.is_empty()).map(|(p, _, _)| p.clone()).collect(),
+        }
+    }
+
+    /// Whether two footprints meet (for a pending intent: the keys by hash, or by partition).
+    fn meets(&self, other: &Footprint) -> bool {
+        groups_conflict(self, other) || self.keys_may_meet(other)
+    }
+
+    fn keys_may_meet(&self, other: &Footprint) -> bool {
+        match (&self.key_hashes, &other.key_hashes) {
+            (Some(a), Some(b)) => !a.is_disjoint(b),
+            _ => !self.key_partitions.is_disjoint(&other.key_partitions),
+        }
+    }
+}
+
+fn groups_conflict(a: &Footprint, b: &Footprint) -> bool {
+    // A compaction and a log write on the same file group do not conflict: logs written after the
+    // compaction was planned go to the compaction's new slice. A compaction and a clustering (which
+    // replaces groups) do.
+    if (a.compacted || b.compacted) && !(a.replaces || b.replaces) {
+        return false;
+    }
+    !a.groups.is_disjoint(&b.groups)
+}
+
+/// A stable 64-bit hash (FNV-1a) of a key in its partition: the same in every process.
+fn key_hash(partition: &str, key: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in partition.bytes().chain([0]).chain(key.bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn intent_path(time: &str) -> String {
+    format!("{INTENT_DIR}/{time}")
+}
+
+/// Publishes the footprint of the write at `time`.
+pub(crate) async fn publish_intent(storage: &Storage, time: &str, footprint: &Footprint) -> Result<()> {
+    let bytes = serde_json::to_vec(footprint).map_err(Error::invalid_data)?;
+    storage.put(&intent_path(time), Bytes::from(bytes)).await
+}
+
+/// Removes the intent of `time` (after its commit or rollback).
+pub(crate) async fn withdraw_intent(storage: &Storage, time: &str) -> Result<()> {
+    storage.delete(&intent_path(time)).await
+}
+
+/// What the intents of other writers say about committing now.
+pub(crate) enum Verdict {
+    /// Nothing pending meets this write.
+    Clear,
+    /// An earlier write that meets this one is committing: wait for it, then check again.
+    Wait(String),
+    /// A later write that meets this one is committing: this one gives way.
+    GiveWay(String),
+}
+
+/// Compares `ours` (the write at `time`) with the intents of the writes still pending on
+/// `table`'s (just reloaded) timeline. Intents of completed instants are stale: removed.
+pub(crate) async fn check_intents(table: &Table, time: &str, ours: &Footprint) -> Result<Verdict> {
+    let storage = table.storage();
+    let completed: HashSet<&str> =
+        table.timeline().instants().iter().filter(|i| i.is_completed()).map(|i| i.time.as_str()).collect();
+    let mut others: Vec<String> = storage
+        .list_dir(INTENT_DIR)
+        .await?
+        .into_iter()
+        .filter_map(|f| f.path.rsplit('/').next().map(str::to_string))
+        .filter(|t| t != time)
+        .collect();
+    others.sort();
+    for other in others {
+        if completed.contains(other.as_str()) {
+            withdraw_intent(storage, &other).await?;
+            continue;
+        }
+        let Some(bytes) = storage.get_opt(&intent_path(&other)).await? else { continue };
+        let theirs: Footprint = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(intent_path(&other), e))?;
+        if !ours.meets(&theirs) {
+            continue;
+        }
+        // A writer that stopped beating is gone: its intent holds nobody back.
+        let pending = table.timeline().pending().find(|i| i.time == other).cloned();
+        if let Some(p) = &pending
+            && super::is_expired(table, p).await?
+        {
+            continue;
+        }
+        return Ok(if other.as_str() < time { Verdict::Wait(other) } else { Verdict::GiveWay(other) });
+    }
+    Ok(Verdict::Clear)
+}
+
+/// Pause between two looks while waiting for an earlier writer.
+pub(crate) async fn pause() {
+    tokio::time::sleep(WAIT_POLL).await;
+}
+
+/// A log of `metadata` left on a slice a compaction leaves behind, or else the first data instant
+/// completed since the write at `time` began (not in `seen`) whose footprint meets `ours` (when
+/// given).
+pub(crate) async fn find_conflict(
+    table: &Table,
+    time: &str,
+    seen: &HashSet<String>,
+    metadata: &CommitMetadata,
+    keys: &KeyChanges,
+    ours: Option<&Footprint>,
+) -> Result<Option<String>> {
+    if let Some(c) = stale_log(table, time, seen, metadata).await? {
+        return Ok(Some(c));
+    }
+    let Some(ours) = ours else { return Ok(None) };
+    for other in table.timeline().completed_data() {
+        if other.time == time || seen.contains(&other.time) {
+            continue;
+        }
+        let meta = table.timeline().commit_metadata(table.storage(), other).await?;
+        let theirs = Footprint::of(&meta, &KeyChanges::default());
+        if groups_conflict(ours, &theirs) || wrote_same_keys(table, keys, &meta).await? {
+            return Ok(Some(other.time.clone()));
+        }
+    }
+    Ok(None)
+}
+
+/// Whether the completed commit `theirs` wrote any key that `keys` holds, in the partitions both
+/// wrote: read from the files it reports (all their keys, a superset of what it wrote).
+async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetadata) -> Result<bool> {
+    if keys.written.is_empty() || theirs.compacted {
+        return Ok(false);
+    }
+    let ours: HashSet<u64> =
+        keys.written.iter().flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(p, k))).collect();
+    let partitions: HashSet<&str> = keys.written.iter().map(|(p, _, _)| p.as_str()).collect();
+    for (partition, stat) in theirs.write_stats().filter(|(p, _)| partitions.contains(p)) {
+        let Some(path) = stat.path.as_deref() else { continue };
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let size = stat.file_size_in_bytes.max(0) as u64;
+        let stored: Vec<String> = if BaseFileName::parse(name).is_some() {
+            let keys = crate::write::base_file_keys(table.storage(), path, size).await?;
+            keys.iter().flatten().map(str::to_string).collect()
+        } else if let Some(name) = LogFileName::parse(name) {
+            let log = LogFile { name, path: path.to_string(), size };
+            crate::log::record_keys(table.storage(), &[log]).await?.into_keys().collect()
+        } else {
+            continue;
+        };
+        if stored.iter().any(|k| ours.contains(&key_hash(partition, k))) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The compaction (pending or completed since this write began) planned over a file group this
+/// write logged to under an older base instant, if any: that log would be left behind.
+async fn stale_log(
+    table: &Table,
+    time: &str,
+    seen: &HashSet<String>,
+    metadata: &CommitMetadata,
+) -> Result<Option<String>> {
+    let logged: Vec<(FileGroupId, &str)> = metadata
+        .write_stats()
+        .filter(|(_, s)| s.log_files.is_some())
+        .filter_map(|(p, s)| Some(((p.to_string(), s.file_id.clone()), s.prev_commit.as_deref()?)))
+        .collect();
+    if logged.is_empty() {
+        return Ok(None);
+    }
+    let mut compactions: Vec<(FileGroupId, String)> =
+        crate::services::pending_compaction_groups(table).await?.into_iter().collect();
+    let since: Vec<&Instant> = table.timeline().completed_data().filter(|i| !seen.contains(&i.time)).collect();
+    for other in since {
+        let meta = table.timeline().commit_metadata(table.storage(), other).await?;
+        if meta.compacted {
+            compactions
+                .extend(meta.write_stats().map(|(p, s)| ((p.to_string(), s.file_id.clone()), other.time.clone())));
+        }
+    }
+    Ok(logged.iter().find_map(|(group, base)| {
+        compactions.iter().find(|(g, c)| g == group && c.as_str() > *base && c.as_str() != time).map(|(_, c)| c.clone())
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::StringArray;
+
+    fn footprint(groups: &[(&str, &str)], keys: &[(&str, &[&str])]) -> Footprint {
+        let mut metadata = CommitMetadata::default();
+        for (p, f) in groups {
+            let stat = crate::format::commit::WriteStat { file_id: f.to_string(), ..Default::default() };
+            metadata.partition_to_write_stats.entry(p.to_string()).or_default().push(stat);
+        }
+        let written = keys
+            .iter()
+            .map(|(p, ks)| (p.to_string(), "f".to_string(), StringArray::from_iter_values(ks.iter())))
+            .collect();
+        Footprint::of(&metadata, &KeyChanges { written, deleted: vec![] })
+    }
+
+    #[test]
+    fn footprints_meet_on_groups_or_keys_only() {
+        let a = footprint(&[("p", "g1")], &[("p", &["k1", "k2"])]);
+        let b = footprint(&[("p", "g2")], &[("p", &["k3"])]);
+        let c = footprint(&[("p", "g3")], &[("p", &["k2"])]);
+        let d = footprint(&[("p", "g1")], &[]);
+        let e = footprint(&[("q", "g4")], &[("q", &["k1"])]);
+        assert!(!a.meets(&b), "disjoint groups and keys");
+        assert!(a.meets(&c), "one key inserted twice");
+        assert!(a.meets(&d), "one file group");
+        assert!(!a.meets(&e), "the same key in another partition is another record");
+        // A serialized intent means the same.
+        let back: Footprint = serde_json::from_slice(&serde_json::to_vec(&c).unwrap()).unwrap();
+        assert!(a.meets(&back) && !b.meets(&back));
+        // Without key hashes (too many keys), keys meet by partition.
+        let coarse = Footprint { key_hashes: None, ..footprint(&[("p", "g9")], &[("p", &["k9"])]) };
+        assert!(coarse.meets(&b) && !coarse.meets(&e));
+    }
+
+    #[test]
+    fn key_hashes_are_stable() {
+        assert_eq!(key_hash("", ""), 0xaf63_bd4c_8601_b7df);
+        assert_ne!(key_hash("a", "b"), key_hash("ab", ""));
+    }
+}
