@@ -7,6 +7,7 @@
 mod arrow_ffi;
 mod distributed;
 mod errors;
+mod logging;
 mod runtime;
 mod services;
 mod table;
@@ -16,6 +17,7 @@ use pyo3::prelude::*;
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    logging::init();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<table::PyTable>()?;

@@ -42,6 +42,24 @@ const HEARTBEAT_DIR: &str = ".hoodie/.heartbeat";
 const HEARTBEAT_TOLERANCE: u32 = 3;
 /// How many instant times a writer tries before giving up on a busy table.
 const CLAIM_ATTEMPTS: usize = 20;
+/// Markers of the instant times claimed (see [`claim`]).
+const CLAIMS_DIR: &str = ".hoodie/oxlake/claims";
+/// Claim markers older than this are removed by cleans: instant times follow the clock, so no
+/// writer claims a time that old.
+const CLAIMS_KEPT: Duration = Duration::from_secs(24 * 3600);
+
+/// Removes the claim markers older than [`CLAIMS_KEPT`].
+pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
+    let cutoff = chrono::Utc::now().naive_utc() - chrono::TimeDelta::from_std(CLAIMS_KEPT).unwrap_or_default();
+    let cutoff = cutoff.format("%Y%m%d%H%M%S%3f").to_string();
+    for f in table.storage().list_dir(CLAIMS_DIR).await? {
+        let name = f.path.rsplit('/').next().unwrap_or_default();
+        if name.get(..17).is_some_and(|t| t < cutoff.as_str()) {
+            table.storage().delete(&f.path).await?;
+        }
+    }
+    Ok(())
+}
 
 /// A write in progress: an instant claimed on the timeline and its heartbeat.
 #[derive(Debug)]
@@ -127,34 +145,21 @@ impl Transaction {
             Box::pin(crate::metadata::catch_up(table)).await?;
         }
         let storage = table.storage().clone();
-        let mut last = table.timeline().last_time().map(str::to_string);
-        for _ in 0..CLAIM_ATTEMPTS {
-            let time = instant::next_after(last.as_deref())?;
-            let requested = Instant::new(time.clone(), action, State::Requested);
-            if table.timeline().create(&storage, &requested, plan(&time)?).await? {
-                // The heartbeat follows the claim: a writer that lost the race for `time` must
-                // not touch the winner's heartbeat. Until it exists, the requested file's own age
-                // stands in for it (see `is_expired`).
-                write_heartbeat(&storage, &time).await?;
-                failpoint("after-requested");
-                let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
-                let heartbeat =
-                    Some(spawn_heartbeat(storage.clone(), time.clone(), table.options().heartbeat_interval));
-                let tx = Transaction { instant: requested, seen, heartbeat };
-                let tx = tx;
-                let inflight = tx.instant.with_state(State::Inflight);
-                let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
-                table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
-                failpoint("after-inflight");
-                return Ok(tx);
-            }
-            table.reload().await?;
-            last = Some(table.timeline().last_time().map_or(time.clone(), |t| t.max(&time).to_string()));
-        }
-        Err(Error::CommitConflict {
-            instant: last.unwrap_or_default(),
-            detail: "could not claim an instant time".into(),
-        })
+        let requested = claim(table, action, plan).await?;
+        let time = requested.time.clone();
+        // The heartbeat follows the claim: a writer that lost the race for `time` must not touch
+        // the winner's heartbeat. Until it exists, the requested file's own age stands in for it
+        // (see `is_expired`).
+        write_heartbeat(&storage, &time).await?;
+        failpoint("after-requested");
+        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let heartbeat = Some(spawn_heartbeat(storage.clone(), time, table.options().heartbeat_interval));
+        let tx = Transaction { instant: requested, seen, heartbeat };
+        let inflight = tx.instant.with_state(State::Inflight);
+        let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
+        table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
+        failpoint("after-inflight");
+        Ok(tx)
     }
 
     /// Claims the instant `time` (not a new one) for `action`, its requested file holding `plan`:
@@ -262,8 +267,7 @@ impl Transaction {
             };
             let change = crate::metadata::Change { added: &added, deleted: &[], keys };
             if let Err(e) = Box::pin(crate::metadata::sync(table, &self.instant.time, change)).await {
-                self.abort(table).await?;
-                return Err(e);
+                return Err(self.fail(table, e).await);
             }
             failpoint("after-metadata-sync");
         }
@@ -404,6 +408,30 @@ pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool>
     Ok(now.saturating_sub(last_sign) > limit)
 }
 
+/// Claims a new instant for `action`: creates its requested file, holding `plan(time)`, at the
+/// first free time after the latest instant. Writers race for times, and the requested files of
+/// two actions at one time have different names: so a time is first claimed by the conditional
+/// create of a marker `.hoodie/oxlake/claims/<time>`, whatever the action. A metadata table's
+/// plain times belong to the data instants it mirrors, so the instants of its own services
+/// (rollbacks, cleans) take a `002` suffix no data instant has.
+pub(crate) async fn claim(table: &Table, action: Action, plan: impl Fn(&str) -> Result<Bytes>) -> Result<Instant> {
+    let own_suffix = if table.is_metadata_table() { "002" } else { "" };
+    let mut last = table.timeline().last_time().map(|t| t.get(..17).unwrap_or(t).to_string());
+    for _ in 0..CLAIM_ATTEMPTS {
+        let base = instant::next_after(last.as_deref())?;
+        let time = format!("{base}{own_suffix}");
+        last = Some(base);
+        if !table.storage().put_if_absent(&format!("{CLAIMS_DIR}/{time}"), Bytes::new()).await? {
+            continue;
+        }
+        let requested = Instant::new(time.clone(), action, State::Requested);
+        if table.timeline().create(table.storage(), &requested, plan(&time)?).await? {
+            return Ok(requested);
+        }
+    }
+    Err(Error::CommitConflict { instant: last.unwrap_or_default(), detail: "could not claim an instant time".into() })
+}
+
 /// Rolls back every pending data instant whose writer is gone, and finishes interrupted rollbacks.
 /// Returns the instants rolled back. Every change of a table starts here, so this is also where
 /// tables oxlake cannot change are refused, and Apache Hudi's metadata table is retired (see
@@ -418,10 +446,16 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
     // Interrupted rollbacks first: they name their target.
     let pending_rollbacks: Vec<Instant> =
         table.timeline().pending().filter(|i| i.action == Action::Rollback).cloned().collect();
+    // A rollback whose process is alive is left to it, and so is its target.
+    let mut taken = HashSet::new();
     for r in pending_rollbacks {
         let path = table.timeline().path_of(&r.with_state(State::Requested));
         let plan = table.storage().get_opt(&path).await?.and_then(|b| serde_json::from_slice::<RollbackPlan>(&b).ok());
         match plan {
+            Some(plan) if !is_expired(table, &r).await? => {
+                taken.insert(plan.instant_to_rollback.commit_time);
+                continue;
+            }
             Some(plan) => {
                 let target = plan.instant_to_rollback.commit_time;
                 let action = Action::parse(&plan.instant_to_rollback.action).unwrap_or(Action::Commit);
@@ -445,7 +479,7 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
         .cloned()
         .collect();
     for instant in failed {
-        if is_expired(table, &instant).await? {
+        if !taken.contains(&instant.time) && is_expired(table, &instant).await? {
             rollback(table, &instant, None).await?;
             done.push(instant.time.clone());
             table.reload().await?;
@@ -495,14 +529,11 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     let meta = table.timeline().commit_metadata(table.storage(), &latest).await?;
     let action = if meta.compacted { Action::Compaction } else { latest.action };
     let storage = table.storage().clone();
-    let r = instant::next_after(table.timeline().last_time())?;
     let plan =
         RollbackPlan { instant_to_rollback: RollbackTarget { commit_time: time.clone(), action: action.to_string() } };
-    let requested = Instant::new(r.clone(), Action::Rollback, State::Requested);
-    let plan = serde_json::to_vec(&plan).map_err(Error::invalid_data)?;
-    if !table.timeline().create(&storage, &requested, Bytes::from(plan)).await? {
-        return Err(Error::CommitConflict { instant: r, detail: "rollback instant taken".into() });
-    }
+    let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
+    let requested = claim(table, Action::Rollback, |_| Ok(plan.clone())).await?;
+    let r = requested.time.clone();
     // The target reads as pending from here on (its requested and inflight files remain).
     let target = Instant::new(time.clone(), action, State::Inflight);
     for pending in [target.with_state(State::Requested), target.clone()] {
@@ -519,25 +550,32 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
 /// Rolls back one pending instant, resuming `existing` when a rollback of it was interrupted.
 async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) -> Result<()> {
     let storage = table.storage();
-    let timeline = table.timeline();
     let r = match existing {
         Some(r) => r,
         None => {
-            let time = instant::next_after(timeline.last_time())?;
             let plan = RollbackPlan {
                 instant_to_rollback: RollbackTarget {
                     commit_time: target.time.clone(),
                     action: target.action.to_string(),
                 },
             };
-            let requested = Instant::new(time.clone(), Action::Rollback, State::Requested);
-            let plan = serde_json::to_vec(&plan).map_err(Error::invalid_data)?;
-            if !timeline.create(storage, &requested, Bytes::from(plan)).await? {
-                return Err(Error::CommitConflict { instant: time, detail: "rollback instant taken".into() });
-            }
-            requested
+            let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
+            claim(table, Action::Rollback, |_| Ok(plan.clone())).await?
         }
     };
+    // A rollback beats like a write: another process finishes it only once this one is gone.
+    write_heartbeat(storage, &r.time).await?;
+    let beat = spawn_heartbeat(storage.clone(), r.time.clone(), table.options().heartbeat_interval);
+    let undone = undo(table, target, &r).await;
+    beat.abort();
+    undone?;
+    storage.delete(&heartbeat_path(&r.time)).await
+}
+
+/// The steps of a rollback `r` of `target`, each idempotent.
+async fn undo(table: &Table, target: &Instant, r: &Instant) -> Result<()> {
+    let storage = table.storage();
+    let timeline = table.timeline();
     timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
     failpoint("rollback-after-inflight");
     let (deleted, added) = undo_files_of(storage, target, &r.time).await?;

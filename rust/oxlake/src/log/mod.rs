@@ -104,16 +104,42 @@ pub async fn read_slice(
             }
             continue;
         }
-        if block.block_type == BlockType::Delete {
-            let records = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;
-            out.push(LogContent::Deletes { instant, records });
-            continue;
-        }
-        for batch in decode_records(&path, &block, schema)? {
-            out.push(LogContent::Records { instant: instant.clone(), batch });
+        decode_block(&path, &block, instant, schema, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// Every record and delete of a log file's bytes, of any instant (no admission rules): what the
+/// file could contribute to a read. Damaged blocks are skipped as reads skip them; a block that
+/// parses but does not decode is an error. Pure, without IO: the fuzz target drives it.
+pub fn decode_file(path: &str, data: &Bytes, schema: &SchemaRef) -> Result<Vec<LogContent>> {
+    let mut out = Vec::new();
+    for parsed in log_block::parse_blocks(data) {
+        if let Parsed::Block { block, .. } = parsed {
+            let instant = block.instant().unwrap_or_default().to_string();
+            decode_block(path, &block, instant, schema, &mut out)?;
         }
     }
     Ok(out)
+}
+
+/// Decodes a data or delete block into `out` (other blocks hold no records).
+fn decode_block(
+    path: &str,
+    block: &LogBlock,
+    instant: String,
+    schema: &SchemaRef,
+    out: &mut Vec<LogContent>,
+) -> Result<()> {
+    if block.block_type == BlockType::Delete {
+        let records = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(path, e))?;
+        out.push(LogContent::Deletes { instant, records });
+        return Ok(());
+    }
+    for batch in decode_records(path, block, schema)? {
+        out.push(LogContent::Records { instant: instant.clone(), batch });
+    }
+    Ok(())
 }
 
 /// The records of a data block (Parquet or Avro) decoded into `schema`; none for other blocks.
@@ -209,7 +235,8 @@ pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashMap<
 
 /// The instants whose blocks a log file holds, reading headers only as far as needed.
 pub async fn block_instants(storage: &Storage, path: &str) -> Result<Vec<String>> {
-    let data = storage.get(path).await?;
+    // A file removed since it was listed (a clean of its slice) holds no blocks any more.
+    let Some(data) = storage.get_opt(path).await? else { return Ok(Vec::new()) };
     Ok(log_block::parse_blocks(&data)
         .into_iter()
         .filter_map(|p| match p {

@@ -175,6 +175,14 @@ impl Table {
         }
         let tx = Transaction::begin(self, Action::Indexing).await?;
         let time = tx.time().to_string();
+        // Two builds would remove each other's files: a build yields to any other in progress
+        // (both may yield; the metadata table then stays stale until the next writer).
+        self.reload().await?;
+        let other = self.timeline().pending().find(|i| i.action == Action::Indexing && i.time != time).cloned();
+        if let Some(other) = other {
+            let detail = "another writer is building the metadata table".to_string();
+            return Err(tx.fail(self, Error::CommitConflict { instant: other.time, detail }).await);
+        }
         if let Err(e) = build(self, &time, &config).await {
             return Err(tx.fail(self, e).await);
         }
@@ -385,6 +393,11 @@ fn commit_metadata(operation: &str) -> Result<CommitMetadata> {
 /// what another writer or a crash left, DESIGN.md §3): built again, with the same indexes and
 /// shards. An unreadable one is built again with the default layout.
 pub(crate) async fn catch_up(data: &mut Table) -> Result<()> {
+    // Failed writes were just rolled back: a pending build is another live writer's.
+    if data.timeline().pending().any(|i| i.action == Action::Indexing) {
+        log::info!("{}: another writer is building the metadata table", data.uri());
+        return Ok(());
+    }
     let config = match data.metadata_table().await {
         Ok(None) => return Ok(()),
         Ok(Some(mdt)) if mdt.is_fresh() => return Ok(()),
@@ -397,8 +410,12 @@ pub(crate) async fn catch_up(data: &mut Table) -> Result<()> {
             MetadataConfig::default()
         }
     };
-    data.build_metadata(config).await?;
-    Ok(())
+    match data.build_metadata(config).await {
+        Ok(_) => Ok(()),
+        // Another writer builds it; readers list storage meanwhile.
+        Err(Error::CommitConflict { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 impl MetadataTable {

@@ -47,7 +47,16 @@ pub(crate) struct Change<'a> {
 /// again). A rollback of an instant the record index already holds leaves it stale too: the keys
 /// that instant deleted are known only to the data, so the next writer builds it again.
 pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result<()> {
-    let Some(current) = data.metadata_table().await? else { return Ok(()) };
+    let current = match data.metadata_table().await {
+        Ok(Some(current)) => current,
+        Ok(None) => return Ok(()),
+        // Another writer is building it: this instant will be missing from it, so readers list
+        // storage until the next writer catches it up. Failing the write would gain nothing.
+        Err(e) => {
+            log::warn!("{}: metadata table unreadable ({e}); not updated", data.uri());
+            return Ok(());
+        }
+    };
     if !current.is_fresh() {
         log::info!("{}: metadata table stale (missing {:?}); not updated", data.uri(), current.missing);
         return Ok(());
@@ -55,10 +64,16 @@ pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result
     if let KeySource::RolledBack(target) = change.keys
         && current.has(Index::RecordIndex)
     {
-        // The index holds the target's keys when anything at or after it reached the metadata
-        // table (its own deltacommit, a later one, or a build).
+        // The index may hold the target's keys when its own metadata deltacommit completed (and a
+        // compaction of the metadata table may have folded it in), or when a build read a snapshot
+        // the target was committed in. A write rolled back before its metadata commit (a
+        // conflict, a failure) left nothing there to undo.
         let mdt = crate::table::Table::open(&metadata_uri(data), data.options().clone()).await?;
-        if mdt.timeline().instants().iter().any(|i| i.is_completed() && i.time.as_str() >= target) {
+        let own = mdt.timeline().instants().iter().any(|i| i.is_completed() && i.time == target);
+        let raw = &mdt.config().raw;
+        let built_after = raw.get(super::BUILT_AT_KEY).is_some_and(|b| b.as_str() >= target)
+            && !raw.get(super::BUILT_PENDING_KEY).is_some_and(|p| p.split(',').any(|t| t == target));
+        if own || built_after {
             log::info!("{}: rollback of {target}: the metadata table is left to be built again", data.uri());
             return Ok(());
         }

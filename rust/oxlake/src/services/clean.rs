@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::format::file_name::{BaseFileName, LogFileName};
-use crate::format::instant::{self, Action, Instant, State};
+use crate::format::instant::{Action, Instant, State};
 use crate::services::progress::{self, Progress};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, FileSlice, FileSystemView};
@@ -82,16 +82,14 @@ impl Table {
             result.deleted.extend(execute(self, &r, &plan, &progress).await?);
             result.instant = Some(r.time.clone());
         }
+        crate::commit::prune_claims(self).await?;
         let plan = plan(self, policy).await?;
         if plan.files_to_delete.is_empty() {
             return Ok(result);
         }
-        let time = instant::next_after(self.timeline().last_time())?;
-        let requested = Instant::new(time.clone(), Action::Clean, State::Requested);
-        let bytes = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
-        if !self.timeline().create(&storage, &requested, Bytes::from(bytes)).await? {
-            return Err(Error::CommitConflict { instant: time, detail: "clean instant taken".into() });
-        }
+        let bytes = Bytes::from(serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?);
+        let requested = crate::commit::claim(self, Action::Clean, |_| Ok(bytes.clone())).await?;
+        let time = requested.time.clone();
         result.deleted.extend(execute(self, &requested, &plan, &progress).await?);
         result.instant = Some(time);
         self.reload().await?;

@@ -3,7 +3,7 @@
 //! merged records, and completes `c` as a commit. Writers keep writing meanwhile: a log written after
 //! `c` was planned is named with `c` and joins the new slice.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -170,17 +170,77 @@ impl Table {
             let tx = Transaction::resume(self, &requested.with_state(State::Requested)).await?;
             execute(self, tx, plan, config, &mut result).await?;
         }
+        let seen: HashSet<String> = self.timeline().completed_data().map(|i| i.time.clone()).collect();
         let plan = schedule(self, config).await?;
         if plan.operations.is_empty() {
             return Ok(result);
         }
         let json = plan.to_json()?;
         let tx = Transaction::begin_with(self, Action::Compaction, |_| Ok(Bytes::from(json.clone()))).await?;
-        // A write that planned its logs before this compaction existed fails its commit with a
-        // conflict (see `commit::Transaction::commit`), so the plan's slices stay complete.
+        // Writes that see this plan name their logs with the compaction (the new slice); one that
+        // planned its logs before fails its commit with a conflict. Writes that began earlier and
+        // committed before the plan was visible may have added logs to the slices it compacts:
+        // wait for those, then take the slices as they are.
+        let plan = match settle(self, tx.time(), plan, &seen).await {
+            Ok(plan) => plan,
+            Err(e) => return Err(tx.fail(self, e).await),
+        };
         execute(self, tx, plan, config, &mut result).await?;
         Ok(result)
     }
+}
+
+/// How often a new compaction looks again at the writes that began before it.
+const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
+
+/// Waits until no write that began before the compaction `time` is pending (rolling back those
+/// whose writer is gone): then no log joins the slices `plan` compacts any more. Returns the plan
+/// with the logs that those completed since it was made (`seen`: the instants completed then)
+/// added to its slices, and records it when it changed.
+async fn settle(
+    table: &mut Table,
+    time: &str,
+    mut plan: CompactionPlan,
+    seen: &HashSet<String>,
+) -> Result<CompactionPlan> {
+    loop {
+        table.reload().await?;
+        let earlier = table.timeline().pending().any(|i| i.action.writes_data() && i.time.as_str() < time);
+        if !earlier {
+            break;
+        }
+        crate::commit::rollback_failed(table).await?;
+        tokio::time::sleep(SETTLE_POLL).await;
+    }
+    let since: Vec<Instant> = table
+        .timeline()
+        .completed_data()
+        .filter(|i| i.time.as_str() < time && !seen.contains(&i.time))
+        .cloned()
+        .collect();
+    let mut changed = false;
+    for other in since {
+        let meta = table.timeline().commit_metadata(table.storage(), &other).await?;
+        for (partition, stat) in meta.write_stats().filter(|(_, s)| s.log_files.is_some()) {
+            let op = plan.operations.iter_mut().find(|op| {
+                op.partition_path == partition
+                    && op.file_id == stat.file_id
+                    && stat.prev_commit.as_deref() == Some(op.base_instant_time.as_str())
+            });
+            if let (Some(op), Some(path)) = (op, stat.path.as_ref())
+                && !op.delta_file_paths.contains(path)
+            {
+                op.delta_file_paths.push(path.clone());
+                changed = true;
+            }
+        }
+    }
+    if changed {
+        log::info!("{}: compaction {time} takes the logs that concurrent writes added", table.uri());
+        let requested = Instant::new(time, Action::Compaction, State::Requested);
+        table.storage().put(&table.timeline().path_of(&requested), Bytes::from(plan.to_json()?)).await?;
+    }
+    Ok(plan)
 }
 
 /// The latest slice of every file group with enough log files, not already in a pending plan.

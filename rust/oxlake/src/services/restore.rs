@@ -93,18 +93,13 @@ impl Table {
         let mut later: Vec<String> =
             self.timeline().completed_data().filter(|i| i.time > time).map(|i| i.time.clone()).collect();
         later.reverse();
-        let r = instant::next_after(self.timeline().last_time())?;
         let plan = RestorePlan { savepoint: time, instants_to_rollback: later };
-        let requested = Instant::new(r.clone(), Action::Restore, State::Requested);
-        let storage = self.storage().clone();
-        let bytes = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
-        if !self.timeline().create(&storage, &requested, Bytes::from(bytes)).await? {
-            return Err(Error::CommitConflict { instant: r, detail: "restore instant taken".into() });
-        }
+        let bytes = Bytes::from(serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?);
+        let requested = crate::commit::claim(self, Action::Restore, |_| Ok(bytes.clone())).await?;
         finish(self, &requested, &plan, &progress).await?;
         // The rollbacks of a restore leave a record index stale (see `metadata::sync`).
         Box::pin(crate::metadata::catch_up(self)).await?;
-        Ok(r)
+        Ok(requested.time)
     }
 }
 

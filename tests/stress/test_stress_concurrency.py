@@ -1,0 +1,132 @@
+"""Concurrency: four writer processes, a compaction process, a clean process and a reader on one
+table, on the local disk and on the S3 server.
+
+Each writer mostly writes its own region (disjoint file groups: those commits must all land) and
+often the shared region, which the others write too (overlapping file groups and keys: one of two
+overlapping commits fails with `CommitConflictError`). Afterwards:
+- every attempt either landed or failed with a conflict naming its instant, which was rolled back
+  and left no file;
+- the table equals the model built from the landed attempts in instant order: no lost update, no
+  duplicate key, no row of a failed attempt;
+- every read the reader made while all this ran saw no duplicate key;
+- the timeline holds no pending instant, and the metadata table matches storage and the data.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from stress_lib import (
+    LONG,
+    SHARED,
+    Attempt,
+    Target,
+    Workers,
+    create,
+    model_rows,
+    pending,
+    read_log,
+    replay,
+    s3_server,
+    s3_target,
+    table_rows,
+)
+
+__all__ = ["s3_server"]
+
+WRITERS = 4
+COMMITS = {"local": 50 if LONG else 12, "s3": 50 if LONG else 6}
+RETAIN = 8
+
+
+def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
+    regions = [f"w{i}" for i in range(WRITERS)]
+    t, initial = create(target, regions + [SHARED])
+    workers = Workers(target, logs)
+    writers = [f"writer{i}" for i in range(WRITERS)]
+    try:
+        for i, name in enumerate(writers):
+            # The last writer retries its conflicts: its attempts land unless they lose three times.
+            retries = 2 if i == WRITERS - 1 else 0
+            workers.start(
+                "writer",
+                name,
+                region=regions[i],
+                slot=i + 1,
+                seed=seed * 100 + i,
+                commits=COMMITS[where],
+                conflict_retries=retries,
+                pause=0.05,
+            )
+        workers.start("compactor", "compactor", pause=0.3)
+        workers.start("cleaner", "cleaner", retain=RETAIN, pause=0.3)
+        workers.start("reader", "reader", pause=0.1)
+        workers.wait(writers, timeout=1200)
+        workers.stop()
+        workers.wait(["compactor", "cleaner", "reader"], timeout=300)
+    finally:
+        workers.kill_all()
+
+    attempts: list[Attempt] = [a for w in writers for a in read_log(logs / f"{w}.jsonl")]
+    errors = [a for a in attempts if a.status not in ("landed", "conflict")]
+    assert not errors, [(a.attempt, a.status, a.detail) for a in errors]
+    landed = [a for a in attempts if a.status == "landed"]
+    conflicted = [a for a in attempts if a.status == "conflict"]
+    assert len(attempts) == WRITERS * COMMITS[where]
+
+    t = target.open()
+    timeline = t.timeline()
+    assert pending(t) == [], "every write completed or was rolled back"
+    completed = {i.time: i.action for i in timeline}
+    # Landed attempts are completed deltacommits; each conflicted one was rolled back.
+    assert all(completed.get(a.instant or "") == "deltacommit" for a in landed)
+    assert sum(1 for i in timeline if i.action == "rollback") >= len(conflicted)
+    if target.storage_options is None:
+        # No base file of an instant that did not complete is left.
+        bases = [p.name for p in Path(target.uri).rglob("*.parquet") if ".hoodie" not in p.parts]
+        assert all(name.rsplit("_", 1)[-1].removesuffix(".parquet") in completed for name in bases)
+
+    expect = model_rows(replay(initial, landed))
+    actual = table_rows(t)
+    assert actual == expect
+    ids = [r["id"] for r in actual]
+    assert len(ids) == len(set(ids))
+    assert not {r["name"] for r in actual} & {a.attempt for a in conflicted}
+    report = t.validate()
+    assert report.ok, report.differences
+
+    services = {s: read_log(logs / f"{s}.jsonl") for s in ("compactor", "cleaner", "reader")}
+    for name, entries in services.items():
+        assert entries and all(e.status == "landed" for e in entries), (name, [e.detail for e in entries])
+    reads = services["reader"]
+    assert all(getattr(r, "duplicates") == 0 for r in reads)
+    compactions = sum(len(getattr(e, "instants")) for e in services["compactor"])
+    assert compactions > 0, "the compaction process must have compacted while the writers wrote"
+    figures = {
+        "attempted": len(attempts),
+        "landed": len(landed),
+        "conflicted": len(conflicted),
+        "rows_checked": len(actual),
+        "compactions": compactions,
+        "cleans": sum(1 for e in services["cleaner"] if getattr(e, "deleted") > 0),
+        "reads": len(reads),
+    }
+    (logs / "figures.json").write_text(json.dumps(figures))
+    print(f"{where}: {figures}")
+    return figures
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_writers_and_services_in_parallel(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    if where == "s3":
+        target = s3_target(request.getfixturevalue("s3_server"), "concurrency")
+    else:
+        target = Target(str(tmp_path / "table"))
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    figures = run(target, logs, where, seed=random.randrange(1 << 20))
+    # Writers that keep to their own region never conflict; the shared region makes some conflict.
+    assert figures["landed"] >= WRITERS
