@@ -160,6 +160,8 @@ class Attempt:
     status: str = "started"  # landed | conflict | error | started (killed before it knew)
     instant: str | None = None
     detail: str = ""
+    #: What else the worker logged (services: instants compacted, files deleted, rows read).
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def replay(state: dict[int, dict], landed: Iterable[Attempt]) -> dict[int, dict]:
@@ -196,7 +198,10 @@ def read_log(path: Path) -> list[Attempt]:
             continue
         a = attempts.setdefault(entry["attempt"], Attempt(entry["attempt"], entry.get("op", ""), []))
         for k, v in entry.items():
-            setattr(a, k, v)
+            if k in Attempt.__dataclass_fields__ and k != "extra":
+                setattr(a, k, v)
+            else:
+                a.extra[k] = v
     return list(attempts.values())
 
 

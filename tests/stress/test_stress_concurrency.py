@@ -102,8 +102,8 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
     for name, entries in services.items():
         assert entries and all(e.status == "landed" for e in entries), (name, [e.detail for e in entries])
     reads = services["reader"]
-    assert all(getattr(r, "duplicates") == 0 for r in reads)
-    compactions = sum(len(getattr(e, "instants")) for e in services["compactor"])
+    assert all(r.extra["duplicates"] == 0 for r in reads)
+    compactions = sum(len(e.extra["instants"]) for e in services["compactor"])
     assert compactions > 0, "the compaction process must have compacted while the writers wrote"
     figures = {
         "attempted": len(attempts),
@@ -111,7 +111,7 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
         "conflicted": len(conflicted),
         "rows_checked": len(actual),
         "compactions": compactions,
-        "cleans": sum(1 for e in services["cleaner"] if getattr(e, "deleted") > 0),
+        "cleans": sum(1 for e in services["cleaner"] if e.extra["deleted"] > 0),
         "reads": len(reads),
     }
     (logs / "figures.json").write_text(json.dumps(figures))
