@@ -53,9 +53,10 @@ pub enum Error {
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),
 
-    /// Parquet failed while reading or writing a file.
+    /// Parquet failed while reading or writing a file (a store failure underneath is
+    /// [`Error::Storage`] instead).
     #[error("parquet: {0}")]
-    Parquet(#[from] parquet::errors::ParquetError),
+    Parquet(parquet::errors::ParquetError),
 
     /// DataFusion failed while planning or executing a read.
     #[error("query: {0}")]
@@ -84,6 +85,27 @@ impl Error {
     }
 }
 
+impl From<parquet::errors::ParquetError> for Error {
+    fn from(e: parquet::errors::ParquetError) -> Self {
+        use parquet::errors::ParquetError as P;
+        // The Parquet readers report the store's failures as external errors: keep their kind.
+        match e {
+            P::External(inner) => match inner.downcast::<object_store::Error>() {
+                Ok(store) => Error::storage("a Parquet file", *store),
+                // Writers reach the store through `AsyncWrite`, whose failures are IO errors.
+                Err(inner) => match inner.downcast::<std::io::Error>() {
+                    Ok(io) => Error::storage("a Parquet file", object_store::Error::Generic { store: "io", source: io }),
+                    Err(inner) => match inner.downcast::<Error>() {
+                        Ok(ours) => *ours,
+                        Err(other) => Error::Parquet(P::External(other)),
+                    },
+                },
+            },
+            other => Error::Parquet(other),
+        }
+    }
+}
+
 impl From<datafusion::error::DataFusionError> for Error {
     fn from(e: datafusion::error::DataFusionError) -> Self {
         use datafusion::error::DataFusionError as D;
@@ -94,6 +116,8 @@ impl From<datafusion::error::DataFusionError> for Error {
                 Err(other) => Error::DataFusion(Box::new(D::External(other))),
             },
             D::ArrowError(a, _) => Error::Arrow(*a),
+            D::ObjectStore(store) => Error::storage("a data file", *store),
+            D::ParquetError(p) => Error::from(*p),
             D::Context(_, inner) => Error::from(*inner),
             other => Error::DataFusion(Box::new(other)),
         }

@@ -110,6 +110,10 @@ impl Drop for TaskHeartbeat {
 #[serde(rename_all = "camelCase")]
 struct RollbackPlan {
     instant_to_rollback: RollbackTarget,
+    /// The target had completed (a rollback of a commit rather than of a failed write): readers
+    /// may have indexed it. Our own field; absent means false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    was_completed: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -305,7 +309,7 @@ impl Transaction {
     pub async fn abort(mut self, table: &mut Table) -> Result<()> {
         table.reload().await?;
         let pending = self.instant.with_state(State::Inflight);
-        let result = rollback(table, &pending, None).await;
+        let result = rollback(table, &pending, None, false).await;
         self.stop_heartbeat(table.storage()).await?;
         result
     }
@@ -459,7 +463,7 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
             Some(plan) => {
                 let target = plan.instant_to_rollback.commit_time;
                 let action = Action::parse(&plan.instant_to_rollback.action).unwrap_or(Action::Commit);
-                rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r)).await?;
+                rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), plan.was_completed).await?;
                 done.push(target);
             }
             None => table.timeline().remove_pending(table.storage(), &r).await?,
@@ -480,7 +484,7 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
         .collect();
     for instant in failed {
         if !taken.contains(&instant.time) && is_expired(table, &instant).await? {
-            rollback(table, &instant, None).await?;
+            rollback(table, &instant, None, false).await?;
             done.push(instant.time.clone());
             table.reload().await?;
         }
@@ -530,7 +534,7 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     let action = if meta.compacted { Action::Compaction } else { latest.action };
     let storage = table.storage().clone();
     let plan =
-        RollbackPlan { instant_to_rollback: RollbackTarget { commit_time: time.clone(), action: action.to_string() } };
+        RollbackPlan { instant_to_rollback: RollbackTarget { commit_time: time.clone(), action: action.to_string() }, was_completed: true };
     let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
     let requested = claim(table, Action::Rollback, |_| Ok(plan.clone())).await?;
     let r = requested.time.clone();
@@ -542,13 +546,19 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     storage.delete(&table.timeline().path_of(&latest)).await?;
     failpoint("rollback-after-uncommit");
     table.reload().await?;
-    rollback(table, &target, Some(requested)).await?;
+    rollback(table, &target, Some(requested), true).await?;
     table.reload().await?;
     Ok(r)
 }
 
+/// Rolls back the pending instant `target` of a failed write, whatever its heartbeat says.
+pub(crate) async fn rollback_pending(table: &Table, target: &Instant) -> Result<()> {
+    rollback(table, target, None, false).await
+}
+
 /// Rolls back one pending instant, resuming `existing` when a rollback of it was interrupted.
-async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) -> Result<()> {
+/// `was_completed`: the target had completed before (see [`rollback_completed`]).
+async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, was_completed: bool) -> Result<()> {
     let storage = table.storage();
     let r = match existing {
         Some(r) => r,
@@ -558,6 +568,7 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
                     commit_time: target.time.clone(),
                     action: target.action.to_string(),
                 },
+                was_completed,
             };
             let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
             claim(table, Action::Rollback, |_| Ok(plan.clone())).await?
@@ -566,14 +577,14 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>) ->
     // A rollback beats like a write: another process finishes it only once this one is gone.
     write_heartbeat(storage, &r.time).await?;
     let beat = spawn_heartbeat(storage.clone(), r.time.clone(), table.options().heartbeat_interval);
-    let undone = undo(table, target, &r).await;
+    let undone = undo(table, target, &r, was_completed).await;
     beat.abort();
     undone?;
     storage.delete(&heartbeat_path(&r.time)).await
 }
 
 /// The steps of a rollback `r` of `target`, each idempotent.
-async fn undo(table: &Table, target: &Instant, r: &Instant) -> Result<()> {
+async fn undo(table: &Table, target: &Instant, r: &Instant, was_completed: bool) -> Result<()> {
     let storage = table.storage();
     let timeline = table.timeline();
     timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
@@ -584,7 +595,7 @@ async fn undo(table: &Table, target: &Instant, r: &Instant) -> Result<()> {
     let change = crate::metadata::Change {
         added: &added,
         deleted: &deleted,
-        keys: crate::metadata::KeySource::RolledBack(&target.time),
+        keys: crate::metadata::KeySource::RolledBack { target: &target.time, was_completed },
     };
     Box::pin(crate::metadata::sync(table, &r.time, change)).await?;
     let meta = RollbackMetadata {

@@ -30,8 +30,8 @@ pub(crate) enum KeySource<'a> {
     /// A clustering or an insert overwrite: every key of the replaced groups left them, every
     /// key of the new base files is there now (read from the files).
     Replaced(Vec<FileGroupId>),
-    /// A rollback of this instant.
-    RolledBack(&'a str),
+    /// A rollback of the instant `target`, which had completed or not.
+    RolledBack { target: &'a str, was_completed: bool },
 }
 
 /// What an instant of the data table changed.
@@ -61,25 +61,20 @@ pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result
         log::info!("{}: metadata table stale (missing {:?}); not updated", data.uri(), current.missing);
         return Ok(());
     }
-    if let KeySource::RolledBack(target) = change.keys
+    if let KeySource::RolledBack { target, was_completed: true } = change.keys
         && current.has(Index::RecordIndex)
     {
-        // The index may hold the target's keys when its own metadata deltacommit completed (and a
-        // compaction of the metadata table may have folded it in), or when a build read a snapshot
-        // the target was committed in. A write rolled back before its metadata commit (a
-        // conflict, a failure) left nothing there to undo.
-        let mdt = crate::table::Table::open(&metadata_uri(data), data.options().clone()).await?;
-        let own = mdt.timeline().instants().iter().any(|i| i.is_completed() && i.time == target);
-        let raw = &mdt.config().raw;
-        let built_after = raw.get(super::BUILT_AT_KEY).is_some_and(|b| b.as_str() >= target)
-            && !raw.get(super::BUILT_PENDING_KEY).is_some_and(|p| p.split(',').any(|t| t == target));
-        if own || built_after {
-            log::info!("{}: rollback of {target}: the metadata table is left to be built again", data.uri());
-            return Ok(());
-        }
+        // A commit rolled back had its keys indexed (by its own metadata deltacommit, perhaps
+        // folded into base files by a compaction since, or by a build): the keys it deleted are
+        // known only to the data. A write that never completed left nothing a reader uses: the
+        // metadata table's readers ignore blocks of instants not completed on the data timeline,
+        // and its compactions never fold them in.
+        log::info!("{}: rollback of {target}: the metadata table is left to be built again", data.uri());
+        return Ok(());
     }
     compact_if_due(data, &current, time).await?;
     let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    clear_failed_attempt(&mut mdt, time).await?;
     let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time, Bytes::new()).await?;
     match write_changes(data, &current, &mdt, time, &change).await {
         Ok(metadata) => {
@@ -88,6 +83,24 @@ pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result
         }
         Err(e) => Err(tx.fail(&mut mdt, e).await),
     }
+}
+
+/// Removes what an earlier, failed attempt of the data instant `time` left in the metadata table:
+/// a compaction that failed after its metadata commit runs again under its own time. Readers
+/// never used it (the data instant has not completed); its completed file goes first, so that
+/// the rollback sees a pending instant.
+async fn clear_failed_attempt(mdt: &mut Table, time: &str) -> Result<()> {
+    let left: Vec<Instant> = mdt.timeline().instants_at(time).to_vec();
+    if left.is_empty() {
+        return Ok(());
+    }
+    for i in left.iter().filter(|i| i.is_completed()) {
+        mdt.storage().delete(&mdt.timeline().path_of(i)).await?;
+    }
+    mdt.reload().await?;
+    log::info!("{}: removing a failed attempt of {time}", mdt.uri());
+    crate::commit::rollback_pending(mdt, &Instant::new(time, Action::DeltaCommit, State::Inflight)).await?;
+    mdt.reload().await
 }
 
 /// Writes one log file per shard that `change` touches, for every index; returns the commit
@@ -159,7 +172,7 @@ async fn write_record_index(
 ) -> Result<Vec<crate::format::commit::WriteStat>> {
     let read;
     let changes = match &change.keys {
-        KeySource::Unchanged | KeySource::RolledBack(_) => return Ok(Vec::new()),
+        KeySource::Unchanged | KeySource::RolledBack { .. } => return Ok(Vec::new()),
         KeySource::Reported(changes) => *changes,
         KeySource::Replaced(groups) => {
             read = replaced_keys(data, groups, change.added).await?;
