@@ -6,7 +6,7 @@ PYTHON     ?= python3
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: demo test develop rust-test py-test spark35-test lint bench bench-mor bench-spark clean
+.PHONY: demo test develop rust-test py-test spark35-test stress-long fuzz lint bench bench-mor bench-spark clean
 
 $(VENV)/.ready: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ $(SPARK35)/.ready:
 spark35-test: develop $(SPARK35)/.ready
 	PYTHONPATH=$(CURDIR)/python PYSPARK_PYTHON=$(CURDIR)/$(SPARK35)/bin/python \
 		$(SPARK35)/bin/python -m pytest -q -p no:cacheprovider tests/test_spark.py
+
+# The stress suite at the sizes of the issue (tests/stress/README.md): long, outside the default run.
+stress-long: develop
+	OXLAKE_STRESS=long $(PY) -m pytest -q -s tests/stress
+
+# Fuzzes the log-file reader and the timeline parsers (nightly, cargo-fuzz) for FUZZ_SECONDS each.
+FUZZ_SECONDS ?= 30
+fuzz:
+	rust/fuzz/run $(FUZZ_SECONDS)
 
 lint: develop
 	cargo fmt --all -- --check

@@ -94,7 +94,9 @@ impl From<parquet::errors::ParquetError> for Error {
                 Ok(store) => Error::storage("a Parquet file", *store),
                 // Writers reach the store through `AsyncWrite`, whose failures are IO errors.
                 Err(inner) => match inner.downcast::<std::io::Error>() {
-                    Ok(io) => Error::storage("a Parquet file", object_store::Error::Generic { store: "io", source: io }),
+                    Ok(io) => {
+                        Error::storage("a Parquet file", object_store::Error::Generic { store: "io", source: io })
+                    }
                     Err(inner) => match inner.downcast::<Error>() {
                         Ok(ours) => *ours,
                         Err(other) => Error::Parquet(P::External(other)),

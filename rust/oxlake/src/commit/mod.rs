@@ -463,7 +463,8 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
             Some(plan) => {
                 let target = plan.instant_to_rollback.commit_time;
                 let action = Action::parse(&plan.instant_to_rollback.action).unwrap_or(Action::Commit);
-                rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), plan.was_completed).await?;
+                rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), plan.was_completed)
+                    .await?;
                 done.push(target);
             }
             None => table.timeline().remove_pending(table.storage(), &r).await?,
@@ -533,8 +534,10 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     let meta = table.timeline().commit_metadata(table.storage(), &latest).await?;
     let action = if meta.compacted { Action::Compaction } else { latest.action };
     let storage = table.storage().clone();
-    let plan =
-        RollbackPlan { instant_to_rollback: RollbackTarget { commit_time: time.clone(), action: action.to_string() }, was_completed: true };
+    let plan = RollbackPlan {
+        instant_to_rollback: RollbackTarget { commit_time: time.clone(), action: action.to_string() },
+        was_completed: true,
+    };
     let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
     let requested = claim(table, Action::Rollback, |_| Ok(plan.clone())).await?;
     let r = requested.time.clone();
@@ -559,7 +562,6 @@ pub(crate) async fn rollback_pending(table: &Table, target: &Instant) -> Result<
 /// Rolls back one pending instant, resuming `existing` when a rollback of it was interrupted.
 /// `was_completed`: the target had completed before (see [`rollback_completed`]).
 async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, was_completed: bool) -> Result<()> {
-    let storage = table.storage();
     let r = match existing {
         Some(r) => r,
         None => {
@@ -575,12 +577,20 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, wa
         }
     };
     // A rollback beats like a write: another process finishes it only once this one is gone.
-    write_heartbeat(storage, &r.time).await?;
-    let beat = spawn_heartbeat(storage.clone(), r.time.clone(), table.options().heartbeat_interval);
-    let undone = undo(table, target, &r, was_completed).await;
+    beating(table, &r.time, undo(table, target, &r, was_completed)).await
+}
+
+/// Runs `work` for the pending instant `time` with a heartbeat, so that other processes leave
+/// the instant to this one while it runs (and take it over once the heartbeat expires).
+pub(crate) async fn beating<T>(table: &Table, time: &str, work: impl Future<Output = Result<T>>) -> Result<T> {
+    let storage = table.storage();
+    write_heartbeat(storage, time).await?;
+    let beat = spawn_heartbeat(storage.clone(), time.to_string(), table.options().heartbeat_interval);
+    let out = work.await;
     beat.abort();
-    undone?;
-    storage.delete(&heartbeat_path(&r.time)).await
+    let out = out?;
+    storage.delete(&heartbeat_path(time)).await?;
+    Ok(out)
 }
 
 /// The steps of a rollback `r` of `target`, each idempotent.

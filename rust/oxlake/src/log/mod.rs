@@ -142,13 +142,31 @@ fn decode_block(
     Ok(())
 }
 
+/// A reader of the Parquet file a data block holds, once its footer has been checked against the
+/// block: every column chunk must lie inside it (the Parquet reader asserts that, and a damaged
+/// block must be an error, not a panic).
+fn parquet_block_reader(path: &str, content: &Bytes) -> Result<ParquetRecordBatchReaderBuilder<Bytes>> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(content.clone()).map_err(|e| Error::corrupt(path, e))?;
+    let len = i64::try_from(content.len()).unwrap_or(i64::MAX);
+    for column in builder.metadata().row_groups().iter().flat_map(|rg| rg.columns()) {
+        let start = column.dictionary_page_offset().unwrap_or_else(|| column.data_page_offset());
+        let size = column.compressed_size();
+        if start < 0 || size < 0 || start.checked_add(size).is_none_or(|end| end > len) {
+            return Err(Error::corrupt(
+                path,
+                format!("a column chunk at {start} of {size} bytes lies outside the block"),
+            ));
+        }
+    }
+    Ok(builder)
+}
+
 /// The records of a data block (Parquet or Avro) decoded into `schema`; none for other blocks.
 fn decode_records(path: &str, block: &LogBlock, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     let mut out = Vec::new();
     match block.block_type {
         BlockType::ParquetData => {
-            let reader = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
-                .map_err(|e| Error::corrupt(path, e))?
+            let reader = parquet_block_reader(path, &block.content)?
                 .with_batch_size(DECODE_BATCH)
                 .build()
                 .map_err(|e| Error::corrupt(path, e))?;
@@ -201,8 +219,7 @@ pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashMap<
                 continue;
             }
             BlockType::ParquetData => {
-                let builder = ParquetRecordBatchReaderBuilder::try_new(block.content.clone())
-                    .map_err(|e| Error::corrupt(&path, e))?;
+                let builder = parquet_block_reader(&path, &block.content)?;
                 let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), [schema::RECORD_KEY]);
                 builder
                     .with_projection(mask)

@@ -72,14 +72,16 @@ impl Table {
     pub async fn clean_with(&mut self, policy: CleanPolicy, progress: Option<Arc<Progress>>) -> Result<CleanResult> {
         self.reload().await?;
         crate::commit::rollback_failed(self).await?;
-        let storage = self.storage().clone();
         let mut result = CleanResult::default();
         let pending: Vec<Instant> = self.timeline().pending().filter(|i| i.action == Action::Clean).cloned().collect();
         for r in pending {
-            let path = self.timeline().path_of(&r.with_state(State::Requested));
-            let plan: CleanPlan =
-                serde_json::from_slice(&storage.get(&path).await?).map_err(|e| Error::corrupt(&path, e))?;
-            result.deleted.extend(execute(self, &r, &plan, &progress).await?);
+            // One whose cleaner is alive is left to it.
+            if !crate::commit::is_expired(self, &r).await? {
+                continue;
+            }
+            let plan = read_plan(self, &r).await?;
+            let deleted = crate::commit::beating(self, &r.time, execute(self, &r, &plan, &progress)).await?;
+            result.deleted.extend(deleted);
             result.instant = Some(r.time.clone());
         }
         crate::commit::prune_claims(self).await?;
@@ -90,11 +92,18 @@ impl Table {
         let bytes = Bytes::from(serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?);
         let requested = crate::commit::claim(self, Action::Clean, |_| Ok(bytes.clone())).await?;
         let time = requested.time.clone();
-        result.deleted.extend(execute(self, &requested, &plan, &progress).await?);
+        let deleted = crate::commit::beating(self, &time, execute(self, &requested, &plan, &progress)).await?;
+        result.deleted.extend(deleted);
         result.instant = Some(time);
         self.reload().await?;
         Ok(result)
     }
+}
+
+/// The plan of the clean `instant`.
+pub(crate) async fn read_plan(table: &Table, instant: &Instant) -> Result<CleanPlan> {
+    let path = table.timeline().path_of(&instant.with_state(State::Requested));
+    serde_json::from_slice(&table.storage().get(&path).await?).map_err(|e| Error::corrupt(&path, e))
 }
 
 async fn execute(
