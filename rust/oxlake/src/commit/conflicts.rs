@@ -243,8 +243,13 @@ async fn stale_log(
     if logged.is_empty() {
         return Ok(None);
     }
-    let mut compactions: Vec<(FileGroupId, String)> =
-        crate::services::pending_compaction_groups(table).await?.into_iter().collect();
+    // A pending compaction planned after this write began waits for it and takes its logs (see
+    // `services::compaction`); one planned before it does not wait.
+    let mut compactions: Vec<(FileGroupId, String)> = crate::services::pending_compaction_groups(table)
+        .await?
+        .into_iter()
+        .filter(|(_, c)| c.as_str() < time)
+        .collect();
     let since: Vec<&Instant> = table.timeline().completed_data().filter(|i| !seen.contains(&i.time)).collect();
     for other in since {
         let meta = table.timeline().commit_metadata(table.storage(), other).await?;

@@ -3,7 +3,7 @@
 //! merged records, and completes `c` as a commit. Writers keep writing meanwhile: a log written after
 //! `c` was planned is named with `c` and joins the new slice.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -168,9 +168,12 @@ impl Table {
         for requested in pending {
             let plan = read_plan(self, &requested.time).await?;
             let tx = Transaction::resume(self, &requested.with_state(State::Requested)).await?;
+            let plan = match settle(self, &requested.time, plan).await {
+                Ok(plan) => plan,
+                Err(e) => return Err(tx.fail(self, e).await),
+            };
             execute(self, tx, plan, config, &mut result).await?;
         }
-        let seen: HashSet<String> = self.timeline().completed_data().map(|i| i.time.clone()).collect();
         let plan = schedule(self, config).await?;
         if plan.operations.is_empty() {
             return Ok(result);
@@ -181,7 +184,7 @@ impl Table {
         // planned its logs before fails its commit with a conflict. Writes that began earlier and
         // committed before the plan was visible may have added logs to the slices it compacts:
         // wait for those, then take the slices as they are.
-        let plan = match settle(self, tx.time(), plan, &seen).await {
+        let plan = match settle(self, tx.time(), plan).await {
             Ok(plan) => plan,
             Err(e) => return Err(tx.fail(self, e).await),
         };
@@ -195,14 +198,9 @@ const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
 
 /// Waits until no write that began before the compaction `time` is pending (rolling back those
 /// whose writer is gone): then no log joins the slices `plan` compacts any more. Returns the plan
-/// with the logs that those completed since it was made (`seen`: the instants completed then)
-/// added to its slices, and records it when it changed.
-async fn settle(
-    table: &mut Table,
-    time: &str,
-    mut plan: CompactionPlan,
-    seen: &HashSet<String>,
-) -> Result<CompactionPlan> {
+/// with every log that completed writes added to those slices, and records it when it changed
+/// (a write that committed while the plan was being made; a plan resumed later).
+async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Result<CompactionPlan> {
     loop {
         table.reload().await?;
         let earlier = table.timeline().pending().any(|i| i.action.writes_data() && i.time.as_str() < time);
@@ -212,10 +210,13 @@ async fn settle(
         crate::commit::rollback_failed(table).await?;
         tokio::time::sleep(SETTLE_POLL).await;
     }
+    // Logs join a slice after its base instant: only the writes since the oldest base may have
+    // added one the plan lacks.
+    let oldest = plan.operations.iter().map(|op| op.base_instant_time.as_str()).min().unwrap_or_default().to_string();
     let since: Vec<Instant> = table
         .timeline()
         .completed_data()
-        .filter(|i| i.time.as_str() < time && !seen.contains(&i.time))
+        .filter(|i| i.action == Action::DeltaCommit && i.time.as_str() < time && i.time >= oldest)
         .cloned()
         .collect();
     let mut changed = false;
