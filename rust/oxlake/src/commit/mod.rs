@@ -275,6 +275,12 @@ impl Transaction {
             }
             failpoint("after-metadata-sync");
         }
+        // A process that took this writer for dead (no heartbeat for three intervals: a paused
+        // process) may be rolling it back: then it must not complete.
+        if let Some(r) = self.rolled_back_by(table).await? {
+            let e = Error::CommitConflict { instant: r, detail: "this write was rolled back by another process".into() };
+            return Err(self.fail(table, e).await);
+        }
         // A compaction completes as a commit (a clustering as a replacecommit).
         let completed = match self.instant.action {
             Action::Compaction => Instant::new(self.instant.time.clone(), Action::Commit, State::Completed),
@@ -293,6 +299,31 @@ impl Transaction {
         }
         table.reload().await?;
         Ok(completed)
+    }
+
+    /// The rollback (pending or done) of this transaction's instant that another process began,
+    /// if any: a rollback claims a time after the instant, and its plan names it.
+    async fn rolled_back_by(&self, table: &mut Table) -> Result<Option<String>> {
+        table.reload().await?;
+        if !table.timeline().instants_at(&self.instant.time).iter().any(|i| !i.is_completed()) {
+            return Ok(Some(self.instant.time.clone()));
+        }
+        let rollbacks: Vec<Instant> = table
+            .timeline()
+            .instants()
+            .iter()
+            .filter(|i| i.action == Action::Rollback && i.time > self.instant.time && !i.is_completed())
+            .cloned()
+            .collect();
+        for r in rollbacks {
+            let path = table.timeline().path_of(&r.with_state(State::Requested));
+            let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
+            let plan: RollbackPlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+            if plan.instant_to_rollback.commit_time == self.instant.time {
+                return Ok(Some(r.time));
+            }
+        }
+        Ok(None)
     }
 
     /// Rolls the transaction back after `error` ended it, and returns `error` (a failed rollback

@@ -64,9 +64,30 @@ struct Located {
 
 /// Reads the blocks of every log file, in order, skipping damaged ones with a warning.
 async fn read_blocks(storage: &Storage, logs: &[LogFile]) -> Result<Vec<Located>> {
+    read_blocks_or(storage, logs, |_| async { false }).await
+}
+
+/// [`read_blocks`], skipping a file that is gone when `vanished` (given its path) says it held
+/// nothing that counts.
+async fn read_blocks_or<F, Fut>(storage: &Storage, logs: &[LogFile], vanished: F) -> Result<Vec<Located>>
+where
+    F: Fn(String) -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
     let mut out = Vec::new();
     for log in logs {
-        let data = storage.get(&log.path).await?;
+        let data = match storage.get_opt(&log.path).await? {
+            Some(data) => data,
+            None if vanished(log.path.clone()).await => {
+                log::info!("{}: gone since it was listed, and never committed: skipped", log.path);
+                continue;
+            }
+            None => {
+                let why = "gone while this read ran (a clean that keeps fewer commits than the read takes?)";
+                let source = object_store::Error::NotFound { path: log.path.clone(), source: why.into() };
+                return Err(Error::storage(&log.path, source));
+            }
+        };
         for parsed in log_block::parse_blocks(&data) {
             match parsed {
                 Parsed::Block { block, .. } => out.push(Located { path: log.path.clone(), block }),
@@ -86,7 +107,22 @@ pub async fn read_slice(
     schema: &SchemaRef,
     admission: &Admission,
 ) -> Result<Vec<LogContent>> {
-    let blocks = read_blocks(storage, logs).await?;
+    // A log file a write wrote and its rollback deleted after this read listed it held nothing
+    // committed: no completed instant names it.
+    let never_committed = |path: String| {
+        let timeline = admission.timeline.clone();
+        async move {
+            for i in timeline.completed_data() {
+                match timeline.commit_metadata(storage, i).await {
+                    Ok(meta) if meta.write_stats().any(|(_, s)| s.path.as_deref() == Some(path.as_str())) => return false,
+                    Ok(_) => {}
+                    Err(_) => return false,
+                }
+            }
+            true
+        }
+    };
+    let blocks = read_blocks_or(storage, logs, never_committed).await?;
     let rolled_back: HashSet<String> =
         blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
     let mut out = Vec::new();

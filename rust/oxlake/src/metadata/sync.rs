@@ -267,7 +267,13 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
         .view
         .groups()
         .any(|g| g.slices.values().next_back().is_some_and(|s| s.logs.len() >= COMPACT_AFTER_LOGS));
-    let others_pending = data.timeline().pending().any(|i| i.action.writes_data() && i.time != syncing);
+    // Any other instant in flight may be syncing into the slices this would compact (a
+    // compaction, a clean or a rollback as much as a write); a compaction plan not yet started
+    // syncs into whatever slice is latest when it runs.
+    let others_pending = data
+        .timeline()
+        .pending()
+        .any(|i| i.time != syncing && !(i.action == Action::Compaction && i.state == State::Requested));
     if !due || others_pending {
         return Ok(());
     }
@@ -276,6 +282,7 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     if !mdt.timeline().instants_at(&time).is_empty() {
         return Ok(());
     }
+    let known: BTreeSet<String> = mdt.timeline().instants().iter().map(|i| i.time.clone()).collect();
     // The plan names no file group: writers never wait for this compaction (it gives way).
     let plan = Bytes::from(crate::services::CompactionPlan::default().to_json()?);
     let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time, plan).await?;
@@ -297,7 +304,7 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     // A writer that began its sync meanwhile may have put its log into the slice this compaction
     // leaves behind: then the compaction gives way (it runs again at a later sync).
     mdt.reload().await?;
-    let raced = mdt.timeline().instants().iter().any(|i| i.action == Action::DeltaCommit && i.time > latest);
+    let raced = mdt.timeline().instants().iter().any(|i| i.action == Action::DeltaCommit && !known.contains(&i.time));
     if raced {
         log::info!("{}: metadata compaction at {time} gave way to a concurrent sync", data.uri());
         tx.abort(&mut mdt).await?;
