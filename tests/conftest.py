@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +106,22 @@ def hudi_read(
     if not batches:
         return pa.table({})
     return pa.Table.from_batches(batches)
+
+
+def run_paused(table_path: str, point: str, code: str, tmp: Path) -> subprocess.Popen[str]:
+    """Runs `code` (argv[1]: the table) in another process; returns once it waits at the pause
+    point `point` (`tmp/resume` lets it go on)."""
+    env = {**os.environ, "OXLAKE_PAUSEPOINT": point, "OXLAKE_PAUSE_DIR": str(tmp)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, table_path],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (tmp / "reached").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return proc

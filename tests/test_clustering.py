@@ -13,7 +13,7 @@ import oxlake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SCHEMA, hudi_read, rows, trips
+from conftest import SCHEMA, hudi_read, rows, run_paused, trips
 
 HEARTBEAT = 0.2
 
@@ -129,23 +129,6 @@ def test_bad_arguments(t: oxlake.Table) -> None:
     with pytest.raises(oxlake.InvalidArgumentError, match="target_file_size"):
         t.cluster(target_file_size=0)
     assert len(t.file_groups()) == 4 and [i.action for i in t.timeline()] != ["replacecommit"]
-
-
-def run_paused(table_path: str, point: str, code: str, tmp: Path) -> subprocess.Popen[str]:
-    env = {**os.environ, "OXLAKE_PAUSEPOINT": point, "OXLAKE_PAUSE_DIR": str(tmp)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, table_path],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp / "reached").exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    return proc
 
 
 def test_a_write_during_clustering_wins(t: oxlake.Table, tmp_path: Path) -> None:

@@ -3,15 +3,13 @@ commits: the conflict rules, case by case. `tests/stress` runs them at random, a
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import oxlake
-from conftest import rows, trips, trips_table
+from conftest import rows, run_paused, trips, trips_table
 
 HEARTBEAT = 0.2
 
@@ -29,16 +27,7 @@ def held_write(uri: str, call: str, tmp: Path, point: str = "before-commit") -> 
         "except oxlake.CommitConflictError as e:\n"
         "    print('conflict', e.instant, e)\n"
     )
-    env = {**os.environ, "OXLAKE_PAUSEPOINT": point, "OXLAKE_PAUSE_DIR": str(tmp)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, uri], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    deadline = time.monotonic() + 60
-    while not (tmp / "reached").exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
-    return proc
+    return run_paused(uri, point, code, tmp)
 
 
 def release(proc: subprocess.Popen[str], tmp: Path) -> list[str]:
