@@ -109,6 +109,9 @@ def test_interrupted_rollback_is_finished(table_path: str) -> None:
     )
     assert proc.returncode != 0
     assert [r["id"] for r in rows(oxlake.Table(table_path).scan())] == [1, 2]
+    # The rollback beat like a write: it is left to its process until the heartbeat expires.
+    assert oxlake.Table(table_path, heartbeat_interval=HEARTBEAT).rollback_failed() == []
+    time.sleep(HEARTBEAT * 4)
     done = oxlake.Table(table_path, heartbeat_interval=HEARTBEAT).rollback_failed()
     assert len(done) == 1
     timeline = oxlake.Table(table_path).timeline()

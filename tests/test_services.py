@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import oxlake
@@ -165,6 +166,10 @@ def test_console_script_runs_the_services(table_path: str) -> None:
     assert bad.returncode == 1 and "InvalidArgumentError" in bad.stderr
 
 
+#: The heartbeat interval of the processes killed below (seconds).
+BEAT = 0.2
+
+
 @pytest.mark.parametrize(
     "point", ["rollback-after-uncommit", "rollback-after-inflight", "rollback-after-delete"]
 )
@@ -175,7 +180,7 @@ def test_a_crashed_rollback_is_finished_by_the_next_writer(table_path: str, poin
     t.insert(trips(list(range(5))))
     before = rows(t.scan())
     last = t.upsert(trips([1, 9], ts=2, name="u"))
-    code = "import oxlake, sys; oxlake.Table(sys.argv[1]).rollback(sys.argv[2])"
+    code = f"import oxlake, sys; oxlake.Table(sys.argv[1], heartbeat_interval={BEAT}).rollback(sys.argv[2])"
     proc = subprocess.run(
         [sys.executable, "-c", code, table_path, last.instant],
         env={**os.environ, "OXLAKE_FAILPOINT": point},
@@ -184,7 +189,9 @@ def test_a_crashed_rollback_is_finished_by_the_next_writer(table_path: str, poin
     assert proc.returncode != 0
     # Readers already see the table without the rolled-back commit.
     assert rows(oxlake.Table(table_path).scan()) == before
-    t2 = oxlake.Table(table_path)
+    # The rollback beat like a write: the next writer finishes it once its heartbeat expired.
+    time.sleep(BEAT * 4)
+    t2 = oxlake.Table(table_path, heartbeat_interval=BEAT)
     t2.upsert(trips([2], ts=3, name="v"))
     expected = {r["id"]: r for r in before}
     expected[2] = {**expected[2], "name": "v2", "ts": 3}
@@ -196,7 +203,7 @@ def test_a_crashed_clean_is_finished_by_the_next_clean(table_path: str) -> None:
     t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
     for ts in range(3):
         t.upsert(trips([1, 2], ts=ts))
-    code = "import oxlake, sys; oxlake.Table(sys.argv[1]).clean(retain=1)"
+    code = f"import oxlake, sys; oxlake.Table(sys.argv[1], heartbeat_interval={BEAT}).clean(retain=1)"
     proc = subprocess.run(
         [sys.executable, "-c", code, table_path],
         env={**os.environ, "OXLAKE_FAILPOINT": "clean-after-delete"},
@@ -204,6 +211,10 @@ def test_a_crashed_clean_is_finished_by_the_next_clean(table_path: str) -> None:
     )
     assert proc.returncode != 0
     assert rows(t.scan()) == rows(trips([1, 2], ts=2))
+    # A clean whose cleaner is alive is left to it; this one's heartbeat expires.
+    assert oxlake.Table(table_path, heartbeat_interval=BEAT).clean(retain=1) == []
+    time.sleep(BEAT * 4)
+    t = oxlake.Table(table_path, heartbeat_interval=BEAT)
     t.clean(retain=1)
     assert [i.state for i in t.timeline() if i.action == "clean"] == ["completed"]
     assert len(data_files(t)) == 1
