@@ -103,6 +103,11 @@ impl From<parquet::errors::ParquetError> for Error {
                     },
                 },
             },
+            // DataFusion's Parquet opener folds the store's error into a message.
+            P::General(message) if message.contains("Object Store error") => {
+                let source = object_store::Error::Generic { store: "parquet", source: message.into() };
+                Error::storage("a Parquet file", source)
+            }
             other => Error::Parquet(other),
         }
     }

@@ -173,10 +173,13 @@ impl Transaction {
         table.reload().await?;
         let storage = table.storage().clone();
         let requested = Instant::new(time, action, State::Requested);
-        if !table.timeline().instants_at(time).is_empty()
-            || !table.timeline().create(&storage, &requested, plan).await?
-        {
+        if !table.timeline().instants_at(time).is_empty() {
             return Err(Error::CommitConflict { instant: time.to_string(), detail: "the instant is taken".into() });
+        }
+        // `time` belongs to this writer (it holds the data instant of that time): a create that
+        // finds the file there is its own earlier attempt whose answer was lost.
+        if !table.timeline().create(&storage, &requested, plan).await? {
+            log::info!("{}: the requested file of {time} was there already: an earlier attempt's", table.uri());
         }
         write_heartbeat(&storage, time).await?;
         let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
@@ -456,13 +459,16 @@ pub(crate) async fn claim(table: &Table, action: Action, plan: impl Fn(&str) -> 
         let base = instant::next_after(last.as_deref())?;
         let time = format!("{base}{own_suffix}");
         last = Some(base);
-        if !table.storage().put_if_absent(&format!("{CLAIMS_DIR}/{time}"), Bytes::new()).await? {
+        // The marker holds a token of this claim: a create whose answer was lost reads it back.
+        let token = Bytes::from(uuid::Uuid::new_v4().to_string());
+        if !table.storage().put_if_absent(&format!("{CLAIMS_DIR}/{time}"), token).await? {
             continue;
         }
+        // The time is this writer's now: a requested file already there is its own, from an
+        // attempt whose answer was lost.
         let requested = Instant::new(time.clone(), action, State::Requested);
-        if table.timeline().create(table.storage(), &requested, plan(&time)?).await? {
-            return Ok(requested);
-        }
+        table.timeline().create(table.storage(), &requested, plan(&time)?).await?;
+        return Ok(requested);
     }
     Err(Error::CommitConflict { instant: last.unwrap_or_default(), detail: "could not claim an instant time".into() })
 }
