@@ -281,7 +281,8 @@ impl Transaction {
         // A process that took this writer for dead (no heartbeat for three intervals: a paused
         // process) may be rolling it back: then it must not complete.
         if let Some(r) = self.rolled_back_by(table).await? {
-            let e = Error::CommitConflict { instant: r, detail: "this write was rolled back by another process".into() };
+            let e =
+                Error::CommitConflict { instant: r, detail: "this write was rolled back by another process".into() };
             return Err(self.fail(table, e).await);
         }
         // A compaction completes as a commit (a clustering as a replacecommit).
@@ -591,8 +592,17 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     Ok(r)
 }
 
-/// Rolls back the pending instant `target` of a failed write, whatever its heartbeat says.
+/// Rolls back the pending instant `target` of a failed write, whatever its heartbeat says,
+/// finishing a rollback of it that was interrupted (the write's own, when storage failed).
 pub(crate) async fn rollback_pending(table: &Table, target: &Instant) -> Result<()> {
+    for r in table.timeline().pending().filter(|i| i.action == Action::Rollback) {
+        let path = table.timeline().path_of(&r.with_state(State::Requested));
+        let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
+        let plan: RollbackPlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+        if plan.instant_to_rollback.commit_time == target.time {
+            return rollback(table, target, Some(r.clone()), plan.was_completed).await;
+        }
+    }
     rollback(table, target, None, false).await
 }
 

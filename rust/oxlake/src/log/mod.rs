@@ -114,7 +114,9 @@ pub async fn read_slice(
         async move {
             for i in timeline.completed_data() {
                 match timeline.commit_metadata(storage, i).await {
-                    Ok(meta) if meta.write_stats().any(|(_, s)| s.path.as_deref() == Some(path.as_str())) => return false,
+                    Ok(meta) if meta.write_stats().any(|(_, s)| s.path.as_deref() == Some(path.as_str())) => {
+                        return false;
+                    }
                     Ok(_) => {}
                     Err(_) => return false,
                 }
