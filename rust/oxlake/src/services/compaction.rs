@@ -180,10 +180,10 @@ impl Table {
         }
         let json = plan.to_json()?;
         let tx = Transaction::begin_with(self, Action::Compaction, |_| Ok(Bytes::from(json.clone()))).await?;
-        // Writes that see this plan name their logs with the compaction (the new slice); one that
-        // planned its logs before fails its commit with a conflict. Writes that began earlier and
-        // committed before the plan was visible may have added logs to the slices it compacts:
-        // wait for those, then take the slices as they are.
+        // Writes that began after this compaction see its plan and name their logs with it (the
+        // new slice); one that missed the plan fails its commit with a conflict. Writes that began
+        // before it may still add logs to the slices it compacts: wait for them, then take their
+        // logs in.
         let plan = match settle(self, tx.time(), plan).await {
             Ok(plan) => plan,
             Err(e) => return Err(tx.fail(self, e).await),
