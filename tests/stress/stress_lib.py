@@ -82,8 +82,12 @@ def s3_server() -> Iterator[SeaweedS3]:
         yield s3
 
 
-def s3_target(s3: SeaweedS3, name: str) -> Target:
-    bucket = f"stress-{name}-{random.randrange(1 << 30)}"
+def target_for(where: str, request: pytest.FixtureRequest, tmp_path: Path) -> Target:
+    """A new table's place: `local` under `tmp_path`, `s3` in a new bucket of the S3 server."""
+    if where == "local":
+        return Target(str(tmp_path / "table"))
+    s3: SeaweedS3 = request.getfixturevalue("s3_server")
+    bucket = f"stress-{random.randrange(1 << 30)}"
     s3.create_bucket(bucket)
     return Target(f"s3://{bucket}/table", s3.storage_options())
 

@@ -32,8 +32,8 @@ from stress_lib import (
     read_log,
     replay,
     s3_server,
-    s3_target,
     table_rows,
+    target_for,
 )
 
 __all__ = ["s3_server"]
@@ -136,10 +136,7 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
 def test_killed_writer_leaves_exactly_the_committed_data(
     where: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    if where == "s3":
-        target = s3_target(request.getfixturevalue("s3_server"), "crashes")
-    else:
-        target = Target(str(tmp_path / "table"))
+    target = target_for(where, request, tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
     figures = run(target, logs, where, seed=random.randrange(1 << 20))
