@@ -45,6 +45,14 @@ class Tiles(DirectCompiler):
         if x % 2 == 0 and x > 0:  # western edge of its parent: also in the western neighbour's buffer
             yield "tiles13", f"{x // 2 - 1}_{y // 2}"
 
+    def input_keys(self, layer: str, partition: str) -> Iterable[tuple[str, str, str]]:
+        """The inverse: the four children and the two western children of the east neighbour
+        (lets an incremental run read only these inputs)."""
+        x, y = parse_tile(partition)
+        for cx in (2 * x, 2 * x + 1, 2 * x + 2):
+            for cy in (2 * y, 2 * y + 1):
+                yield "roads", "segments", f"{cx}_{cy}"
+
     def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> bytes | None:
         segments = [s for i in inputs for s in json.loads(i.payload)]
         if not segments:

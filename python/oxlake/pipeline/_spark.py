@@ -15,10 +15,11 @@ from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, 
 from oxlake.table import Table
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 INPUT = "catalog string, layer string, partition string, payload binary"
 CANDIDATE = "layer string, partition string, payload binary"
+KEY = "layer string, partition string"
 OUT_KEY = "out_layer string, out_partition string"
 IN_KEY = "catalog string, layer string, partition string"
 EDGE = f"{OUT_KEY}, {IN_KEY}"
@@ -38,6 +39,16 @@ def ship(task: Compiler) -> None:
     module = sys.modules.get(type(task).__module__)
     if module is not None and not type(task).__module__.startswith(("oxlake", "builtins")):
         cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+
+
+def frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
+    """An Arrow table built on the driver as a DataFrame of `schema`."""
+    return spark.createDataFrame(table, schema)
+
+
+def collect(df: DataFrame) -> pa.Table:
+    """A (small) DataFrame on the driver, as Arrow."""
+    return df.toArrow()
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:

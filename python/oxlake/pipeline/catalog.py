@@ -9,7 +9,7 @@ version at which that partition last changed (unchanged partitions keep their ve
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -224,6 +224,30 @@ class Catalog:
                 "checksum": t.column("checksum"),
             }
         )
+
+    def read(
+        self,
+        keys: Iterable[tuple[str, str]],
+        version: int | str | None = None,
+        columns: Sequence[str] = ("payload", "checksum"),
+    ) -> pa.Table:
+        """The published partitions of `keys` ((layer, partition) pairs) at `version` (default
+        latest): layer, partition and `columns`. Keys not published are absent. Reads only the
+        layers named, pruned by partition name; nothing else of the catalog."""
+        wanted = set(keys)
+        names = ["layer", "partition", *columns]
+        if not wanted or self.latest() is None:
+            return pa.schema([SCHEMA.field(n) for n in names]).empty_table()
+        as_of = self.instant_of(version) if version is not None else None
+        layers = sorted({layer for layer, _ in wanted})
+        parts = sorted({p for _, p in wanted})
+        t = self.table.to_arrow(
+            columns=names, filter=[("layer", "in", layers), ("partition", "in", parts)], as_of=as_of
+        )
+        if len(layers) > 1:
+            pairs = zip(t.column("layer").to_pylist(), t.column("partition").to_pylist(), strict=True)
+            t = t.filter(pa.array([pair in wanted for pair in pairs], pa.bool_()))
+        return t
 
     def layers(self) -> list[str]:
         """The layers holding at least one published partition (the state layer excluded)."""

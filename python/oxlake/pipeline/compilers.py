@@ -29,6 +29,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+#: The layout of the state layer's rows (part of every fingerprint: a new layout runs in full).
+STATE_FORMAT = 2
+
+
 @dataclass(frozen=True, order=True)
 class InputPartition:
     """One published partition of an input catalog."""
@@ -68,7 +72,7 @@ class Compiler:
     def fingerprint(self) -> dict[str, str]:
         """What makes the recorded state reusable: library version, compiler code, config."""
         return {
-            "library": __version__,
+            "library": f"{__version__} state {STATE_FORMAT}",
             "code": hashlib.sha256(self.code().encode()).hexdigest(),
             "config": hashlib.sha256(
                 json.dumps(self.config, sort_keys=True, default=str).encode()
@@ -87,6 +91,17 @@ class DirectCompiler(Compiler):
         """One output partition from its inputs (sorted by catalog, layer, partition). `None`
         or empty bytes: the partition has no content (a published one is deleted)."""
         raise NotImplementedError
+
+    def input_keys(self, layer: str, partition: str) -> Iterable[tuple[str, str, str]]:
+        """Optional, the inverse of `output_keys`: the `(catalog, layer, partition)` keys that
+        may feed an output partition (more is fine: keys not published, or whose `output_keys`
+        do not name this output, are skipped). With it an incremental run reads only the inputs
+        of the outputs it recompiles; without it, it scans every input key."""
+        raise NotImplementedError
+
+    @property
+    def invertible(self) -> bool:
+        return type(self).input_keys is not DirectCompiler.input_keys
 
 
 class MapGroupCompiler(Compiler):

@@ -5,10 +5,13 @@ versions used in ONE commit of the output catalog (DESIGN.md §7)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from oxlake import _native
 from oxlake.pipeline import _spark
@@ -16,7 +19,7 @@ from oxlake.pipeline.catalog import STATE_LAYER, Catalog
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, FunctionCompiler, MapGroupCompiler
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 class PipelineDefinitionError(_native.InvalidArgumentError):
@@ -108,8 +111,7 @@ class Driver:
         }
         states = self._states()
         published_layers = set(self.output.layers()) if self.output.latest() else set()
-        published = self._published()
-        run = _Run(self, requested, published)
+        run = _Run(self, requested)
         for task in self.tasks:
             _spark.ship(task)
             reason = self._full_reason(task, states.get(task.name), requested, since, full, reprocess, run)
@@ -119,22 +121,13 @@ class Driver:
         return run.publish(dry_run)
 
     def _states(self) -> dict[str, dict[str, object]]:
-        if self.output.latest() is None:
-            return {}
-        t = self.output.table.to_arrow(
-            columns=["partition", "payload"],
-            filter=[("layer", "=", STATE_LAYER), ("partition", "in", [t.name for t in self.tasks])],
-        )
+        """The state record of each task (its fingerprint and input versions), read by key."""
+        t = self.output.read([(STATE_LAYER, task.name) for task in self.tasks], columns=["payload"])
         return {
             p: json.loads(v)
             for p, v in zip(t.column("partition").to_pylist(), t.column("payload").to_pylist(), strict=True)
             if v
         }
-
-    def _published(self) -> DataFrame:
-        """layer, partition, payload, old checksum of the output catalog now (state included)."""
-        snap = self.output.snapshot(spark=self.spark, with_state=True)
-        return snap.select("layer", "partition", "payload", snap.checksum.alias("old"))
 
     def _full_reason(
         self,
@@ -209,39 +202,97 @@ def check(tasks: Sequence[Compiler], inputs: set[str], output_name: str) -> dict
 
 
 class _Run:
-    """One run's tasks: their candidate rows against the published state, in order."""
+    """One run's tasks: their candidate rows against the published state, in order.
 
-    def __init__(self, driver: Driver, requested: dict[str, str | None], published: DataFrame) -> None:
-        self.d, self.requested, self.published = driver, requested, published
+    A full run scans its inputs and the published rows of its layers. An incremental run works
+    from keys: the input partitions changed since the recorded versions, the output partitions
+    they affect, the inputs feeding those (from the compiler's inverse or the recorded graph),
+    and only those published rows, read by key; Spark runs the compilers over what was read."""
+
+    def __init__(self, driver: Driver, requested: dict[str, str | None]) -> None:
+        self.d, self.requested = driver, requested
+        self.spark = driver.spark
         self.rows: list[DataFrame] = []  # WRITE rows + task, compiled flag, action
         self.reports: dict[str, TaskReport] = {}
         self.full_layers: set[str] = set()
-        self.new_state: dict[str, DataFrame] = {}  # layer -> (partition, payload) after this run
-        self.changed: dict[str, DataFrame] = {}  # layer -> (partition, payload|null) changed now
+        self.layer_rows: dict[str, DataFrame] = {}  # output layer -> its decided rows this run
+
+    # ---- the output catalog, as published and as this run leaves it -------------------------
+
+    def published(self, layers: Sequence[str], task: str | None = None) -> DataFrame:
+        """layer, partition, payload, `old` checksum of the published rows of `layers`, and of
+        the state rows of `task` (scanned)."""
+        from pyspark.sql import functions as F
+
+        snap = self.d.output.snapshot(
+            layers=[*layers, STATE_LAYER] if task else list(layers), spark=self.spark, with_state=True
+        )
+        scope = F.col("layer").isin(list(layers))
+        if task:
+            mine = (F.col("partition") == task) | F.col("partition").startswith(f"{task}|")
+            scope = scope | ((F.col("layer") == STATE_LAYER) & mine)
+        return snap.filter(scope).select("layer", "partition", "payload", snap.checksum.alias("old"))
+
+    def published_keys(self, keys: Iterable[tuple[str, str]]) -> DataFrame:
+        """layer, partition, `old` checksum of the published rows of `keys` (read by key)."""
+        t = self.d.output.read(keys, columns=["checksum"]).rename_columns(["layer", "partition", "old"])
+        return _spark.frame(self.spark, t, f"{_spark.KEY}, old string")
+
+    def layer_changes(self, layer: str) -> DataFrame:
+        """partition, payload (null: deleted) of what this run changes in an output layer."""
+        from pyspark.sql import functions as F
+
+        rows = self.layer_rows[layer]
+        return rows.filter(F.col("op").isin("upsert", "delete")).select("partition", "payload")
+
+    def layer_state(self, layer: str) -> DataFrame:
+        """partition, payload of an output layer after this run."""
+        from pyspark.sql import functions as F
+
+        kept = (
+            self.published([layer])
+            .select("partition", "payload")
+            .join(self.layer_changes(layer).select("partition"), "partition", "left_anti")
+        )
+        upserts = self.layer_rows[layer].filter(F.col("op") == "upsert").select("partition", "payload")
+        return kept.unionByName(upserts)
+
+    def graph(
+        self, task: Compiler, side: str, keys: Iterable[tuple[str, ...]]
+    ) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+        """Recorded edges of a map-group task, read by key: for `side` "in" the outputs each
+        input partition fed, for "out" the inputs each output partition was fed by."""
+        by_name = {_graph_name(task, side, key): key for key in keys}
+        t = self.d.output.read([(STATE_LAYER, n) for n in by_name], columns=["payload"])
+        return {
+            by_name[n]: [tuple(x) for x in json.loads(p)]
+            for n, p in zip(t.column("partition").to_pylist(), t.column("payload").to_pylist(), strict=True)
+            if p
+        }
 
     # ---- inputs -------------------------------------------------------------------------------
 
     def snapshot(self, task: Compiler, keys_only: bool = False) -> DataFrame:
-        """Every input partition of the task at the requested versions (INPUT rows)."""
+        """Every input partition of the task at the requested versions (INPUT rows, scanned)."""
         from pyspark.sql import functions as F
 
         parts = []
         for name, layers in task.inputs.items():
             if name == self.d.output_name:
                 for layer in layers:
-                    df = self.new_state[layer].select(F.lit(layer).alias("layer"), "partition", "payload")
+                    df = self.layer_state(layer).select(F.lit(layer).alias("layer"), "partition", "payload")
                     parts.append(df.select(F.lit(name).alias("catalog"), "*"))
             elif self.requested[name] is not None:
-                snap = self.d.inputs[name].snapshot(self.requested[name], layers, spark=self.d.spark)
+                snap = self.d.inputs[name].snapshot(self.requested[name], layers, spark=self.spark)
                 parts.append(snap.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
         if not parts:
-            return self.d.spark.createDataFrame([], _spark.INPUT)
+            return self.spark.createDataFrame([], _spark.INPUT)
         df = reduce(lambda a, b: a.unionByName(b), parts)
         return df.select("catalog", "layer", "partition", *([] if keys_only else ["payload"]))
 
-    def changes(self, task: Compiler, state: dict[str, object]) -> DataFrame:
+    def changes(self, task: Compiler, state: dict[str, object]) -> pa.Table:
         """The input partitions changed since the recorded versions (INPUT rows, payload null
-        when removed)."""
+        when removed), on the driver."""
         from pyspark.sql import functions as F
 
         recorded: dict[str, str] = state["inputs"]  # type: ignore[assignment]
@@ -249,37 +300,64 @@ class _Run:
         for name, layers in task.inputs.items():
             if name == self.d.output_name:
                 for layer in layers:
-                    df = self.changed[layer]
-                    parts.append(
-                        df.select(
-                            F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"
-                        )
+                    df = self.layer_changes(layer).select(
+                        F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"
                     )
+                    parts.append(_spark.collect(df))
             elif recorded[name] != self.requested[name]:
-                ch = self.d.inputs[name].changes(
-                    recorded[name], self.requested[name], layers, spark=self.d.spark
-                )
-                parts.append(ch.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
-        if not parts:
-            return self.d.spark.createDataFrame([], _spark.INPUT)
-        return reduce(lambda a, b: a.unionByName(b), parts)
+                ch = self.d.inputs[name].changes(recorded[name], self.requested[name], layers)
+                parts.append(_input_rows(name, ch))
+        return _concat(parts)
+
+    def fetch(self, task: Compiler, keys: Iterable[tuple[str, str, str]]) -> pa.Table:
+        """The input partitions of `keys` at the requested versions (INPUT rows), read by key."""
+        from pyspark.sql import functions as F
+
+        by_catalog: dict[str, set[tuple[str, str]]] = {}
+        for catalog, layer, partition in keys:
+            by_catalog.setdefault(catalog, set()).add((layer, partition))
+        parts = []
+        for name, pairs in sorted(by_catalog.items()):
+            if name == self.d.output_name:
+                for layer in sorted({layer for layer, _ in pairs}):
+                    wanted = pa.table({"partition": sorted(p for x, p in pairs if x == layer)})
+                    df = self.layer_state(layer).join(
+                        _spark.frame(self.spark, wanted, "partition string"), "partition", "left_semi"
+                    )
+                    df = df.select(
+                        F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"
+                    )
+                    parts.append(_spark.collect(df))
+            elif self.requested[name] is not None:
+                read = self.d.inputs[name].read(pairs, self.requested[name], columns=["payload"])
+                parts.append(_input_rows(name, read))
+        return _concat(parts)
 
     # ---- compiling ----------------------------------------------------------------------------
 
     def task(self, task: Compiler, reason: str | None, state: dict[str, object] | None) -> None:
         from pyspark.sql import functions as F
 
-        incremental = reason is None
-        report = TaskReport(task.name, "incremental" if incremental else "full", reason)
+        incremental = state is not None and reason is None
+        report = TaskReport(task.name, "full" if reason else "incremental", reason)
         report.inputs = {
             c: v for c in task.inputs if c != self.d.output_name and (v := self.requested[c]) is not None
         }
         self.reports[task.name] = report
         graph: DataFrame | None = None
+        keys: set[tuple[str, str]] | None = None  # incremental: every key the task may write
         if isinstance(task, DirectCompiler):
-            candidates = self._direct(task, state if incremental else None)
+            if not incremental:
+                candidates = self._direct_full(task)
+            elif task.invertible:
+                candidates, keys = self._direct_keyed(task, state)  # type: ignore[arg-type]
+            else:
+                candidates = self._direct_scanned(task, state)  # type: ignore[arg-type]
         elif isinstance(task, MapGroupCompiler):
-            candidates, graph = self._map_group(task, state if incremental else None)
+            if not incremental:
+                candidates, graph = self._map_group_full(task)
+            else:
+                candidates, graph, keys = self._map_group_keyed(task, state)  # type: ignore[arg-type]
         elif isinstance(task, FunctionCompiler):
             candidates = self._function(task)
         else:
@@ -287,46 +365,33 @@ class _Run:
                 f"task {task.name!r}: {type(task).__name__} is not a known compiler"
             )
         record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
-        own_state = self.d.spark.createDataFrame(
-            [(STATE_LAYER, task.name, record.encode())], _spark.CANDIDATE
-        )
+        own_state = self.spark.createDataFrame([(STATE_LAYER, task.name, record.encode())], _spark.CANDIDATE)
         if graph is not None:
             own_state = own_state.unionByName(graph)
         compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(
             own_state.withColumn("compiled", F.lit(False))
         )
-        scope = None
+        if incremental and keys is not None:
+            rows = self._decide(task.name, compiled, self.published_keys(keys | {(STATE_LAYER, task.name)}))
+        else:
+            published = self.published(task.outputs, task.name)
+            rows = self._decide(task.name, compiled, published, full=not incremental)
         if not incremental:
             self.full_layers |= set(task.outputs)
-            prefix = f"{task.name}|"
-            scope = F.col("layer").isin(list(task.outputs))
-            if isinstance(task, MapGroupCompiler):
-                scope = scope | ((F.col("layer") == STATE_LAYER) & F.col("partition").startswith(prefix))
-        rows = self._decide(task.name, compiled, scope)
         self.rows.append(rows)
         for layer in task.outputs:
-            mine = rows.filter(F.col("layer") == layer)
-            changed = mine.filter(F.col("op").isin("upsert", "delete")).select("partition", "payload")
-            kept = (
-                self.published.filter(F.col("layer") == layer)
-                .select("partition", "payload")
-                .join(changed.select("partition"), "partition", "left_anti")
-            )
-            self.new_state[layer] = kept.unionByName(
-                mine.filter(F.col("op") == "upsert").select("partition", "payload")
-            )
-            self.changed[layer] = changed
+            self.layer_rows[layer] = rows.filter(F.col("layer") == layer)
 
-    def _decide(self, name: str, compiled: DataFrame, scope: Column | None) -> DataFrame:
+    def _decide(self, name: str, compiled: DataFrame, published: DataFrame, full: bool = False) -> DataFrame:
         """Each candidate against what is published: upsert (new or different checksum),
-        delete (empty payload of a published key; and in full-snapshot scope, every published
-        key not produced), unchanged, or none (empty and unpublished)."""
+        delete (empty payload of a published key; and in a full run, every published key in
+        `published` not produced), unchanged, or none (empty and unpublished)."""
         from pyspark.sql import functions as F
 
         cand = compiled.withColumn(
             "checksum", F.when(F.length("payload") > 0, F.sha2("payload", 256))
         ).withColumn("payload", F.when(F.length("payload") > 0, F.col("payload")))
-        pub = self.published.select("layer", "partition", "old")
+        pub = published.select("layer", "partition", "old")
         joined = cand.join(pub, ["layer", "partition"], "left")
         op = (
             F.when(F.col("checksum").isNull() & F.col("old").isNotNull(), "delete")
@@ -337,140 +402,175 @@ class _Run:
         rows = joined.select(
             F.lit(name).alias("task"), op.alias("op"), "layer", "partition", "payload", "checksum", "compiled"
         )
-        if scope is not None:
-            gone = (
-                pub.filter(scope)
-                .join(cand.select("layer", "partition"), ["layer", "partition"], "left_anti")
-                .select(
-                    F.lit(name).alias("task"),
-                    F.lit("delete").alias("op"),
-                    "layer",
-                    "partition",
-                    F.lit(None).cast("binary").alias("payload"),
-                    F.lit(None).cast("string").alias("checksum"),
-                    F.lit(False).alias("compiled"),
-                )
+        if full:
+            gone = pub.join(cand.select("layer", "partition"), ["layer", "partition"], "left_anti").select(
+                F.lit(name).alias("task"),
+                F.lit("delete").alias("op"),
+                "layer",
+                "partition",
+                F.lit(None).cast("binary").alias("payload"),
+                F.lit(None).cast("string").alias("checksum"),
+                F.lit(False).alias("compiled"),
             )
             rows = rows.unionByName(gone)
         return rows
 
-    def _direct(self, task: DirectCompiler, state: dict[str, object] | None) -> DataFrame:
-        spark = self.d.spark
-        if state is None:
-            pieces = self.snapshot(task).mapInArrow(_spark.output_keys(task, True), _spark.DIRECT_INPUT)
-            return pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-                _spark.compile_direct(task), _spark.CANDIDATE
-            )
+    def _direct_full(self, task: DirectCompiler) -> DataFrame:
+        pieces = self.snapshot(task).mapInArrow(_spark.output_keys(task, True), _spark.DIRECT_INPUT)
+        return pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.compile_direct(task), _spark.CANDIDATE)
+
+    def _direct_keyed(
+        self, task: DirectCompiler, state: dict[str, object]
+    ) -> tuple[DataFrame, set[tuple[str, str]]]:
+        """Outputs of the changed inputs' keys, compiled from the inputs the compiler's inverse
+        names (read by key)."""
+        changed = self.changes(task, state)
+        affected = {out for key in _keys(changed) for out in task.output_keys(*key)}
+        declared = set(task.input_layers())
+        wanted = {key for out in affected for key in task.input_keys(*out) if key[:2] in declared}
+        inputs = self.fetch(task, wanted)
+        out: dict[str, list[str]] = {"out_layer": [], "out_partition": []}
+        take: list[int] = []
+        for i, key in enumerate(_keys(inputs)):
+            for layer, partition in task.output_keys(*key):
+                if (layer, partition) in affected:
+                    out["out_layer"].append(layer)
+                    out["out_partition"].append(partition)
+                    take.append(i)
+        rows = inputs.take(pa.array(take, pa.int64()))
+        for n, (column, values) in enumerate(out.items()):
+            rows = rows.add_column(n, column, pa.array(values, pa.string()))
+        pieces = _spark.frame(self.spark, rows, _spark.DIRECT_INPUT)
+        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
+            _spark.compile_direct(task), _spark.CANDIDATE
+        )
+        return self._with_vanished(self._key_frame(affected), compiled), affected
+
+    def _direct_scanned(self, task: DirectCompiler, state: dict[str, object]) -> DataFrame:
+        """Outputs of the changed inputs' keys, compiled from the inputs found by mapping every
+        input key (the compiler has no inverse)."""
+        from pyspark.sql import functions as F
+
+        changed = _spark.frame(self.spark, self.changes(task, state), _spark.INPUT)
         affected = (
-            self.changes(task, state)
-            .select(*_spark._IN_KEYS)
+            changed.select(*_spark._IN_KEYS)
             .mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
-            .select(*_spark._OUT_KEYS)
+            .select(F.col("out_layer").alias("layer"), F.col("out_partition").alias("partition"))
             .distinct()
         )
         edges = self.snapshot(task, keys_only=True).mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
-        needed = edges.join(affected, _spark._OUT_KEYS, "left_semi")
+        needed = edges.join(
+            affected.select(F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")),
+            _spark._OUT_KEYS,
+            "left_semi",
+        )
         pieces = needed.join(self.snapshot(task), _spark._IN_KEYS).select(
             *_spark._OUT_KEYS, *_spark._IN_KEYS, "payload"
         )
         compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
             _spark.compile_direct(task), _spark.CANDIDATE
         )
-        return self._with_vanished(affected, compiled, spark)
+        return self._with_vanished(affected, compiled)
+
+    def _key_frame(self, keys: Iterable[tuple[str, str]]) -> DataFrame:
+        ordered = sorted(keys)
+        t = pa.table(
+            {"layer": [k[0] for k in ordered], "partition": [k[1] for k in ordered]},
+            schema=pa.schema([("layer", pa.string()), ("partition", pa.string())]),
+        )
+        return _spark.frame(self.spark, t, _spark.KEY)
 
     @staticmethod
-    def _with_vanished(affected: DataFrame, compiled: DataFrame, spark: SparkSession) -> DataFrame:
-        """The compiled outputs, plus an empty candidate for each affected output that no input
-        feeds any more (so that a published one is deleted)."""
+    def _with_vanished(affected: DataFrame, compiled: DataFrame) -> DataFrame:
+        """The compiled outputs, plus an empty candidate for each affected output (layer,
+        partition) that no input feeds any more (so that a published one is deleted)."""
         from pyspark.sql import functions as F
 
-        keys = affected.select(F.col("out_layer").alias("layer"), F.col("out_partition").alias("partition"))
-        vanished = keys.join(compiled.select("layer", "partition"), ["layer", "partition"], "left_anti")
+        vanished = affected.join(compiled.select("layer", "partition"), ["layer", "partition"], "left_anti")
         return compiled.unionByName(vanished.withColumn("payload", F.lit(None).cast("binary")))
 
-    def _map_group(
-        self, task: MapGroupCompiler, state: dict[str, object] | None
-    ) -> tuple[DataFrame, DataFrame]:
+    def _map_group_full(self, task: MapGroupCompiler) -> tuple[DataFrame, DataFrame]:
+        from pyspark import StorageLevel
+
+        pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task), _spark.PIECE)
+        pieces = pieces.persist(StorageLevel.MEMORY_AND_DISK)
+        out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.reduce_pieces(task), _spark.CANDIDATE)
+        return out, self._graph_rows(task, pieces, pieces)
+
+    def _map_group_keyed(
+        self, task: MapGroupCompiler, state: dict[str, object]
+    ) -> tuple[DataFrame, DataFrame, set[tuple[str, str]]]:
+        """Outputs the changed inputs fed before (recorded graph) or feed now (mapped), reduced
+        from the changed inputs' pieces and the pieces of the unchanged inputs that fed them."""
+        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        spark, keys = self.d.spark, _spark._IN_KEYS
-        if state is None:
-            pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task), _spark.PIECE)
-            pieces = pieces.persist()
-            out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-                _spark.reduce_pieces(task), _spark.CANDIDATE
-            )
-            return out, self._graph_rows(task, pieces, None)
-        changed = self.changes(task, state).persist()
-        new_pieces = changed.filter(F.col("payload").isNotNull()).mapInArrow(
+        changed = self.changes(task, state)
+        changed_keys = set(_keys(changed))
+        live = changed.filter(pc.is_valid(changed.column("payload")))
+        new_pieces = _spark.frame(self.spark, live, _spark.INPUT).mapInArrow(
             _spark.map_pieces(task), _spark.PIECE
         )
-        old = self._old_graph(task)
-        old_affected = old.join(changed.select(*keys), keys, "left_semi").select(*_spark._OUT_KEYS)
-        affected = old_affected.unionByName(new_pieces.select(*_spark._OUT_KEYS)).distinct()
-        feeders = (
-            old.join(affected, _spark._OUT_KEYS, "left_semi")
-            .select(*keys)
-            .distinct()
-            .join(changed.select(*keys), keys, "left_anti")
-        )
+        new_pieces = new_pieces.persist(StorageLevel.MEMORY_AND_DISK)
+        now = _spark.collect(new_pieces.select(*_spark._OUT_KEYS).distinct())
+        affected = set(zip(now.column(0).to_pylist(), now.column(1).to_pylist(), strict=True))
+        for outs in self.graph(task, "in", changed_keys).values():
+            affected.update(outs)  # type: ignore[arg-type]
+        feeders = {i for ins in self.graph(task, "out", affected).values() for i in ins} - changed_keys
+        affected_frame = self._key_frame(affected)
         feeder_pieces = (
-            self.snapshot(task)
-            .join(feeders, keys, "left_semi")
+            _spark.frame(self.spark, self.fetch(task, feeders), _spark.INPUT)  # type: ignore[arg-type]
             .mapInArrow(_spark.map_pieces(task), _spark.PIECE)
-            .join(affected, _spark._OUT_KEYS, "left_semi")
+            .join(
+                affected_frame.select(
+                    F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")
+                ),
+                _spark._OUT_KEYS,
+                "left_semi",
+            )
         )
         pieces = new_pieces.unionByName(feeder_pieces)
         compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
             _spark.reduce_pieces(task), _spark.CANDIDATE
         )
-        return self._with_vanished(affected, compiled, spark), self._graph_rows(task, new_pieces, changed)
+        graph = self._graph_rows(task, new_pieces, pieces, changed_keys, affected)
+        written = {(STATE_LAYER, _graph_name(task, "in", k)) for k in changed_keys}
+        written |= {(STATE_LAYER, _graph_name(task, "out", k)) for k in affected}
+        return self._with_vanished(affected_frame, compiled), graph, affected | written
 
-    def _graph_key(self, task: Compiler) -> Column:
+    def _graph_rows(
+        self,
+        task: MapGroupCompiler,
+        inputs_pieces: DataFrame,
+        outputs_pieces: DataFrame,
+        inputs: set[tuple[str, str, str]] | None = None,
+        outputs: set[tuple[str, str]] | None = None,
+    ) -> DataFrame:
+        """State rows of the graph (CANDIDATE rows): per input partition the outputs it feeds,
+        per output partition the inputs feeding it (JSON lists). In an incremental run, the
+        rows of the changed `inputs` and the affected `outputs`, empty (deleted) for those
+        without edges now."""
         from pyspark.sql import functions as F
 
-        return F.concat_ws("|", F.lit(task.name), "catalog", "layer", "partition")
-
-    def _graph_rows(self, task: MapGroupCompiler, pieces: DataFrame, changed: DataFrame | None) -> DataFrame:
-        """State rows: per input partition, the output partitions it feeds (JSON). In an
-        incremental run, changed inputs that feed nothing get an empty row (deleted)."""
-        from pyspark.sql import functions as F
-
-        edges = pieces.select(*_spark._IN_KEYS, F.array("out_layer", "out_partition").alias("out")).distinct()
-        by_input = edges.groupBy(*_spark._IN_KEYS).agg(F.sort_array(F.collect_list("out")).alias("outputs"))
-        payload = F.to_json(F.struct(F.array("catalog", "layer", "partition").alias("input"), "outputs"))
-        rows = by_input.select(
-            F.lit(STATE_LAYER).alias("layer"),
-            self._graph_key(task).alias("partition"),
-            payload.cast("binary").alias("payload"),
-        )
-        if changed is not None:
-            gone = changed.select(*_spark._IN_KEYS).join(by_input, _spark._IN_KEYS, "left_anti")
-            rows = rows.unionByName(
-                gone.select(
-                    F.lit(STATE_LAYER).alias("layer"),
-                    self._graph_key(task).alias("partition"),
-                    F.lit(None).cast("binary").alias("payload"),
-                )
+        def side(pieces: DataFrame, name: str, by: list[str], to: list[str]) -> DataFrame:
+            edges = pieces.select(*by, F.array(*to).alias("edge")).distinct()
+            grouped = edges.groupBy(*by).agg(F.sort_array(F.collect_list("edge")).alias("edges"))
+            key = F.concat_ws("|", F.lit(task.name), F.lit(name), *by)
+            return grouped.select(
+                F.lit(STATE_LAYER).alias("layer"),
+                key.alias("partition"),
+                F.to_json("edges").cast("binary").alias("payload"),
             )
-        return rows
 
-    def _old_graph(self, task: MapGroupCompiler) -> DataFrame:
-        """The recorded edges of the task: input key → output key (EDGE rows)."""
-        from pyspark.sql import functions as F
-
-        schema = "struct<input: array<string>, outputs: array<array<string>>>"
-        rows = self.published.filter(
-            (F.col("layer") == STATE_LAYER) & F.col("partition").startswith(f"{task.name}|")
-        ).select(F.from_json(F.col("payload").cast("string"), schema).alias("g"))
-        out = rows.select(F.col("g.input").alias("i"), F.explode("g.outputs").alias("o"))
-        return out.select(
-            F.col("o")[0].alias("out_layer"),
-            F.col("o")[1].alias("out_partition"),
-            F.col("i")[0].alias("catalog"),
-            F.col("i")[1].alias("layer"),
-            F.col("i")[2].alias("partition"),
+        rows = side(inputs_pieces, "in", _spark._IN_KEYS, _spark._OUT_KEYS).unionByName(
+            side(outputs_pieces, "out", _spark._OUT_KEYS, _spark._IN_KEYS)
         )
+        if inputs is None or outputs is None:
+            return rows
+        names = [_graph_name(task, "in", k) for k in inputs] + [_graph_name(task, "out", k) for k in outputs]
+        every = self._key_frame((STATE_LAYER, n) for n in names)
+        gone = every.join(rows.select("layer", "partition"), ["layer", "partition"], "left_anti")
+        return rows.unionByName(gone.withColumn("payload", F.lit(None).cast("binary")))
 
     def _function(self, task: FunctionCompiler) -> DataFrame:
         from pyspark.sql import functions as F
@@ -495,7 +595,7 @@ class _Run:
             for layer, df in outputs.items()
         ]
         if not parts:
-            return self.d.spark.createDataFrame([], _spark.CANDIDATE)
+            return self.spark.createDataFrame([], _spark.CANDIDATE)
         return reduce(lambda a, b: a.unionByName(b), parts)
 
     # ---- publishing ---------------------------------------------------------------------------
@@ -538,3 +638,36 @@ class _Run:
             self.d.output.refresh()
             version = self.d.output.number_of(instant)
         return RunReport(self.reports, instant, version, dry_run)
+
+
+def _graph_name(task: Compiler, side: str, key: tuple[str, ...]) -> str:
+    """The state-layer partition of a map-group task's edges of one input ("in") or output
+    ("out") partition."""
+    return "|".join([task.name, side, *key])
+
+
+def _keys(inputs: pa.Table) -> Iterator[tuple[str, str, str]]:
+    """The (catalog, layer, partition) keys of INPUT rows."""
+    columns = [inputs.column(c).to_pylist() for c in _spark._IN_KEYS]
+    return zip(*columns, strict=True)
+
+
+def _input_rows(catalog: str, t: pa.Table) -> pa.Table:
+    """INPUT rows (catalog, layer, partition, payload) of a catalog's rows."""
+    return pa.table(
+        {
+            "catalog": pa.array([catalog] * t.num_rows, pa.string()),
+            "layer": t.column("layer"),
+            "partition": t.column("partition"),
+            "payload": t.column("payload"),
+        }
+    )
+
+
+_INPUT_SCHEMA = pa.schema(
+    [("catalog", pa.string()), ("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary())]
+)
+
+
+def _concat(parts: list[pa.Table]) -> pa.Table:
+    return pa.concat_tables([p.cast(_INPUT_SCHEMA) for p in parts]) if parts else _INPUT_SCHEMA.empty_table()
