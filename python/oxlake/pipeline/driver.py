@@ -216,6 +216,7 @@ class _Run:
         self.reports: dict[str, TaskReport] = {}
         self.full_layers: set[str] = set()
         self.layer_rows: dict[str, DataFrame] = {}  # output layer -> its decided rows this run
+        self._changes: dict[tuple[str, tuple[str, ...], str | None, str | None], pa.Table] = {}
 
     # ---- the output catalog, as published and as this run leaves it -------------------------
 
@@ -305,8 +306,11 @@ class _Run:
                     )
                     parts.append(_spark.collect(df))
             elif recorded[name] != self.requested[name]:
-                ch = self.d.inputs[name].changes(recorded[name], self.requested[name], layers)
-                parts.append(_input_rows(name, ch))
+                key = (name, tuple(layers), recorded[name], self.requested[name])
+                if key not in self._changes:  # tasks reading the same range share one read
+                    ch = self.d.inputs[name].changes(recorded[name], self.requested[name], layers)
+                    self._changes[key] = _input_rows(name, ch)
+                parts.append(self._changes[key])
         return _concat(parts)
 
     def fetch(self, task: Compiler, keys: Iterable[tuple[str, str, str]]) -> pa.Table:
@@ -365,7 +369,8 @@ class _Run:
                 f"task {task.name!r}: {type(task).__name__} is not a known compiler"
             )
         record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
-        own_state = self.spark.createDataFrame([(STATE_LAYER, task.name, record.encode())], _spark.CANDIDATE)
+        own = pa.table({"layer": [STATE_LAYER], "partition": [task.name], "payload": [record.encode()]})
+        own_state = _spark.frame(self.spark, own, _spark.CANDIDATE)
         if graph is not None:
             own_state = own_state.unionByName(graph)
         compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(
@@ -490,10 +495,9 @@ class _Run:
         return compiled.unionByName(vanished.withColumn("payload", F.lit(None).cast("binary")))
 
     def _map_group_full(self, task: MapGroupCompiler) -> tuple[DataFrame, DataFrame]:
-        from pyspark import StorageLevel
 
         pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task), _spark.PIECE)
-        pieces = pieces.persist(StorageLevel.MEMORY_AND_DISK)
+        pieces = pieces.localCheckpoint()  # computed once, read by the reduce and the graph
         out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.reduce_pieces(task), _spark.CANDIDATE)
         return out, self._graph_rows(task, pieces, pieces)
 
@@ -502,7 +506,6 @@ class _Run:
     ) -> tuple[DataFrame, DataFrame, set[tuple[str, str]]]:
         """Outputs the changed inputs fed before (recorded graph) or feed now (mapped), reduced
         from the changed inputs' pieces and the pieces of the unchanged inputs that fed them."""
-        from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
         changed = self.changes(task, state)
@@ -511,7 +514,7 @@ class _Run:
         new_pieces = _spark.frame(self.spark, live, _spark.INPUT).mapInArrow(
             _spark.map_pieces(task), _spark.PIECE
         )
-        new_pieces = new_pieces.persist(StorageLevel.MEMORY_AND_DISK)
+        new_pieces = new_pieces.localCheckpoint()
         now = _spark.collect(new_pieces.select(*_spark._OUT_KEYS).distinct())
         affected = set(zip(now.column(0).to_pylist(), now.column(1).to_pylist(), strict=True))
         for outs in self.graph(task, "in", changed_keys).values():
@@ -529,7 +532,7 @@ class _Run:
                 "left_semi",
             )
         )
-        pieces = new_pieces.unionByName(feeder_pieces)
+        pieces = new_pieces.unionByName(feeder_pieces).localCheckpoint()
         compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
             _spark.reduce_pieces(task), _spark.CANDIDATE
         )
@@ -604,18 +607,17 @@ class _Run:
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        rows = reduce(lambda a, b: a.unionByName(b), self.rows).persist(StorageLevel.MEMORY_AND_DISK)
+        # The union holds every part's partitions: as many tasks as cores are enough.
+        rows = reduce(lambda a, b: a.unionByName(b), self.rows)
+        rows = rows.coalesce(self.spark.sparkContext.defaultParallelism).persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            counts = (
-                rows.filter(F.col("layer") != STATE_LAYER)
-                .groupBy("task", "layer", "op", "compiled")
-                .count()
-                .collect()
-            )
+            counts = rows.groupBy("task", "layer", "op", "compiled").count().collect()
             for task in self.d.tasks:
                 for name in task.outputs:
                     self.reports[task.name].layers.setdefault(name, LayerReport())
             for r in counts:
+                if r["layer"] == STATE_LAYER:
+                    continue
                 layer = self.reports[r["task"]].layers.setdefault(r["layer"], LayerReport())
                 if r["compiled"]:
                     layer.compiled += r["count"]
@@ -625,11 +627,11 @@ class _Run:
                     layer.deleted += r["count"]
                 elif r["op"] == "unchanged":
                     layer.unchanged += r["count"]
-            writes = rows.filter(F.col("op").isin("upsert", "delete")).select(
-                *[c.split()[0] for c in _spark.WRITE.split(", ")]
-            )
             instant = None
-            if not dry_run and writes.limit(1).count():
+            if not dry_run and any(r["op"] in ("upsert", "delete") for r in counts):
+                writes = rows.filter(F.col("op").isin("upsert", "delete")).select(
+                    *[c.split()[0] for c in _spark.WRITE.split(", ")]
+                )
                 instant = _spark.write_one_commit(writes, self.d.output.uri, self.d.output.storage_options)
         finally:
             rows.unpersist()
