@@ -5,9 +5,9 @@
 An input catalog of `--partitions` partitions (small JSON payloads), a direct M:N task (the
 example's `Tiles`, with its inverse) and a map-group task (`AreaClasses`: road length per class in
 each level-12 area of 16 input tiles). After a full first run, `--change` of the input partitions
-change (`--spread`: anywhere at random, or one contiguous band); the same change is compiled once incrementally and once in full (into
-a copy of the output catalog taken before). Bytes written are compared with the first run, which
-publishes every output partition (a full republish).
+change (`--spread`: anywhere at random, or one contiguous band); the same change is compiled once
+incrementally and once in full (into a copy of the output catalog taken before). Bytes written
+are compared with the first run, which publishes every output partition (a full republish).
 """
 
 from __future__ import annotations
