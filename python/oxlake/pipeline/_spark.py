@@ -4,13 +4,14 @@ rows by key inside a task, and the one-commit writer of a catalog."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
+from oxlake.pipeline import _payload
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
 from oxlake.table import Table
 
@@ -20,12 +21,17 @@ if TYPE_CHECKING:
 INPUT = "catalog string, layer string, partition string, payload binary"
 CANDIDATE = "layer string, partition string, payload binary"
 KEY = "layer string, partition string"
+ROW = "layer string, partition string, payload binary, checksum string"
 OUT_KEY = "out_layer string, out_partition string"
 IN_KEY = "catalog string, layer string, partition string"
 EDGE = f"{OUT_KEY}, {IN_KEY}"
 PIECE = f"{OUT_KEY}, {IN_KEY}, seq int, value binary"
 DIRECT_INPUT = f"{OUT_KEY}, {INPUT}"
 WRITE = "op string, layer string, partition string, payload binary, checksum string"
+
+#: Struct types of structured layers: of a task's inputs by (catalog, layer), of the output by layer.
+InputTypes = Mapping[tuple[str, str], pa.StructType]
+OutputTypes = Mapping[str, pa.StructType]
 
 _IN_KEYS = ["catalog", "layer", "partition"]
 _OUT_KEYS = ["out_layer", "out_partition"]
@@ -49,6 +55,56 @@ def frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
 def collect(df: DataFrame) -> pa.Table:
     """A (small) DataFrame on the driver, as Arrow."""
     return df.toArrow()
+
+
+def encoded(structured: OutputTypes) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Catalog rows (layer, partition, payload, checksum, struct columns) → the same four
+    columns, structured values encoded as payload bytes."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            t = pa.Table.from_batches([batch])
+            payload = _payload.payloads(t, structured)
+            yield pa.RecordBatch.from_arrays(
+                [batch.column("layer"), batch.column("partition"), payload, batch.column("checksum")],
+                names=["layer", "partition", "payload", "checksum"],
+            )
+
+    return run
+
+
+def converted(
+    type: pa.StructType, to_struct: bool
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """(partition, payload) rows of one structured layer: encoded bytes → struct values
+    (`to_struct`), or back."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            payload = batch.column("payload")
+            out = _payload.to_struct(payload, type) if to_struct else _payload.to_bytes(payload, type)
+            yield pa.RecordBatch.from_arrays([batch.column("partition"), out], names=["partition", "payload"])
+
+    return run
+
+
+def struct_rows(type: pa.StructType) -> Any:
+    """The Spark schema of (partition, payload) rows of a structured layer."""
+    from oxlake.spark import spark_schema
+
+    return spark_schema(pa.schema([("partition", pa.string()), ("payload", type)]))
+
+
+def _inputs(rows: pa.Table, types: InputTypes) -> list[InputPartition]:
+    """INPUT rows as the compiler sees them: structured payloads decoded."""
+    items = []
+    for cat, layer, part, payload in zip(
+        *(rows.column(x).to_pylist() for x in [*_IN_KEYS, "payload"]), strict=True
+    ):
+        type = types.get((cat, layer))
+        value = _payload.decode(payload, type) if type is not None and payload is not None else payload
+        items.append(InputPartition(cat, layer, part, value))
+    return items
 
 
 def _rows(batches: Iterator[pa.RecordBatch]) -> pa.Table | None:
@@ -95,11 +151,11 @@ def output_keys(
     return run
 
 
-Build = Callable[[str, str, pa.Table], "bytes | None"]
+Build = Callable[[str, str, pa.Table], Any]
 
 
 def _per_output(
-    order: list[str], build: Build
+    order: list[str], build: Build, out_types: OutputTypes
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Rows holding every row of each of their output keys → one CANDIDATE row per output key,
     built by `build(layer, partition, rows sorted by order)`."""
@@ -113,57 +169,74 @@ def _per_output(
             layers.append(out_layer)
             parts.append(out_part)
             payloads.append(build(out_layer, out_part, rows))
-        yield _candidates(layers, parts, payloads)
+        yield _candidates(layers, parts, payloads, out_types)
 
     return run
 
 
-def compile_direct(task: DirectCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def compile_direct(
+    task: DirectCompiler, types: InputTypes, out_types: OutputTypes
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Rows of DIRECT_INPUT (all of an output key in one task) → compiled CANDIDATE rows."""
 
-    def build(layer: str, partition: str, rows: pa.Table) -> bytes | None:
-        columns = (rows.column(x).to_pylist() for x in [*_IN_KEYS, "payload"])
-        inputs = [InputPartition(*values) for values in zip(*columns, strict=True)]
-        return task.compile(layer, partition, inputs)
+    def build(layer: str, partition: str, rows: pa.Table) -> Any:
+        return task.compile(layer, partition, _inputs(rows, types))
 
-    return _per_output(_IN_KEYS, build)
+    return _per_output(_IN_KEYS, build, out_types)
 
 
-def map_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def map_pieces(
+    task: MapGroupCompiler, types: InputTypes
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """INPUT rows → PIECE rows (`map` of each input partition)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             out: dict[str, list[Any]] = {c: [] for c in [*_OUT_KEYS, *_IN_KEYS, "seq", "value"]}
-            for cat, layer, part, payload in zip(
-                *(batch.column(x).to_pylist() for x in [*_IN_KEYS, "payload"]), strict=True
-            ):
-                for seq, (out_layer, out_part, value) in enumerate(
-                    task.map(InputPartition(cat, layer, part, payload))
-                ):
-                    for c, v in zip(out, (out_layer, out_part, cat, layer, part, seq, value), strict=True):
+            for item in _inputs(pa.Table.from_batches([batch]), types):
+                for seq, (out_layer, out_part, value) in enumerate(task.map(item)):
+                    keys = (out_layer, out_part, item.catalog, item.layer, item.partition, seq, value)
+                    for c, v in zip(out, keys, strict=True):
                         out[c].append(v)
-            types = [pa.string()] * 5 + [pa.int32(), pa.binary()]
+            kinds = [pa.string()] * 5 + [pa.int32(), pa.binary()]
             yield pa.RecordBatch.from_pydict(
-                {c: pa.array(v, t) for (c, v), t in zip(out.items(), types, strict=True)}
+                {c: pa.array(v, t) for (c, v), t in zip(out.items(), kinds, strict=True)}
             )
 
     return run
 
 
-def reduce_pieces(task: MapGroupCompiler) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+def reduce_pieces(
+    task: MapGroupCompiler, out_types: OutputTypes
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """PIECE rows (all of an output key in one task) → CANDIDATE rows (`reduce`)."""
 
-    def build(layer: str, partition: str, rows: pa.Table) -> bytes | None:
+    def build(layer: str, partition: str, rows: pa.Table) -> Any:
         return task.reduce(layer, partition, rows.column("value").to_pylist())
 
-    return _per_output([*_IN_KEYS, "seq"], build)
+    return _per_output([*_IN_KEYS, "seq"], build, out_types)
 
 
-def _candidates(layers: list[str], parts: list[str], payloads: list[bytes | None]) -> pa.RecordBatch:
-    for p in payloads:
-        if p is not None and not isinstance(p, bytes | bytearray):
-            raise TypeError(f"a compiler returned {type(p).__name__}, not bytes or None")
+def _candidates(
+    layers: list[str], parts: list[str], values: list[Any], out_types: OutputTypes
+) -> pa.RecordBatch:
+    """CANDIDATE rows of compiled values: bytes (or None) for a binary layer, a mapping of the
+    layer's struct type (or None) for a structured one, encoded."""
+    payloads: list[bytes | None] = []
+    for layer, value in zip(layers, values, strict=True):
+        type = out_types.get(layer)
+        if value is None:
+            payloads.append(None)
+        elif type is not None:
+            if not isinstance(value, dict):
+                raise TypeError(
+                    f"a compiler returned {type_name(value)} for structured layer {layer!r}, not a dict"
+                )
+            payloads.append(_payload.encode(value, type))
+        elif isinstance(value, bytes | bytearray):
+            payloads.append(bytes(value))
+        else:
+            raise TypeError(f"a compiler returned {type_name(value)} for layer {layer!r}, not bytes or None")
     return pa.RecordBatch.from_pydict(
         {
             "layer": pa.array(layers, pa.string()),
@@ -173,7 +246,32 @@ def _candidates(layers: list[str], parts: list[str], payloads: list[bytes | None
     )
 
 
-def write_one_commit(rows: DataFrame, uri: str, storage_options: dict[str, str] | None) -> str | None:
+def type_name(value: object) -> str:
+    return type(value).__name__
+
+
+def _with_structs(upserts: pa.Table, structured: OutputTypes) -> pa.Table:
+    """Rows to write: each structured layer's payloads decoded into its own column (the
+    `payload` of those rows null), every struct column present."""
+    if not structured:
+        return upserts
+    layers = upserts.column("layer").to_pylist()
+    payloads = upserts.column("payload").to_pylist()
+    for layer, type in structured.items():
+        values = [
+            _payload.decode(p, type) if x == layer and p is not None else None
+            for x, p in zip(layers, payloads, strict=True)
+        ]
+        upserts = upserts.append_column(layer, pa.array(values, type))
+    kept = [None if x in structured else p for x, p in zip(layers, payloads, strict=True)]
+    return upserts.set_column(
+        upserts.schema.get_field_index("payload"), "payload", pa.array(kept, pa.binary())
+    )
+
+
+def write_one_commit(
+    rows: DataFrame, uri: str, storage_options: dict[str, str] | None, structured: OutputTypes
+) -> str | None:
     """Writes rows of WRITE (`op` upsert or delete) into the catalog at `uri` as ONE commit:
     the driver opens the instant, each Spark task writes whole layers (deletes, then upserts, as
     log files of the pending instant), the driver commits every task's files, or aborts."""
@@ -196,7 +294,7 @@ def write_one_commit(rows: DataFrame, uri: str, storage_options: dict[str, str] 
         upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(
             ["layer", "partition", "payload", "checksum"]
         )
-        for op, part in [("delete", deletes), ("upsert", upserts)]:
+        for op, part in [("delete", deletes), ("upsert", _with_structs(upserts, structured))]:
             if part.num_rows:
                 out.append(_native.write_files(writer._t, op, instant, part, None, task))
         yield pa.RecordBatch.from_pydict({"written": pa.array(out, pa.binary())})

@@ -1,7 +1,9 @@
 """A catalog: one oxlake table, one timeline, its layers as partitions (DESIGN.md §7).
 
 Each record is one published partition of a layer: `(layer, partition)` is its key, `payload`
-its content (bytes), `checksum` the SHA-256 of the payload (hex). A catalog version is a completed
+its content (bytes), `checksum` the SHA-256 of the payload (hex). A structured layer (declared
+when the catalog is created) keeps its content in a struct column named after the layer instead
+of `payload`. A catalog version is a completed
 write instant of the table, also numbered densely from 1. A record's `_hoodie_commit_time` is the
 version at which that partition last changed (unchanged partitions keep their version).
 """
@@ -9,7 +11,7 @@ version at which that partition last changed (unchanged partitions keep their ve
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -57,16 +59,36 @@ class Catalog:
         self.storage_options = storage_options
         self.table = Table(uri, storage_options)
         fields = set(self.table.schema.names)
-        if not {"layer", "partition", "payload", "checksum"} <= fields:
+        if not set(SCHEMA.names) <= fields:
             raise _native.InvalidArgumentError(f"{uri} is not a catalog (columns {sorted(fields)})")
+        #: The structured layers and the struct type of their payloads.
+        self.structured: dict[str, pa.StructType] = {
+            f.name: f.type
+            for f in self.table.schema
+            if f.name not in SCHEMA.names and not f.name.startswith("_hoodie_") and pa.types.is_struct(f.type)
+        }
 
     @classmethod
-    def create(cls, uri: str, storage_options: dict[str, str] | None = None) -> Catalog:
+    def create(
+        cls,
+        uri: str,
+        storage_options: dict[str, str] | None = None,
+        *,
+        structured: Mapping[str, pa.StructType] | None = None,
+    ) -> Catalog:
         """Creates an empty catalog: a merge-on-read table keyed by (layer, partition),
-        partitioned by layer, compacted inline every 10 versions."""
+        partitioned by layer, compacted inline every 10 versions. `structured` declares layers
+        whose payloads are Arrow structs of the given types (a column per layer)."""
+        fields = list(SCHEMA)
+        for layer, type in (structured or {}).items():
+            if layer in SCHEMA.names or layer == STATE_LAYER or layer.startswith("_hoodie_") or not layer:
+                raise _native.InvalidArgumentError(f"{layer!r} is a reserved name, not a structured layer")
+            if not pa.types.is_struct(type):
+                raise _native.InvalidArgumentError(f"structured layer {layer!r}: {type} is not a struct type")
+            fields.append(pa.field(layer, type))
         create_table(
             uri,
-            SCHEMA,
+            pa.schema(fields),
             record_key=["layer", "partition"],
             partition_by=["layer"],
             table_type="merge_on_read",
@@ -149,17 +171,21 @@ class Catalog:
         Spark DataFrame when `spark` is given, else an Arrow table. Columns: layer, partition,
         payload, checksum, and `version` (the instant at which the partition last changed)."""
         if self.latest() is None:
-            return _empty(spark, with_version=True)
+            return self._empty(spark, layers, with_version=True)
         as_of = self.instant_of(version) if version is not None else None
         filt = self._layer_filter(layers, with_state) or None
-        columns = ["layer", "partition", "payload", "checksum", "_hoodie_commit_time"]
+        columns = [*SCHEMA.names, *self._struct_columns(layers), "_hoodie_commit_time"]
         if spark is not None:
             from oxlake import spark as oxspark
 
             df = oxspark.read(spark, self.uri, columns, filt, as_of, storage_options=self.storage_options)
             return df.withColumnRenamed("_hoodie_commit_time", "version")
         t = self.table.to_arrow(columns=columns, filter=filt, as_of=as_of)
-        return t.rename_columns([*columns[:4], "version"])
+        return t.rename_columns([*columns[:-1], "version"])
+
+    def _struct_columns(self, layers: Sequence[str] | None) -> list[str]:
+        """The struct columns of the structured layers among `layers` (all when None)."""
+        return [x for x in self.structured if layers is None or x in layers]
 
     def changes(
         self,
@@ -175,24 +201,20 @@ class Catalog:
         removed), and the payload and checksum at `until` (null when removed)."""
         end = self.instant_of(until) if until is not None else self.latest()
         if end is None:
-            return _empty(spark, with_version=False, change=True)
+            return self._empty(spark, layers, with_version=False, change=True)
         if since is None:
             # Everything at `until` was added since the start.
             snap = self.snapshot(end, layers, spark=spark, with_state=with_state)
             if not isinstance(snap, pa.Table):
                 from pyspark.sql import functions as F
 
-                return snap.select("layer", "partition", F.lit(ADDED).alias("change"), "payload", "checksum")
+                rest = [c for c in snap.columns if c not in ("layer", "partition", "version")]
+                return snap.select("layer", "partition", F.lit(ADDED).alias("change"), *rest)
             kinds = pa.array([ADDED] * snap.num_rows, pa.string())
-            return (
-                snap.select(["layer", "partition"])
-                .append_column("change", kinds)
-                .append_column("payload", snap.column("payload"))
-                .append_column("checksum", snap.column("checksum"))
-            )
+            return snap.drop_columns(["version"]).add_column(2, "change", kinds)
         start = self.instant_of(since)
         filt = self._layer_filter(layers, with_state) or None
-        columns = ["layer", "partition", "payload", "checksum"]
+        columns = [*SCHEMA.names, *self._struct_columns(layers)]
         if spark is not None:
             from pyspark.sql import functions as F
 
@@ -215,15 +237,7 @@ class Catalog:
             columns=[*columns, "_change_type"], filter=filt, query="changes", start=start, end=end
         )
         kinds = [_CHANGE_KINDS[k] for k in t.column("_change_type").to_pylist()]
-        return pa.table(
-            {
-                "layer": t.column("layer"),
-                "partition": t.column("partition"),
-                "change": pa.array(kinds, pa.string()),
-                "payload": t.column("payload"),
-                "checksum": t.column("checksum"),
-            }
-        )
+        return t.drop_columns(["_change_type"]).add_column(2, "change", pa.array(kinds, pa.string()))
 
     def read(
         self,
@@ -237,7 +251,7 @@ class Catalog:
         wanted = set(keys)
         names = ["layer", "partition", *columns]
         if not wanted or self.latest() is None:
-            return pa.schema([SCHEMA.field(n) for n in names]).empty_table()
+            return pa.schema([self.table.schema.field(n) for n in names]).empty_table()
         as_of = self.instant_of(version) if version is not None else None
         layers = sorted({layer for layer, _ in wanted})
         parts = sorted({p for _, p in wanted})
@@ -257,16 +271,22 @@ class Catalog:
     def __repr__(self) -> str:
         return f"Catalog({self.uri!r})"
 
+    def _empty(
+        self,
+        spark: SparkSession | None,
+        layers: Sequence[str] | None,
+        *,
+        with_version: bool,
+        change: bool = False,
+    ) -> pa.Table | DataFrame:
+        fields = [*SCHEMA, *(self.table.schema.field(x) for x in self._struct_columns(layers))]
+        if change:
+            fields.insert(2, pa.field("change", pa.string()))
+        if with_version:
+            fields.append(pa.field("version", pa.string()))
+        schema = pa.schema(fields)
+        if spark is None:
+            return schema.empty_table()
+        from oxlake.spark import spark_schema
 
-def _empty(spark: SparkSession | None, *, with_version: bool, change: bool = False) -> pa.Table | DataFrame:
-    fields = list(SCHEMA)
-    if change:
-        fields.insert(2, pa.field("change", pa.string()))
-    if with_version:
-        fields.append(pa.field("version", pa.string()))
-    schema = pa.schema(fields)
-    if spark is None:
-        return schema.empty_table()
-    from oxlake.spark import spark_schema
-
-    return spark.createDataFrame([], spark_schema(schema))
+        return spark.createDataFrame([], spark_schema(schema))

@@ -29,18 +29,23 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+#: What a compiler returns for one output partition: bytes, a dict for a structured layer, or
+#: None (no content).
+Payload = bytes | dict[str, Any] | None
+
 #: The layout of the state layer's rows (part of every fingerprint: a new layout runs in full).
 STATE_FORMAT = 2
 
 
 @dataclass(frozen=True, order=True)
 class InputPartition:
-    """One published partition of an input catalog."""
+    """One published partition of an input catalog: its payload is bytes, or for a structured
+    layer a dict of the layer's struct type."""
 
     catalog: str
     layer: str
     partition: str
-    payload: bytes
+    payload: Any
 
 
 class Compiler:
@@ -87,9 +92,10 @@ class DirectCompiler(Compiler):
         """The `(output layer, output partition)` keys an input partition contributes to."""
         raise NotImplementedError
 
-    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> bytes | None:
-        """One output partition from its inputs (sorted by catalog, layer, partition). `None`
-        or empty bytes: the partition has no content (a published one is deleted)."""
+    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> Payload:
+        """One output partition from its inputs (sorted by catalog, layer, partition): bytes,
+        or for a structured layer a dict of its struct type. `None` or empty bytes: the
+        partition has no content (a published one is deleted)."""
         raise NotImplementedError
 
     def input_keys(self, layer: str, partition: str) -> Iterable[tuple[str, str, str]]:
@@ -111,9 +117,10 @@ class MapGroupCompiler(Compiler):
         """The `(output layer, output partition, value)` pieces of one input partition."""
         raise NotImplementedError
 
-    def reduce(self, layer: str, partition: str, values: list[bytes]) -> bytes | None:
+    def reduce(self, layer: str, partition: str, values: list[bytes]) -> Payload:
         """One output partition from its pieces (ordered by the input they came from, then by
-        the order `map` gave them). `None` or empty bytes: no content."""
+        the order `map` gave them): bytes, or a dict for a structured layer. `None` or empty
+        bytes: no content."""
         raise NotImplementedError
 
 

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
-from oxlake.pipeline import _spark
+from oxlake.pipeline import _payload, _spark
 from oxlake.pipeline.catalog import STATE_LAYER, Catalog
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, FunctionCompiler, MapGroupCompiler
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 
 class PipelineDefinitionError(_native.InvalidArgumentError):
@@ -212,27 +212,41 @@ class _Run:
     def __init__(self, driver: Driver, requested: dict[str, str | None]) -> None:
         self.d, self.requested = driver, requested
         self.spark = driver.spark
+        self.out_types = driver.output.structured
         self.rows: list[DataFrame] = []  # WRITE rows + task, compiled flag, action
         self.reports: dict[str, TaskReport] = {}
         self.full_layers: set[str] = set()
         self.layer_rows: dict[str, DataFrame] = {}  # output layer -> its decided rows this run
         self._changes: dict[tuple[str, tuple[str, ...], str | None, str | None], pa.Table] = {}
 
+    def types(self, task: Compiler) -> dict[tuple[str, str], pa.StructType]:
+        """The struct types of the task's structured input layers."""
+        out = {}
+        for catalog, layer in task.input_layers():
+            c = self.d.output if catalog == self.d.output_name else self.d.inputs[catalog]
+            if layer in c.structured:
+                out[(catalog, layer)] = c.structured[layer]
+        return out
+
     # ---- the output catalog, as published and as this run leaves it -------------------------
 
-    def published(self, layers: Sequence[str], task: str | None = None) -> DataFrame:
-        """layer, partition, payload, `old` checksum of the published rows of `layers`, and of
-        the state rows of `task` (scanned)."""
+    def published(self, layers: Sequence[str], task: str | None = None, payload: bool = False) -> DataFrame:
+        """layer, partition, `old` checksum (and with `payload` the payload as bytes) of the
+        published rows of `layers`, and of the state rows of `task` (scanned)."""
         from pyspark.sql import functions as F
 
         snap = self.d.output.snapshot(
             layers=[*layers, STATE_LAYER] if task else list(layers), spark=self.spark, with_state=True
         )
+        if payload and set(self.out_types) & set(layers):
+            snap = snap.mapInArrow(_spark.encoded(self.out_types), _spark.ROW)
         scope = F.col("layer").isin(list(layers))
         if task:
             mine = (F.col("partition") == task) | F.col("partition").startswith(f"{task}|")
             scope = scope | ((F.col("layer") == STATE_LAYER) & mine)
-        return snap.filter(scope).select("layer", "partition", "payload", snap.checksum.alias("old"))
+        old = F.col("checksum").alias("old")
+        columns: list[Column | str] = ["layer", "partition", *(["payload"] if payload else []), old]
+        return snap.filter(scope).select(*columns)
 
     def published_keys(self, keys: Iterable[tuple[str, str]]) -> DataFrame:
         """layer, partition, `old` checksum of the published rows of `keys` (read by key)."""
@@ -251,7 +265,7 @@ class _Run:
         from pyspark.sql import functions as F
 
         kept = (
-            self.published([layer])
+            self.published([layer], payload=True)
             .select("partition", "payload")
             .join(self.layer_changes(layer).select("partition"), "partition", "left_anti")
         )
@@ -284,7 +298,10 @@ class _Run:
                     df = self.layer_state(layer).select(F.lit(layer).alias("layer"), "partition", "payload")
                     parts.append(df.select(F.lit(name).alias("catalog"), "*"))
             elif self.requested[name] is not None:
-                snap = self.d.inputs[name].snapshot(self.requested[name], layers, spark=self.spark)
+                catalog = self.d.inputs[name]
+                snap = catalog.snapshot(self.requested[name], layers, spark=self.spark)
+                if set(catalog.structured) & set(layers):
+                    snap = snap.mapInArrow(_spark.encoded(catalog.structured), _spark.ROW)
                 parts.append(snap.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
         if not parts:
             return self.spark.createDataFrame([], _spark.INPUT)
@@ -308,8 +325,9 @@ class _Run:
             elif recorded[name] != self.requested[name]:
                 key = (name, tuple(layers), recorded[name], self.requested[name])
                 if key not in self._changes:  # tasks reading the same range share one read
-                    ch = self.d.inputs[name].changes(recorded[name], self.requested[name], layers)
-                    self._changes[key] = _input_rows(name, ch)
+                    catalog = self.d.inputs[name]
+                    ch = catalog.changes(recorded[name], self.requested[name], layers)
+                    self._changes[key] = _input_rows(name, ch, catalog.structured)
                 parts.append(self._changes[key])
         return _concat(parts)
 
@@ -333,8 +351,10 @@ class _Run:
                     )
                     parts.append(_spark.collect(df))
             elif self.requested[name] is not None:
-                read = self.d.inputs[name].read(pairs, self.requested[name], columns=["payload"])
-                parts.append(_input_rows(name, read))
+                source = self.d.inputs[name]
+                structs = sorted({layer for layer, _ in pairs} & set(source.structured))
+                read = source.read(pairs, self.requested[name], columns=["payload", *structs])
+                parts.append(_input_rows(name, read, source.structured))
         return _concat(parts)
 
     # ---- compiling ----------------------------------------------------------------------------
@@ -422,7 +442,9 @@ class _Run:
 
     def _direct_full(self, task: DirectCompiler) -> DataFrame:
         pieces = self.snapshot(task).mapInArrow(_spark.output_keys(task, True), _spark.DIRECT_INPUT)
-        return pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.compile_direct(task), _spark.CANDIDATE)
+        return pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
+            _spark.compile_direct(task, self.types(task), self.out_types), _spark.CANDIDATE
+        )
 
     def _direct_keyed(
         self, task: DirectCompiler, state: dict[str, object]
@@ -447,7 +469,7 @@ class _Run:
             rows = rows.add_column(n, column, pa.array(values, pa.string()))
         pieces = _spark.frame(self.spark, rows, _spark.DIRECT_INPUT)
         compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task), _spark.CANDIDATE
+            _spark.compile_direct(task, self.types(task), self.out_types), _spark.CANDIDATE
         )
         return self._with_vanished(self._key_frame(affected), compiled), affected
 
@@ -473,7 +495,7 @@ class _Run:
             *_spark._OUT_KEYS, *_spark._IN_KEYS, "payload"
         )
         compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task), _spark.CANDIDATE
+            _spark.compile_direct(task, self.types(task), self.out_types), _spark.CANDIDATE
         )
         return self._with_vanished(affected, compiled)
 
@@ -496,9 +518,11 @@ class _Run:
 
     def _map_group_full(self, task: MapGroupCompiler) -> tuple[DataFrame, DataFrame]:
 
-        pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task), _spark.PIECE)
+        pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task, self.types(task)), _spark.PIECE)
         pieces = pieces.localCheckpoint()  # computed once, read by the reduce and the graph
-        out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(_spark.reduce_pieces(task), _spark.CANDIDATE)
+        out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
+            _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
+        )
         return out, self._graph_rows(task, pieces, pieces)
 
     def _map_group_keyed(
@@ -512,7 +536,7 @@ class _Run:
         changed_keys = set(_keys(changed))
         live = changed.filter(pc.is_valid(changed.column("payload")))
         new_pieces = _spark.frame(self.spark, live, _spark.INPUT).mapInArrow(
-            _spark.map_pieces(task), _spark.PIECE
+            _spark.map_pieces(task, self.types(task)), _spark.PIECE
         )
         new_pieces = new_pieces.localCheckpoint()
         now = _spark.collect(new_pieces.select(*_spark._OUT_KEYS).distinct())
@@ -523,7 +547,7 @@ class _Run:
         affected_frame = self._key_frame(affected)
         feeder_pieces = (
             _spark.frame(self.spark, self.fetch(task, feeders), _spark.INPUT)  # type: ignore[arg-type]
-            .mapInArrow(_spark.map_pieces(task), _spark.PIECE)
+            .mapInArrow(_spark.map_pieces(task, self.types(task)), _spark.PIECE)
             .join(
                 affected_frame.select(
                     F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")
@@ -534,7 +558,7 @@ class _Run:
         )
         pieces = new_pieces.unionByName(feeder_pieces).localCheckpoint()
         compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.reduce_pieces(task), _spark.CANDIDATE
+            _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
         )
         graph = self._graph_rows(task, new_pieces, pieces, changed_keys, affected)
         written = {(STATE_LAYER, _graph_name(task, "in", k)) for k in changed_keys}
@@ -579,24 +603,34 @@ class _Run:
         from pyspark.sql import functions as F
 
         snap = self.snapshot(task)
-        inputs = {
-            (c, layer): snap.filter((F.col("catalog") == c) & (F.col("layer") == layer)).select(
+        types = self.types(task)
+        inputs = {}
+        for c, layer in task.input_layers():
+            df = snap.filter((F.col("catalog") == c) & (F.col("layer") == layer)).select(
                 "partition", "payload"
             )
-            for c, layer in task.input_layers()
-        }
+            if (c, layer) in types:  # the function sees structured payloads as structs
+                df = df.mapInArrow(
+                    _spark.converted(types[(c, layer)], True), _spark.struct_rows(types[(c, layer)])
+                )
+            inputs[(c, layer)] = df
         outputs = task.fn(inputs)
         unknown = set(outputs) - set(task.outputs)
         if unknown:
             raise PipelineDefinitionError(f"task {task.name!r} returned undeclared layers {sorted(unknown)}")
-        parts = [
-            df.select(
-                F.lit(layer).alias("layer"),
-                F.col("partition").cast("string"),
-                F.col("payload").cast("binary"),
+        parts = []
+        for layer, df in outputs.items():
+            if layer in self.out_types:
+                df = df.select(F.col("partition").cast("string"), "payload").mapInArrow(
+                    _spark.converted(self.out_types[layer], False), "partition string, payload binary"
+                )
+            parts.append(
+                df.select(
+                    F.lit(layer).alias("layer"),
+                    F.col("partition").cast("string"),
+                    F.col("payload").cast("binary"),
+                )
             )
-            for layer, df in outputs.items()
-        ]
         if not parts:
             return self.spark.createDataFrame([], _spark.CANDIDATE)
         return reduce(lambda a, b: a.unionByName(b), parts)
@@ -632,7 +666,9 @@ class _Run:
                 writes = rows.filter(F.col("op").isin("upsert", "delete")).select(
                     *[c.split()[0] for c in _spark.WRITE.split(", ")]
                 )
-                instant = _spark.write_one_commit(writes, self.d.output.uri, self.d.output.storage_options)
+                instant = _spark.write_one_commit(
+                    writes, self.d.output.uri, self.d.output.storage_options, self.out_types
+                )
         finally:
             rows.unpersist()
         version = None
@@ -654,14 +690,14 @@ def _keys(inputs: pa.Table) -> Iterator[tuple[str, str, str]]:
     return zip(*columns, strict=True)
 
 
-def _input_rows(catalog: str, t: pa.Table) -> pa.Table:
-    """INPUT rows (catalog, layer, partition, payload) of a catalog's rows."""
+def _input_rows(catalog: str, t: pa.Table, structured: Mapping[str, pa.StructType]) -> pa.Table:
+    """INPUT rows (catalog, layer, partition, payload as bytes) of a catalog's rows."""
     return pa.table(
         {
             "catalog": pa.array([catalog] * t.num_rows, pa.string()),
             "layer": t.column("layer"),
             "partition": t.column("partition"),
-            "payload": t.column("payload"),
+            "payload": _payload.payloads(t, structured),
         }
     )
 
