@@ -114,8 +114,8 @@ def main() -> int:
     if args.spread == "random":
         publish(rng.sample(tiles, n))
     else:
-        first = rng.randrange(len(tiles) - n)
-        publish(tiles[first : first + n])
+        band = rng.randrange(len(tiles) - n)
+        publish(tiles[band : band + n])
 
     results = {}
     for name, full in [("incremental", False), ("full", True)]:

@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("pyspark")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
+from oxlake import InvalidArgumentError  # noqa: E402
 from oxlake.pipeline import (  # noqa: E402
     ADDED,
     CHANGED,
@@ -25,6 +26,7 @@ from oxlake.pipeline import (  # noqa: E402
     DirectCompiler,
     Driver,
     InputPartition,
+    MapGroupCompiler,
     PipelineDefinitionError,
 )
 from pyspark.sql import SparkSession  # noqa: E402
@@ -301,3 +303,129 @@ def test_catalog_versions_snapshots_and_changes(tmp_path: Path) -> None:
     assert any(i.action == "commit" for i in c.table.timeline())
     assert [v.number for v in c.versions()][-1] == 13
     assert published(c) == {("segments", "a"): b"9", ("segments", "c"): b"4"}
+
+
+STATS = pa.struct([("segments", pa.int64()), ("length", pa.float64())])
+TOTALS = pa.struct([("segments", pa.int64()), ("length", pa.float64()), ("tiles", pa.list_(pa.string()))])
+
+
+class StructTiles(roads.Tiles):
+    """Level-13 totals of a structured input layer, as a structured output layer."""
+
+    inputs = {"stats": ["stats"]}
+    outputs = ["totals"]
+
+    def output_keys(self, catalog: str, layer: str, partition: str) -> Iterator[tuple[str, str]]:
+        for _, p in super().output_keys(catalog, layer, partition):
+            yield "totals", p
+
+    def input_keys(self, layer: str, partition: str) -> Iterator[tuple[str, str, str]]:
+        for _, _, p in super().input_keys(layer, partition):
+            yield "stats", "stats", p
+
+    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> dict[str, object] | None:  # type: ignore[override]
+        assert all(isinstance(i.payload, dict) for i in inputs)
+        return {
+            "segments": sum(i.payload["segments"] for i in inputs),
+            "length": round(sum(i.payload["length"] for i in inputs), 3),
+            "tiles": [i.partition for i in inputs],
+        }
+
+
+class LongRoads(MapGroupCompiler):
+    """Tiles by segment count (keys from content) into a structured layer."""
+
+    inputs = {"stats": ["stats"]}
+    outputs = ["by_count"]
+
+    def map(self, item: InputPartition) -> Iterator[tuple[str, str, bytes]]:
+        yield "by_count", str(item.payload["segments"]), json.dumps(item.payload["length"]).encode()
+
+    def reduce(self, layer: str, partition: str, values: list[bytes]) -> dict[str, object]:
+        return {"segments": len(values), "length": round(sum(json.loads(v) for v in values), 3), "tiles": []}
+
+
+def test_structured_layers_in_and_out(spark: SparkSession, tmp_path: Path) -> None:
+    rng = random.Random(11)
+    inputs = Catalog.create(str(tmp_path / "stats"), structured={"stats": STATS})
+    output = Catalog.create(str(tmp_path / "out"), structured={"totals": TOTALS, "by_count": TOTALS})
+    assert inputs.structured == {"stats": STATS} and set(output.structured) == {"totals", "by_count"}
+
+    def put(values: dict[str, dict[str, object] | None]) -> None:
+        ups = {k: v for k, v in values.items() if v is not None}
+        if ups:
+            inputs.table.upsert(
+                pa.table(
+                    {
+                        "layer": ["stats"] * len(ups),
+                        "partition": list(ups),
+                        "payload": pa.nulls(len(ups), pa.binary()),
+                        "checksum": pa.nulls(len(ups), pa.string()),
+                        "stats": pa.array(list(ups.values()), STATS),
+                    }
+                )
+            )
+        gone = [k for k, v in values.items() if v is None]
+        if gone:
+            inputs.table.delete(pa.table({"layer": ["stats"] * len(gone), "partition": gone}))
+        inputs.refresh()
+
+    def stat() -> dict[str, object]:
+        return {"segments": rng.randint(1, 3), "length": round(rng.uniform(5, 500), 1)}
+
+    def expected() -> dict[tuple[str, str], object]:
+        snap = inputs.snapshot()
+        values = zip(snap.column("partition").to_pylist(), snap.column("stats").to_pylist(), strict=True)
+        items = sorted(InputPartition("stats", "stats", p, v) for p, v in values)
+        tiles, longs = StructTiles(), LongRoads()
+        groups: dict[tuple[str, str], list[object]] = {}
+        for item in items:
+            for key in tiles.output_keys("stats", "stats", item.partition):
+                groups.setdefault(key, []).append(item)
+            for layer, p, value in longs.map(item):
+                groups.setdefault((layer, p), []).append(value)
+        return {
+            k: tiles.compile(*k, v) if k[0] == "totals" else longs.reduce(*k, v) for k, v in groups.items()
+        }
+
+    def got() -> dict[tuple[str, str], object]:
+        output.refresh()
+        snap = output.snapshot(layers=["totals", "by_count"])
+        assert snap.column("payload").null_count == snap.num_rows  # the struct columns hold the content
+        columns = [snap.column(x).to_pylist() for x in ["layer", "partition", "totals", "by_count"]]
+        return {(layer, p): t if layer == "totals" else c for layer, p, t, c in zip(*columns, strict=True)}
+
+    put({t: stat() for t in TILES[:30]})
+    driver = Driver(spark, output, {"stats": inputs}, [StructTiles(), LongRoads()])
+    assert driver.run().mode == "full"
+    assert got() == expected()
+    for step in range(2):
+        change: dict[str, dict[str, object] | None] = {t: stat() for t in rng.sample(TILES[:40], 4)}
+        change[rng.choice(sorted(set(TILES[:30]) - set(change)))] = None
+        put(change)
+        report = driver.run()
+        assert report.mode == "incremental", step
+        assert got() == expected(), step
+        assert 0 < report.layers["totals"].compiled < 20
+    # Canonical encoding: an unchanged re-run finds every checksum equal and writes nothing.
+    again = driver.run()
+    assert again.instant is None and again.layers["totals"].written == 0
+    # The catalog's change query carries the struct column too.
+    versions = output.instants()
+    changes = output.changes(versions[-2], versions[-1], layers=["totals"])
+    assert "totals" in changes.column_names and changes.num_rows > 0
+
+
+def test_structured_layer_errors(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="reserved name"):
+        Catalog.create(str(tmp_path / "a"), structured={"payload": STATS})
+    with pytest.raises(InvalidArgumentError, match="is not a struct type"):
+        Catalog.create(str(tmp_path / "b"), structured={"x": pa.int64()})
+    # A compiler returning bytes for a structured layer fails the run; the catalog is unchanged.
+    inputs = Catalog.create(str(tmp_path / "in"))
+    publish(inputs, {t: roads.segments(random.Random(1), t, 1) for t in TILES[:6]})
+    output = Catalog.create(str(tmp_path / "out"), structured={"tiles13": TOTALS})
+    with pytest.raises(Exception, match="not a dict"):
+        Driver(spark, output, {"roads": inputs}, [roads.Tiles()]).run()
+    output.refresh()
+    assert output.instants() == [] and not [i for i in output.table.timeline() if i.state != "completed"]

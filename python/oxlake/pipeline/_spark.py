@@ -38,13 +38,14 @@ _OUT_KEYS = ["out_layer", "out_partition"]
 
 
 def ship(task: Compiler) -> None:
-    """Pickles the compiler's own module by value, so that Spark's workers need not import it
-    (compilers live in scripts, notebooks and test modules)."""
+    """Pickles the compiler's own module (and its bases' modules) by value, so that Spark's
+    workers need not import them (compilers live in scripts, notebooks and test modules)."""
     from pyspark import cloudpickle
 
-    module = sys.modules.get(type(task).__module__)
-    if module is not None and not type(task).__module__.startswith(("oxlake", "builtins")):
-        cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
+    for cls in type(task).__mro__:  # its base classes' modules too (a script's own bases)
+        module = sys.modules.get(cls.__module__)
+        if module is not None and not cls.__module__.startswith(("oxlake", "builtins")):
+            cloudpickle.register_pickle_by_value(module)  # type: ignore[no-untyped-call]
 
 
 def frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
