@@ -100,10 +100,14 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
 
     services = {s: read_log(logs / f"{s}.jsonl") for s in ("compactor", "cleaner", "reader")}
     for name, entries in services.items():
-        assert entries and all(e.status == "landed" for e in entries), (name, [e.detail for e in entries])
+        # A compaction or clean may fail with a conflict (and leave nothing); reads never fail.
+        allowed = ("landed",) if name == "reader" else ("landed", "conflict")
+        assert entries and all(e.status in allowed for e in entries), (name, [e.detail for e in entries])
+        assert any(e.status == "landed" for e in entries), name
     reads = services["reader"]
     assert all(r.extra["duplicates"] == 0 for r in reads)
-    compactions = sum(len(e.extra["instants"]) for e in services["compactor"])
+    done = {s: [e for e in services[s] if e.status == "landed"] for s in ("compactor", "cleaner")}
+    compactions = sum(len(e.extra["instants"]) for e in done["compactor"])
     assert compactions > 0, "the compaction process must have compacted while the writers wrote"
     figures = {
         "attempted": len(attempts),
@@ -111,7 +115,7 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
         "conflicted": len(conflicted),
         "rows_checked": len(actual),
         "compactions": compactions,
-        "cleans": sum(1 for e in services["cleaner"] if e.extra["deleted"] > 0),
+        "cleans": sum(1 for e in done["cleaner"] if e.extra["deleted"] > 0),
         "reads": len(reads),
     }
     (logs / "figures.json").write_text(json.dumps(figures))

@@ -51,12 +51,21 @@ def service(spec: dict, log: Log, t: oxlake.Table, stop: Path) -> None:
     while True:
         last = stop.exists()
         attempt = f"{spec['name']}-{i}"
+        # A service may lose to a write like any commit (its metadata-table update raced one):
+        # it fails with a conflict, leaves nothing a reader uses, and runs again next round.
         if spec["role"] == "compactor":
-            res = t.compact()
-            log(attempt=attempt, op="compact", status="landed", instants=res.instants, groups=res.file_groups)
+            try:
+                res = t.compact()
+                done = {"instants": res.instants, "groups": res.file_groups}
+                log(attempt=attempt, op="compact", status="landed", **done)
+            except oxlake.CommitConflictError as e:
+                log(attempt=attempt, op="compact", status="conflict", instant=e.instant, detail=str(e))
         elif spec["role"] == "cleaner":
-            deleted = t.clean(retain=spec["retain"])
-            log(attempt=attempt, op="clean", status="landed", deleted=len(deleted))
+            try:
+                deleted = t.clean(retain=spec["retain"])
+                log(attempt=attempt, op="clean", status="landed", deleted=len(deleted))
+            except oxlake.CommitConflictError as e:
+                log(attempt=attempt, op="clean", status="conflict", instant=e.instant, detail=str(e))
         else:
             reader = Target.from_json(spec["target"]).open()
             data = reader.to_arrow(columns=["id", "name"])
