@@ -40,7 +40,8 @@ def payloads(rows: pa.Table, structured: Mapping[str, pa.StructType]) -> pa.Arra
     """The payload of each catalog row as bytes: the `payload` column, or for a row of a
     structured layer, its value in the layer's column, encoded."""
     layers = rows.column("layer").to_pylist()
-    mine = [layer for layer in structured if layer in rows.column_names and layer in set(layers)]
+    present = set(layers)
+    mine = [layer for layer in structured if layer in rows.column_names and layer in present]
     if not mine:
         return rows.column("payload").combine_chunks()
     out = rows.column("payload").to_pylist()
