@@ -3,6 +3,7 @@ rows by key inside a task, and the one-commit writer of a catalog."""
 
 from __future__ import annotations
 
+import hashlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,19 @@ EDGE = f"{OUT_KEY}, {IN_KEY}"
 PIECE = f"{OUT_KEY}, {IN_KEY}, seq int, value binary"
 DIRECT_INPUT = f"{OUT_KEY}, {INPUT}"
 WRITE = "op string, layer string, partition string, payload binary, checksum string"
+ROWS = f"task string, {WRITE}, compiled boolean"
+
+#: Arrow schemas of the tables an incremental run holds on the driver.
+PIECES = pa.schema(
+    [
+        *((c, pa.string()) for c in ("out_layer", "out_partition", "catalog", "layer", "partition")),
+        ("seq", pa.int32()),
+        ("value", pa.binary()),
+    ]
+)
+SUMMED = pa.schema(
+    [("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary()), ("checksum", pa.string())]
+)
 
 #: Struct types of structured layers: of a task's inputs by (catalog, layer), of the output by layer.
 InputTypes = Mapping[tuple[str, str], pa.StructType]
@@ -56,6 +70,92 @@ def frame(spark: SparkSession, table: pa.Table, schema: str) -> DataFrame:
 def collect(df: DataFrame) -> pa.Table:
     """A (small) DataFrame on the driver, as Arrow."""
     return df.toArrow()
+
+
+def run_chunks(
+    spark: SparkSession,
+    table: pa.Table,
+    fn: Callable[[pa.Table], pa.Table],
+    schema: pa.Schema,
+    group_by: list[str] | None = None,
+) -> pa.Table:
+    """`fn` (an Arrow table → a table of `schema`) over the rows of `table` on Spark's
+    executors, in one stage without a shuffle, the results back on the driver. The driver cuts
+    the table into a few chunks per core (each holding whole groups of rows equal on
+    `group_by`), one Arrow IPC message each."""
+    from oxlake.spark import spark_schema
+
+    if table.num_rows == 0:
+        return schema.empty_table()
+    if group_by:
+        table = table.sort_by([(c, "ascending") for c in group_by])
+    blobs = [_ipc(chunk) for chunk in _chunks(table, 4 * spark.sparkContext.defaultParallelism, group_by)]
+    chunks = pa.Table.from_batches([pa.record_batch({"chunk": pa.array([b], pa.binary())}) for b in blobs])
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            for blob in batch.column(0).to_pylist():
+                yield from fn(pa.ipc.open_stream(blob).read_all()).to_batches()
+
+    out = spark.createDataFrame(chunks, "chunk binary").mapInArrow(run, spark_schema(schema))
+    return collect(out).cast(schema)
+
+
+def _chunks(table: pa.Table, n: int, group_by: list[str] | None) -> Iterator[pa.Table]:
+    """About `n` slices of `table`; with `group_by`, cut only between rows that differ on it
+    (the table is sorted by it)."""
+    keys = list(zip(*(table.column(c).to_pylist() for c in group_by), strict=True)) if group_by else None
+    rows, start = table.num_rows, 0
+    for i in range(1, n + 1):
+        end = rows * i // n
+        while keys is not None and 0 < end < rows and keys[end] == keys[end - 1]:
+            end += 1
+        if end > start:
+            yield table.slice(start, end - start)
+            start = end
+
+
+def _ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def on_table(
+    fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: pa.Schema
+) -> Callable[[pa.Table], pa.Table]:
+    """A `mapInArrow` function as a function of one Arrow table."""
+
+    def run(table: pa.Table) -> pa.Table:
+        return pa.Table.from_batches(list(fn(iter(table.to_batches()))), schema)
+
+    return run
+
+
+def summed(fn: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:
+    """CANDIDATE rows → SUMMED rows: an empty payload becomes null, the checksum is the SHA-256
+    of the payload (hex; null for null), as the publisher's decision compares them."""
+
+    def run(table: pa.Table) -> pa.Table:
+        return checksummed(fn(table))
+
+    return run
+
+
+def checksummed(t: pa.Table) -> pa.Table:
+    """CANDIDATE rows (layer, partition, payload) with their checksums (SUMMED rows)."""
+    payloads = [p or None for p in t.column("payload").to_pylist()]
+    sums = [hashlib.sha256(p).hexdigest() if p is not None else None for p in payloads]
+    return pa.table(
+        [
+            t.column("layer"),
+            t.column("partition"),
+            pa.array(payloads, pa.binary()),
+            pa.array(sums, pa.string()),
+        ],
+        schema=SUMMED,
+    )
 
 
 def encoded(structured: OutputTypes) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -270,6 +370,37 @@ def _with_structs(upserts: pa.Table, structured: OutputTypes) -> pa.Table:
     )
 
 
+def _write(
+    table: Table, instant: str, data: pa.Table, structured: OutputTypes, task: tuple[int, int] | None
+) -> list[bytes]:
+    """Writes WRITE rows as files of the pending `instant` (deletes, then upserts); returns what
+    the commit needs of them."""
+    out = []
+    deletes = data.filter(pc.equal(data.column("op"), "delete")).select(["layer", "partition"])
+    upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(
+        ["layer", "partition", "payload", "checksum"]
+    )
+    for op, part in [("delete", deletes), ("upsert", _with_structs(upserts, structured))]:
+        if part.num_rows:
+            out.append(bytes(_native.write_files(table._t, op, instant, part, None, task)))
+    return out
+
+
+def write_here(
+    rows: pa.Table, uri: str, storage_options: dict[str, str] | None, structured: OutputTypes
+) -> str | None:
+    """Writes rows of WRITE held by the driver into the catalog at `uri` as ONE commit,
+    from the driver (an incremental run's few rows need no Spark job)."""
+    table = Table(uri, storage_options)
+    pending = _native.begin_write(table._t, "upsert")
+    try:
+        landed, *_ = pending.commit(_write(table, pending.instant, rows, structured, None))
+    except BaseException:
+        pending.abort()
+        raise
+    return landed
+
+
 def write_one_commit(
     rows: DataFrame, uri: str, storage_options: dict[str, str] | None, structured: OutputTypes
 ) -> str | None:
@@ -288,16 +419,7 @@ def write_one_commit(
         data = _rows(batches)
         if data is None:
             return
-        writer = Table(uri, storage_options)
-        task = _task_id(TaskContext.get())
-        out = []
-        deletes = data.filter(pc.equal(data.column("op"), "delete")).select(["layer", "partition"])
-        upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(
-            ["layer", "partition", "payload", "checksum"]
-        )
-        for op, part in [("delete", deletes), ("upsert", _with_structs(upserts, structured))]:
-            if part.num_rows:
-                out.append(_native.write_files(writer._t, op, instant, part, None, task))
+        out = _write(Table(uri, storage_options), instant, data, structured, _task_id(TaskContext.get()))
         yield pa.RecordBatch.from_pydict({"written": pa.array(out, pa.binary())})
 
     try:

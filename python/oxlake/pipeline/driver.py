@@ -204,19 +204,22 @@ def check(tasks: Sequence[Compiler], inputs: set[str], output_name: str) -> dict
 class _Run:
     """One run's tasks: their candidate rows against the published state, in order.
 
-    A full run scans its inputs and the published rows of its layers. An incremental run works
-    from keys: the input partitions changed since the recorded versions, the output partitions
-    they affect, the inputs feeding those (from the compiler's inverse or the recorded graph),
-    and only those published rows, read by key; Spark runs the compilers over what was read."""
+    A full run scans its inputs and the published rows of its layers, as Spark DataFrames. An
+    incremental run works from keys, on the driver: the input partitions changed since the
+    recorded versions, the output partitions they affect, the inputs feeding those (from the
+    compiler's inverse or the recorded graph) and only those published rows, read by key; Spark
+    runs the compilers over what was read, one stage per step without a shuffle, and the
+    decided rows come back as Arrow tables (an incremental run that needs nothing else is
+    written from the driver, without a Spark job)."""
 
     def __init__(self, driver: Driver, requested: dict[str, str | None]) -> None:
         self.d, self.requested = driver, requested
         self.spark = driver.spark
         self.out_types = driver.output.structured
-        self.rows: list[DataFrame] = []  # WRITE rows + task, compiled flag, action
+        self.rows: list[DataFrame | pa.Table] = []  # ROWS of each task (Arrow: a keyed task)
         self.reports: dict[str, TaskReport] = {}
         self.full_layers: set[str] = set()
-        self.layer_rows: dict[str, DataFrame] = {}  # output layer -> its decided rows this run
+        self.layer_rows: dict[str, DataFrame | pa.Table] = {}  # output layer -> its ROWS this run
         self._changes: dict[tuple[str, tuple[str, ...], str | None, str | None], pa.Table] = {}
 
     def types(self, task: Compiler) -> dict[tuple[str, str], pa.StructType]:
@@ -248,17 +251,30 @@ class _Run:
         columns: list[Column | str] = ["layer", "partition", *(["payload"] if payload else []), old]
         return snap.filter(scope).select(*columns)
 
-    def published_keys(self, keys: Iterable[tuple[str, str]]) -> DataFrame:
-        """layer, partition, `old` checksum of the published rows of `keys` (read by key)."""
-        t = self.d.output.read(keys, columns=["checksum"]).rename_columns(["layer", "partition", "old"])
-        return _spark.frame(self.spark, t, f"{_spark.KEY}, old string")
+    def published_keys(self, keys: Iterable[tuple[str, str]]) -> pa.Table:
+        """layer, partition, checksum of the published rows of `keys` (read by key)."""
+        return self.d.output.read(keys, columns=["checksum"])
+
+    def layer_frame(self, layer: str) -> DataFrame:
+        """The ROWS of an output layer this run, as a DataFrame."""
+        rows = self.layer_rows[layer]
+        return _spark.frame(self.spark, rows, _spark.ROWS) if isinstance(rows, pa.Table) else rows
 
     def layer_changes(self, layer: str) -> DataFrame:
         """partition, payload (null: deleted) of what this run changes in an output layer."""
         from pyspark.sql import functions as F
 
-        rows = self.layer_rows[layer]
+        rows = self.layer_frame(layer)
         return rows.filter(F.col("op").isin("upsert", "delete")).select("partition", "payload")
+
+    def layer_changes_here(self, layer: str) -> pa.Table:
+        """`layer_changes` on the driver."""
+        rows = self.layer_rows[layer]
+        if not isinstance(rows, pa.Table):
+            return _spark.collect(self.layer_changes(layer))
+        return rows.filter(_member(rows.column("op"), pa.array(["upsert", "delete"]))).select(
+            ["partition", "payload"]
+        )
 
     def layer_state(self, layer: str) -> DataFrame:
         """partition, payload of an output layer after this run."""
@@ -269,7 +285,7 @@ class _Run:
             .select("partition", "payload")
             .join(self.layer_changes(layer).select("partition"), "partition", "left_anti")
         )
-        upserts = self.layer_rows[layer].filter(F.col("op") == "upsert").select("partition", "payload")
+        upserts = self.layer_frame(layer).filter(F.col("op") == "upsert").select("partition", "payload")
         return kept.unionByName(upserts)
 
     def graph(
@@ -311,17 +327,16 @@ class _Run:
     def changes(self, task: Compiler, state: dict[str, object]) -> pa.Table:
         """The input partitions changed since the recorded versions (INPUT rows, payload null
         when removed), on the driver."""
-        from pyspark.sql import functions as F
 
         recorded: dict[str, str] = state["inputs"]  # type: ignore[assignment]
         parts = []
         for name, layers in task.inputs.items():
             if name == self.d.output_name:
                 for layer in layers:
-                    df = self.layer_changes(layer).select(
-                        F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"
+                    ch = self.layer_changes_here(layer)
+                    parts.append(
+                        _input_rows(name, ch.add_column(0, "layer", pa.array([layer] * ch.num_rows)), {})
                     )
-                    parts.append(_spark.collect(df))
             elif recorded[name] != self.requested[name]:
                 key = (name, tuple(layers), recorded[name], self.requested[name])
                 if key not in self._changes:  # tasks reading the same range share one read
@@ -343,6 +358,9 @@ class _Run:
             if name == self.d.output_name:
                 for layer in sorted({layer for layer, _ in pairs}):
                     wanted = pa.table({"partition": sorted(p for x, p in pairs if x == layer)})
+                    if isinstance(self.layer_rows[layer], pa.Table):
+                        parts.append(_input_rows(name, self._layer_read_here(layer, wanted), {}))
+                        continue
                     df = self.layer_state(layer).join(
                         _spark.frame(self.spark, wanted, "partition string"), "partition", "left_semi"
                     )
@@ -357,55 +375,97 @@ class _Run:
                 parts.append(_input_rows(name, read, source.structured))
         return _concat(parts)
 
+    def _layer_read_here(self, layer: str, wanted: pa.Table) -> pa.Table:
+        """layer, partition, payload (bytes) of the `wanted` partitions of an output layer as
+        this run leaves it (published, read by key, overlaid with this run's changes)."""
+        structs = [layer] if layer in self.out_types else []
+        read = self.d.output.read(
+            [(layer, p) for p in wanted.column("partition").to_pylist()], columns=["payload", *structs]
+        )
+        published = pa.table(
+            {"partition": read.column("partition"), "payload": _payload.payloads(read, self.out_types)}
+        )
+        changes = self.layer_changes_here(layer)
+        changes = changes.filter(_member(changes.column("partition"), wanted.column("partition")))
+        kept = published.filter(
+            pc.invert(_member(published.column("partition"), changes.column("partition")))
+        )
+        rows = pa.concat_tables(
+            [kept, changes.filter(pc.is_valid(changes.column("payload"))).cast(kept.schema)]
+        )
+        return rows.add_column(0, "layer", pa.array([layer] * rows.num_rows, pa.string()))
+
     # ---- compiling ----------------------------------------------------------------------------
 
     def task(self, task: Compiler, reason: str | None, state: dict[str, object] | None) -> None:
-        from pyspark.sql import functions as F
-
         incremental = state is not None and reason is None
         report = TaskReport(task.name, "full" if reason else "incremental", reason)
         report.inputs = {
             c: v for c in task.inputs if c != self.d.output_name and (v := self.requested[c]) is not None
         }
         self.reports[task.name] = report
+        record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
+        own = pa.table({"layer": [STATE_LAYER], "partition": [task.name], "payload": [record.encode()]})
+        keyed = isinstance(task, MapGroupCompiler) or (isinstance(task, DirectCompiler) and task.invertible)
+        if incremental and keyed:
+            rows: DataFrame | pa.Table = self._keyed(task, state, own)  # type: ignore[arg-type]
+        else:
+            rows = self._scanned(task, incremental, state, own)
+        if not incremental:
+            self.full_layers |= set(task.outputs)
+        self.rows.append(rows)
+        for layer in task.outputs:
+            if isinstance(rows, pa.Table):
+                self.layer_rows[layer] = rows.filter(pc.equal(rows.column("layer"), layer))
+            else:
+                from pyspark.sql import functions as F
+
+                self.layer_rows[layer] = rows.filter(F.col("layer") == layer)
+
+    def _keyed(self, task: Compiler, state: dict[str, object], own: pa.Table) -> pa.Table:
+        """An incremental task from keys, on the driver: its ROWS."""
+        graph = _STATE_ROWS.empty_table()
+        if isinstance(task, MapGroupCompiler):
+            compiled, graph, keys = self._map_group_keyed(task, state)
+        else:
+            compiled, keys = self._direct_keyed(task, state)  # type: ignore[arg-type]
+        states = _spark.checksummed(pa.concat_tables([own.cast(_STATE_ROWS), graph]))
+        flags = [
+            pa.array([True] * compiled.num_rows, pa.bool_()),
+            pa.array([False] * states.num_rows, pa.bool_()),
+        ]
+        candidates = pa.concat_tables([compiled, states]).append_column("compiled", pa.chunked_array(flags))
+        return _decide_here(task.name, candidates, self.published_keys(keys | {(STATE_LAYER, task.name)}))
+
+    def _scanned(
+        self, task: Compiler, incremental: bool, state: dict[str, object] | None, own: pa.Table
+    ) -> DataFrame:
+        """A task on Spark DataFrames (a full run, or an incremental direct task without an
+        inverse): its ROWS."""
+        from pyspark.sql import functions as F
+
         graph: DataFrame | None = None
-        keys: set[tuple[str, str]] | None = None  # incremental: every key the task may write
         if isinstance(task, DirectCompiler):
-            if not incremental:
-                candidates = self._direct_full(task)
-            elif task.invertible:
-                candidates, keys = self._direct_keyed(task, state)  # type: ignore[arg-type]
-            else:
+            if incremental:
                 candidates = self._direct_scanned(task, state)  # type: ignore[arg-type]
-        elif isinstance(task, MapGroupCompiler):
-            if not incremental:
-                candidates, graph = self._map_group_full(task)
             else:
-                candidates, graph, keys = self._map_group_keyed(task, state)  # type: ignore[arg-type]
+                candidates = self._direct_full(task)
+        elif isinstance(task, MapGroupCompiler):
+            candidates, graph = self._map_group_full(task)
         elif isinstance(task, FunctionCompiler):
             candidates = self._function(task)
         else:
             raise PipelineDefinitionError(
                 f"task {task.name!r}: {type(task).__name__} is not a known compiler"
             )
-        record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
-        own = pa.table({"layer": [STATE_LAYER], "partition": [task.name], "payload": [record.encode()]})
         own_state = _spark.frame(self.spark, own, _spark.CANDIDATE)
         if graph is not None:
             own_state = own_state.unionByName(graph)
         compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(
             own_state.withColumn("compiled", F.lit(False))
         )
-        if incremental and keys is not None:
-            rows = self._decide(task.name, compiled, self.published_keys(keys | {(STATE_LAYER, task.name)}))
-        else:
-            published = self.published(task.outputs, task.name)
-            rows = self._decide(task.name, compiled, published, full=not incremental)
-        if not incremental:
-            self.full_layers |= set(task.outputs)
-        self.rows.append(rows)
-        for layer in task.outputs:
-            self.layer_rows[layer] = rows.filter(F.col("layer") == layer)
+        published = self.published(task.outputs, task.name)
+        return self._decide(task.name, compiled, published, full=not incremental)
 
     def _decide(self, name: str, compiled: DataFrame, published: DataFrame, full: bool = False) -> DataFrame:
         """Each candidate against what is published: upsert (new or different checksum),
@@ -448,9 +508,9 @@ class _Run:
 
     def _direct_keyed(
         self, task: DirectCompiler, state: dict[str, object]
-    ) -> tuple[DataFrame, set[tuple[str, str]]]:
-        """Outputs of the changed inputs' keys, compiled from the inputs the compiler's inverse
-        names (read by key)."""
+    ) -> tuple[pa.Table, set[tuple[str, str]]]:
+        """SUMMED rows of the outputs of the changed inputs' keys, compiled from the inputs the
+        compiler's inverse names (read by key); and those outputs' keys."""
         changed = self.changes(task, state)
         affected = {out for key in _keys(changed) for out in task.output_keys(*key)}
         declared = set(task.input_layers())
@@ -467,11 +527,10 @@ class _Run:
         rows = inputs.take(pa.array(take, pa.int64()))
         for n, (column, values) in enumerate(out.items()):
             rows = rows.add_column(n, column, pa.array(values, pa.string()))
-        pieces = _spark.frame(self.spark, rows, _spark.DIRECT_INPUT)
-        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task, self.types(task), self.out_types), _spark.CANDIDATE
-        )
-        return self._with_vanished(self._key_frame(affected), compiled), affected
+        compile = _spark.compile_direct(task, self.types(task), self.out_types)
+        fn = _spark.summed(_spark.on_table(compile, _spark.SUMMED.remove(3)))
+        compiled = _spark.run_chunks(self.spark, rows, fn, _spark.SUMMED, group_by=_spark._OUT_KEYS)
+        return _with_vanished_here(affected, compiled), affected
 
     def _direct_scanned(self, task: DirectCompiler, state: dict[str, object]) -> DataFrame:
         """Outputs of the changed inputs' keys, compiled from the inputs found by mapping every
@@ -499,14 +558,6 @@ class _Run:
         )
         return self._with_vanished(affected, compiled)
 
-    def _key_frame(self, keys: Iterable[tuple[str, str]]) -> DataFrame:
-        ordered = sorted(keys)
-        t = pa.table(
-            {"layer": [k[0] for k in ordered], "partition": [k[1] for k in ordered]},
-            schema=pa.schema([("layer", pa.string()), ("partition", pa.string())]),
-        )
-        return _spark.frame(self.spark, t, _spark.KEY)
-
     @staticmethod
     def _with_vanished(affected: DataFrame, compiled: DataFrame) -> DataFrame:
         """The compiled outputs, plus an empty candidate for each affected output (layer,
@@ -523,63 +574,39 @@ class _Run:
         out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
             _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
         )
-        return out, self._graph_rows(task, pieces, pieces)
+        return out, self._graph_rows(task, pieces)
 
     def _map_group_keyed(
         self, task: MapGroupCompiler, state: dict[str, object]
-    ) -> tuple[DataFrame, DataFrame, set[tuple[str, str]]]:
-        """Outputs the changed inputs fed before (recorded graph) or feed now (mapped), reduced
-        from the changed inputs' pieces and the pieces of the unchanged inputs that fed them."""
-        from pyspark.sql import functions as F
-
+    ) -> tuple[pa.Table, pa.Table, set[tuple[str, str]]]:
+        """SUMMED rows of the outputs the changed inputs fed before (recorded graph) or feed
+        now (mapped), reduced from the changed inputs' pieces and the pieces of the unchanged
+        inputs that fed them; the task's graph rows of those inputs and outputs; every key
+        written."""
         changed = self.changes(task, state)
         changed_keys = set(_keys(changed))
         live = changed.filter(pc.is_valid(changed.column("payload")))
-        new_pieces = _spark.frame(self.spark, live, _spark.INPUT).mapInArrow(
-            _spark.map_pieces(task, self.types(task)), _spark.PIECE
-        )
-        new_pieces = new_pieces.localCheckpoint()
-        now = _spark.collect(new_pieces.select(*_spark._OUT_KEYS).distinct())
-        affected = set(zip(now.column(0).to_pylist(), now.column(1).to_pylist(), strict=True))
+        mapper = _spark.on_table(_spark.map_pieces(task, self.types(task)), _spark.PIECES)
+        new_pieces = _spark.run_chunks(self.spark, live, mapper, _spark.PIECES)
+        affected = set(_out_keys(new_pieces))
         for outs in self.graph(task, "in", changed_keys).values():
             affected.update(outs)  # type: ignore[arg-type]
         feeders = {i for ins in self.graph(task, "out", affected).values() for i in ins} - changed_keys
-        affected_frame = self._key_frame(affected)
-        feeder_pieces = (
-            _spark.frame(self.spark, self.fetch(task, feeders), _spark.INPUT)  # type: ignore[arg-type]
-            .mapInArrow(_spark.map_pieces(task, self.types(task)), _spark.PIECE)
-            .join(
-                affected_frame.select(
-                    F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")
-                ),
-                _spark._OUT_KEYS,
-                "left_semi",
-            )
-        )
-        pieces = new_pieces.unionByName(feeder_pieces).localCheckpoint()
-        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
-        )
-        graph = self._graph_rows(task, new_pieces, pieces, changed_keys, affected)
-        written = {(STATE_LAYER, _graph_name(task, "in", k)) for k in changed_keys}
-        written |= {(STATE_LAYER, _graph_name(task, "out", k)) for k in affected}
-        return self._with_vanished(affected_frame, compiled), graph, affected | written
+        fed = _spark.run_chunks(self.spark, self.fetch(task, feeders), mapper, _spark.PIECES)  # type: ignore[arg-type]
+        fed = fed.filter(pa.array([k in affected for k in _out_keys(fed)], pa.bool_()))
+        pieces = pa.concat_tables([new_pieces, fed])
+        reduce = _spark.reduce_pieces(task, self.out_types)
+        fn = _spark.summed(_spark.on_table(reduce, _spark.SUMMED.remove(3)))
+        compiled = _spark.run_chunks(self.spark, pieces, fn, _spark.SUMMED, group_by=_spark._OUT_KEYS)
+        graph = _graph_here(task, new_pieces, pieces, changed_keys, affected)
+        return _with_vanished_here(affected, compiled), graph, affected | set(_keys_of(graph))
 
-    def _graph_rows(
-        self,
-        task: MapGroupCompiler,
-        inputs_pieces: DataFrame,
-        outputs_pieces: DataFrame,
-        inputs: set[tuple[str, str, str]] | None = None,
-        outputs: set[tuple[str, str]] | None = None,
-    ) -> DataFrame:
+    def _graph_rows(self, task: MapGroupCompiler, pieces: DataFrame) -> DataFrame:
         """State rows of the graph (CANDIDATE rows): per input partition the outputs it feeds,
-        per output partition the inputs feeding it (JSON lists). In an incremental run, the
-        rows of the changed `inputs` and the affected `outputs`, empty (deleted) for those
-        without edges now."""
+        per output partition the inputs feeding it (JSON lists)."""
         from pyspark.sql import functions as F
 
-        def side(pieces: DataFrame, name: str, by: list[str], to: list[str]) -> DataFrame:
+        def side(name: str, by: list[str], to: list[str]) -> DataFrame:
             edges = pieces.select(*by, F.array(*to).alias("edge")).distinct()
             grouped = edges.groupBy(*by).agg(F.sort_array(F.collect_list("edge")).alias("edges"))
             key = F.concat_ws("|", F.lit(task.name), F.lit(name), *by)
@@ -589,15 +616,9 @@ class _Run:
                 F.to_json("edges").cast("binary").alias("payload"),
             )
 
-        rows = side(inputs_pieces, "in", _spark._IN_KEYS, _spark._OUT_KEYS).unionByName(
-            side(outputs_pieces, "out", _spark._OUT_KEYS, _spark._IN_KEYS)
+        return side("in", _spark._IN_KEYS, _spark._OUT_KEYS).unionByName(
+            side("out", _spark._OUT_KEYS, _spark._IN_KEYS)
         )
-        if inputs is None or outputs is None:
-            return rows
-        names = [_graph_name(task, "in", k) for k in inputs] + [_graph_name(task, "out", k) for k in outputs]
-        every = self._key_frame((STATE_LAYER, n) for n in names)
-        gone = every.join(rows.select("layer", "partition"), ["layer", "partition"], "left_anti")
-        return rows.unionByName(gone.withColumn("payload", F.lit(None).cast("binary")))
 
     def _function(self, task: FunctionCompiler) -> DataFrame:
         from pyspark.sql import functions as F
@@ -638,50 +659,178 @@ class _Run:
     # ---- publishing ---------------------------------------------------------------------------
 
     def publish(self, dry_run: bool) -> RunReport:
+        """Counts every task's rows into its report and writes what changed as ONE commit:
+        from the driver when every task ran from keys, else by Spark tasks."""
         from pyspark import StorageLevel
         from pyspark.sql import functions as F
 
-        # The union holds every part's partitions: as many tasks as cores are enough.
-        rows = reduce(lambda a, b: a.unionByName(b), self.rows)
-        rows = rows.coalesce(self.spark.sparkContext.defaultParallelism).persist(StorageLevel.MEMORY_AND_DISK)
+        for task in self.d.tasks:
+            for name in task.outputs:
+                self.reports[task.name].layers.setdefault(name, LayerReport())
+        here = [r for r in self.rows if isinstance(r, pa.Table)]
+        frames = [r for r in self.rows if not isinstance(r, pa.Table)]
+        local = pa.concat_tables(here) if here else _ROWS.empty_table()
+        writes = local.filter(_member(local.column("op"), pa.array(["upsert", "delete"])))
+        counts = local.group_by(["task", "layer", "op", "compiled"]).aggregate([("op", "count")])
+        counted = [(r["task"], r["layer"], r["op"], r["compiled"], r["op_count"]) for r in counts.to_pylist()]
+        rows = None
+        if frames:
+            # The union holds every part's partitions: as many tasks as cores are enough.
+            rows = reduce(lambda a, b: a.unionByName(b), frames)
+            rows = rows.coalesce(self.spark.sparkContext.defaultParallelism).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
         try:
-            counts = rows.groupBy("task", "layer", "op", "compiled").count().collect()
-            for task in self.d.tasks:
-                for name in task.outputs:
-                    self.reports[task.name].layers.setdefault(name, LayerReport())
-            for r in counts:
-                if r["layer"] == STATE_LAYER:
-                    continue
-                layer = self.reports[r["task"]].layers.setdefault(r["layer"], LayerReport())
-                if r["compiled"]:
-                    layer.compiled += r["count"]
-                if r["op"] == "upsert":
-                    layer.written += r["count"]
-                elif r["op"] == "delete":
-                    layer.deleted += r["count"]
-                elif r["op"] == "unchanged":
-                    layer.unchanged += r["count"]
+            if rows is not None:
+                for r in rows.groupBy("task", "layer", "op", "compiled").count().collect():
+                    counted.append((r["task"], r["layer"], r["op"], r["compiled"], r["count"]))
+            self._count(counted)
             instant = None
-            if not dry_run and any(r["op"] in ("upsert", "delete") for r in counts):
-                writes = rows.filter(F.col("op").isin("upsert", "delete")).select(
-                    *[c.split()[0] for c in _spark.WRITE.split(", ")]
-                )
-                instant = _spark.write_one_commit(
-                    writes, self.d.output.uri, self.d.output.storage_options, self.out_types
-                )
+            if not dry_run and any(op in ("upsert", "delete") for _, _, op, _, _ in counted):
+                columns = [c.split()[0] for c in _spark.WRITE.split(", ")]
+                uri, options = self.d.output.uri, self.d.output.storage_options
+                if rows is None:
+                    instant = _spark.write_here(writes.select(columns), uri, options, self.out_types)
+                else:
+                    both = rows.filter(F.col("op").isin("upsert", "delete")).select(*columns)
+                    if writes.num_rows:
+                        both = both.unionByName(
+                            _spark.frame(self.spark, writes.select(columns), _spark.WRITE)
+                        )
+                    instant = _spark.write_one_commit(both, uri, options, self.out_types)
         finally:
-            rows.unpersist()
+            if rows is not None:
+                rows.unpersist()
         version = None
         if instant is not None:
             self.d.output.refresh()
             version = self.d.output.number_of(instant)
         return RunReport(self.reports, instant, version, dry_run)
 
+    def _count(self, counted: list[tuple[str, str, str, bool, int]]) -> None:
+        """Adds (task, layer, op, compiled, count) rows to the reports' layers."""
+        for task, layer_name, op, compiled, n in counted:
+            if layer_name == STATE_LAYER:
+                continue
+            layer = self.reports[task].layers.setdefault(layer_name, LayerReport())
+            if compiled:
+                layer.compiled += n
+            if op == "upsert":
+                layer.written += n
+            elif op == "delete":
+                layer.deleted += n
+            elif op == "unchanged":
+                layer.unchanged += n
+
 
 def _graph_name(task: Compiler, side: str, key: tuple[str, ...]) -> str:
     """The state-layer partition of a map-group task's edges of one input ("in") or output
     ("out") partition."""
     return "|".join([task.name, side, *key])
+
+
+#: State rows of a task (its record, its graph): CANDIDATE rows.
+_STATE_ROWS = pa.schema([("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary())])
+
+_ROWS = pa.schema(
+    [
+        ("task", pa.string()),
+        ("op", pa.string()),
+        *_spark.SUMMED,
+        ("compiled", pa.bool_()),
+    ]
+)
+
+
+def _decide_here(name: str, candidates: pa.Table, published: pa.Table) -> pa.Table:
+    """`_Run._decide` of an incremental task on the driver: SUMMED candidates (with their
+    `compiled` flag) against the checksums published for them → ROWS."""
+    old = dict(
+        zip(
+            zip(
+                published.column("layer").to_pylist(), published.column("partition").to_pylist(), strict=True
+            ),
+            published.column("checksum").to_pylist(),
+            strict=True,
+        )
+    )
+    ops = []
+    for key, checksum in zip(_keys_of(candidates), candidates.column("checksum").to_pylist(), strict=True):
+        was = old.get(key)
+        if checksum is None:
+            ops.append("delete" if was is not None else "none")
+        else:
+            ops.append("upsert" if was != checksum else "unchanged")
+    n = candidates.num_rows
+    columns = [pa.array([name] * n, pa.string()), pa.array(ops, pa.string())]
+    columns += [candidates.column(c) for c in ["layer", "partition", "payload", "checksum", "compiled"]]
+    return pa.table(columns, schema=_ROWS)
+
+
+def _with_vanished_here(affected: set[tuple[str, str]], compiled: pa.Table) -> pa.Table:
+    """The compiled SUMMED rows, plus an empty one for each affected output no input feeds any
+    more (so that a published one is deleted)."""
+    gone = sorted(affected - set(_keys_of(compiled)))
+    empty = pa.table(
+        [
+            pa.array([k[0] for k in gone], pa.string()),
+            pa.array([k[1] for k in gone], pa.string()),
+            pa.nulls(len(gone), pa.binary()),
+            pa.nulls(len(gone), pa.string()),
+        ],
+        schema=_spark.SUMMED,
+    )
+    return pa.concat_tables([compiled, empty])
+
+
+def _graph_here(
+    task: MapGroupCompiler,
+    new_pieces: pa.Table,
+    pieces: pa.Table,
+    inputs: set[tuple[str, str, str]],
+    outputs: set[tuple[str, str]],
+) -> pa.Table:
+    """The graph's state rows of the changed `inputs` (the outputs each feeds now, from their
+    own pieces) and the affected `outputs` (the inputs feeding each now, from all pieces),
+    encoded as `_Run._graph_rows` does; empty (deleted) for those without edges now."""
+    feeds: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for out, key in zip(_out_keys(new_pieces), _keys(new_pieces), strict=True):
+        feeds.setdefault(key, set()).add(out)
+    fed_by: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for out, key in zip(_out_keys(pieces), _keys(pieces), strict=True):
+        fed_by.setdefault(out, set()).add(key)
+    names, payloads = [], []
+    sides: list[tuple[str, list[tuple[str, ...]], dict[tuple[str, ...], set[tuple[str, ...]]]]] = [
+        ("in", sorted(inputs), feeds),
+        ("out", sorted(outputs), fed_by),
+    ]
+    for side, keys, edges in sides:
+        for name in keys:
+            names.append(_graph_name(task, side, name))
+            mine = edges.get(name)
+            payloads.append(
+                json.dumps(sorted(mine), separators=(",", ":"), ensure_ascii=False).encode() if mine else None
+            )
+    return pa.table(
+        [
+            pa.array([STATE_LAYER] * len(names), pa.string()),
+            pa.array(names, pa.string()),
+            pa.array(payloads, pa.binary()),
+        ],
+        schema=_STATE_ROWS,
+    )
+
+
+def _out_keys(pieces: pa.Table) -> Iterator[tuple[str, str]]:
+    """The (layer, partition) output keys of PIECES rows."""
+    return zip(
+        pieces.column("out_layer").to_pylist(), pieces.column("out_partition").to_pylist(), strict=True
+    )
+
+
+def _keys_of(rows: pa.Table) -> Iterator[tuple[str, str]]:
+    """The (layer, partition) keys of catalog rows."""
+    return zip(rows.column("layer").to_pylist(), rows.column("partition").to_pylist(), strict=True)
 
 
 def _keys(inputs: pa.Table) -> Iterator[tuple[str, str, str]]:
@@ -705,6 +854,13 @@ def _input_rows(catalog: str, t: pa.Table, structured: Mapping[str, pa.StructTyp
 _INPUT_SCHEMA = pa.schema(
     [("catalog", pa.string()), ("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary())]
 )
+
+
+def _member(values: pa.Array | pa.ChunkedArray, wanted: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
+    """Whether each of `values` is among `wanted`."""
+    if isinstance(wanted, pa.ChunkedArray):
+        wanted = wanted.combine_chunks()
+    return pc.is_in(values, value_set=wanted)
 
 
 def _concat(parts: list[pa.Table]) -> pa.Table:

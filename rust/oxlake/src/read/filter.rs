@@ -1,10 +1,12 @@
 //! User filters: a SQL boolean expression, or a conjunction of `(column, op, value)` predicates.
 
+use arrow::datatypes::DataType;
 use datafusion::common::{Column, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::logical_expr::{Expr, lit};
 
+use super::in_set;
 use crate::error::{Error, Result};
 
 /// A filter on the rows of a scan.
@@ -64,10 +66,10 @@ impl Filter {
                 let schema = df.schema();
                 let mut exprs = Vec::with_capacity(preds.len());
                 for p in preds {
-                    if schema.field_with_unqualified_name(&p.column).is_err() {
+                    let Ok(field) = schema.field_with_unqualified_name(&p.column) else {
                         return Err(DataFusionError::Plan(format!("no column `{}`", p.column)));
-                    }
-                    exprs.push(p.to_expr()?);
+                    };
+                    exprs.push(p.to_expr(field.data_type())?);
                 }
                 Ok(exprs.into_iter().reduce(Expr::and).unwrap_or_else(|| lit(true)))
             }
@@ -76,7 +78,7 @@ impl Filter {
 }
 
 impl Predicate {
-    fn to_expr(&self) -> DfResult<Expr> {
+    fn to_expr(&self, data_type: &DataType) -> DfResult<Expr> {
         let col = Expr::Column(Column::new_unqualified(&self.column));
         let one = || {
             self.values
@@ -92,8 +94,13 @@ impl Predicate {
             Op::LtEq => col.lt_eq(one()?),
             Op::Gt => col.gt(one()?),
             Op::GtEq => col.gt_eq(one()?),
-            Op::In => col.in_list(self.values.iter().cloned().map(lit).collect(), false),
-            Op::NotIn => col.in_list(self.values.iter().cloned().map(lit).collect(), true),
+            Op::In | Op::NotIn => {
+                let negated = self.op == Op::NotIn;
+                let long = (self.values.len() > in_set::LONG_LIST)
+                    .then(|| in_set::in_set(col.clone(), data_type, &self.values, negated))
+                    .flatten();
+                long.unwrap_or_else(|| col.in_list(self.values.iter().cloned().map(lit).collect(), negated))
+            }
         })
     }
 }

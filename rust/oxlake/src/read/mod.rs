@@ -8,6 +8,7 @@
 
 pub mod changes;
 pub mod filter;
+mod in_set;
 pub mod merge;
 pub mod mor_exec;
 pub mod provider;
