@@ -187,6 +187,65 @@ def test_incremental_runs_equal_full_runs_and_write_only_what_changed(
         publish(inputs, change)
 
 
+class Parents(DirectCompiler):
+    """tiles13 → level-12 parents (direct, with its inverse), reading what `Tiles` wrote."""
+
+    inputs = {"output": ["tiles13"]}
+    outputs = ["tiles12"]
+
+    def output_keys(self, catalog: str, layer: str, partition: str) -> Iterator[tuple[str, str]]:
+        x, y = roads.parse_tile(partition)
+        yield "tiles12", f"{x // 2}_{y // 2}"
+
+    def input_keys(self, layer: str, partition: str) -> Iterator[tuple[str, str, str]]:
+        x, y = roads.parse_tile(partition)
+        for cx in (2 * x, 2 * x + 1):
+            for cy in (2 * y, 2 * y + 1):
+                yield "output", "tiles13", f"{cx}_{cy}"
+
+    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> bytes | None:
+        return json.dumps(sum(json.loads(i.payload)["segments"] for i in inputs)).encode()
+
+
+class Sizes(MapGroupCompiler):
+    """tiles13 grouped by their segment count (map-group), reading what `Tiles` wrote."""
+
+    inputs = {"output": ["tiles13"]}
+    outputs = ["sizes"]
+
+    def map(self, item: InputPartition) -> Iterator[tuple[str, str, bytes]]:
+        yield "sizes", str(json.loads(item.payload)["segments"]), item.partition.encode()
+
+    def reduce(self, layer: str, partition: str, values: list[bytes]) -> bytes | None:
+        return b",".join(sorted(values))
+
+
+def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(spark: SparkSession, tmp_path: Path) -> None:
+    """Incremental tasks reading the output catalog see the upstream task's changes of the same
+    run (read by key on the driver), and equal full runs."""
+    rng = random.Random(5)
+    inputs = Catalog.create(str(tmp_path / "roads"))
+    incremental, full = Catalog.create(str(tmp_path / "inc")), Catalog.create(str(tmp_path / "full"))
+    live = set(rng.sample(TILES, 40))
+    publish(inputs, {t: roads.segments(rng, t, rng.randint(1, 4)) for t in live})
+    tasks = [roads.Tiles(), Parents(), Sizes()]
+    layers = ["tiles13", "tiles12", "sizes"]
+    for step in range(3):
+        report = Driver(spark, incremental, {"roads": inputs}, tasks).run()
+        Driver(spark, full, {"roads": inputs}, tasks).run(full=True)
+        assert checksums(incremental, layers) == checksums(full, layers), f"step {step}"
+        if step:
+            assert {t.mode for t in report.tasks.values()} == {"incremental"}
+            assert report.layers["tiles12"].compiled < 10
+        change: dict[str, bytes | None] = {
+            t: roads.segments(rng, t, rng.randint(1, 3)) for t in rng.sample(sorted(live), 3)
+        }
+        for t in rng.sample(sorted(live - set(change)), 2):
+            change[t] = None
+        live -= {t for t, v in change.items() if v is None}
+        publish(inputs, change)
+
+
 def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
     rng = random.Random(5)
     inputs, output = Catalog.create(str(tmp_path / "roads")), Catalog.create(str(tmp_path / "out"))
