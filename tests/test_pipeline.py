@@ -244,6 +244,13 @@ def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(spark: SparkSes
             change[t] = None
         live -= {t for t, v in change.items() if v is None}
         publish(inputs, change)
+    # A change reaching more inputs than the driver may hold runs in full, and says why.
+    report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=1).run()
+    Driver(spark, full, {"roads": inputs}, tasks).run(full=True)
+    assert report.tasks["Tiles"].mode == "full"
+    assert "keyed_limit=1" in str(report.tasks["Tiles"].reason)
+    assert report.tasks["Parents"].reason == "upstream layer tiles13 was compiled in full"
+    assert checksums(incremental, layers) == checksums(full, layers)
 
 
 def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:

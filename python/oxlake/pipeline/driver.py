@@ -22,6 +22,10 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 
+class _TooLarge(Exception):
+    """An incremental task would hold more input partitions on the driver than allowed."""
+
+
 class PipelineDefinitionError(_native.InvalidArgumentError):
     """A pipeline that cannot run: two tasks produce one layer, a task reads an output layer no
     earlier task produces, an unknown catalog, a reserved layer."""
@@ -81,9 +85,13 @@ class Driver:
         tasks: Sequence[Compiler],
         *,
         output_name: str = "output",
+        keyed_limit: int = 2_000_000,
     ) -> None:
         self.spark, self.output, self.inputs = spark, output, dict(inputs)
         self.tasks, self.output_name = list(tasks), output_name
+        #: The most input partitions an incremental task reads onto the driver; a change
+        #: reaching more runs the task in full (on Spark), and the report says so.
+        self.keyed_limit = keyed_limit
         self.producers = check(self.tasks, set(self.inputs), output_name)
 
     def run(
@@ -407,9 +415,13 @@ class _Run:
         record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
         own = pa.table({"layer": [STATE_LAYER], "partition": [task.name], "payload": [record.encode()]})
         keyed = isinstance(task, MapGroupCompiler) or (isinstance(task, DirectCompiler) and task.invertible)
+        rows: DataFrame | pa.Table | None = None
         if incremental and keyed:
-            rows: DataFrame | pa.Table = self._keyed(task, state, own)  # type: ignore[arg-type]
-        else:
+            try:
+                rows = self._keyed(task, state, own)  # type: ignore[arg-type]
+            except _TooLarge as e:
+                incremental, report.mode, report.reason = False, "full", str(e)
+        if rows is None:
             rows = self._scanned(task, incremental, state, own)
         if not incremental:
             self.full_layers |= set(task.outputs)
@@ -421,6 +433,14 @@ class _Run:
                 from pyspark.sql import functions as F
 
                 self.layer_rows[layer] = rows.filter(F.col("layer") == layer)
+
+    def _check_size(self, n: int) -> None:
+        """Refuses (`_TooLarge`) to hold more than the driver's limit of input partitions."""
+        if n > self.d.keyed_limit:
+            raise _TooLarge(
+                f"the change reaches {n:,} input partitions, more than an incremental run holds "
+                f"on the driver (keyed_limit={self.d.keyed_limit:,})"
+            )
 
     def _keyed(self, task: Compiler, state: dict[str, object], own: pa.Table) -> pa.Table:
         """An incremental task from keys, on the driver: its ROWS."""
@@ -515,6 +535,7 @@ class _Run:
         affected = {out for key in _keys(changed) for out in task.output_keys(*key)}
         declared = set(task.input_layers())
         wanted = {key for out in affected for key in task.input_keys(*out) if key[:2] in declared}
+        self._check_size(changed.num_rows + len(wanted))
         inputs = self.fetch(task, wanted)
         out: dict[str, list[str]] = {"out_layer": [], "out_partition": []}
         take: list[int] = []
@@ -592,6 +613,7 @@ class _Run:
         for outs in self.graph(task, "in", changed_keys).values():
             affected.update(outs)  # type: ignore[arg-type]
         feeders = {i for ins in self.graph(task, "out", affected).values() for i in ins} - changed_keys
+        self._check_size(changed.num_rows + len(feeders))
         fed = _spark.run_chunks(self.spark, self.fetch(task, feeders), mapper, _spark.PIECES)  # type: ignore[arg-type]
         fed = fed.filter(pa.array([k in affected for k in _out_keys(fed)], pa.bool_()))
         pieces = pa.concat_tables([new_pieces, fed])
