@@ -14,10 +14,11 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::DataType;
+use arrow::error::ArrowError;
 use futures::StreamExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
-use parquet::arrow::arrow_reader::{ArrowReaderOptions, RowSelection, RowSelector};
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, RowFilter, RowSelection, RowSelector};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::metadata::PageIndexPolicy;
 
@@ -164,22 +165,49 @@ impl MetadataTable {
                 builder = builder.with_row_selection(RowSelection::from_iter(selectors));
             }
         }
+        if let Some(wanted) = Wanted::of(select) {
+            // The key column first; the others are decoded for the matching rows only (a lookup
+            // of many keys selects most pages, of whose rows it keeps few).
+            let key = ProjectionMask::columns(builder.parquet_schema(), ["key"]);
+            let predicate = ArrowPredicateFn::new(key, move |batch: RecordBatch| {
+                let keys = batch
+                    .column(0)
+                    .as_string_opt::<i32>()
+                    .ok_or_else(|| ArrowError::SchemaError("a metadata record key is not a string".into()))?;
+                Ok(keys.iter().map(|k| Some(wanted.matches(k.unwrap_or_default()))).collect::<BooleanArray>())
+            });
+            builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
+        }
         let mut stream = builder.with_row_groups(row_groups).build()?;
         let mut out = Vec::new();
         while let Some(batch) = stream.next().await {
             let batch = crate::schema::align(&batch?, &record_schema())?;
-            if matches!(select, Select::All) {
-                out.push(batch);
-                continue;
-            }
-            let mask: BooleanArray =
-                strings(&batch, "key")?.iter().map(|k| Some(select.matches(k.unwrap_or_default()))).collect();
-            let batch = filter_record_batch(&batch, &mask)?;
             if batch.num_rows() > 0 {
                 out.push(batch);
             }
         }
         Ok(out)
+    }
+}
+
+/// The keys of a [`Select`] as a hash set a Parquet row filter can own.
+struct Wanted {
+    keys: hashbrown::HashSet<String>,
+    /// Whether the keys are record keys of `record_index` records (`partition` prefix ignored).
+    record_keys: bool,
+}
+
+impl Wanted {
+    fn of(select: Select<'_>) -> Option<Self> {
+        match select {
+            Select::All => None,
+            Select::Keys(keys) => Some(Self { keys: keys.iter().cloned().collect(), record_keys: false }),
+            Select::RecordKeys(keys) => Some(Self { keys: keys.iter().cloned().collect(), record_keys: true }),
+        }
+    }
+
+    fn matches(&self, key: &str) -> bool {
+        self.keys.contains(if self.record_keys { record_key_of(key) } else { key })
     }
 }
 
