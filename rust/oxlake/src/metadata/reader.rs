@@ -165,9 +165,10 @@ impl MetadataTable {
                 builder = builder.with_row_selection(RowSelection::from_iter(selectors));
             }
         }
-        if let Some(wanted) = Wanted::of(select) {
+        if let Some(wanted) = Wanted::of(select).filter(|w| w.keys.len() > ROW_FILTER_KEYS) {
             // The key column first; the others are decoded for the matching rows only (a lookup
-            // of many keys selects most pages, of whose rows it keeps few).
+            // of many keys selects most pages, of whose rows it keeps few; for a few keys the
+            // pages selected are few and a second pass over them costs more than it saves).
             let key = ProjectionMask::columns(builder.parquet_schema(), ["key"]);
             let predicate = ArrowPredicateFn::new(key, move |batch: RecordBatch| {
                 let keys = batch
@@ -182,6 +183,14 @@ impl MetadataTable {
         let mut out = Vec::new();
         while let Some(batch) = stream.next().await {
             let batch = crate::schema::align(&batch?, &record_schema())?;
+            let batch = match select {
+                Select::All => batch,
+                _ => {
+                    let mask: BooleanArray =
+                        strings(&batch, "key")?.iter().map(|k| Some(select.matches(k.unwrap_or_default()))).collect();
+                    filter_record_batch(&batch, &mask)?
+                }
+            };
             if batch.num_rows() > 0 {
                 out.push(batch);
             }
@@ -189,6 +198,9 @@ impl MetadataTable {
         Ok(out)
     }
 }
+
+/// Above this many keys, a lookup filters rows on the key column before decoding the others.
+const ROW_FILTER_KEYS: usize = 1024;
 
 /// The keys of a [`Select`] as a hash set a Parquet row filter can own.
 struct Wanted {
