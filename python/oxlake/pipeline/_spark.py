@@ -104,11 +104,15 @@ def run_chunks(
 def _chunks(table: pa.Table, n: int, group_by: list[str] | None) -> Iterator[pa.Table]:
     """About `n` slices of `table`; with `group_by`, cut only between rows that differ on it
     (the table is sorted by it)."""
-    keys = list(zip(*(table.column(c).to_pylist() for c in group_by), strict=True)) if group_by else None
+    columns = [table.column(c) for c in group_by or []]
+
+    def same_group(a: int, b: int) -> bool:
+        return bool(columns) and all(c[a] == c[b] for c in columns)
+
     rows, start = table.num_rows, 0
     for i in range(1, n + 1):
         end = rows * i // n
-        while keys is not None and 0 < end < rows and keys[end] == keys[end - 1]:
+        while 0 < end < rows and same_group(end, end - 1):  # only at the cuts: groups are small
             end += 1
         if end > start:
             yield table.slice(start, end - start)

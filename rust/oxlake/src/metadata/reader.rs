@@ -40,6 +40,14 @@ pub(crate) enum Select<'a> {
 }
 
 impl Select<'_> {
+    /// How many keys are selected (0 for every record).
+    fn len(&self) -> usize {
+        match self {
+            Select::All => 0,
+            Select::Keys(keys) | Select::RecordKeys(keys) => keys.len(),
+        }
+    }
+
     fn matches(&self, key: &str) -> bool {
         match self {
             Select::All => true,
@@ -165,7 +173,8 @@ impl MetadataTable {
                 builder = builder.with_row_selection(RowSelection::from_iter(selectors));
             }
         }
-        if let Some(wanted) = Wanted::of(select).filter(|w| w.keys.len() > ROW_FILTER_KEYS) {
+        let row_filter = select.len() > ROW_FILTER_KEYS;
+        if let Some(wanted) = Wanted::of(select).filter(|_| row_filter) {
             // The key column first; the others are decoded for the matching rows only (a lookup
             // of many keys selects most pages, of whose rows it keeps few; for a few keys the
             // pages selected are few and a second pass over them costs more than it saves).
@@ -184,7 +193,9 @@ impl MetadataTable {
         while let Some(batch) = stream.next().await {
             let batch = crate::schema::align(&batch?, &record_schema())?;
             let batch = match select {
+                // The row filter kept only the selected keys already.
                 Select::All => batch,
+                _ if row_filter => batch,
                 _ => {
                     let mask: BooleanArray =
                         strings(&batch, "key")?.iter().map(|k| Some(select.matches(k.unwrap_or_default()))).collect();
