@@ -341,6 +341,8 @@ def test_bad_pipelines_are_refused_before_any_write(spark: SparkSession, tmp_pat
         Driver(spark, output, {"roads": inputs}, [roads.summary, roads.Tiles()])
     with pytest.raises(PipelineDefinitionError, match="unknown catalog 'roads'"):
         Driver(spark, output, {}, [roads.Tiles()])
+    with pytest.raises(PipelineDefinitionError, match="keyed_limit must be a non-negative integer"):
+        Driver(spark, output, {"roads": inputs}, [roads.Tiles()], keyed_limit=-1)
     assert output.instants() == []
     assert issubclass(PipelineDefinitionError, Exception)
 

@@ -92,6 +92,8 @@ class Driver:
         #: The most input partitions an incremental task reads onto the driver; a change
         #: reaching more runs the task in full (on Spark), and the report says so.
         self.keyed_limit = keyed_limit
+        if isinstance(keyed_limit, bool) or not isinstance(keyed_limit, int) or keyed_limit < 0:
+            raise PipelineDefinitionError(f"keyed_limit must be a non-negative integer, not {keyed_limit!r}")
         self.producers = check(self.tasks, set(self.inputs), output_name)
 
     def run(
