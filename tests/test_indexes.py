@@ -165,3 +165,23 @@ def test_lookups_read_single_pages_of_a_large_record_index(
     t = _INDEXED["large"]
     got = sorted(t.lookup(key_rows(ids), columns=["id"]).column("id").to_pylist())
     assert got == sorted({i for i in ids if 0 <= i < 3_000 and i not in (5, 500, 2_999)})
+
+
+def test_a_commit_larger_than_a_log_block_is_indexed_whole(tmp_path: Path) -> None:
+    """A commit writes the record index as log blocks of 65,536 records, shards encoded side by
+    side: 200,000 keys in two shards span several blocks each; an upsert and a delete of keys
+    from every block then route by them, and lookups find the current rows."""
+    t = trips_table(str(tmp_path / "t"), table_type="merge_on_read")
+    t.build_metadata(1, column_stats_shards=0, bloom_filters_shards=0, record_index_shards=2)
+    n = 200_000
+    t.insert(trips(list(range(n))))
+    changed = list(range(0, n, 3))
+    upserted = t.upsert(trips(changed + [n, n + 1], ts=2, name="u"))
+    assert (upserted.num_updates, upserted.num_inserts) == (len(changed), 2)
+    gone = list(range(1, n, 1_000))
+    t.delete(trips(gone))
+    assert oxlake.Table(t.uri).validate().ok
+    probe = [0, 1, 2, 65_535, 65_536, 65_537, 131_072, 199_998, 199_999, n, n + 1, n + 2]
+    got = {r["id"]: r["name"] for r in rows(t.lookup(key_rows(probe)))}
+    want = {i: ("u" if i % 3 == 0 or i >= n else "n") + str(i) for i in probe if i <= n + 1 and i not in gone}
+    assert got == want

@@ -18,7 +18,8 @@ use bytes::Bytes;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 
 use crate::error::{Error, Result};
 use crate::format::avro::DatumReader;
@@ -301,9 +302,20 @@ pub async fn block_instants(storage: &Storage, path: &str) -> Result<Vec<String>
         .collect())
 }
 
-/// A Parquet data block of `batch` (the full table schema, meta fields first).
-pub fn parquet_block(instant: &str, batch: &RecordBatch, table_name: &str) -> Result<LogBlock> {
-    let props = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+/// A Parquet data block of `batch` (the full table schema, meta fields first). Columns unique per
+/// row (sequence numbers, record keys, and the columns `unique` names) are written without
+/// dictionaries: one would be built only to be thrown away. Blocks are read whole: no statistics.
+pub fn parquet_block(instant: &str, batch: &RecordBatch, table_name: &str, unique: &[&str]) -> Result<LogBlock> {
+    let props = [schema::COMMIT_SEQNO, schema::RECORD_KEY]
+        .iter()
+        .chain(unique)
+        .fold(
+            WriterProperties::builder()
+                .set_compression(Compression::SNAPPY)
+                .set_statistics_enabled(EnabledStatistics::None),
+            |props, column| props.set_column_dictionary_enabled(ColumnPath::from(*column), false),
+        )
+        .build();
     let mut writer = ArrowWriter::try_new(Vec::new(), batch.schema(), Some(props))?;
     writer.write(batch)?;
     let bytes = writer.into_inner()?;

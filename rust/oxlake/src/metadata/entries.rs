@@ -13,9 +13,12 @@
 //! Base files hold one shard's records sorted by key, in small row groups, so that a lookup of a
 //! few keys reads few of them; log files hold the changes of one instant.
 
+use std::fmt::Write;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
+use arrow::array::{
+    Array, ArrayBuilder, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray, StringBuilder, new_null_array,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use object_store::buffered::BufWriter;
 use parquet::arrow::AsyncArrowWriter;
@@ -27,7 +30,7 @@ use super::shard;
 use crate::error::Result;
 use crate::format::commit::WriteStat;
 use crate::format::file_name::{BaseFileName, file_path};
-use crate::format::log_block::{DeleteRecord, OrderingVal};
+use crate::format::log_block::{DeleteRecord, LogBlock, OrderingVal};
 use crate::table::Table;
 use crate::table::fs_view::FileSlice;
 use crate::write::{WriteConfig, base_file_properties};
@@ -77,72 +80,39 @@ pub(super) fn shard_of(index: Index, key: &str, shards: u32) -> u32 {
     }
 }
 
-/// Records of one index being gathered, column by column.
+/// Records of a file-level index (`files`, `column_stats`, `bloom_filters`) being gathered,
+/// column by column: one per data file.
 #[derive(Debug)]
 pub(super) struct Entries {
     index: Index,
     key: Vec<String>,
     size: Vec<Option<i64>>,
-    file: Vec<Option<String>>,
-    partition: Vec<Option<String>>,
-    instant: Vec<Option<String>>,
     stats: Vec<Option<String>>,
     bloom: Vec<Option<Vec<u8>>>,
 }
 
 impl Entries {
     pub fn new(index: Index) -> Self {
-        Entries {
-            index,
-            key: Vec::new(),
-            size: Vec::new(),
-            file: Vec::new(),
-            partition: Vec::new(),
-            instant: Vec::new(),
-            stats: Vec::new(),
-            bloom: Vec::new(),
-        }
+        Entries { index, key: Vec::new(), size: Vec::new(), stats: Vec::new(), bloom: Vec::new() }
     }
 
-    pub fn len(&self) -> usize {
-        self.key.len()
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn push(
-        &mut self,
-        key: String,
-        size: Option<i64>,
-        file: Option<&str>,
-        partition: Option<&str>,
-        instant: Option<&str>,
-        stats: Option<String>,
-        bloom: Option<Vec<u8>>,
-    ) {
-        self.key.push(key);
+    fn push(&mut self, key: &str, size: Option<i64>, stats: Option<String>, bloom: Option<Vec<u8>>) {
+        self.key.push(key.to_string());
         self.size.push(size);
-        self.file.push(file.map(str::to_string));
-        self.partition.push(partition.map(str::to_string));
-        self.instant.push(instant.map(str::to_string));
         self.stats.push(stats);
         self.bloom.push(bloom);
     }
 
     pub fn file(&mut self, path: &str, size: u64) {
-        self.push(path.to_string(), Some(size as i64), None, None, None, None, None);
+        self.push(path, Some(size as i64), None, None);
     }
 
     pub fn stats(&mut self, path: &str, json: String) {
-        self.push(path.to_string(), None, None, None, None, Some(json), None);
+        self.push(path, None, Some(json), None);
     }
 
     pub fn bloom(&mut self, path: &str, bitset: Vec<u8>) {
-        self.push(path.to_string(), None, None, None, None, None, Some(bitset));
-    }
-
-    pub fn record(&mut self, record_key: &str, partition: &str, file_id: &str, instant: &str) {
-        let key = record_index_key(record_key, partition);
-        self.push(key, None, Some(file_id), Some(partition), Some(instant), None, None);
+        self.push(path, None, None, Some(bitset));
     }
 
     /// The records, in the order given (or sorted by key), as a batch of [`record_schema`].
@@ -151,18 +121,64 @@ impl Entries {
         if sorted {
             order.sort_unstable_by(|&a, &b| self.key[a].cmp(&self.key[b]));
         }
-        let strings = |v: &Vec<Option<String>>| -> ArrayRef {
-            Arc::new(order.iter().map(|&i| v[i].as_deref()).collect::<StringArray>())
-        };
+        let n = order.len();
         let columns: Vec<ArrayRef> = vec![
             Arc::new(StringArray::from_iter_values(order.iter().map(|&i| self.key[i].as_str()))),
-            Arc::new(StringArray::from(vec![self.index.name(); order.len()])),
+            Arc::new(StringArray::from(vec![self.index.name(); n])),
             Arc::new(order.iter().map(|&i| self.size[i]).collect::<Int64Array>()),
-            strings(&self.file),
-            strings(&self.partition),
-            strings(&self.instant),
-            strings(&self.stats),
+            new_null_array(&DataType::Utf8, n),
+            new_null_array(&DataType::Utf8, n),
+            new_null_array(&DataType::Utf8, n),
+            Arc::new(order.iter().map(|&i| self.stats[i].as_deref()).collect::<StringArray>()),
             Arc::new(order.iter().map(|&i| self.bloom[i].as_deref()).collect::<BinaryArray>()),
+        ];
+        Ok(RecordBatch::try_new(record_schema(), columns)?)
+    }
+}
+
+/// `record_index` records being gathered, straight into Arrow buffers (a large commit writes
+/// millions of them: no string is allocated per record).
+#[derive(Debug)]
+pub(super) struct RecordEntries {
+    key: StringBuilder,
+    file: StringBuilder,
+    partition: StringBuilder,
+    instant: StringBuilder,
+}
+
+impl RecordEntries {
+    pub fn with_capacity(records: usize) -> Self {
+        let strings = |bytes| StringBuilder::with_capacity(records, records * bytes);
+        RecordEntries { key: strings(16), file: strings(40), partition: strings(8), instant: strings(17) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.key.len()
+    }
+
+    /// The record of `record_key` in `partition`, in the file group `file_id`, written at `instant`.
+    pub fn push(&mut self, record_key: &str, partition: &str, file_id: &str, instant: &str) {
+        // `record_index_key`, written in place (writing into an Arrow buffer cannot fail).
+        let _ = write!(self.key, "{record_key}{KEY_SEPARATOR}");
+        self.key.append_value(partition);
+        self.file.append_value(file_id);
+        self.partition.append_value(partition);
+        self.instant.append_value(instant);
+    }
+
+    /// The records gathered so far, in the order given, as a batch of [`record_schema`]; the
+    /// builder is left empty.
+    pub fn finish(&mut self) -> Result<RecordBatch> {
+        let n = self.len();
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(self.key.finish()),
+            Arc::new(StringArray::from(vec![Index::RecordIndex.name(); n])),
+            new_null_array(&DataType::Int64, n),
+            Arc::new(self.file.finish()),
+            Arc::new(self.partition.finish()),
+            Arc::new(self.instant.finish()),
+            new_null_array(&DataType::Utf8, n),
+            new_null_array(&DataType::Binary, n),
         ];
         Ok(RecordBatch::try_new(record_schema(), columns)?)
     }
@@ -170,11 +186,23 @@ impl Entries {
 
 /// `batch` (of [`record_schema`]) with the meta fields of `time` in front, as the metadata
 /// table stores it.
-fn with_meta(mdt: &Table, batch: &RecordBatch, time: &str, file_name: &str, seq: &mut usize) -> Result<RecordBatch> {
+fn with_meta(
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    time: &str,
+    file_name: &str,
+    seq: &mut usize,
+) -> Result<RecordBatch> {
     let n = batch.num_rows();
     let keys = batch.column(0).clone();
     let index = batch.column(1).clone();
-    let seqnos = StringArray::from_iter_values((*seq..*seq + n).map(|i| format!("{time}_{i}")));
+    let mut seqnos = StringBuilder::with_capacity(n, n * (time.len() + 8));
+    for i in *seq..*seq + n {
+        // `<time>_<n>`, written into one buffer.
+        write!(seqnos, "{time}_{i}").map_err(|e| crate::error::Error::invalid_data(format!("sequence number: {e}")))?;
+        seqnos.append_value("");
+    }
+    let seqnos = seqnos.finish();
     *seq += n;
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from(vec![time; n])),
@@ -184,7 +212,7 @@ fn with_meta(mdt: &Table, batch: &RecordBatch, time: &str, file_name: &str, seq:
         Arc::new(StringArray::from(vec![file_name; n])),
     ];
     columns.extend(batch.columns().iter().cloned());
-    Ok(RecordBatch::try_new(mdt.schema(), columns)?)
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// Writes one shard's base file at `time` from batches sorted by key (in order).
@@ -213,10 +241,10 @@ pub(super) async fn write_base(
     }
     let props = props.build();
     let mut writer = AsyncArrowWriter::try_new(sink, mdt.schema(), Some(props))?;
-    let (mut seq, mut rows) = (0, 0);
+    let (mut seq, mut rows, schema) = (0, 0, mdt.schema());
     for batch in batches {
         rows += batch.num_rows();
-        writer.write(&with_meta(mdt, batch, time, &name, &mut seq)?).await?;
+        writer.write(&with_meta(&schema, batch, time, &name, &mut seq)?).await?;
     }
     writer.close().await?;
     let size = mdt.storage().head(&rel).await?.map(|m| m.size).unwrap_or_default() as i64;
@@ -233,18 +261,31 @@ pub(super) async fn write_base(
     })
 }
 
-/// One shard's changes as a new log file of its latest slice: a delete block of `deletes`
-/// (first, so that a key deleted and written again in one instant stays), then data blocks of
-/// `upserts`.
-pub(super) async fn write_log(
-    mdt: &Table,
-    time: &str,
+/// One shard's changes of an instant, encoded as the blocks of a log file.
+pub(super) struct ShardLog {
     index: Index,
     shard: u32,
-    slice: &FileSlice,
+    blocks: Vec<LogBlock>,
+    rows: usize,
+    deletes: usize,
+}
+
+impl ShardLog {
+    pub fn shard(&self) -> u32 {
+        self.shard
+    }
+}
+
+/// Encodes one shard's changes (CPU work only: large ones run off the async runtime): a delete
+/// block of `deletes` (first, so that a key deleted and written again in one instant stays),
+/// then data blocks of `upserts`. `schema` and `table_name` are the metadata table's.
+pub(super) fn encode_log(
+    (schema, table_name): (&SchemaRef, &str),
+    time: &str,
+    (index, shard): (Index, u32),
     upserts: &[RecordBatch],
     deletes: &[String],
-) -> Result<WriteStat> {
+) -> Result<ShardLog> {
     let file_id = shard::file_id(index.name(), shard);
     let mut blocks = Vec::new();
     if !deletes.is_empty() {
@@ -256,15 +297,20 @@ pub(super) async fn write_log(
                 ordering: OrderingVal::COMMIT_TIME,
             })
             .collect();
-        blocks.push(crate::log::delete_block(time, &records, &record_schema(), &mdt.config().name)?);
+        blocks.push(crate::log::delete_block(time, &records, &record_schema(), table_name)?);
     }
-    let mut seq = 0;
-    let mut rows = 0;
+    let (mut seq, mut rows) = (0, 0);
     for batch in upserts.iter().filter(|b| b.num_rows() > 0) {
         rows += batch.num_rows();
-        let batch = with_meta(mdt, batch, time, &file_id, &mut seq)?;
-        blocks.push(crate::log::parquet_block(time, &batch, &mdt.config().name)?);
+        let batch = with_meta(schema, batch, time, &file_id, &mut seq)?;
+        blocks.push(crate::log::parquet_block(time, &batch, table_name, &["key"])?);
     }
+    Ok(ShardLog { index, shard, blocks, rows, deletes: deletes.len() })
+}
+
+/// Writes `log` as a new log file of its shard's latest slice `slice`.
+pub(super) async fn write_log(mdt: &Table, slice: &FileSlice, log: ShardLog) -> Result<WriteStat> {
+    let (index, file_id) = (log.index, shard::file_id(log.index.name(), log.shard));
     let after = slice.logs.iter().filter(|l| l.name.instant == slice.base_instant).map(|l| l.name.version).max();
     let file = crate::log::write_new(
         mdt.storage(),
@@ -273,7 +319,7 @@ pub(super) async fn write_log(
         &slice.base_instant,
         "0-0-1",
         after.unwrap_or(0),
-        &blocks,
+        &log.blocks,
     )
     .await?;
     Ok(WriteStat {
@@ -281,11 +327,11 @@ pub(super) async fn write_log(
         path: Some(file.path.clone()),
         prev_commit: Some(slice.base_instant.clone()),
         partition_path: Some(index.name().to_string()),
-        num_writes: rows as i64,
-        num_update_writes: rows as i64,
-        num_deletes: deletes.len() as i64,
-        total_log_records: (rows + deletes.len()) as i64,
-        total_log_blocks: blocks.len() as i64,
+        num_writes: log.rows as i64,
+        num_update_writes: log.rows as i64,
+        num_deletes: log.deletes as i64,
+        total_log_records: (log.rows + log.deletes) as i64,
+        total_log_blocks: log.blocks.len() as i64,
         log_version: Some(i64::from(file.name.version)),
         log_files: Some(vec![file.name.name()]),
         total_write_bytes: file.size as i64,

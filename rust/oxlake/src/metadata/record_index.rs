@@ -13,7 +13,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 
-use super::entries::{Entries, record_key_of, shard_of, strings};
+use super::entries::{RecordEntries, record_key_of, shard_of, strings};
 use super::{Index, MetadataTable, Select};
 use crate::error::{Error, Result};
 use crate::format::file_name::{BaseFileName, LogFileName};
@@ -121,12 +121,12 @@ pub(crate) async fn snapshot_entries(data: &Table, shards: u32) -> Result<Vec<Ve
         rows.sort_unstable();
         let mut batches = Vec::new();
         for chunk in rows.chunks(super::entries::BLOCK_ROWS) {
-            let mut entries = Entries::new(Index::RecordIndex);
+            let mut entries = RecordEntries::with_capacity(chunk.len());
             for (key, id) in chunk {
                 let (partition, file_id, instant) = &locations[*id as usize];
-                entries.record(record_key_of(key), partition, file_id, instant);
+                entries.push(record_key_of(key), partition, file_id, instant);
             }
-            batches.push(entries.to_batch(false)?);
+            batches.push(entries.finish()?);
         }
         out.push(batches);
     }

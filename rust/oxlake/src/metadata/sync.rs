@@ -4,12 +4,14 @@
 //! the metadata table run here too.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use arrow::array::{BooleanArray, RecordBatch};
 use arrow::compute::{concat_batches, filter_record_batch, sort_to_indices, take_record_batch};
 use bytes::Bytes;
+use futures::StreamExt;
 
-use super::entries::{self, BLOCK_ROWS, Entries, record_index_key, shard_of, strings};
+use super::entries::{self, BLOCK_ROWS, Entries, RecordEntries, record_index_key, shard_of, strings};
 use super::{Index, MetadataTable, Select, commit_metadata, file_entries, metadata_uri};
 use crate::commit::Transaction;
 use crate::error::{Error, Result};
@@ -131,7 +133,7 @@ async fn write_changes(
             if batch.num_rows() == 0 && deletes.is_empty() {
                 continue;
             }
-            let stat = write_shard_log(mdt, &view, time, index, shard as u32, &[batch], &deletes).await?;
+            let stat = write_shard_log(mdt, &view, time, (index, shard as u32), &[batch], &deletes).await?;
             metadata.partition_to_write_stats.entry(index.name().to_string()).or_default().push(stat);
         }
     }
@@ -147,21 +149,30 @@ async fn write_shard_log(
     mdt: &Table,
     view: &crate::table::fs_view::FileSystemView,
     time: &str,
-    index: Index,
-    shard: u32,
+    (index, shard): (Index, u32),
     upserts: &[RecordBatch],
     deletes: &[String],
 ) -> Result<crate::format::commit::WriteStat> {
-    let file_id = super::shard::file_id(index.name(), shard);
-    let slice = view
-        .get(&(index.name().to_string(), file_id.clone()))
-        .and_then(|g| g.slices.values().next_back())
-        .ok_or_else(|| Error::corrupt(super::DIR, format!("file group {file_id} is missing")))?;
-    entries::write_log(mdt, time, index, shard, slice, upserts, deletes).await
+    let log = entries::encode_log((&mdt.schema(), &mdt.config().name), time, (index, shard), upserts, deletes)?;
+    entries::write_log(mdt, latest_slice(view, index, shard)?, log).await
 }
 
-/// The record index's share of a sync: one log file per shard whose keys moved, written shard by
-/// shard in blocks of [`BLOCK_ROWS`], so that memory holds one shard's records at a time.
+/// The latest slice of a shard of the metadata table.
+fn latest_slice(
+    view: &crate::table::fs_view::FileSystemView,
+    index: Index,
+    shard: u32,
+) -> Result<&crate::table::fs_view::FileSlice> {
+    let file_id = super::shard::file_id(index.name(), shard);
+    view.get(&(index.name().to_string(), file_id.clone()))
+        .and_then(|g| g.slices.values().next_back())
+        .ok_or_else(|| Error::corrupt(super::DIR, format!("file group {file_id} is missing")))
+}
+
+/// The record index's share of a sync: one log file per shard whose keys moved, each in blocks
+/// of [`BLOCK_ROWS`] records. Shards are encoded by tasks of the runtime (whose threads reuse the
+/// memory the data write just freed), as many at a time as the machine has cores, and written in
+/// order as they are ready: memory holds that many shards' records.
 async fn write_record_index(
     data: &Table,
     current: &MetadataTable,
@@ -170,48 +181,66 @@ async fn write_record_index(
     time: &str,
     change: &Change<'_>,
 ) -> Result<Vec<crate::format::commit::WriteStat>> {
-    let read;
     let changes = match &change.keys {
         KeySource::Unchanged | KeySource::RolledBack { .. } => return Ok(Vec::new()),
-        KeySource::Reported(changes) => *changes,
-        KeySource::Replaced(groups) => {
-            read = replaced_keys(data, groups, change.added).await?;
-            &read
-        }
+        KeySource::Reported(changes) => Arc::new((*changes).clone()),
+        KeySource::Replaced(groups) => Arc::new(replaced_keys(data, groups, change.added).await?),
     };
     let shards = current.shards(Index::RecordIndex);
     let shard_of_key = |k: &str| super::shard::shard_of(k, shards);
-    // Per written batch, the shard of each key (computed once).
-    let written_shards: Vec<Vec<u32>> = changes
-        .written
-        .iter()
-        .map(|(_, _, keys)| keys.iter().map(|k| shard_of_key(k.unwrap_or_default())).collect())
-        .collect();
+    // Per shard, per written batch, the rows whose keys fall in the shard.
+    let mut rows: Vec<Vec<Vec<u32>>> = vec![vec![Vec::new(); changes.written.len()]; shards as usize];
+    for (b, (_, _, keys)) in changes.written.iter().enumerate() {
+        for (r, k) in keys.iter().enumerate() {
+            rows[shard_of_key(k.unwrap_or_default()) as usize][b].push(r as u32);
+        }
+    }
+    let mut deletes: Vec<Vec<String>> = vec![Vec::new(); shards as usize];
+    for (partition, keys) in &changes.deleted {
+        for k in keys.iter().flatten() {
+            deletes[shard_of_key(k) as usize].push(record_index_key(k, partition));
+        }
+    }
+    let (schema, name) = (mdt.schema(), mdt.config().name.clone());
+    let encodes = rows.into_iter().zip(deletes).enumerate().filter_map(|(shard, (rows, deletes))| {
+        if rows.iter().all(Vec::is_empty) && deletes.is_empty() {
+            return None;
+        }
+        let (changes, schema, name, time) = (changes.clone(), schema.clone(), name.clone(), time.to_string());
+        Some(tokio::spawn(async move {
+            let batches = record_batches(&changes, &rows, &time)?;
+            entries::encode_log((&schema, &name), &time, (Index::RecordIndex, shard as u32), &batches, &deletes)
+        }))
+    });
+    let parallel = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut logs = futures::stream::iter(encodes).buffered(parallel);
     let mut stats = Vec::new();
-    for shard in 0..shards {
-        let mut deletes = Vec::new();
-        for (partition, keys) in &changes.deleted {
-            for k in keys.iter().flatten().filter(|k| shard_of_key(k) == shard) {
-                deletes.push(record_index_key(k, partition));
-            }
-        }
-        let mut batches = Vec::new();
-        let mut entries = Entries::new(Index::RecordIndex);
-        for ((partition, file_id, keys), shard_ids) in changes.written.iter().zip(&written_shards) {
-            for (k, _) in keys.iter().zip(shard_ids).filter(|(_, s)| **s == shard) {
-                entries.record(k.unwrap_or_default(), partition, file_id, time);
-                if entries.len() == BLOCK_ROWS {
-                    batches.push(std::mem::replace(&mut entries, Entries::new(Index::RecordIndex)).to_batch(false)?);
-                }
-            }
-        }
-        batches.push(entries.to_batch(false)?);
-        if batches.iter().all(|b| b.num_rows() == 0) && deletes.is_empty() {
-            continue;
-        }
-        stats.push(write_shard_log(mdt, view, time, Index::RecordIndex, shard, &batches, &deletes).await?);
+    while let Some(log) = logs.next().await {
+        let log = log.map_err(|e| Error::invalid_data(format!("a metadata encoding task failed: {e}")))??;
+        let slice = latest_slice(view, Index::RecordIndex, log.shard())?;
+        stats.push(entries::write_log(mdt, slice, log).await?);
     }
     Ok(stats)
+}
+
+/// The `record_index` records of one shard's `rows` (per written batch of `changes`), in blocks
+/// of [`BLOCK_ROWS`].
+fn record_batches(changes: &KeyChanges, rows: &[Vec<u32>], time: &str) -> Result<Vec<RecordBatch>> {
+    let total: usize = rows.iter().map(Vec::len).sum();
+    let mut entries = RecordEntries::with_capacity(total.min(BLOCK_ROWS));
+    let mut batches = Vec::with_capacity(total.div_ceil(BLOCK_ROWS));
+    for ((partition, file_id, keys), rows) in changes.written.iter().zip(rows) {
+        for &r in rows {
+            entries.push(keys.value(r as usize), partition, file_id, time);
+            if entries.len() == BLOCK_ROWS {
+                batches.push(entries.finish()?);
+            }
+        }
+    }
+    if entries.len() > 0 {
+        batches.push(entries.finish()?);
+    }
+    Ok(batches)
 }
 
 /// The keys a clustering or an insert overwrite moved: those of the replaced groups' latest

@@ -55,7 +55,7 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
             let mut meta = MetaWriter::new(ctx, index, &work.partition, &work.file_id);
             let batch: RecordBatch = meta.new_rows(ctx, &rows)?;
             stat.num_writes = batch.num_rows() as i64;
-            blocks.push(log::parquet_block(&ctx.instant, &batch, &ctx.table_name)?);
+            blocks.push(log::parquet_block(&ctx.instant, &batch, &ctx.table_name, &[])?);
         }
     }
     stat.total_log_blocks = blocks.len() as i64;
