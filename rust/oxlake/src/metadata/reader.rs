@@ -6,19 +6,22 @@
 //! restricted to instants completed on the data timeline; nothing else is read.
 //!
 //! A lookup of some keys reads only the base file's pages whose key range may hold one of them
-//! (base files are sorted by key and carry a page index), and only the matching rows of the logs.
+//! (base files are sorted by key and carry a page index; most pages of a row group selected, the
+//! row group is read whole), finds each key in them by binary search, and keeps only the matching
+//! rows of the logs. A lookup is planned before it reads ([`MetadataTable::plan_base`]): a writer
+//! weighs what it would decode against reading keys from data files.
 
 use std::collections::{BTreeSet, HashMap};
+use std::ops::Bound;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch};
-use arrow::compute::filter_record_batch;
-use arrow::datatypes::DataType;
-use arrow::error::ArrowError;
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, StringArray, UInt32Array};
+use arrow::compute::{filter_record_batch, take_record_batch};
+use arrow::datatypes::{DataType, Field, Schema};
 use futures::StreamExt;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
-use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, RowFilter, RowSelection, RowSelector};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::file::metadata::PageIndexPolicy;
 
@@ -27,6 +30,7 @@ use super::{Index, MetadataTable, shard};
 use crate::error::{Error, Result};
 use crate::log::{Admission, LogContent};
 use crate::storage::ParquetFile;
+use crate::table::fs_view::FileSlice;
 
 /// Which records of a shard to read.
 #[derive(Clone, Copy, Debug)]
@@ -40,14 +44,6 @@ pub(crate) enum Select<'a> {
 }
 
 impl Select<'_> {
-    /// How many keys are selected (0 for every record).
-    fn len(&self) -> usize {
-        match self {
-            Select::All => 0,
-            Select::Keys(keys) | Select::RecordKeys(keys) => keys.len(),
-        }
-    }
-
     fn matches(&self, key: &str) -> bool {
         match self {
             Select::All => true,
@@ -71,17 +67,36 @@ impl MetadataTable {
     /// The current records of one shard of `index` that `select` picks, as batches of
     /// [`record_schema`] (in no particular order).
     pub(crate) async fn read_shard(&self, index: Index, shard: u32, select: Select<'_>) -> Result<Vec<RecordBatch>> {
-        let Some(upper) = self.upper.clone() else { return Ok(Vec::new()) };
-        let file_id = shard::file_id(index.name(), shard);
-        let Some(slice) =
-            self.view.get(&(index.name().to_string(), file_id.clone())).and_then(|g| g.slice_as_of(&upper)).cloned()
-        else {
-            return Err(Error::corrupt(super::DIR, format!("file group {file_id} is missing")));
+        let Some(slice) = self.readable_slice(index, shard)? else { return Ok(Vec::new()) };
+        let base = match &slice.base {
+            Some(base) => Some(self.plan_base(&base.path, base.size, select).await?),
+            None => None,
         };
-        let mut batches = Vec::new();
-        if let Some(base) = &slice.base {
-            batches.extend(self.read_base(&base.path, base.size, select).await?);
+        self.read_slice(&slice, base, select).await
+    }
+
+    /// The slice of a shard readers use (`None` before the first instant readers may use).
+    pub(super) fn readable_slice(&self, index: Index, shard: u32) -> Result<Option<FileSlice>> {
+        let Some(upper) = &self.upper else { return Ok(None) };
+        let file_id = shard::file_id(index.name(), shard);
+        match self.view.get(&(index.name().to_string(), file_id.clone())).and_then(|g| g.slice_as_of(upper)) {
+            Some(slice) => Ok(Some(slice.clone())),
+            None => Err(Error::corrupt(super::DIR, format!("file group {file_id} is missing"))),
         }
+    }
+
+    /// The records of `select` in a shard's `slice`, whose base file is read as `base` plans.
+    pub(super) async fn read_slice(
+        &self,
+        slice: &FileSlice,
+        base: Option<BaseRead>,
+        select: Select<'_>,
+    ) -> Result<Vec<RecordBatch>> {
+        let mut batches = Vec::new();
+        if let Some(base) = base {
+            batches.extend(self.read_base(base, select).await?);
+        }
+        let Some(upper) = self.upper.clone() else { return Ok(batches) };
         if slice.logs.is_empty() {
             return Ok(batches);
         }
@@ -134,104 +149,150 @@ impl MetadataTable {
         Ok(futures::future::try_join_all(shards).await?.into_iter().flatten().collect())
     }
 
-    /// The selected records of a base file, reading only the row groups, and in them the pages,
-    /// whose key range may hold them.
-    async fn read_base(&self, path: &str, size: u64, select: Select<'_>) -> Result<Vec<RecordBatch>> {
-        let reader = ParquetFile::open(self.table.storage(), path, size);
+    /// What reading the records of `select` in a base file takes: the row groups, and in them the
+    /// pages, whose key range may hold them (footer and page index read, no data).
+    pub(super) async fn plan_base(&self, path: &str, size: u64, select: Select<'_>) -> Result<BaseRead> {
+        let mut reader = ParquetFile::open(self.table.storage(), path, size);
         let policy = match select {
             Select::All => PageIndexPolicy::Skip,
             Select::Keys(_) | Select::RecordKeys(_) => PageIndexPolicy::Optional,
         };
         let options = ArrowReaderOptions::new().with_page_index_policy(policy);
-        let builder = ParquetRecordBatchStreamBuilder::new_with_options(reader, options).await?;
-        let (metadata, schema) = (builder.metadata().clone(), builder.schema().clone());
-        let converter = StatisticsConverter::try_new("key", &schema, metadata.file_metadata().schema_descr())
+        let loaded = ArrowReaderMetadata::load_async(&mut reader, options.clone()).await?;
+        let (parquet, schema) = (loaded.metadata().clone(), loaded.schema().clone());
+        // Columns of few distinct values (dictionary-encoded in the file) stay dictionaries: a read
+        // decodes their indices, and only the rows kept become strings.
+        let hinted: Vec<Field> = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8 if FEW_VALUES.contains(&f.name().as_str()) => f
+                    .as_ref()
+                    .clone()
+                    .with_data_type(DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8))),
+                _ => f.as_ref().clone(),
+            })
+            .collect();
+        let hinted = Arc::new(Schema::new_with_metadata(hinted, schema.metadata().clone()));
+        let metadata = ArrowReaderMetadata::try_new(parquet.clone(), options.with_schema(hinted))?;
+        let converter = StatisticsConverter::try_new("key", &schema, parquet.file_metadata().schema_descr())
             .map_err(|e| Error::corrupt(path, e))?;
-        let groups = metadata.row_groups();
+        let groups = parquet.row_groups();
         let (mins, maxes) = (converter.row_group_mins(groups)?, converter.row_group_maxes(groups)?);
         let row_groups: Vec<usize> = overlapping(select, &mins, &maxes)?
             .into_iter()
             .enumerate()
             .filter_map(|(i, keep)| keep.then_some(i))
             .collect();
-        if row_groups.is_empty() {
-            return Ok(Vec::new());
-        }
-        let names: Vec<String> = record_schema().fields().iter().map(|f| f.name().clone()).collect();
-        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().map(String::as_str));
-        let mut builder = builder.with_projection(mask);
-        if let (Some(pages), Some(offsets)) = (metadata.column_index(), metadata.offset_index()) {
+        let mut rows: usize = row_groups.iter().map(|&i| groups[i].num_rows() as usize).sum();
+        let mut selection = None;
+        if let (Some(pages), Some(offsets), false) =
+            (parquet.column_index(), parquet.offset_index(), row_groups.is_empty())
+        {
             let (mins, maxes) = (
                 converter.data_page_mins(pages, offsets, &row_groups)?,
                 converter.data_page_maxes(pages, offsets, &row_groups)?,
             );
             if let Some(counts) = converter.data_page_row_counts(offsets, groups, &row_groups)? {
-                let keep = overlapping(select, &mins, &maxes)?;
-                let selectors = keep.iter().zip(counts.values()).map(|(&keep, &rows)| {
-                    if keep { RowSelector::select(rows as usize) } else { RowSelector::skip(rows as usize) }
-                });
-                builder = builder.with_row_selection(RowSelection::from_iter(selectors));
+                let pages: Vec<(bool, usize)> = overlapping(select, &mins, &maxes)?
+                    .into_iter()
+                    .zip(counts.values().iter().map(|&n| n as usize))
+                    .collect();
+                let selected: usize = pages.iter().filter(|(keep, _)| *keep).map(|(_, n)| n).sum();
+                // Selecting most pages costs more (a range and a skip per page) than reading the
+                // row groups whole.
+                if selected * 4 < rows * 3 {
+                    rows = selected;
+                    let selectors =
+                        pages.iter().map(|&(keep, n)| if keep { RowSelector::select(n) } else { RowSelector::skip(n) });
+                    selection = Some(RowSelection::from_iter(selectors));
+                }
             }
         }
-        let row_filter = select.len() > ROW_FILTER_KEYS;
-        if let Some(wanted) = Wanted::of(select).filter(|_| row_filter) {
-            // The key column first; the others are decoded for the matching rows only (a lookup
-            // of many keys selects most pages, of whose rows it keeps few; for a few keys the
-            // pages selected are few and a second pass over them costs more than it saves).
-            let key = ProjectionMask::columns(builder.parquet_schema(), ["key"]);
-            let predicate = ArrowPredicateFn::new(key, move |batch: RecordBatch| {
-                let keys = batch
-                    .column(0)
-                    .as_string_opt::<i32>()
-                    .ok_or_else(|| ArrowError::SchemaError("a metadata record key is not a string".into()))?;
-                Ok(keys.iter().map(|k| Some(wanted.matches(k.unwrap_or_default()))).collect::<BooleanArray>())
-            });
-            builder = builder.with_row_filter(RowFilter::new(vec![Box::new(predicate)]));
+        let total = parquet.file_metadata().num_rows().max(0) as usize;
+        Ok(BaseRead { file: reader, metadata, row_groups, selection, rows, total })
+    }
+
+    /// The selected records of a base file, as `plan` says to read them.
+    async fn read_base(&self, plan: BaseRead, select: Select<'_>) -> Result<Vec<RecordBatch>> {
+        if plan.row_groups.is_empty() {
+            return Ok(Vec::new());
         }
-        let mut stream = builder.with_row_groups(row_groups).build()?;
+        let builder = ParquetRecordBatchStreamBuilder::new_with_metadata(plan.file, plan.metadata);
+        let names: Vec<String> = match select {
+            // Where a record is: the rest of a record-index entry is not read.
+            Select::RecordKeys(_) => ["key", "index", "partition", "file"].map(String::from).to_vec(),
+            Select::All | Select::Keys(_) => record_schema().fields().iter().map(|f| f.name().clone()).collect(),
+        };
+        let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().map(String::as_str));
+        let mut builder = builder.with_projection(mask);
+        if let Some(selection) = plan.selection {
+            builder = builder.with_row_selection(selection);
+        }
+        let mut stream = builder.with_row_groups(plan.row_groups).build()?;
         let mut out = Vec::new();
         while let Some(batch) = stream.next().await {
-            let batch = crate::schema::align(&batch?, &record_schema())?;
+            let batch = batch?;
             let batch = match select {
-                // The row filter kept only the selected keys already.
                 Select::All => batch,
-                _ if row_filter => batch,
-                _ => {
-                    let mask: BooleanArray =
-                        strings(&batch, "key")?.iter().map(|k| Some(select.matches(k.unwrap_or_default()))).collect();
-                    filter_record_batch(&batch, &mask)?
-                }
+                // Base files are sorted by key: each selected key is found by binary search.
+                _ => take_record_batch(&batch, &UInt32Array::from(sorted_matches(strings(&batch, "key")?, select)))?,
             };
             if batch.num_rows() > 0 {
-                out.push(batch);
+                out.push(crate::schema::align(&batch, &record_schema())?);
             }
         }
         Ok(out)
     }
 }
 
-/// Above this many keys, a lookup filters rows on the key column before decoding the others.
-const ROW_FILTER_KEYS: usize = 1024;
+/// Metadata columns of few distinct values.
+const FEW_VALUES: [&str; 4] = ["index", "file", "partition", "instant"];
 
-/// The keys of a [`Select`] as a hash set a Parquet row filter can own.
-struct Wanted {
-    keys: hashbrown::HashSet<String>,
-    /// Whether the keys are record keys of `record_index` records (`partition` prefix ignored).
-    record_keys: bool,
+/// The rows of `keys` (sorted ascending, as in a base file) that `select` picks: each selected key
+/// in the batch's range is found by binary search (all rows of a record key, one per partition,
+/// for [`Select::RecordKeys`]).
+fn sorted_matches(keys: &StringArray, select: Select<'_>) -> Vec<u32> {
+    let n = keys.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let (wanted, part): (&BTreeSet<String>, fn(&str) -> &str) = match select {
+        Select::All => return (0..n as u32).collect(),
+        Select::Keys(keys) => (keys, |k| k),
+        Select::RecordKeys(keys) => (keys, record_key_of),
+    };
+    let at = |i: usize| part(keys.value(i));
+    let (first, last) = (at(0), at(n - 1));
+    let mut rows = Vec::new();
+    let mut from = 0;
+    for w in wanted.range::<str, _>((Bound::Included(first), Bound::Included(last))) {
+        // The first row at or after `w`, searching from the previous key's.
+        let (mut lo, mut hi) = (from, n);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if at(mid) < w.as_str() { lo = mid + 1 } else { hi = mid }
+        }
+        while lo < n && at(lo) == w.as_str() {
+            rows.push(lo as u32);
+            lo += 1;
+        }
+        from = lo;
+    }
+    rows
 }
 
-impl Wanted {
-    fn of(select: Select<'_>) -> Option<Self> {
-        match select {
-            Select::All => None,
-            Select::Keys(keys) => Some(Self { keys: keys.iter().cloned().collect(), record_keys: false }),
-            Select::RecordKeys(keys) => Some(Self { keys: keys.iter().cloned().collect(), record_keys: true }),
-        }
-    }
-
-    fn matches(&self, key: &str) -> bool {
-        self.keys.contains(if self.record_keys { record_key_of(key) } else { key })
-    }
+/// A planned read of a metadata base file ([`MetadataTable::plan_base`]).
+pub(super) struct BaseRead {
+    file: ParquetFile,
+    metadata: ArrowReaderMetadata,
+    row_groups: Vec<usize>,
+    /// The pages to read, when the file has a page index.
+    selection: Option<RowSelection>,
+    /// Rows the read decodes (those of the pages or row groups selected).
+    pub rows: usize,
+    /// Rows of the file.
+    pub total: usize,
 }
 
 /// Whether each `[min, max]` key range (row groups or pages; unknown bounds count as
@@ -248,4 +309,37 @@ fn overlapping(select: Select<'_>, mins: &ArrayRef, maxes: &ArrayRef) -> Result<
 /// The indices of the [`record_schema`] columns in a batch of the full metadata schema.
 fn data_columns(batch: &RecordBatch) -> Result<Vec<usize>> {
     record_schema().fields().iter().map(|f| Ok(batch.schema().index_of(f.name())?)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::record_index_key;
+    use proptest::prelude::*;
+
+    /// Sorted distinct `record_index` keys: record keys, each in one or more partitions.
+    fn index_keys(records: &BTreeSet<(String, String)>) -> StringArray {
+        let mut keys: Vec<String> = records.iter().map(|(k, p)| record_index_key(k, p)).collect();
+        keys.sort();
+        StringArray::from(keys)
+    }
+
+    proptest! {
+        /// Binary search over a sorted batch finds exactly the rows a scan would keep.
+        #[test]
+        fn sorted_matches_equal_a_scan(
+            records in proptest::collection::btree_set(("[a-c]{0,3}", "p[0-2]"), 0..60),
+            wanted in proptest::collection::btree_set("[a-c]{0,3}", 0..20),
+        ) {
+            let keys = index_keys(&records);
+            for select in [Select::RecordKeys(&wanted), Select::All] {
+                let scanned: Vec<u32> =
+                    (0..keys.len() as u32).filter(|&i| select.matches(keys.value(i as usize))).collect();
+                prop_assert_eq!(sorted_matches(&keys, select), scanned);
+            }
+            let full: BTreeSet<String> = wanted.iter().map(|k| record_index_key(k, "p1")).collect();
+            let scanned: Vec<u32> = (0..keys.len() as u32).filter(|&i| full.contains(keys.value(i as usize))).collect();
+            prop_assert_eq!(sorted_matches(&keys, Select::Keys(&full)), scanned);
+        }
+    }
 }

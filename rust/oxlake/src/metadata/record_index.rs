@@ -14,6 +14,7 @@ use futures::TryStreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::entries::{RecordEntries, record_key_of, shard_of, strings};
+use super::reader::BaseRead;
 use super::{Index, MetadataTable, Select};
 use crate::error::{Error, Result};
 use crate::format::file_name::{BaseFileName, LogFileName};
@@ -22,7 +23,7 @@ use crate::read::splits::Split;
 use crate::read::{Filter, Op, Predicate, QueryType, ScanOptions};
 use crate::schema::{COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
-use crate::table::fs_view::FileGroupId;
+use crate::table::fs_view::{FileGroupId, FileSlice};
 
 /// The record keys a write put into file groups and the ones it deleted.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -133,21 +134,32 @@ pub(crate) async fn snapshot_entries(data: &Table, shards: u32) -> Result<Vec<Ve
     Ok(out)
 }
 
-impl MetadataTable {
-    /// Where the record index puts each of `keys` (record keys), in every partition holding it:
-    /// (record key, partition) → file id.
-    pub(crate) async fn locate(&self, keys: &BTreeSet<String>) -> Result<HashMap<(String, String), String>> {
-        let shards = self.shards(Index::RecordIndex);
-        let mut by_shard: Vec<BTreeSet<String>> = vec![BTreeSet::new(); shards as usize];
-        for k in keys {
-            by_shard[super::shard::shard_of(k, shards) as usize].insert(k.clone());
-        }
-        let reads = by_shard
-            .iter()
-            .enumerate()
-            .filter(|(_, k)| !k.is_empty())
-            .map(|(shard, keys)| self.read_shard(Index::RecordIndex, shard as u32, Select::RecordKeys(keys)));
-        let mut out = HashMap::with_capacity(keys.len());
+/// A lookup of record keys in the record index, planned (footers and page indexes read): what it
+/// will read, before it reads it.
+pub(crate) struct Located<'a> {
+    mdt: &'a MetadataTable,
+    /// Per shard holding some of the keys: those keys, the shard's slice and how its base file
+    /// is read.
+    shards: Vec<(BTreeSet<String>, FileSlice, Option<BaseRead>)>,
+}
+
+impl Located<'_> {
+    /// Index entries the lookup decodes, and entries of the shards it reads, in base files (a log
+    /// file is read whole; the metadata table compacts after a few).
+    pub fn rows(&self) -> (usize, usize) {
+        let bases = self.shards.iter().filter_map(|(_, _, base)| base.as_ref());
+        bases.fold((0, 0), |(rows, total), b| (rows + b.rows, total + b.total))
+    }
+
+    /// Where the record index puts each key, in every partition holding it: (record key,
+    /// partition) → file id.
+    pub async fn read(self) -> Result<HashMap<(String, String), String>> {
+        let mdt = self.mdt;
+        let reads = self
+            .shards
+            .into_iter()
+            .map(|(keys, slice, base)| async move { mdt.read_slice(&slice, base, Select::RecordKeys(&keys)).await });
+        let mut out = HashMap::new();
         for batches in futures::future::try_join_all(reads).await? {
             for batch in batches {
                 let (key, partition, file) =
@@ -159,6 +171,33 @@ impl MetadataTable {
             }
         }
         Ok(out)
+    }
+}
+
+impl MetadataTable {
+    /// Plans the lookup of `keys` (record keys) in the record index ([`Located::read`] reads it).
+    pub(crate) async fn plan_locate(&self, keys: &BTreeSet<String>) -> Result<Located<'_>> {
+        let shards = self.shards(Index::RecordIndex);
+        let mut by_shard: Vec<BTreeSet<String>> = vec![BTreeSet::new(); shards as usize];
+        for k in keys {
+            by_shard[super::shard::shard_of(k, shards) as usize].insert(k.clone());
+        }
+        let plans = by_shard.into_iter().enumerate().filter(|(_, k)| !k.is_empty()).map(|(shard, keys)| async move {
+            let Some(slice) = self.readable_slice(Index::RecordIndex, shard as u32)? else { return Ok(None) };
+            let base = match &slice.base {
+                Some(b) => Some(self.plan_base(&b.path, b.size, Select::RecordKeys(&keys)).await?),
+                None => None,
+            };
+            Ok::<_, Error>(Some((keys, slice, base)))
+        });
+        let shards = futures::future::try_join_all(plans).await?.into_iter().flatten().collect();
+        Ok(Located { mdt: self, shards })
+    }
+
+    /// Where the record index puts each of `keys` (record keys), in every partition holding it:
+    /// (record key, partition) → file id.
+    pub(crate) async fn locate(&self, keys: &BTreeSet<String>) -> Result<HashMap<(String, String), String>> {
+        self.plan_locate(keys).await?.read().await
     }
 }
 

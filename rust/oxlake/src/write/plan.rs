@@ -315,7 +315,18 @@ async fn index_lookup(
         return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
     };
     if mdt.has(Index::RecordIndex) {
-        return record_index_lookup(&mdt, rows_by_partition, live, incoming).await;
+        let keys: std::collections::BTreeSet<String> =
+            rows_by_partition.values().flatten().map(|&r| incoming.keys.value(r as usize).to_string()).collect();
+        let located = mdt.plan_locate(&keys).await?;
+        if record_index_pays(&located, rows_by_partition, live) {
+            return record_index_lookup(located.read().await?, rows_by_partition, live, incoming);
+        }
+        log::info!(
+            "{}: {} keys: reading the keys of the files written beats the record index",
+            table.uri(),
+            keys.len()
+        );
+        return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
     }
     if !mdt.has(Index::BloomFilters) {
         return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
@@ -354,18 +365,44 @@ async fn index_lookup(
     lookup(table.storage(), rows_by_partition, &candidates, slice_logs, incoming, parallelism).await
 }
 
+/// An index entry costs about this many times a record key of a data file to find (a longer key,
+/// its file and partition, fewer files to spread over the cores): measured by routing the same
+/// random upserts both ways, 10,000 to 100,000 keys of 10,000,000 (benches/README.md).
+const INDEX_ENTRY_COST: f64 = 2.5;
+/// A lookup decoding at most this many index entries takes the record index whatever key reads
+/// would cost (one log block's worth: too little to be worth a second thought).
+const INDEX_ALWAYS_ROWS: usize = 65_536;
+
+/// Whether the record index finds the keys of a write for less than reading the record keys of
+/// the live files in the partitions written. A lookup of many keys spread over the index reads
+/// most of it (each 256-entry page holding a key is decoded), while key reads decode the files
+/// of the partitions written, a share of the table's records estimated from their sizes.
+fn record_index_pays(
+    located: &crate::metadata::record_index::Located<'_>,
+    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    live: &HashMap<String, Vec<BaseFile>>,
+) -> bool {
+    let (rows, entries) = located.rows();
+    if rows <= INDEX_ALWAYS_ROWS {
+        return true;
+    }
+    let bytes = |written_only: bool| -> u64 {
+        let files = live.iter().filter(|(p, _)| !written_only || rows_by_partition.contains_key(*p));
+        files.flat_map(|(_, files)| files).map(|f| f.size).sum()
+    };
+    let key_rows = entries as f64 * bytes(true) as f64 / bytes(false).max(1) as f64;
+    rows as f64 * INDEX_ENTRY_COST <= key_rows
+}
+
 /// The lookup of a write through the record index: which file group holds each incoming
-/// (partition, key), without reading a data file. A group the index names that is not live
-/// (replaced meanwhile) holds nothing.
-async fn record_index_lookup(
-    mdt: &crate::metadata::MetadataTable,
+/// (partition, key), without reading a data file, from the index's answer `located`. A group
+/// the index names that is not live (replaced meanwhile) holds nothing.
+fn record_index_lookup(
+    located: HashMap<(String, String), String>,
     rows_by_partition: &BTreeMap<String, Vec<u32>>,
     live: &HashMap<String, Vec<BaseFile>>,
     incoming: &Arc<Incoming>,
 ) -> Result<LookedUp> {
-    let keys: std::collections::BTreeSet<String> =
-        rows_by_partition.values().flatten().map(|&r| incoming.keys.value(r as usize).to_string()).collect();
-    let located = mdt.locate(&keys).await?;
     let mut out = HashMap::new();
     for (partition, rows) in rows_by_partition {
         let files: HashMap<&str, &BaseFile> =
