@@ -7,7 +7,8 @@ freshly opened table, best of `--repeat`. Without the metadata table the files c
 recursive listing of storage; with it, from the `files` index (a merge-on-read read of its shards).
 `--where s3` puts the table on the SeaweedFS S3 server of the tests (started here); `--latency-ms`
 adds that much to every store request while planning (`oxlake.testing`: a cloud store's round
-trip), and the requests are counted.
+trip; a listing pays it again for each page of 1,000 entries after the first), and the requests
+are counted.
 """
 
 from __future__ import annotations

@@ -72,6 +72,35 @@ def test_planning_takes_the_files_from_the_index_while_it_is_fresh(table: oxlake
     assert table.validate().ok
 
 
+def test_a_listing_pays_a_request_per_page_and_the_files_index_none(table: oxlake.Table) -> None:
+    """Storage lists 1,000 entries a request (S3's pages, modelled by the fault store's latency):
+    planning from a listing pays for every entry under the table, the files index for none."""
+    from oxlake.testing import faults
+
+    table.insert(trips(list(range(30))))
+
+    def list_calls() -> int:
+        with faults("latency=1") as counts:
+            assert len(oxlake.Table(table.uri).to_arrow()) == 30  # opened afresh: nothing cached
+        return counts["list"]
+
+    before = list_calls()
+    other = Path(table.uri) / "city=sf" / "notes"
+    other.mkdir()
+    for i in range(2_500):  # entries a listing walks (not table files)
+        (other / f"{i}.txt").touch()
+    assert list_calls() == before + 2
+    table.build_metadata(files_shards=3)
+    with_index = list_calls()
+    shutil.rmtree(other)
+    assert list_calls() == with_index
+    # Planning from the index reads the two tables' properties and each shard's file once (a small
+    # file comes whole with its footer); the metadata table is listed with its timeline at once.
+    with faults("latency=1") as counts:
+        assert len(oxlake.Table(table.uri).planned_files()) == 3
+    assert (counts["get"], counts["list"]) == (2 + 3, with_index)
+
+
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_every_write_and_service_keeps_the_index_in_step(tmp_path: Path, table_type: str) -> None:
     """After each step the index equals storage and reads equal the model."""

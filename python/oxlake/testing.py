@@ -7,7 +7,8 @@ A fault plan is a comma-separated list of rules (the syntax of ``oxlake::storage
   ``put_if_absent`` (the commit protocol's conditional create), ``delete``, ``any``.
   Modes: ``once`` (that call fails; a retry succeeds), ``always`` (that call and every later one of
   its kind fail), ``lost`` (the call takes effect but its answer is lost).
-- ``latency=<ms>``: every call waits first; ``backoff=<ms>``: the retries' first pause.
+- ``latency=<ms>``: every call waits first, and a listing again for each further page of 1,000
+  entries (S3's pages); ``backoff=<ms>``: the retries' first pause.
 
 Another process gets a plan from the ``OXLAKE_FAULTS`` environment variable.
 """

@@ -220,7 +220,7 @@ async fn open(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     if Index::parse(advertised.split(',').next().unwrap_or_default()) != Some(Index::Files) {
         return Ok(None);
     }
-    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let (mut mdt, files) = Table::open_listed(&metadata_uri(data), data.options().clone()).await?;
     let mut shards = BTreeMap::new();
     for name in advertised.split(',') {
         let index =
@@ -249,7 +249,7 @@ async fn open(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     let unfinished = (!completed(&built_at)).then(|| built_at.clone());
     let missing = unfinished.into_iter().chain(missing).collect();
     let upper = mdt.timeline().latest_completed_data().map(|i| i.time.clone());
-    let view = FileSystemView::load(mdt.storage(), mdt.timeline(), true).await?;
+    let view = FileSystemView::from_files(files, mdt.timeline(), true);
     Ok(Some(Arc::new(MetadataTable { table: mdt, view, upper, built_at, missing, shards })))
 }
 

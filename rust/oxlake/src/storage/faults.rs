@@ -11,7 +11,9 @@
 //!   Modes: `once` (that call fails before reaching the store; a retry succeeds), `always` (that
 //!   call and every later one of its kind fail: a permanent outage), `lost` (the call takes effect
 //!   but its answer is lost, as when a connection drops after the server acted).
-//! - `latency=<ms>`: every call waits that long first (a remote store's round trip).
+//! - `latency=<ms>`: every call waits that long first (a remote store's round trip), and a
+//!   listing waits again for each further page of [`LIST_PAGE`] entries (S3 lists in pages,
+//!   each a request made after the one before).
 //! - `backoff=<ms>`: the first pause of the retry layer above (tests shorten it).
 //!
 //! Injected failures are generic (transient) store errors, retried like network errors.
@@ -237,6 +239,31 @@ async fn decide(call: Call) -> Option<Mode> {
     mode
 }
 
+/// Entries per page of a listing (S3's `ListObjectsV2` returns at most 1,000 keys a request).
+pub const LIST_PAGE: usize = 1000;
+
+/// `entries` of a listing, paged: each page after the first is counted as a `list` call and waits
+/// the plan's latency.
+fn paged(
+    entries: BoxStream<'static, object_store::Result<ObjectMeta>>,
+) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+    entries
+        .enumerate()
+        .then(|(i, entry)| async move {
+            let s = state();
+            if i > 0 && i % LIST_PAGE == 0 && s.active.load(Ordering::Relaxed) {
+                s.calls[Call::List.index()].fetch_add(1, Ordering::SeqCst);
+                s.any_calls.fetch_add(1, Ordering::SeqCst);
+                let latency = s.plan.lock().map(|p| p.latency).unwrap_or_default();
+                if !latency.is_zero() {
+                    tokio::time::sleep(latency).await;
+                }
+            }
+            entry
+        })
+        .boxed()
+}
+
 fn injected(call: Call, location: &Path) -> object_store::Error {
     object_store::Error::Generic {
         store: "faults",
@@ -331,7 +358,7 @@ impl ObjectStore for FaultStore {
         let prefix = prefix.cloned();
         futures::stream::once(async move {
             let at = prefix.clone().unwrap_or_default();
-            guarded(Call::List, &at, || async { Ok(inner.list(prefix.as_ref())) }).await
+            guarded(Call::List, &at, || async { Ok(paged(inner.list(prefix.as_ref()))) }).await
         })
         .try_flatten()
         .boxed()
@@ -346,7 +373,7 @@ impl ObjectStore for FaultStore {
         let (prefix, offset) = (prefix.cloned(), offset.clone());
         futures::stream::once(async move {
             let at = prefix.clone().unwrap_or_default();
-            guarded(Call::List, &at, || async { Ok(inner.list_with_offset(prefix.as_ref(), &offset)) }).await
+            guarded(Call::List, &at, || async { Ok(paged(inner.list_with_offset(prefix.as_ref(), &offset))) }).await
         })
         .try_flatten()
         .boxed()

@@ -332,6 +332,9 @@ pub struct ParquetFile {
     store: Arc<dyn ObjectStore>,
     path: Path,
     size: u64,
+    /// The end of the file, as read with the footer: later reads inside it cost no request (the
+    /// whole of a file smaller than [`FOOTER_HINT`]).
+    tail: Option<(u64, Bytes)>,
 }
 
 /// Bytes read with the footer on the first request: enough for the footer of most files.
@@ -340,7 +343,15 @@ const FOOTER_HINT: usize = 64 * 1024;
 impl ParquetFile {
     /// A reader of `rel` (table-relative) whose size is known from a listing.
     pub fn open(storage: &Storage, rel: &str, size: u64) -> Self {
-        ParquetFile { store: storage.object_store(), path: storage.path(rel), size }
+        ParquetFile { store: storage.object_store(), path: storage.path(rel), size, tail: None }
+    }
+
+    /// `range` from the tail read with the footer, when it lies there.
+    fn cached(&self, range: &std::ops::Range<u64>) -> Option<Bytes> {
+        let (start, bytes) = self.tail.as_ref()?;
+        let end = start + bytes.len() as u64;
+        (range.start >= *start && range.end <= end)
+            .then(|| bytes.slice((range.start - start) as usize..(range.end - start) as usize))
     }
 }
 
@@ -350,10 +361,18 @@ impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
         range: std::ops::Range<u64>,
     ) -> futures::future::BoxFuture<'_, parquet::errors::Result<Bytes>> {
         Box::pin(async move {
-            self.store
-                .get_range(&self.path, range)
+            if let Some(bytes) = self.cached(&range) {
+                return Ok(bytes);
+            }
+            let bytes = self
+                .store
+                .get_range(&self.path, range.clone())
                 .await
-                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
+                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))?;
+            if range.end == self.size {
+                self.tail = Some((range.start, bytes.clone()));
+            }
+            Ok(bytes)
         })
     }
 
@@ -362,6 +381,9 @@ impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
         ranges: Vec<std::ops::Range<u64>>,
     ) -> futures::future::BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         Box::pin(async move {
+            if let Some(all) = ranges.iter().map(|r| self.cached(r)).collect::<Option<Vec<Bytes>>>() {
+                return Ok(all);
+            }
             self.store
                 .get_ranges(&self.path, &ranges)
                 .await

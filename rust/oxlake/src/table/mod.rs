@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 use crate::format::instant::{Action, Instant};
 use crate::metadata::MetadataTable;
 use crate::schema;
-use crate::storage::{ParquetFile, Storage};
+use crate::storage::{FileInfo, ParquetFile, Storage};
 use crate::timeline::Timeline;
 use fs_view::{FileGroupId, FileSystemView};
 
@@ -59,20 +59,27 @@ impl Table {
     /// Opens an existing table.
     pub async fn open(uri: &str, options: TableOptions) -> Result<Self> {
         let storage = Storage::open(uri, &options.storage_options)?;
-        let text = match storage.get_opt(PROPERTIES_FILE).await? {
-            Some(b) => b,
-            None => {
-                return Err(Error::TableNotFound {
-                    uri: storage.uri().to_string(),
-                    reason: format!("no {PROPERTIES_FILE}"),
-                });
-            }
-        };
-        let text = std::str::from_utf8(&text).map_err(|e| Error::corrupt(PROPERTIES_FILE, e))?;
-        let config = TableConfig::parse(text)?;
+        let config = parse_properties(&storage, storage.get_opt(PROPERTIES_FILE).await?)?;
         let timeline = Timeline::load(&storage, &config).await?;
         let data_schema = resolve_schema(&storage, &config, &timeline).await?;
         Ok(Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() })
+    }
+
+    /// Opens the table together with a listing of all its files: `hoodie.properties` and one
+    /// recursive listing read side by side, the timeline taken from that listing (one round trip
+    /// where [`Table::open`] and then a listing take three). For small tables read whole, as the
+    /// metadata table is.
+    pub async fn open_listed(uri: &str, options: TableOptions) -> Result<(Self, Vec<FileInfo>)> {
+        let storage = Storage::open(uri, &options.storage_options)?;
+        let (properties, files) = futures::try_join!(storage.get_opt(PROPERTIES_FILE), storage.list_recursive(""))?;
+        let config = parse_properties(&storage, properties)?;
+        let dir = format!("{}/", config.timeline_dir());
+        // The timeline's own files: those directly in its directory.
+        let names = files.iter().filter_map(|f| f.path.strip_prefix(&dir).filter(|name| !name.contains('/')));
+        let timeline = Timeline::from_file_names(names, config.timeline_dir(), config.layout_version);
+        let data_schema = resolve_schema(&storage, &config, &timeline).await?;
+        let table = Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() };
+        Ok((table, files))
     }
 
     /// Creates a table with the given data schema (no meta fields) and returns it open.
@@ -259,6 +266,15 @@ impl Table {
         log::info!("{}: removed Apache Hudi's metadata table ({} files)", self.storage.uri(), files.len());
         Ok(true)
     }
+}
+
+/// The table's configuration from the text of `hoodie.properties` (`None`: not a table).
+fn parse_properties(storage: &Storage, text: Option<Bytes>) -> Result<TableConfig> {
+    let Some(text) = text else {
+        let reason = format!("no {PROPERTIES_FILE}");
+        return Err(Error::TableNotFound { uri: storage.uri().to_string(), reason });
+    };
+    TableConfig::parse(std::str::from_utf8(&text).map_err(|e| Error::corrupt(PROPERTIES_FILE, e))?)
 }
 
 async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<SchemaRef> {
