@@ -242,16 +242,18 @@ impl Transaction {
 
     /// Checks for conflicts and makes the write visible. On a conflict the write is rolled back.
     pub async fn commit(self, table: &mut Table, metadata: &CommitMetadata) -> Result<Instant> {
-        self.commit_with_keys(table, metadata, &crate::metadata::KeyChanges::default()).await
+        self.commit_with_keys(table, metadata, &crate::metadata::KeyChanges::default(), &[]).await
     }
 
     /// [`Transaction::commit`] of a write that moved record keys (`keys`: what the record index
-    /// learns; clusterings and insert overwrites are read back from their files instead).
+    /// learns; clusterings and insert overwrites are read back from their files instead), with
+    /// the file-level index `entries` its writers computed (other files are read back).
     pub async fn commit_with_keys(
         mut self,
         table: &mut Table,
         metadata: &CommitMetadata,
         keys: &crate::metadata::KeyChanges,
+        entries: &[(String, crate::metadata::file_index::FileEntry)],
     ) -> Result<Instant> {
         failpoint("before-commit");
         if let Err(e) = self.check(table, metadata, keys).await {
@@ -272,7 +274,7 @@ impl Transaction {
                 Action::Clustering | Action::ReplaceCommit => crate::metadata::KeySource::Replaced(replaced),
                 _ => crate::metadata::KeySource::Reported(keys),
             };
-            let change = crate::metadata::Change { added: &added, deleted: &[], keys };
+            let change = crate::metadata::Change { added: &added, deleted: &[], keys, entries };
             if let Err(e) = Box::pin(crate::metadata::sync(table, &self.instant.time, change)).await {
                 return Err(self.fail(table, e).await);
             }
@@ -653,6 +655,7 @@ async fn undo(table: &Table, target: &Instant, r: &Instant, was_completed: bool)
         added: &added,
         deleted: &deleted,
         keys: crate::metadata::KeySource::RolledBack { target: &target.time, was_completed },
+        entries: &[],
     };
     Box::pin(crate::metadata::sync(table, &r.time, change)).await?;
     let meta = RollbackMetadata {

@@ -11,7 +11,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray, StringArray, UInt64Array};
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::pruning::PruningStatistics;
@@ -56,8 +56,8 @@ pub struct ColumnStats {
 }
 
 /// What the indexes hold of one data file.
-#[derive(Debug, Default)]
-pub(crate) struct FileEntry {
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FileEntry {
     pub stats: Option<FileStats>,
     /// The bloom filter's bitset.
     pub bloom: Option<Vec<u8>>,
@@ -124,13 +124,19 @@ pub(crate) async fn file_entry(
         return base_file_entry(storage, path, size, stats, bloom).await;
     }
     let batches = crate::log::file_records(storage, path, schema).await?;
+    log_entry(schema, &batches, stats, bloom)
+}
+
+/// The entry of a log file whose data records are `batches` (of the table `schema`): computed
+/// from a log file read back, or by its writer from the batches it wrote.
+pub(crate) fn log_entry(schema: &SchemaRef, batches: &[RecordBatch], stats: bool, bloom: bool) -> Result<FileEntry> {
     let mut entry = FileEntry::default();
     if stats {
         let mut out = FileStats { rows: batches.iter().map(|b| b.num_rows() as u64).sum(), ..Default::default() };
         for (i, field) in schema.fields().iter().enumerate().filter(|(_, f)| has_bounds(f.data_type())) {
             let mut bounds = Bounds::new(field.data_type())?;
             let mut nulls = 0;
-            for b in &batches {
+            for b in batches {
                 bounds.update(b.column(i))?;
                 nulls += b.column(i).null_count() as u64;
             }

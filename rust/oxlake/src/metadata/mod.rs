@@ -22,7 +22,7 @@ pub mod shard;
 mod sync;
 mod validate;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -253,6 +253,14 @@ async fn open(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     Ok(Some(Arc::new(MetadataTable { table: mdt, view, upper, built_at, missing, shards })))
 }
 
+/// Whether `table` advertises a metadata table keeping column stats, and bloom filters, of its
+/// data files.
+pub(crate) fn file_indexes(table: &Table) -> (bool, bool) {
+    let advertised = table.config().raw.get(PARTITIONS_KEY).map(String::as_str).unwrap_or_default();
+    let has = |index: Index| advertised.split(',').any(|name| Index::parse(name) == Some(index));
+    (has(Index::ColumnStats), has(Index::BloomFilters))
+}
+
 fn metadata_uri(table: &Table) -> String {
     format!("{}/{DIR}", table.uri().trim_end_matches('/'))
 }
@@ -277,6 +285,7 @@ const FILES_AT_ONCE: usize = 16;
 async fn file_entries(
     data: &Table,
     files: &[FileInfo],
+    known: &[(String, file_index::FileEntry)],
     shards: &BTreeMap<Index, u32>,
 ) -> Result<BTreeMap<Index, entries::Entries>> {
     let (stats, bloom) = (shards.contains_key(&Index::ColumnStats), shards.contains_key(&Index::BloomFilters));
@@ -285,19 +294,30 @@ async fn file_entries(
         return Ok(out);
     }
     let schema = data.schema();
+    let known: HashMap<&str, &file_index::FileEntry> = known.iter().map(|(p, e)| (p.as_str(), e)).collect();
+    let mut computed: Vec<(String, file_index::FileEntry)> = Vec::new();
+    let mut unknown: Vec<FileInfo> = Vec::new();
+    for f in files {
+        // An entry computed by the writer serves when it holds what the indexes kept now need.
+        match known.get(f.path.as_str()).filter(|e| (!stats || e.stats.is_some()) && (!bloom || e.bloom.is_some())) {
+            Some(entry) => computed.push((f.path.clone(), (*entry).clone())),
+            None => unknown.push(f.clone()),
+        }
+    }
     // Owned futures, spawned: the stream stays `Send` for any caller.
-    let tasks = files.iter().cloned().map(|f| {
+    let tasks = unknown.into_iter().map(|f| {
         let (storage, schema) = (data.storage().clone(), schema.clone());
         tokio::spawn(async move {
             let entry = file_index::file_entry(&storage, &schema, &f.path, f.size, stats, bloom).await?;
             Ok::<_, Error>((f.path, entry))
         })
     });
-    let computed: Vec<(String, file_index::FileEntry)> = futures::stream::iter(tasks)
+    let read: Vec<(String, file_index::FileEntry)> = futures::stream::iter(tasks)
         .buffer_unordered(FILES_AT_ONCE)
         .map(|joined| joined.map_err(|e| Error::invalid_data(format!("index task failed: {e}")))?)
         .try_collect()
         .await?;
+    computed.extend(read);
     let (mut stat_entries, mut bloom_entries) =
         (entries::Entries::new(Index::ColumnStats), entries::Entries::new(Index::BloomFilters));
     for (path, entry) in computed {
@@ -323,7 +343,7 @@ async fn file_entries(
 async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> {
     let storage = data.storage();
     let files = data_files(storage.list_recursive("").await?);
-    let mut by_index = file_entries(data, &files, &config.shards).await?;
+    let mut by_index = file_entries(data, &files, &[], &config.shards).await?;
     let mut listing = entries::Entries::new(Index::Files);
     for f in &files {
         listing.file(&f.path, f.size);

@@ -42,6 +42,8 @@ pub(crate) struct Change<'a> {
     pub added: &'a [FileInfo],
     pub deleted: &'a [String],
     pub keys: KeySource<'a>,
+    /// Entries of added files that their writers computed (the others are read back).
+    pub entries: &'a [(String, super::file_index::FileEntry)],
 }
 
 /// Records `change`, made by the data instant `time`, in the metadata table. Nothing to do
@@ -116,7 +118,8 @@ async fn write_changes(
 ) -> Result<crate::format::commit::CommitMetadata> {
     let view = mdt.file_system_view().await?;
     let mut metadata = commit_metadata("UPSERT")?;
-    let mut upserts: BTreeMap<Index, Entries> = file_entries(data, change.added, &current.shards).await?;
+    let mut upserts: BTreeMap<Index, Entries> =
+        file_entries(data, change.added, change.entries, &current.shards).await?;
     let mut files = Entries::new(Index::Files);
     for f in change.added {
         files.file(&f.path, f.size);

@@ -58,7 +58,7 @@ impl Table {
         if stats || blooms {
             let files: Vec<_> =
                 listed.iter().map(|(p, s)| crate::storage::FileInfo { path: p.clone(), size: s.0 }).collect();
-            let mut actual = super::file_entries(self, &files, &mdt.shards).await?;
+            let mut actual = super::file_entries(self, &files, &[], &mdt.shards).await?;
             if let Some(entries) = actual.remove(&Index::ColumnStats) {
                 let actual = by_key(&entries.to_batch(false)?, "stats")?;
                 let stored: BTreeMap<String, String> = mdt

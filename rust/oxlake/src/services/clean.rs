@@ -124,6 +124,7 @@ async fn execute(
         added: &[],
         deleted: &plan.files_to_delete,
         keys: crate::metadata::KeySource::Unchanged,
+        entries: &[],
     };
     Box::pin(crate::metadata::sync(table, &requested.time, change)).await?;
     let record = serde_json::to_vec_pretty(plan).map_err(Error::invalid_data)?;

@@ -35,6 +35,9 @@ const INSERT_BATCH: usize = 8192;
 pub(crate) struct Written {
     pub partition: String,
     pub stat: WriteStat,
+    /// What the metadata table's file-level indexes hold of the file, when its writer computed it
+    /// (log files, from the batches written; else the sync reads the file back).
+    pub entry: Option<crate::metadata::file_index::FileEntry>,
 }
 
 /// Everything a file task needs, shareable across tasks.
@@ -47,6 +50,9 @@ pub(super) struct Context {
     pub props: WriterProperties,
     pub table_name: String,
     pub task: TaskId,
+    /// Whether the metadata table keeps column stats and bloom filters of data files (log
+    /// writers then compute theirs from the batches they write).
+    pub file_indexes: (bool, bool),
 }
 
 /// How base files are written (by writes, compaction and clustering alike).
@@ -82,6 +88,7 @@ pub(crate) async fn write_all(
         table_name: table.config().name.clone(),
         props: base_file_properties(config),
         task: config.task,
+        file_indexes: crate::metadata::file_indexes(table),
     });
     let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -158,7 +165,7 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
     let size = ctx.storage.head(&rel).await?.map(|m| m.size).unwrap_or_default() as i64;
     stat.total_write_bytes = size;
     stat.file_size_in_bytes = size;
-    Ok(Written { partition: work.partition, stat })
+    Ok(Written { partition: work.partition, stat, entry: None })
 }
 
 /// Splits one batch of the old file into the rows kept as they were and the incoming rows that

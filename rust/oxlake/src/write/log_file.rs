@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
 use crate::format::log_block::{DeleteRecord, LogBlock, OrderingVal};
 use crate::log;
+use crate::metadata::file_index;
 
 /// Writes the log file of one file group.
 pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Result<Written> {
@@ -24,6 +25,8 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
         ..WriteStat::default()
     };
     let mut blocks: Vec<LogBlock> = Vec::new();
+    // The data records written, for the metadata table's file-level indexes.
+    let mut records: Vec<RecordBatch> = Vec::new();
     if work.deletes {
         let mut rows: Vec<u32> = work.changes.values().copied().collect();
         rows.sort_unstable();
@@ -56,6 +59,7 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
             let batch: RecordBatch = meta.new_rows(ctx, &rows)?;
             stat.num_writes = batch.num_rows() as i64;
             blocks.push(log::parquet_block(&ctx.instant, &batch, &ctx.table_name, &[])?);
+            records.push(batch);
         }
     }
     stat.total_log_blocks = blocks.len() as i64;
@@ -75,5 +79,9 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
     stat.log_files = Some(vec![file.name.name()]);
     stat.total_write_bytes = file.size as i64;
     stat.file_size_in_bytes = file.size as i64;
-    Ok(Written { partition: work.partition, stat })
+    let entry = match ctx.file_indexes {
+        (false, false) => None,
+        (stats, bloom) => Some(file_index::log_entry(&ctx.schema, &records, stats, bloom)?),
+    };
+    Ok(Written { partition: work.partition, stat, entry })
 }

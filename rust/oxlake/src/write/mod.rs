@@ -100,6 +100,10 @@ pub struct WrittenFiles {
     /// The record keys the files took and the ones they deleted (for the record index).
     #[serde(default)]
     pub keys: crate::metadata::KeyChanges,
+    /// What the metadata table's file-level indexes hold of the files, by path, where the writer
+    /// computed it (not carried between processes: the sync reads those files back).
+    #[serde(skip)]
+    pub entries: Vec<(String, crate::metadata::file_index::FileEntry)>,
 }
 
 impl WrittenFiles {
@@ -268,8 +272,14 @@ impl Table {
             Some(incoming) => key_changes(&work, incoming)?,
             None => crate::metadata::KeyChanges::default(),
         };
-        let written = base_file::write_all(self, instant, work, incoming, config).await?;
-        Ok(WrittenFiles { replaced, stats: written.into_iter().map(|w| (w.partition, w.stat)).collect(), keys })
+        let mut written = base_file::write_all(self, instant, work, incoming, config).await?;
+        let entries = written.iter_mut().filter_map(|w| Some((w.stat.path.clone()?, w.entry.take()?))).collect();
+        Ok(WrittenFiles {
+            replaced,
+            stats: written.into_iter().map(|w| (w.partition, w.stat)).collect(),
+            keys,
+            entries,
+        })
     }
 
     /// Completes a write with the files of all its tasks (driver side). With `reconcile` (a write
@@ -295,8 +305,10 @@ impl Table {
             .insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&self.data_schema(), &self.config().name)?);
         let mut result = WriteResult::default();
         let mut keys = crate::metadata::KeyChanges::default();
+        let mut entries = Vec::new();
         for part in parts {
             keys.extend(part.keys);
+            entries.extend(part.entries);
             for (partition, ids) in part.replaced {
                 let entry = metadata.partition_to_replace_file_ids.entry(partition).or_default();
                 entry.extend(ids);
@@ -319,7 +331,7 @@ impl Table {
                 return Err(tx.fail(self, e).await);
             }
         }
-        let instant = tx.commit_with_keys(self, &metadata, &keys).await?;
+        let instant = tx.commit_with_keys(self, &metadata, &keys, &entries).await?;
         result.instant = Some(instant.time);
         Ok(result)
     }
