@@ -136,6 +136,30 @@ def test_write_round_trip(spark: SparkSession, tmp_path: Path, table_type: str) 
     assert after == rows(hudi_read(path))
 
 
+def test_distributed_writes_keep_the_metadata_table_in_step(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark tasks write log files and report, with their keys, the index entries of those
+    files; the driver's commit syncs the metadata table from the reports: it validates against
+    a full listing after every write, and the record index routes the next upsert."""
+    path = str(tmp_path / "t")
+    t = trips_table(path, table_type="merge_on_read")
+    t.insert(trips(list(range(300))))
+    t.build_metadata()
+    changed = spark.createDataFrame(trips(list(range(0, 300, 2)) + [300, 301], ts=2, name="u").to_pandas())
+    r = oxlake.spark.write(changed, path, "upsert")
+    assert (r.num_updates, r.num_inserts) == (150, 2)
+    assert any(".log." in f for f in r.files)
+    report = oxlake.Table(path).validate()
+    assert report.ok, report.differences
+    gone = spark.createDataFrame(trips([1, 3, 301], ts=2).to_pandas())  # ts: as late as the upsert
+    assert oxlake.spark.write(gone, path, "delete").num_deletes == 3
+    report = oxlake.Table(path).validate()
+    assert report.ok, report.differences
+    want = [i for i in range(302) if i not in (1, 3, 301)]
+    assert sorted(r["id"] for r in rows(oxlake.Table(path).to_arrow())) == want
+    got = rows(oxlake.Table(path).lookup(pa.table({"id": pa.array([0, 1, 2, 300], pa.int64())})))
+    assert [(r["id"], r["name"]) for r in got] == [(0, "u0"), (2, "u2"), (300, "u300")]
+
+
 def test_failed_job_leaves_the_table_unchanged(spark: SparkSession, table: oxlake.Table) -> None:
     table.insert(trips(list(range(30))))
     before = rows(table.to_arrow())

@@ -55,12 +55,33 @@ pub struct ColumnStats {
     pub nulls: u64,
 }
 
-/// What the indexes hold of one data file.
-#[derive(Clone, Debug, Default, PartialEq)]
+/// What the indexes hold of one data file (it travels from a distributed write's tasks to the
+/// commit as JSON, the bitset as base64).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct FileEntry {
     pub stats: Option<FileStats>,
     /// The bloom filter's bitset.
+    #[serde(with = "base64_bytes")]
     pub bloom: Option<Vec<u8>>,
+}
+
+/// Optional bytes as a base64 string in JSON.
+mod base64_bytes {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => s.serialize_some(&STANDARD.encode(b)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        let text: Option<String> = Option::deserialize(d)?;
+        text.map(|t| STANDARD.decode(t).map_err(serde::de::Error::custom)).transpose()
+    }
 }
 
 /// Types whose bounds survive a round trip through text and order as their values do.

@@ -101,8 +101,8 @@ pub struct WrittenFiles {
     #[serde(default)]
     pub keys: crate::metadata::KeyChanges,
     /// What the metadata table's file-level indexes hold of the files, by path, where the writer
-    /// computed it (not carried between processes: the sync reads those files back).
-    #[serde(skip)]
+    /// computed it (log files; the sync reads the others back).
+    #[serde(default)]
     pub entries: Vec<(String, crate::metadata::file_index::FileEntry)>,
 }
 
@@ -524,5 +524,28 @@ mod tests {
         let v = out.batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
         // a: ordering 9 twice, the later (row 3, v=4) wins; b: 1 beats null.
         assert_eq!(v.values(), &[4, 2]);
+    }
+
+    proptest::proptest! {
+        /// A task's report survives its trip to the driver as JSON, the index entries it computed
+        /// (statistics and bloom bitsets) included.
+        #[test]
+        fn written_files_round_trip_through_json(
+            bloom in proptest::option::of(proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)),
+            rows in 0u64..1_000,
+            keys in proptest::collection::vec("[a-z0-9]{0,6}", 0..8),
+        ) {
+            use crate::metadata::file_index::{FileEntry, FileStats};
+            let stats = FileStats { rows, ..FileStats::default() };
+            let written = WrittenFiles {
+                keys: crate::metadata::KeyChanges {
+                    written: vec![("p".into(), "f".into(), StringArray::from(keys))],
+                    deleted: vec![],
+                },
+                entries: vec![("p/.f_1.log.1_0-0-1".into(), FileEntry { stats: Some(stats), bloom })],
+                ..WrittenFiles::default()
+            };
+            proptest::prop_assert_eq!(WrittenFiles::from_json(&written.to_json().unwrap()).unwrap(), written);
+        }
     }
 }
