@@ -67,22 +67,32 @@ impl MetadataTable {
     /// The current records of one shard of `index` that `select` picks, as batches of
     /// [`record_schema`] (in no particular order).
     pub(crate) async fn read_shard(&self, index: Index, shard: u32, select: Select<'_>) -> Result<Vec<RecordBatch>> {
-        let Some(slice) = self.readable_slice(index, shard)? else { return Ok(Vec::new()) };
+        match self.plan_shard(index, shard, select).await? {
+            Some((slice, base)) => self.read_slice(&slice, base, select).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The slice of a shard readers use, and how to read `select` in its base file (`None`
+    /// before the first instant readers may use).
+    pub(super) async fn plan_shard(
+        &self,
+        index: Index,
+        shard: u32,
+        select: Select<'_>,
+    ) -> Result<Option<(FileSlice, Option<BaseRead>)>> {
+        let Some(upper) = &self.upper else { return Ok(None) };
+        let file_id = shard::file_id(index.name(), shard);
+        let Some(slice) =
+            self.view.get(&(index.name().to_string(), file_id.clone())).and_then(|g| g.slice_as_of(upper))
+        else {
+            return Err(Error::corrupt(super::DIR, format!("file group {file_id} is missing")));
+        };
         let base = match &slice.base {
             Some(base) => Some(self.plan_base(&base.path, base.size, select).await?),
             None => None,
         };
-        self.read_slice(&slice, base, select).await
-    }
-
-    /// The slice of a shard readers use (`None` before the first instant readers may use).
-    pub(super) fn readable_slice(&self, index: Index, shard: u32) -> Result<Option<FileSlice>> {
-        let Some(upper) = &self.upper else { return Ok(None) };
-        let file_id = shard::file_id(index.name(), shard);
-        match self.view.get(&(index.name().to_string(), file_id.clone())).and_then(|g| g.slice_as_of(upper)) {
-            Some(slice) => Ok(Some(slice.clone())),
-            None => Err(Error::corrupt(super::DIR, format!("file group {file_id} is missing"))),
-        }
+        Ok(Some((slice.clone(), base)))
     }
 
     /// The records of `select` in a shard's `slice`, whose base file is read as `base` plans.

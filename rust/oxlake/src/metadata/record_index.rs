@@ -141,6 +141,8 @@ pub(crate) struct Located<'a> {
     /// Per shard holding some of the keys: those keys, the shard's slice and how its base file
     /// is read.
     shards: Vec<(BTreeSet<String>, FileSlice, Option<BaseRead>)>,
+    /// Keys looked up.
+    keys: usize,
 }
 
 impl Located<'_> {
@@ -159,7 +161,7 @@ impl Located<'_> {
             .shards
             .into_iter()
             .map(|(keys, slice, base)| async move { mdt.read_slice(&slice, base, Select::RecordKeys(&keys)).await });
-        let mut out = HashMap::new();
+        let mut out = HashMap::with_capacity(self.keys);
         for batches in futures::future::try_join_all(reads).await? {
             for batch in batches {
                 let (key, partition, file) =
@@ -183,15 +185,11 @@ impl MetadataTable {
             by_shard[super::shard::shard_of(k, shards) as usize].insert(k.clone());
         }
         let plans = by_shard.into_iter().enumerate().filter(|(_, k)| !k.is_empty()).map(|(shard, keys)| async move {
-            let Some(slice) = self.readable_slice(Index::RecordIndex, shard as u32)? else { return Ok(None) };
-            let base = match &slice.base {
-                Some(b) => Some(self.plan_base(&b.path, b.size, Select::RecordKeys(&keys)).await?),
-                None => None,
-            };
-            Ok::<_, Error>(Some((keys, slice, base)))
+            let planned = self.plan_shard(Index::RecordIndex, shard as u32, Select::RecordKeys(&keys)).await?;
+            Ok::<_, Error>(planned.map(|(slice, base)| (keys, slice, base)))
         });
         let shards = futures::future::try_join_all(plans).await?.into_iter().flatten().collect();
-        Ok(Located { mdt: self, shards })
+        Ok(Located { mdt: self, shards, keys: keys.len() })
     }
 
     /// Where the record index puts each of `keys` (record keys), in every partition holding it:
