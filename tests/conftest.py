@@ -108,10 +108,12 @@ def hudi_read(
     return pa.Table.from_batches(batches)
 
 
-def run_paused(table_path: str, point: str, code: str, tmp: Path) -> subprocess.Popen[str]:
+def run_paused(
+    table_path: str, point: str, code: str, tmp: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """Runs `code` (argv[1]: the table) in another process; returns once it waits at the pause
     point `point` (`tmp/resume` lets it go on)."""
-    env = {**os.environ, "OXLAKE_PAUSEPOINT": point, "OXLAKE_PAUSE_DIR": str(tmp)}
+    env = {**(env or os.environ), "OXLAKE_PAUSEPOINT": point, "OXLAKE_PAUSE_DIR": str(tmp)}
     proc = subprocess.Popen(
         [sys.executable, "-c", code, table_path],
         env=env,

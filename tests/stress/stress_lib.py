@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -233,6 +235,7 @@ class Workers:
     target: Target
     logs: Path
     procs: list[tuple[str, subprocess.Popen[bytes]]] = field(default_factory=list)
+    frozen: int = 0
 
     def start(self, role: str, name: str, **args: Any) -> None:
         spec = json.dumps({"role": role, "name": name, "target": self.target.to_json(), **args})
@@ -256,6 +259,27 @@ class Workers:
 
     def stop(self) -> None:
         (self.logs / "stop").touch()
+
+    def freeze_now_and_then(self, names: list[str], seconds: float, rng: random.Random) -> threading.Thread:
+        """Stops (SIGSTOP) one of `names` at random for `seconds`, again and again until `stop`:
+        a process paused past its heartbeat, as a GC pause or a suspended VM pauses it. The others
+        take it for gone and roll its write back while it sleeps."""
+
+        def run() -> None:
+            procs = [p for n, p in self.procs if n in names]
+            while not (self.logs / "stop").exists() and any(p.poll() is None for p in procs):
+                time.sleep(rng.uniform(1.0, 3.0))
+                proc = rng.choice(procs)
+                if proc.poll() is not None:
+                    continue
+                os.kill(proc.pid, signal.SIGSTOP)
+                time.sleep(seconds)
+                os.kill(proc.pid, signal.SIGCONT)
+                self.frozen += 1
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        return thread
 
     def kill_all(self) -> None:
         for _, proc in self.procs:

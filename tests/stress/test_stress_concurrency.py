@@ -42,7 +42,9 @@ COMMITS = {"local": 50 if LONG else 12, "s3": 50 if LONG else 6}
 RETAIN = 30  # commits a clean keeps: a read must finish within them
 
 
-def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
+def run(
+    target: Target, logs: Path, where: str, seed: int, compactors: int = 1, freeze: bool = False
+) -> dict[str, int]:
     regions = [f"w{i}" for i in range(WRITERS)]
     t, initial = create(target, regions + [SHARED])
     workers = Workers(target, logs)
@@ -61,12 +63,22 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
                 conflict_retries=retries,
                 pause=0.05,
             )
-        workers.start("compactor", "compactor", pause=0.3)
+        # Compactors race each other (each with its own store latency, so that their views age
+        # differently); a rollbacker on a slow store rolls back what it takes for failed writes.
+        names = [f"compactor{i}" if i else "compactor" for i in range(compactors)]
+        for i, name in enumerate(names):
+            workers.start("compactor", name, pause=0.3, faults=f"latency={100 * i}" if i else "")
         workers.start("cleaner", "cleaner", retain=RETAIN, pause=0.3)
         workers.start("reader", "reader", pause=0.1)
+        services = [*names, "cleaner", "reader"]
+        if freeze:
+            workers.start("rollbacker", "rollbacker", pause=0.2, faults="latency=300")
+            services.append("rollbacker")
+            # Writers frozen past three heartbeats (1 s) while the others go on.
+            workers.freeze_now_and_then(writers, 4.0, random.Random(seed))
         workers.wait(writers, timeout=1200)
         workers.stop()
-        workers.wait(["compactor", "cleaner", "reader"], timeout=300)
+        workers.wait(services, timeout=300)
     finally:
         workers.kill_all()
 
@@ -99,6 +111,10 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
     assert report.ok, report.differences
 
     services = {s: read_log(logs / f"{s}.jsonl") for s in ("compactor", "cleaner", "reader")}
+    for extra in [f"compactor{i}" for i in range(1, compactors)]:
+        entries = read_log(logs / f"{extra}.jsonl")
+        assert all(e.status in ("landed", "conflict") for e in entries), [e.detail for e in entries]
+        services["compactor"] += entries
     for name, entries in services.items():
         # A compaction or clean may fail with a conflict (and leave nothing); reads never fail.
         allowed = ("landed",) if name == "reader" else ("landed", "conflict")
@@ -117,6 +133,8 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
         "compactions": compactions,
         "cleans": sum(1 for e in done["cleaner"] if e.extra["deleted"] > 0),
         "reads": len(reads),
+        "compactors": compactors,
+        "frozen": workers.frozen,
     }
     (logs / "figures.json").write_text(json.dumps(figures))
     print(f"{where}: {figures}")
@@ -131,3 +149,27 @@ def test_writers_and_services_in_parallel(where: str, tmp_path: Path, request: p
     figures = run(target, logs, where, seed=random.randrange(1 << 20))
     # Writers that keep to their own region never conflict; the shared region makes some conflict.
     assert figures["landed"] >= WRITERS
+
+
+@pytest.mark.parametrize("compactors", [2, 3])
+def test_several_compactors_and_writers(compactors: int, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """Two and three compaction processes at once beside the writers: no slice is compacted
+    twice, no write into a new slice is lost (issue 22)."""
+    target = target_for("local", request, tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    run(target, logs, "local", seed=random.randrange(1 << 20), compactors=compactors)
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_writers_frozen_past_their_heartbeat_and_a_slow_rollbacker(
+    where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """Writers stopped (SIGSTOP) past three heartbeats while a process on a slow store rolls back
+    what it takes for failed writes: a write reported committed is never rolled back (the model
+    check), one rolled back reports a conflict (issue 22)."""
+    target = target_for(where, request, tmp_path)
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    figures = run(target, logs, where, seed=random.randrange(1 << 20), compactors=2, freeze=True)
+    assert figures["frozen"] > 0

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import oxlake
+import oxlake.testing
 from stress_lib import INITIAL_KEYS, Target, apply, plan_write
 
 
@@ -60,6 +61,13 @@ def service(spec: dict, log: Log, t: oxlake.Table, stop: Path) -> None:
                 log(attempt=attempt, op="compact", status="landed", **done)
             except oxlake.CommitConflictError as e:
                 log(attempt=attempt, op="compact", status="conflict", instant=e.instant, detail=str(e))
+        elif spec["role"] == "rollbacker":
+            # On a slow store (its own latency): what it read is old by the time it acts.
+            try:
+                rolled = t.rollback_failed()
+                log(attempt=attempt, op="rollback", status="landed", rolled_back=rolled)
+            except oxlake.CommitConflictError as e:
+                log(attempt=attempt, op="rollback", status="conflict", instant=e.instant, detail=str(e))
         elif spec["role"] == "cleaner":
             try:
                 deleted = t.clean(retain=spec["retain"])
@@ -113,6 +121,8 @@ def main() -> None:
     log_path = Path(sys.argv[2])
     log = Log(log_path)
     target = Target.from_json(spec["target"])
+    if spec.get("faults"):
+        oxlake.testing.inject_faults(spec["faults"])
     t = target.open(heartbeat_interval=spec.get("heartbeat", 1.0))
     try:
         if spec["role"] == "writer":

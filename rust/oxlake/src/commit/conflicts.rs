@@ -87,8 +87,9 @@ impl Footprint {
 fn groups_conflict(a: &Footprint, b: &Footprint) -> bool {
     // A compaction and a log write on the same file group do not conflict: logs written after the
     // compaction was planned go to the compaction's new slice. A compaction and a clustering (which
-    // replaces groups) do.
-    if (a.compacted || b.compacted) && !(a.replaces || b.replaces) {
+    // replaces groups) do, and so do two compactions (each would replace the other's new slice;
+    // `services::slice_claims` keeps them from planning one slice twice).
+    if a.compacted != b.compacted && !(a.replaces || b.replaces) {
         return false;
     }
     !a.groups.is_disjoint(&b.groups)

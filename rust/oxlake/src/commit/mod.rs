@@ -20,11 +20,13 @@
 //! during a rollback is finished by the writer after.
 
 mod conflicts;
+mod fate;
 
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinHandle;
 
@@ -52,6 +54,8 @@ const CLAIMS_KEPT: Duration = Duration::from_secs(24 * 3600);
 pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
     let cutoff = chrono::Utc::now().naive_utc() - chrono::TimeDelta::from_std(CLAIMS_KEPT).unwrap_or_default();
     let cutoff = cutoff.format("%Y%m%d%H%M%S%3f").to_string();
+    fate::prune(table.storage(), &cutoff).await?;
+    crate::services::slice_claims::prune(table, &cutoff).await?;
     for f in table.storage().list_dir(CLAIMS_DIR).await? {
         let name = f.path.rsplit('/').next().unwrap_or_default();
         if name.get(..17).is_some_and(|t| t < cutoff.as_str()) {
@@ -61,12 +65,26 @@ pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
     Ok(())
 }
 
+/// Makes the plan of an instant once its time is claimed (see [`claim_with`]); `None`: nothing
+/// to do. The future owns what it uses besides the table and the time.
+pub trait PlanFn: for<'a> Fn(&'a Table, &'a str) -> BoxFuture<'a, Result<Option<Bytes>>> + Send + Sync {}
+impl<F> PlanFn for F where F: for<'a> Fn(&'a Table, &'a str) -> BoxFuture<'a, Result<Option<Bytes>>> + Send + Sync {}
+
+/// A plan already made, as a [`PlanFn`]'s future.
+fn ready<'a>(plan: Result<Option<Bytes>>) -> BoxFuture<'a, Result<Option<Bytes>>> {
+    Box::pin(std::future::ready(plan))
+}
+
 /// A write in progress: an instant claimed on the timeline and its heartbeat.
 #[derive(Debug)]
 pub struct Transaction {
     instant: Instant,
     /// The completed data instants when the write began; anything completed later is checked.
     seen: HashSet<String>,
+    /// The completed cleans when the write began: a data file gone since was removed by one.
+    services: HashSet<String>,
+    /// The attempt at this instant time (see [`fate`]): rollbacks of earlier attempts finished.
+    epoch: u32,
     heartbeat: Option<JoinHandle<()>>,
 }
 
@@ -141,7 +159,18 @@ impl Transaction {
 
     /// [`Transaction::begin`] with the requested file holding a plan made for the claimed time
     /// (compaction, clustering, clean).
-    pub async fn begin_with(table: &mut Table, action: Action, plan: impl Fn(&str) -> Result<Bytes>) -> Result<Self> {
+    pub async fn begin_with(
+        table: &mut Table,
+        action: Action,
+        plan: impl Fn(&str) -> Result<Bytes> + Send + Sync,
+    ) -> Result<Self> {
+        let tx = Self::begin_planned(table, action, |_, time| ready(plan(time).map(Some))).await?;
+        tx.ok_or_else(|| Error::invalid_data("a plan came out empty"))
+    }
+
+    /// [`Transaction::begin_with`] with a plan made once the instant time is claimed (see
+    /// [`claim_with`]); `None` when the plan came out empty (no instant is created).
+    pub async fn begin_planned(table: &mut Table, action: Action, plan: impl PlanFn) -> Result<Option<Self>> {
         table.reload().await?;
         rollback_failed(table).await?;
         if action != Action::Indexing {
@@ -149,7 +178,7 @@ impl Transaction {
             Box::pin(crate::metadata::catch_up(table)).await?;
         }
         let storage = table.storage().clone();
-        let requested = claim(table, action, plan).await?;
+        let Some(requested) = claim_with(table, action, plan).await? else { return Ok(None) };
         let time = requested.time.clone();
         // The heartbeat follows the claim: a writer that lost the race for `time` must not touch
         // the winner's heartbeat. Until it exists, the requested file's own age stands in for it
@@ -157,13 +186,15 @@ impl Transaction {
         write_heartbeat(&storage, &time).await?;
         failpoint("after-requested");
         let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let epoch = fate::current_epoch(table, &time).await?;
         let heartbeat = Some(spawn_heartbeat(storage.clone(), time, table.options().heartbeat_interval));
-        let tx = Transaction { instant: requested, seen, heartbeat };
+        let services = services_seen(table);
+        let tx = Transaction { instant: requested, seen, services, epoch, heartbeat };
         let inflight = tx.instant.with_state(State::Inflight);
         let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
         table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
         failpoint("after-inflight");
-        Ok(tx)
+        Ok(Some(tx))
     }
 
     /// Claims the instant `time` (not a new one) for `action`, its requested file holding `plan`:
@@ -183,8 +214,10 @@ impl Transaction {
         }
         write_heartbeat(&storage, time).await?;
         let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let epoch = fate::current_epoch(table, time).await?;
         let heartbeat = Some(spawn_heartbeat(storage.clone(), time.to_string(), table.options().heartbeat_interval));
-        let tx = Transaction { instant: requested, seen, heartbeat };
+        let services = services_seen(table);
+        let tx = Transaction { instant: requested, seen, services, epoch, heartbeat };
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         Ok(tx)
     }
@@ -195,9 +228,11 @@ impl Transaction {
         let storage = table.storage().clone();
         write_heartbeat(&storage, &requested.time).await?;
         let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let epoch = fate::current_epoch(table, &requested.time).await?;
         let heartbeat =
             Some(spawn_heartbeat(storage.clone(), requested.time.clone(), table.options().heartbeat_interval));
-        let tx = Transaction { instant: requested.with_state(State::Requested), seen, heartbeat };
+        let services = services_seen(table);
+        let tx = Transaction { instant: requested.with_state(State::Requested), seen, services, epoch, heartbeat };
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         failpoint("after-inflight");
         Ok(tx)
@@ -227,8 +262,10 @@ impl Transaction {
         let instant = pending.with_state(State::Requested);
         let storage = table.storage().clone();
         write_heartbeat(&storage, &instant.time).await?;
+        let epoch = fate::current_epoch(table, &instant.time).await?;
         let heartbeat = Some(spawn_heartbeat(storage, instant.time.clone(), table.options().heartbeat_interval));
-        Ok(Transaction { instant, seen: token.seen, heartbeat })
+        // Cleans since the hand-over are not known: every completed one counts as possibly later.
+        Ok(Transaction { instant, seen: token.seen, services: HashSet::new(), epoch, heartbeat })
     }
 
     /// The instant time of this write.
@@ -257,6 +294,7 @@ impl Transaction {
     ) -> Result<Instant> {
         failpoint("before-commit");
         if let Err(e) = self.check(table, metadata, keys).await {
+            let e = self.lost_to_service(table, e).await;
             return Err(self.fail(table, e).await);
         }
         if self.instant.action != Action::Indexing {
@@ -280,56 +318,71 @@ impl Transaction {
             }
             failpoint("after-metadata-sync");
         }
-        // A process that took this writer for dead (no heartbeat for three intervals: a paused
-        // process) may be rolling it back: then it must not complete.
-        if let Some(r) = self.rolled_back_by(table).await? {
-            let e =
-                Error::CommitConflict { instant: r, detail: "this write was rolled back by another process".into() };
-            return Err(self.fail(table, e).await);
-        }
         // A compaction completes as a commit (a clustering as a replacecommit).
         let completed = match self.instant.action {
             Action::Compaction => Instant::new(self.instant.time.clone(), Action::Commit, State::Completed),
             Action::Clustering => Instant::new(self.instant.time.clone(), Action::ReplaceCommit, State::Completed),
             _ => self.instant.with_state(State::Completed),
         };
-        let created = table.timeline().create(table.storage(), &completed, Bytes::from(metadata.to_json()?)).await?;
+        let json = Bytes::from(metadata.to_json()?);
+        // A process that took this writer for dead (no heartbeat for three intervals: a paused
+        // process, a slow store) may be rolling it back: the fate record decides which of the two
+        // goes on, whatever the timing.
+        let ours = fate::Fate::Committed { action: completed.action, metadata: json.clone() };
+        let decided = fate::decide(table.storage(), &self.instant.time, self.epoch, ours.clone()).await;
+        match decided {
+            Ok(d) if d == ours => {}
+            Ok(fate::Fate::RolledBack { by }) => {
+                self.stop_heartbeat(table.storage()).await?;
+                // Files written after that rollback listed the table would be left behind.
+                remove_reported_files(table.storage(), &self.instant.time, metadata).await?;
+                let detail = format!("this write was rolled back by another process (rollback {by})");
+                return Err(Error::CommitConflict { instant: by, detail });
+            }
+            Ok(fate::Fate::Committed { .. }) => {
+                self.stop_heartbeat(table.storage()).await?;
+                let detail = "the instant was completed by another writer".into();
+                return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
+            }
+            // Undecided: nothing is visible, roll back as after any failure.
+            Err(e) => return Err(self.fail(table, e).await),
+        }
+        failpoint("after-fate");
+        // From here the write is committed: a rollback that comes now completes it instead (a file
+        // found there is that roll-forward, of the same metadata).
+        table.timeline().create(table.storage(), &completed, json).await?;
         failpoint("after-commit");
         self.stop_heartbeat(table.storage()).await?;
         conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
-        if !created {
-            return Err(Error::CommitConflict {
-                instant: self.instant.time.clone(),
-                detail: "the instant was completed by another writer".into(),
-            });
-        }
         table.reload().await?;
         Ok(completed)
     }
 
-    /// The rollback (pending or done) of this transaction's instant that another process began,
-    /// if any: a rollback claims a time after the instant, and its plan names it.
-    async fn rolled_back_by(&self, table: &mut Table) -> Result<Option<String>> {
-        table.reload().await?;
-        if !table.timeline().instants_at(&self.instant.time).iter().any(|i| !i.is_completed()) {
-            return Ok(Some(self.instant.time.clone()));
+    /// `error` as the conflict it is when it is a data file gone while this write read it and a
+    /// table service completed since the write began (a compaction, clustering or clean removed
+    /// or replaced what the write planned against): a conflict is retried (`conflict_retries`),
+    /// a storage error is not.
+    pub async fn lost_to_service(&self, table: &mut Table, error: Error) -> Error {
+        let gone = match &error {
+            Error::Storage { path, source: object_store::Error::NotFound { .. } } => path.clone(),
+            _ => return error,
+        };
+        if gone.starts_with(".hoodie/") || table.reload().await.is_err() {
+            return error;
         }
-        let rollbacks: Vec<Instant> = table
-            .timeline()
-            .instants()
-            .iter()
-            .filter(|i| i.action == Action::Rollback && i.time > self.instant.time && !i.is_completed())
-            .cloned()
-            .collect();
-        for r in rollbacks {
-            let path = table.timeline().path_of(&r.with_state(State::Requested));
-            let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
-            let plan: RollbackPlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
-            if plan.instant_to_rollback.commit_time == self.instant.time {
-                return Ok(Some(r.time));
-            }
+        let timeline = table.timeline();
+        let service = timeline.instants().iter().filter(|i| i.is_completed()).find(|i| match i.action {
+            Action::Clean => !self.services.contains(&i.time),
+            Action::Commit | Action::ReplaceCommit => !self.seen.contains(&i.time) && i.time != self.instant.time,
+            _ => false,
+        });
+        match service {
+            Some(s) => Error::CommitConflict {
+                instant: s.time.clone(),
+                detail: format!("{} {} removed or replaced {gone} while this write read it", s.action, s.time),
+            },
+            None => error,
         }
-        Ok(None)
     }
 
     /// Rolls the transaction back after `error` ended it, and returns `error` (a failed rollback
@@ -346,7 +399,7 @@ impl Transaction {
     pub async fn abort(mut self, table: &mut Table) -> Result<()> {
         table.reload().await?;
         let pending = self.instant.with_state(State::Inflight);
-        let result = rollback(table, &pending, None, false).await;
+        let result = rollback(table, &pending, None, Undo::Failed).await.map(drop);
         self.stop_heartbeat(table.storage()).await?;
         result
     }
@@ -369,6 +422,7 @@ impl Transaction {
             conflicts::publish_intent(table.storage(), time, &footprint).await?;
             failpoint("after-intent");
         }
+        let mut watch = HeartbeatWatch::default();
         loop {
             table.reload().await?;
             let (seen, compare) = (&self.seen, if appends_only { None } else { Some(&footprint) });
@@ -383,6 +437,9 @@ impl Transaction {
                 conflicts::Verdict::GiveWay(other) => return Err(conflict(&other, "is committing")),
                 conflicts::Verdict::Wait(other) => {
                     log::debug!("{time}: waiting for the overlapping commit of {other}");
+                    if let Some(p) = table.timeline().pending().find(|i| i.time == other).cloned() {
+                        watch.check(table, &p, &format!("commit {time}")).await?;
+                    }
                     conflicts::pause().await;
                 }
             }
@@ -405,6 +462,16 @@ impl Drop for Transaction {
             h.abort();
         }
     }
+}
+
+fn services_seen(table: &Table) -> HashSet<String> {
+    table
+        .timeline()
+        .instants()
+        .iter()
+        .filter(|i| i.is_completed() && i.action == Action::Clean)
+        .map(|i| i.time.clone())
+        .collect()
 }
 
 fn conflict(other: &str, what: &str) -> Error {
@@ -434,6 +501,56 @@ fn spawn_heartbeat(storage: Storage, time: String, interval: Duration) -> JoinHa
     })
 }
 
+/// Watches the heartbeats of pending instants that a process waits for (a compaction for the
+/// writes that began before it, a commit for an earlier overlapping one), so that no wait is
+/// endless: a writer that is alive refreshes its heartbeat; one whose heartbeat stands still yet
+/// never expires (a time ahead of this clock: clock skew, a damaged file) is reported.
+#[derive(Default)]
+pub(crate) struct HeartbeatWatch {
+    seen: std::collections::HashMap<String, (Option<Bytes>, std::time::Instant)>,
+}
+
+impl HeartbeatWatch {
+    /// Notes the heartbeat of `instant`, which `waiter` waits for; fails when it has stood still
+    /// far longer than a live writer lets it.
+    pub(crate) async fn check(&mut self, table: &Table, instant: &Instant, waiter: &str) -> Result<()> {
+        let path = heartbeat_path(&instant.time);
+        let beat = table.storage().get_opt(&path).await?;
+        let now = std::time::Instant::now();
+        let limit = (table.options().heartbeat_interval * HEARTBEAT_TOLERANCE * 3).max(HEARTBEAT_STILL_LIMIT);
+        let (last, since) = self.seen.entry(instant.time.clone()).or_insert_with(|| {
+            let shown = beat.as_ref().map(|b| String::from_utf8_lossy(b).into_owned());
+            log::info!(
+                "{}: {waiter} waits for the pending {} {} (heartbeat {shown:?})",
+                table.uri(),
+                instant.action,
+                instant.time
+            );
+            (beat.clone(), now)
+        });
+        if *last != beat {
+            (*last, *since) = (beat, now);
+            return Ok(());
+        }
+        if now.duration_since(*since) > limit {
+            let shown = beat.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_else(|| "none".into());
+            let detail = format!(
+                "{waiter} waited {}s for the pending {} {}, whose heartbeat {path} ({shown}) has not changed: its writer                  is gone, but the heartbeat does not expire (a clock ahead of this one, or a damaged file); the instant                  is rolled back once its heartbeat is older than {} intervals by this clock",
+                limit.as_secs(),
+                instant.action,
+                instant.time,
+                HEARTBEAT_TOLERANCE
+            );
+            log::warn!("{}: {detail}", table.uri());
+            return Err(Error::CommitConflict { instant: instant.time.clone(), detail });
+        }
+        Ok(())
+    }
+}
+
+/// The shortest time a heartbeat may stand still before a waiter gives up on its instant.
+const HEARTBEAT_STILL_LIMIT: Duration = Duration::from_secs(10);
+
 /// Whether the writer of a pending instant is gone: its last sign of life (the heartbeat, or the
 /// instant's own timeline file before the first heartbeat) is older than the tolerance.
 pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool> {
@@ -455,7 +572,19 @@ pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool>
 /// create of a marker `.hoodie/oxlake/claims/<time>`, whatever the action. A metadata table's
 /// plain times belong to the data instants it mirrors, so the instants of its own services
 /// (rollbacks, cleans) take a `002` suffix no data instant has.
-pub(crate) async fn claim(table: &Table, action: Action, plan: impl Fn(&str) -> Result<Bytes>) -> Result<Instant> {
+pub(crate) async fn claim(
+    table: &Table,
+    action: Action,
+    plan: impl Fn(&str) -> Result<Bytes> + Send + Sync,
+) -> Result<Instant> {
+    let claimed = claim_with(table, action, |_, time| ready(plan(time).map(Some))).await?;
+    claimed.ok_or_else(|| Error::invalid_data("a plan came out empty"))
+}
+
+/// [`claim`] with a plan made once the time is this writer's (a compaction first takes the
+/// slices it compacts, see `services::compaction`); `None` from `plan`: nothing to do, no
+/// instant is created.
+pub(crate) async fn claim_with(table: &Table, action: Action, plan: impl PlanFn) -> Result<Option<Instant>> {
     let own_suffix = if table.is_metadata_table() { "002" } else { "" };
     let mut last = table.timeline().last_time().map(|t| t.get(..17).unwrap_or(t).to_string());
     for _ in 0..CLAIM_ATTEMPTS {
@@ -467,11 +596,19 @@ pub(crate) async fn claim(table: &Table, action: Action, plan: impl Fn(&str) -> 
         if !table.storage().put_if_absent(&format!("{CLAIMS_DIR}/{time}"), token).await? {
             continue;
         }
+        let Some(content) = plan(table, &time).await? else { return Ok(None) };
         // The time is this writer's now: a requested file already there is its own, from an
-        // attempt whose answer was lost.
+        // attempt whose answer was lost, unless another process took this writer for dead
+        // before it got here (see `services::compaction`): then it has another content.
         let requested = Instant::new(time.clone(), action, State::Requested);
-        table.timeline().create(table.storage(), &requested, plan(&time)?).await?;
-        return Ok(requested);
+        let path = table.timeline().path_of(&requested);
+        if !table.timeline().create(table.storage(), &requested, content.clone()).await?
+            && table.storage().get(&path).await? != content
+        {
+            let detail = "another process took this writer for gone and closed its instant".into();
+            return Err(Error::CommitConflict { instant: time, detail });
+        }
+        return Ok(Some(requested));
     }
     Err(Error::CommitConflict { instant: last.unwrap_or_default(), detail: "could not claim an instant time".into() })
 }
@@ -503,9 +640,10 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
             Some(plan) => {
                 let target = plan.instant_to_rollback.commit_time;
                 let action = Action::parse(&plan.instant_to_rollback.action).unwrap_or(Action::Commit);
-                rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), plan.was_completed)
-                    .await?;
-                done.push(target);
+                let how = if plan.was_completed { Undo::Deliberate { was_completed: true } } else { Undo::Failed };
+                if rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), how).await? {
+                    done.push(target);
+                }
             }
             None => table.timeline().remove_pending(table.storage(), &r).await?,
         }
@@ -525,8 +663,9 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
         .collect();
     for instant in failed {
         if !taken.contains(&instant.time) && is_expired(table, &instant).await? {
-            rollback(table, &instant, None, false).await?;
-            done.push(instant.time.clone());
+            if rollback(table, &instant, None, Undo::Failed).await? {
+                done.push(instant.time.clone());
+            }
             table.reload().await?;
         }
     }
@@ -581,6 +720,10 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
     let requested = claim(table, Action::Rollback, |_| Ok(plan.clone())).await?;
     let r = requested.time.clone();
+    // The commit recorded as the target's fate gives way to this rollback first: otherwise a
+    // process finding the target pending would complete it again.
+    let epoch = fate::current_epoch(table, &time).await?;
+    fate::overrule(&storage, &time, epoch, &r).await?;
     // The target reads as pending from here on (its requested and inflight files remain).
     let target = Instant::new(time.clone(), action, State::Inflight);
     for pending in [target.with_state(State::Requested), target.clone()] {
@@ -589,7 +732,7 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     storage.delete(&table.timeline().path_of(&latest)).await?;
     failpoint("rollback-after-uncommit");
     table.reload().await?;
-    rollback(table, &target, Some(requested), true).await?;
+    rollback(table, &target, Some(requested), Undo::Deliberate { was_completed: true }).await?;
     table.reload().await?;
     Ok(r)
 }
@@ -602,15 +745,30 @@ pub(crate) async fn rollback_pending(table: &Table, target: &Instant) -> Result<
         let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
         let plan: RollbackPlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
         if plan.instant_to_rollback.commit_time == target.time {
-            return rollback(table, target, Some(r.clone()), plan.was_completed).await;
+            let how = Undo::Deliberate { was_completed: plan.was_completed };
+            return rollback(table, target, Some(r.clone()), how).await.map(drop);
         }
     }
-    rollback(table, target, None, false).await
+    rollback(table, target, None, Undo::Deliberate { was_completed: false }).await.map(drop)
+}
+
+/// How a rollback treats the fate of its target (see [`fate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Undo {
+    /// A write taken for failed: the rollback records the target's fate, and yields when a commit
+    /// (or another rollback) was recorded first.
+    Failed,
+    /// A deliberate rollback (of a completed commit, of a failed attempt of the metadata table):
+    /// it overrules a recorded commit. `was_completed`: the target had completed before (see
+    /// [`rollback_completed`]).
+    Deliberate { was_completed: bool },
 }
 
 /// Rolls back one pending instant, resuming `existing` when a rollback of it was interrupted.
-/// `was_completed`: the target had completed before (see [`rollback_completed`]).
-async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, was_completed: bool) -> Result<()> {
+/// Returns whether it did: `false` when the target's fate was decided otherwise (it committed, and
+/// is completed now; or another rollback owns it).
+async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, how: Undo) -> Result<bool> {
+    let was_completed = matches!(how, Undo::Deliberate { was_completed: true });
     let r = match existing {
         Some(r) => r,
         None => {
@@ -625,8 +783,34 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, wa
             claim(table, Action::Rollback, |_| Ok(plan.clone())).await?
         }
     };
+    let epoch = fate::current_epoch(table, &target.time).await?;
+    if let Undo::Deliberate { .. } = how {
+        fate::overrule(table.storage(), &target.time, epoch, &r.time).await?;
+    } else {
+        let ours = fate::Fate::RolledBack { by: r.time.clone() };
+        match fate::decide(table.storage(), &target.time, epoch, ours.clone()).await? {
+            d if d == ours => {}
+            decided => {
+                if let fate::Fate::Committed { action, metadata } = decided {
+                    fate::roll_forward(table, target, action, metadata).await?;
+                    table.storage().delete(&heartbeat_path(&target.time)).await?;
+                    conflicts::withdraw_intent(table.storage(), &target.time).await?;
+                }
+                log::info!(
+                    "{}: {} {} is not rolled back: its fate was decided first",
+                    table.uri(),
+                    target.action,
+                    target.time
+                );
+                table.timeline().remove_pending(table.storage(), &r).await?;
+                return Ok(false);
+            }
+        }
+    }
+    failpoint("rollback-after-fate");
     // A rollback beats like a write: another process finishes it only once this one is gone.
-    beating(table, &r.time, undo(table, target, &r, was_completed)).await
+    beating(table, &r.time, undo(table, target, &r, was_completed)).await?;
+    Ok(true)
 }
 
 /// Runs `work` for the pending instant `time` with a heartbeat, so that other processes leave
@@ -728,6 +912,27 @@ pub(crate) async fn remove_unreported_files(
         log::info!("instant {time}: removed {} files of failed task attempts", deleted.len());
     }
     Ok(deleted)
+}
+
+/// Deletes the data files of `metadata`, a write at `time` that another process rolled back:
+/// its base files, and its logs that hold blocks of `time` only.
+async fn remove_reported_files(storage: &Storage, time: &str, metadata: &CommitMetadata) -> Result<()> {
+    for (_, stat) in metadata.write_stats() {
+        let Some(path) = stat.path.as_deref() else { continue };
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let ours = if BaseFileName::parse(name).is_some() {
+            BaseFileName::parse(name).is_some_and(|b| b.instant == time)
+        } else if LogFileName::parse(name).is_some() {
+            let instants = crate::log::block_instants(storage, path).await?;
+            !instants.is_empty() && instants.iter().all(|i| i == time)
+        } else {
+            false
+        };
+        if ours {
+            storage.delete(path).await?;
+        }
+    }
+    Ok(())
 }
 
 async fn undo_files_of(

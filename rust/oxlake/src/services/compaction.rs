@@ -171,6 +171,11 @@ impl Table {
             .collect();
         for requested in pending {
             let plan = read_plan(self, &requested.time).await?;
+            if plan.operations.is_empty() {
+                // Closed by another compactor (its owner was gone before it wrote a plan, see
+                // `slice_claims`): nothing to run, and it stays so that the owner's create fails.
+                continue;
+            }
             let tx = Transaction::resume(self, &requested.with_state(State::Requested)).await?;
             let plan = match settle(self, &requested.time, plan).await {
                 Ok(plan) => plan,
@@ -182,8 +187,28 @@ impl Table {
         if plan.operations.is_empty() {
             return Ok(result);
         }
-        let json = plan.to_json()?;
-        let tx = Transaction::begin_with(self, Action::Compaction, |_| Ok(Bytes::from(json.clone()))).await?;
+        // The plan keeps the slices this compaction takes once its time is claimed: no slice is in
+        // two plans, however many compactors run at once (`slice_claims`).
+        let taken = Arc::new(std::sync::Mutex::new(CompactionPlan::default()));
+        let (wanted, out) = (plan, taken.clone());
+        let planned = Transaction::begin_planned(self, Action::Compaction, move |table, time| {
+            let (wanted, out) = (wanted.clone(), out.clone());
+            Box::pin(async move {
+                let operations = crate::services::slice_claims::take(table, time, wanted.operations).await?;
+                if operations.is_empty() {
+                    return Ok(None);
+                }
+                let ours = CompactionPlan { operations, version: wanted.version };
+                let json = Bytes::from(ours.to_json()?);
+                *out.lock().map_err(|_| Error::invalid_data("a compaction plan's lock was poisoned"))? = ours;
+                Ok(Some(json))
+            })
+        })
+        .await?;
+        let Some(tx) = planned else { return Ok(result) };
+        let plan = std::mem::take(
+            &mut *taken.lock().map_err(|_| Error::invalid_data("a compaction plan's lock was poisoned"))?,
+        );
         // Writes that began after this compaction see its plan and name their logs with it (the
         // new slice); one that missed the plan fails its commit with a conflict. Writes that began
         // before it may still add logs to the slices it compacts: wait for them, then take their
@@ -205,13 +230,21 @@ const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
 /// with every log that completed writes added to those slices, and records it when it changed
 /// (a write that committed while the plan was being made; a plan resumed later).
 async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Result<CompactionPlan> {
+    let mut watch = crate::commit::HeartbeatWatch::default();
     loop {
         table.reload().await?;
-        let earlier = table.timeline().pending().any(|i| i.action.writes_data() && i.time.as_str() < time);
-        if !earlier {
+        let earlier: Vec<Instant> =
+            table.timeline().pending().filter(|i| i.action.writes_data() && i.time.as_str() < time).cloned().collect();
+        if earlier.is_empty() {
             break;
         }
         crate::commit::rollback_failed(table).await?;
+        // A writer that is alive refreshes its heartbeat; one whose heartbeat stands still but
+        // never expires (a time in the future: clock skew, a damaged file) would be waited for
+        // forever.
+        for other in &earlier {
+            watch.check(table, other, &format!("compaction {time}")).await?;
+        }
         tokio::time::sleep(SETTLE_POLL).await;
     }
     // Logs join a slice after its base instant: only the writes since the oldest base may have

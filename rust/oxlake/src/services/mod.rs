@@ -8,6 +8,7 @@ pub mod clustering;
 pub mod compaction;
 pub mod progress;
 pub mod restore;
+pub(crate) mod slice_claims;
 
 pub use clean::{CleanPlan, CleanPolicy, CleanResult};
 pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending_clustering_groups};

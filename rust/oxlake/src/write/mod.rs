@@ -183,7 +183,10 @@ impl Table {
         let tx = self.begin_write(op).await?;
         let files = match self.write_files_in(op, incoming.as_ref(), tx.time(), config).await {
             Ok(files) => files,
-            Err(e) => return Err(tx.fail(self, e).await),
+            Err(e) => {
+                let e = tx.lost_to_service(self, e).await;
+                return Err(tx.fail(self, e).await);
+            }
         };
         let result = self.commit_write(tx, op, vec![files], false).await?;
         if op.action(self.config().table_type) == Action::DeltaCommit && result.instant.is_some() {
@@ -266,6 +269,7 @@ impl Table {
         config: &WriteConfig,
     ) -> Result<WrittenFiles> {
         let plan = plan::plan(self, op, incoming, config).await?;
+        crate::commit::failpoint("after-plan");
         write_partition_markers(self, instant, &plan).await?;
         let plan::WritePlan { work, replaced } = plan;
         let keys = match incoming {

@@ -1,0 +1,151 @@
+//! The fate of a pending instant: completed or rolled back, decided once.
+//!
+//! A writer about to complete instant `t` and another process about to roll `t` back (it took the
+//! writer for dead: a paused process, a slow store) must exclude each other. Checking the timeline
+//! and then acting lets both win: the writer reports a commit whose files the rollback deletes.
+//! So each first records its decision with a conditional create of `.hoodie/oxlake/fate/<t>`; the
+//! one that creates it decides, the other yields:
+//! - a committer that finds a rollback recorded fails with a conflict and leaves the rollback to
+//!   its owner;
+//! - a rollback that finds a commit recorded deletes nothing; when the committer is gone before it
+//!   created the completed file, the rollback completes the instant for it (rolls it forward) from
+//!   the commit metadata kept in the record: every check of the commit had passed.
+//!
+//! Compaction plans outlive a rollback of their run (the plan runs again at the same time), and the
+//! metadata table retries a failed deltacommit at the same time: each attempt at a time has an
+//! *epoch*, the number of finished rollbacks before it, and records its fate under
+//! `<t>` (epoch 0) or `<t>~<epoch>`. A stale actor of an earlier attempt finds that attempt's
+//! fate decided.
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::format::instant::{Action, Instant, State};
+use crate::storage::Storage;
+use crate::table::Table;
+
+const FATE_DIR: &str = ".hoodie/oxlake/fate";
+
+/// What was decided for one attempt at an instant time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Fate {
+    /// The attempt completes as `completed` (its action), with this commit metadata.
+    Committed { action: Action, metadata: Bytes },
+    /// The rollback instant `by` undoes the attempt.
+    RolledBack { by: String },
+}
+
+impl Fate {
+    fn encode(&self) -> Bytes {
+        match self {
+            Fate::Committed { action, metadata } => {
+                let mut out = format!("commit {action}\n").into_bytes();
+                out.extend_from_slice(metadata);
+                Bytes::from(out)
+            }
+            Fate::RolledBack { by } => Bytes::from(format!("rollback {by}\n")),
+        }
+    }
+
+    fn decode(path: &str, bytes: &Bytes) -> Result<Self> {
+        let end = bytes.iter().position(|b| *b == b'\n').unwrap_or(bytes.len());
+        let head = std::str::from_utf8(&bytes[..end]).map_err(|e| Error::corrupt(path, e))?;
+        let rest = bytes.slice((end + 1).min(bytes.len())..);
+        match head.split_once(' ') {
+            Some(("commit", action)) => {
+                let action = Action::parse(action).ok_or_else(|| Error::corrupt(path, "unknown action"))?;
+                Ok(Fate::Committed { action, metadata: rest })
+            }
+            Some(("rollback", by)) if !by.is_empty() => Ok(Fate::RolledBack { by: by.to_string() }),
+            _ => Err(Error::corrupt(path, "not an instant's fate record")),
+        }
+    }
+}
+
+fn path(time: &str, epoch: u32) -> String {
+    match epoch {
+        0 => format!("{FATE_DIR}/{time}"),
+        n => format!("{FATE_DIR}/{time}~{n}"),
+    }
+}
+
+/// The fate recorded for attempt `epoch` at `time`, if any.
+pub(crate) async fn recorded(storage: &Storage, time: &str, epoch: u32) -> Result<Option<Fate>> {
+    let p = path(time, epoch);
+    storage.get_opt(&p).await?.map(|b| Fate::decode(&p, &b)).transpose()
+}
+
+/// The epoch of the current attempt at `time` on `table`'s (just reloaded) timeline: the first
+/// whose fate is not a rollback that finished.
+pub(crate) async fn current_epoch(table: &Table, time: &str) -> Result<u32> {
+    let mut epoch = 0;
+    while let Some(Fate::RolledBack { by }) = recorded(table.storage(), time, epoch).await? {
+        let finished =
+            table.timeline().instants_at(&by).iter().any(|i| i.action == Action::Rollback && i.is_completed());
+        if !finished {
+            break;
+        }
+        epoch += 1;
+    }
+    Ok(epoch)
+}
+
+/// Records `fate` for attempt `epoch` at `time` unless a fate is recorded there already; returns
+/// the fate that holds (ours, or the one recorded first).
+pub(crate) async fn decide(storage: &Storage, time: &str, epoch: u32, fate: Fate) -> Result<Fate> {
+    let p = path(time, epoch);
+    if storage.put_if_absent(&p, fate.encode()).await? {
+        return Ok(fate);
+    }
+    let bytes = storage.get(&p).await?;
+    Fate::decode(&p, &bytes)
+}
+
+/// Records that rollback `by` undoes attempt `epoch` at `time`, over whatever was recorded: for
+/// a deliberate rollback of a completed instant (nobody races to complete it).
+pub(crate) async fn overrule(storage: &Storage, time: &str, epoch: u32, by: &str) -> Result<()> {
+    storage.put(&path(time, epoch), Fate::RolledBack { by: by.to_string() }.encode()).await
+}
+
+/// Completes `target` for its committer, from the commit recorded as its fate (the committer
+/// decided to complete and is gone before it created the completed file).
+pub(crate) async fn roll_forward(table: &Table, target: &Instant, action: Action, metadata: Bytes) -> Result<()> {
+    let completed = Instant::new(target.time.clone(), action, State::Completed);
+    table.timeline().create(table.storage(), &completed, metadata).await?;
+    log::info!("{}: completed {} {} for its writer, which had decided to commit", table.uri(), action, target.time);
+    Ok(())
+}
+
+/// Removes the fate records older than `cutoff` (an instant time): no actor is that stale.
+pub(crate) async fn prune(storage: &Storage, cutoff: &str) -> Result<()> {
+    for f in storage.list_dir(FATE_DIR).await? {
+        let name = f.path.rsplit('/').next().unwrap_or_default();
+        if name.get(..17).is_some_and(|t| t < cutoff) {
+            storage.delete(&f.path).await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_first_decision_holds_and_records_round_trip() {
+        let s = Storage::in_memory("t").unwrap();
+        let t = "20240101000000000";
+        let commit = Fate::Committed { action: Action::DeltaCommit, metadata: Bytes::from_static(b"{\"a\":\n1}") };
+        let rollback = Fate::RolledBack { by: "20240101000000100".into() };
+        assert_eq!(decide(&s, t, 0, commit.clone()).await.unwrap(), commit);
+        assert_eq!(decide(&s, t, 0, rollback.clone()).await.unwrap(), commit, "the rollback yields");
+        assert_eq!(decide(&s, t, 1, rollback.clone()).await.unwrap(), rollback, "another epoch is free");
+        assert_eq!(decide(&s, t, 1, commit.clone()).await.unwrap(), rollback, "the stale committer yields");
+        overrule(&s, t, 0, "20240101000000200").await.unwrap();
+        assert_eq!(recorded(&s, t, 0).await.unwrap(), Some(Fate::RolledBack { by: "20240101000000200".into() }));
+        s.put(&path(t, 2), Bytes::from_static(b"garbage")).await.unwrap();
+        assert!(matches!(recorded(&s, t, 2).await, Err(Error::CorruptTable { .. })));
+        prune(&s, "20240101000000001").await.unwrap();
+        assert_eq!(recorded(&s, t, 0).await.unwrap(), None);
+    }
+}
