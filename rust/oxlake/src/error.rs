@@ -113,9 +113,7 @@ impl From<parquet::errors::ParquetError> for Error {
                 Ok(store) => Error::storage(UNNAMED_PARQUET, *store),
                 // Writers reach the store through `AsyncWrite`, whose failures are IO errors.
                 Err(inner) => match inner.downcast::<std::io::Error>() {
-                    Ok(io) => {
-                        Error::storage(UNNAMED_PARQUET, object_store::Error::Generic { store: "io", source: io })
-                    }
+                    Ok(io) => Error::storage(UNNAMED_PARQUET, object_store::Error::Generic { store: "io", source: io }),
                     Err(inner) => match inner.downcast::<Error>() {
                         Ok(ours) => *ours,
                         Err(other) => Error::Parquet(P::External(other)),

@@ -31,7 +31,11 @@ impl Iterator for BlockingReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         let next = self.runtime.block_on(self.stream.next())?;
-        Some(next.map_err(|e| ArrowError::ExternalError(Box::new(Tagged(crate::errors::tagged(&e.into()))))))
+        Some(
+            next.map_err(|e| {
+                ArrowError::ExternalError(Box::new(Tagged(crate::errors::tagged(&oxlake::Error::from(e)))))
+            }),
+        )
     }
 }
 

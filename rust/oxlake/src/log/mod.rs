@@ -180,7 +180,12 @@ pub fn checked_blocks(path: &str, data: &Bytes, committed: Option<&CommittedLog>
     {
         return Err(Error::corrupt(
             path,
-            format!("the log file holds {} bytes, but instant {} wrote {} into it (truncated)", data.len(), c.instant, c.end),
+            format!(
+                "the log file holds {} bytes, but instant {} wrote {} into it (truncated)",
+                data.len(),
+                c.instant,
+                c.end
+            ),
         ));
     }
     let mut out = Vec::new();
@@ -228,7 +233,11 @@ async fn read_blocks(storage: &Storage, logs: &[LogFile], committed: Option<&Com
                 return Err(Error::storage(&log.path, source));
             }
         };
-        out.extend(checked_blocks(&log.path, &data, written)?.into_iter().map(|block| Located { path: log.path.clone(), block }));
+        out.extend(
+            checked_blocks(&log.path, &data, written)?
+                .into_iter()
+                .map(|block| Located { path: log.path.clone(), block }),
+        );
     }
     Ok(out)
 }
@@ -241,7 +250,7 @@ pub async fn read_slice(
     admission: &Admission,
 ) -> Result<Vec<LogContent>> {
     let committed = admission.committed(storage).await?;
-    let blocks = read_blocks(storage, logs, Some(&committed)).await?;
+    let blocks = read_blocks(storage, logs, Some(committed.as_ref())).await?;
     let rolled_back: HashSet<String> =
         blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
     let mut out = Vec::new();

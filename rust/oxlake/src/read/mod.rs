@@ -251,7 +251,8 @@ impl Table {
             let Some(name) = LogFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
             // The log belongs to this slice when it is named like the slice's base or other logs
             // (an older slice's logs go with it; a clean removes them).
-            let base = slice.base.as_ref().and_then(|b| BaseFileName::parse(b.path.rsplit('/').next().unwrap_or(&b.path)));
+            let base =
+                slice.base.as_ref().and_then(|b| BaseFileName::parse(b.path.rsplit('/').next().unwrap_or(&b.path)));
             let of_slice = base.is_some_and(|b| b.instant == name.instant)
                 || slice.logs.iter().any(|l| l.name.instant == name.instant);
             if of_slice {
@@ -354,7 +355,9 @@ impl Table {
         let ctx = session(self, opts.batch_size, opts.memory_limit)?;
         // The base files read, to name the one behind a failure that does not say (see `named`).
         let bases: Vec<(String, u64)> = match &split {
-            splits::Split::Changes(Some(plans)) => [&plans.before, &plans.after].into_iter().flat_map(base_files).collect(),
+            splits::Split::Changes(Some(plans)) => {
+                [&plans.before, &plans.after].into_iter().flat_map(base_files).collect()
+            }
             splits::Split::Changes(None) => Vec::new(),
             splits::Split::Scan(plan) => base_files(plan).collect(),
         };
