@@ -95,35 +95,17 @@ impl CommittedLogs {
     pub async fn load(storage: &Storage, timeline: &Timeline) -> Result<Self> {
         use futures::{StreamExt, TryStreamExt};
         let cache = STAT_CACHE.get_or_init(Default::default);
-        let key = |i: &crate::format::instant::Instant| format!("{}/{}", storage.uri(), timeline.path_of(i));
         let instants: Vec<_> = timeline.completed_data().collect();
         let cached: Vec<Option<Arc<Vec<(String, CommittedLog)>>>> = {
             let cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
-            instants.iter().map(|i| cache.get(&key(i)).cloned()).collect()
+            instants.iter().map(|i| cache.get(&stat_key(storage, timeline, i)).cloned()).collect()
         };
+        let missing: Vec<crate::format::instant::Instant> =
+            instants.iter().zip(&cached).filter(|(_, c)| c.is_none()).map(|(i, _)| (*i).clone()).collect();
+        // Futures collected first: a stream of closures borrowing here would not be `Send`.
+        let fetches: Vec<_> = missing.into_iter().map(|i| fetch_log_stats(storage, timeline, i)).collect();
         let fetched: Vec<(String, Arc<Vec<(String, CommittedLog)>>)> =
-            futures::stream::iter(instants.iter().zip(&cached).filter(|(_, c)| c.is_none()).map(|(i, _)| async move {
-                let meta = timeline.commit_metadata(storage, i).await?;
-                let logs = meta
-                    .write_stats()
-                    .filter_map(|(partition, s)| {
-                        let path = s.path.as_deref()?;
-                        LogFileName::parse(path.rsplit('/').next().unwrap_or(path))?;
-                        let end = s.log_offset.unwrap_or(0).max(0).saturating_add(s.file_size_in_bytes.max(0));
-                        let log = CommittedLog {
-                            partition: partition.to_string(),
-                            file_id: s.file_id.clone(),
-                            end: end as u64,
-                            instant: i.time.clone(),
-                        };
-                        Some((path.to_string(), log))
-                    })
-                    .collect::<Vec<_>>();
-                Ok::<_, Error>((key(i), Arc::new(logs)))
-            }))
-            .buffer_unordered(16)
-            .try_collect()
-            .await?;
+            futures::stream::iter(fetches).buffer_unordered(16).try_collect().await?;
         if !fetched.is_empty() {
             let mut cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
             if cache.len() + fetched.len() > STAT_CACHE_LIMIT {
@@ -154,6 +136,36 @@ impl CommittedLogs {
     pub fn iter(&self) -> impl Iterator<Item = (&String, &CommittedLog)> {
         self.by_path.iter()
     }
+}
+
+/// The key of an instant in [`STAT_CACHE`].
+fn stat_key(storage: &Storage, timeline: &Timeline, instant: &crate::format::instant::Instant) -> String {
+    format!("{}/{}", storage.uri(), timeline.path_of(instant))
+}
+
+/// The log files a completed instant's write stats name, keyed for [`STAT_CACHE`].
+async fn fetch_log_stats(
+    storage: &Storage,
+    timeline: &Timeline,
+    i: crate::format::instant::Instant,
+) -> Result<(String, Arc<Vec<(String, CommittedLog)>>)> {
+    let meta = timeline.commit_metadata(storage, &i).await?;
+    let logs = meta
+        .write_stats()
+        .filter_map(|(partition, s)| {
+            let path = s.path.as_deref()?;
+            LogFileName::parse(path.rsplit('/').next().unwrap_or(path))?;
+            let end = s.log_offset.unwrap_or(0).max(0).saturating_add(s.file_size_in_bytes.max(0));
+            let log = CommittedLog {
+                partition: partition.to_string(),
+                file_id: s.file_id.clone(),
+                end: end as u64,
+                instant: i.time.clone(),
+            };
+            Some((path.to_string(), log))
+        })
+        .collect();
+    Ok((stat_key(storage, timeline, &i), Arc::new(logs)))
 }
 
 /// The admitted content of a slice's logs, in log order.

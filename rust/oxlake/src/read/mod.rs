@@ -373,7 +373,11 @@ impl Table {
             let names: Vec<&str> = cols.iter().map(String::as_str).collect();
             df = df.select_columns(&names).map_err(|e| Error::invalid_arg("columns", e))?;
         }
-        let stream = df.execute_stream().await?;
+        // Planning reads base file footers too: a damaged one fails here.
+        let stream = match df.execute_stream().await {
+            Ok(s) => s,
+            Err(e) => return Err(named::name_failure(self.storage(), &bases, e.into()).await),
+        };
         let schema = stream.schema();
         let named = named::name_failures(stream, self.storage().clone(), bases);
         Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named)))
