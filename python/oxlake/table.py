@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -66,6 +67,30 @@ class WriteResult:
     files: list[str]
 
 
+# An error of a scan crosses the Arrow C stream interface as text: `[oxlake.<class>] <message>`.
+_ERROR_TAG = re.compile(r"\[oxlake\.(\w+)\] (.*)", re.S)
+
+
+def _oxlake_error(e: BaseException) -> BaseException | None:
+    """The oxlake exception an Arrow stream error carries, if it carries one."""
+    m = _ERROR_TAG.search(str(e))
+    cls = getattr(_native, m.group(1), None) if m else None
+    if m is None or not (isinstance(cls, type) and issubclass(cls, _native.OxlakeError)):
+        return None
+    return cls(m.group(2))
+
+
+def _typed_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """`batches`, raising a failure of the scan as its `OxlakeError` subclass."""
+    try:
+        yield from batches
+    except pa.ArrowException as e:
+        typed = _oxlake_error(e)
+        if typed is None:
+            raise
+        raise typed from None
+
+
 class Scan:
     """The result of a read: an Arrow stream, consumed once.
 
@@ -85,8 +110,9 @@ class Scan:
         return self._native.__arrow_c_stream__(requested_schema)
 
     def reader(self) -> pa.RecordBatchReader:
-        """The stream as a `pyarrow.RecordBatchReader`."""
-        return pa.RecordBatchReader.from_stream(self._native)
+        """The stream as a `pyarrow.RecordBatchReader` (failures raise `OxlakeError` subclasses)."""
+        native = pa.RecordBatchReader.from_stream(self._native)
+        return pa.RecordBatchReader.from_batches(native.schema, _typed_batches(native))
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return iter(self.reader())

@@ -83,7 +83,26 @@ impl Error {
     pub(crate) fn storage(path: impl fmt::Display, source: object_store::Error) -> Self {
         Error::Storage { path: path.to_string(), source }
     }
+
+    /// This error as one of reading the file at `path`: the Parquet and Arrow decoders do not
+    /// know which file they decode, so their failures become [`Error::CorruptTable`] naming it,
+    /// and a store failure reported without a path gets this one.
+    pub fn in_file(self, path: impl fmt::Display) -> Self {
+        match self {
+            Error::Parquet(e) => Error::corrupt(path, e),
+            Error::Arrow(e) => Error::corrupt(path, e),
+            Error::Storage { path: p, source } if p == UNNAMED_PARQUET || p == UNNAMED_DATA => {
+                Error::storage(path, source)
+            }
+            other => other,
+        }
+    }
 }
+
+/// The path of a store failure the Parquet reader reported without one.
+const UNNAMED_PARQUET: &str = "a Parquet file";
+/// The path of a store failure DataFusion reported without one.
+const UNNAMED_DATA: &str = "a data file";
 
 impl From<parquet::errors::ParquetError> for Error {
     fn from(e: parquet::errors::ParquetError) -> Self {
@@ -91,12 +110,10 @@ impl From<parquet::errors::ParquetError> for Error {
         // The Parquet readers report the store's failures as external errors: keep their kind.
         match e {
             P::External(inner) => match inner.downcast::<object_store::Error>() {
-                Ok(store) => Error::storage("a Parquet file", *store),
+                Ok(store) => Error::storage(UNNAMED_PARQUET, *store),
                 // Writers reach the store through `AsyncWrite`, whose failures are IO errors.
                 Err(inner) => match inner.downcast::<std::io::Error>() {
-                    Ok(io) => {
-                        Error::storage("a Parquet file", object_store::Error::Generic { store: "io", source: io })
-                    }
+                    Ok(io) => Error::storage(UNNAMED_PARQUET, object_store::Error::Generic { store: "io", source: io }),
                     Err(inner) => match inner.downcast::<Error>() {
                         Ok(ours) => *ours,
                         Err(other) => Error::Parquet(P::External(other)),
@@ -106,7 +123,7 @@ impl From<parquet::errors::ParquetError> for Error {
             // DataFusion's Parquet opener folds the store's error into a message.
             P::General(message) if message.contains("Object Store error") => {
                 let source = object_store::Error::Generic { store: "parquet", source: message.into() };
-                Error::storage("a Parquet file", source)
+                Error::storage(UNNAMED_PARQUET, source)
             }
             other => Error::Parquet(other),
         }
@@ -123,7 +140,7 @@ impl From<datafusion::error::DataFusionError> for Error {
                 Err(other) => Error::DataFusion(Box::new(D::External(other))),
             },
             D::ArrowError(a, _) => Error::Arrow(*a),
-            D::ObjectStore(store) => Error::storage("a data file", *store),
+            D::ObjectStore(store) => Error::storage(UNNAMED_DATA, *store),
             D::ParquetError(p) => Error::from(*p),
             D::Context(_, inner) => Error::from(*inner),
             other => Error::DataFusion(Box::new(other)),

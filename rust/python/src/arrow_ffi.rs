@@ -31,9 +31,25 @@ impl Iterator for BlockingReader {
 
     fn next(&mut self) -> Option<Self::Item> {
         let next = self.runtime.block_on(self.stream.next())?;
-        Some(next.map_err(|e| ArrowError::ExternalError(Box::new(e))))
+        Some(
+            next.map_err(|e| {
+                ArrowError::ExternalError(Box::new(Tagged(crate::errors::tagged(&oxlake::Error::from(e)))))
+            }),
+        )
     }
 }
+
+/// An oxlake error as the text the C stream interface carries (see [`crate::errors::tagged`]).
+#[derive(Debug)]
+struct Tagged(String);
+
+impl std::fmt::Display for Tagged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Tagged {}
 
 impl RecordBatchReader for BlockingReader {
     fn schema(&self) -> SchemaRef {

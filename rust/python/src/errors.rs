@@ -35,6 +35,30 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
+/// The name of the Python exception class of an oxlake error.
+pub fn class_name(e: &oxlake::Error) -> &'static str {
+    use oxlake::Error as E;
+    match e {
+        E::TableNotFound { .. } => "TableNotFoundError",
+        E::TableExists { .. } => "TableExistsError",
+        E::SchemaMismatch { .. } => "SchemaMismatchError",
+        E::InvalidData { .. } => "InvalidDataError",
+        E::InvalidArgument { .. } => "InvalidArgumentError",
+        E::CommitConflict { .. } => "CommitConflictError",
+        E::CorruptTable { .. } | E::Parquet(_) => "CorruptTableError",
+        E::Unsupported { .. } => "UnsupportedError",
+        E::Storage { .. } => "StorageError",
+        E::Arrow(_) | E::DataFusion(_) => "OxlakeError",
+    }
+}
+
+/// The message of an error crossing the Arrow C stream interface, which carries text only:
+/// `[oxlake.<class>] <message>`. `oxlake.table` raises the class again from the tag; other
+/// consumers (pandas, Polars, DuckDB) show it in their own error.
+pub fn tagged(e: &oxlake::Error) -> String {
+    format!("[oxlake.{}] {e}", class_name(e))
+}
+
 /// Maps an oxlake error to its Python exception.
 pub fn to_py(e: oxlake::Error) -> PyErr {
     use oxlake::Error as E;

@@ -44,6 +44,10 @@ pub struct WriteStat {
     pub log_files: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_version: Option<i64>,
+    /// Where in the log file this write's blocks start (Apache Hudi appends to log files;
+    /// `fileSizeInBytes` then counts the bytes this write added).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log_offset: Option<i64>,
     pub total_log_records: i64,
     pub total_log_blocks: i64,
     pub total_corrupt_log_block: i64,

@@ -1,9 +1,14 @@
 //! Log files: reading the blocks of a file slice's logs and writing new log files.
 //!
-//! Reading applies the admission rules of FORMAT.md §6 in Apache Hudi's order: damaged blocks are
-//! skipped with a warning; a data or delete block is admitted when its instant is completed on the
-//! timeline, not after the read's upper bound, and not cancelled by a rollback command block found
-//! anywhere in the slice. Admitted blocks are decoded into Arrow batches of the table schema
+//! Reading applies the admission rules of FORMAT.md §6 in Apache Hudi's order: a data or delete
+//! block is admitted when its instant is completed on the timeline, not after the read's upper
+//! bound, and not cancelled by a rollback command block found anywhere in the slice.
+//!
+//! Damage: Apache Hudi skips a block that does not parse. oxlake skips it only past the extent
+//! completed instants wrote (a torn tail of a writer that never committed); the commit metadata
+//! records that extent (`logOffset` + `fileSizeInBytes` of each write stat). A log file shorter
+//! than its extent, or a block inside it that does not parse, is a [`Error::CorruptTable`]: the
+//! rows of a committed write are never silently left out of a read or a table service. Admitted blocks are decoded into Arrow batches of the table schema
 //! (Parquet and Avro data blocks) and delete records.
 //!
 //! Writing never appends: every write creates the next log version of the file group
@@ -11,6 +16,7 @@
 //! on object stores. A failed write's log file can then be deleted whole.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -39,13 +45,127 @@ pub struct Admission {
     /// Blocks of instants after this one are not read (the snapshot's instant).
     pub upper: String,
     /// The timeline that decides whether a block's instant is committed.
-    pub timeline: std::sync::Arc<Timeline>,
+    pub timeline: Arc<Timeline>,
+    /// What completed instants wrote into log files, loaded once per read.
+    committed: Arc<tokio::sync::OnceCell<Arc<CommittedLogs>>>,
 }
 
 impl Admission {
+    pub fn new(upper: impl Into<String>, timeline: Arc<Timeline>) -> Self {
+        Admission { upper: upper.into(), timeline, committed: Arc::default() }
+    }
+
     fn admits(&self, instant: &str) -> bool {
         instant <= self.upper.as_str() && self.timeline.is_committed(instant)
     }
+
+    /// The log extents of the completed instants of the timeline.
+    pub async fn committed(&self, storage: &Storage) -> Result<Arc<CommittedLogs>> {
+        let load = || async { CommittedLogs::load(storage, &self.timeline).await.map(Arc::new) };
+        self.committed.get_or_try_init(load).await.cloned()
+    }
+}
+
+/// One log file as a completed instant's write stat describes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommittedLog {
+    pub partition: String,
+    pub file_id: String,
+    /// The byte after the instant's last block (`logOffset` + `fileSizeInBytes`).
+    pub end: u64,
+    pub instant: String,
+}
+
+/// The log files completed instants wrote, by path: what a read must find in them.
+#[derive(Clone, Debug, Default)]
+pub struct CommittedLogs {
+    /// Per path, the instant that wrote furthest into it.
+    by_path: HashMap<String, CommittedLog>,
+}
+
+/// Log write stats of completed instants, by URI of the instant's file: a completed instant's
+/// metadata never changes, so each is read once per process.
+type StatCache = std::sync::Mutex<HashMap<String, Arc<Vec<(String, CommittedLog)>>>>;
+static STAT_CACHE: std::sync::OnceLock<StatCache> = std::sync::OnceLock::new();
+/// Instants held in [`STAT_CACHE`] before it starts over.
+const STAT_CACHE_LIMIT: usize = 100_000;
+
+impl CommittedLogs {
+    /// Reads the write stats of every completed data instant of `timeline` (cached).
+    pub async fn load(storage: &Storage, timeline: &Timeline) -> Result<Self> {
+        use futures::{StreamExt, TryStreamExt};
+        let cache = STAT_CACHE.get_or_init(Default::default);
+        let instants: Vec<_> = timeline.completed_data().collect();
+        let cached: Vec<Option<Arc<Vec<(String, CommittedLog)>>>> = {
+            let cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
+            instants.iter().map(|i| cache.get(&stat_key(storage, timeline, i)).cloned()).collect()
+        };
+        let missing: Vec<crate::format::instant::Instant> =
+            instants.iter().zip(&cached).filter(|(_, c)| c.is_none()).map(|(i, _)| (*i).clone()).collect();
+        // Futures collected first: a stream of closures borrowing here would not be `Send`.
+        let fetches: Vec<_> = missing.into_iter().map(|i| fetch_log_stats(storage, timeline, i)).collect();
+        let fetched: Vec<(String, Arc<Vec<(String, CommittedLog)>>)> =
+            futures::stream::iter(fetches).buffer_unordered(16).try_collect().await?;
+        if !fetched.is_empty() {
+            let mut cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
+            if cache.len() + fetched.len() > STAT_CACHE_LIMIT {
+                cache.clear();
+            }
+            cache.extend(fetched.iter().cloned());
+        }
+        let mut by_path: HashMap<String, CommittedLog> = HashMap::new();
+        for logs in cached.into_iter().flatten().chain(fetched.into_iter().map(|(_, l)| l)) {
+            for (path, log) in logs.iter() {
+                match by_path.get(path) {
+                    Some(seen) if seen.end >= log.end => {}
+                    _ => {
+                        by_path.insert(path.clone(), log.clone());
+                    }
+                }
+            }
+        }
+        Ok(CommittedLogs { by_path })
+    }
+
+    /// What completed instants wrote into a log file, if any did.
+    pub fn get(&self, path: &str) -> Option<&CommittedLog> {
+        self.by_path.get(path)
+    }
+
+    /// Every committed log file, with its path.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &CommittedLog)> {
+        self.by_path.iter()
+    }
+}
+
+/// The key of an instant in [`STAT_CACHE`].
+fn stat_key(storage: &Storage, timeline: &Timeline, instant: &crate::format::instant::Instant) -> String {
+    format!("{}/{}", storage.uri(), timeline.path_of(instant))
+}
+
+/// The log files a completed instant's write stats name, keyed for [`STAT_CACHE`].
+async fn fetch_log_stats(
+    storage: &Storage,
+    timeline: &Timeline,
+    i: crate::format::instant::Instant,
+) -> Result<(String, Arc<Vec<(String, CommittedLog)>>)> {
+    let meta = timeline.commit_metadata(storage, &i).await?;
+    let logs = meta
+        .write_stats()
+        .filter_map(|(partition, s)| {
+            let path = s.path.as_deref()?;
+            LogFileName::parse(path.rsplit('/').next().unwrap_or(path))?;
+            let end = s.log_offset.unwrap_or(0).max(0).saturating_add(s.file_size_in_bytes.max(0));
+            let log = CommittedLog {
+                partition: partition.to_string(),
+                file_id: s.file_id.clone(),
+                end: end as u64,
+                instant: i.time.clone(),
+            };
+            Some((path.to_string(), log))
+        })
+        .collect();
+    Ok((stat_key(storage, timeline, &i), Arc::new(logs)))
 }
 
 /// The admitted content of a slice's logs, in log order.
@@ -63,23 +183,59 @@ struct Located {
     block: LogBlock,
 }
 
-/// Reads the blocks of every log file, in order, skipping damaged ones with a warning.
-async fn read_blocks(storage: &Storage, logs: &[LogFile]) -> Result<Vec<Located>> {
-    read_blocks_or(storage, logs, |_| async { false }).await
+/// The blocks of a log file's bytes. `committed` is what completed instants wrote into it: the
+/// file must hold all of it, and every block inside it must parse. A damaged span past it is the
+/// torn tail of a writer that never committed: skipped, as Apache Hudi skips corrupt blocks.
+pub fn checked_blocks(path: &str, data: &Bytes, committed: Option<&CommittedLog>) -> Result<Vec<LogBlock>> {
+    if let Some(c) = committed
+        && (data.len() as u64) < c.end
+    {
+        return Err(Error::corrupt(
+            path,
+            format!(
+                "the log file holds {} bytes, but instant {} wrote {} into it (truncated)",
+                data.len(),
+                c.instant,
+                c.end
+            ),
+        ));
+    }
+    let mut out = Vec::new();
+    for parsed in log_block::parse_blocks(data) {
+        match parsed {
+            Parsed::Block { block, .. } => out.push(block),
+            Parsed::Corrupt { offset, len, reason } => match committed {
+                Some(c) if (offset as u64) < c.end => {
+                    return Err(Error::corrupt(
+                        path,
+                        format!(
+                            "damaged log block at byte {offset} ({len} bytes: {reason}) inside the {} bytes \
+                             completed instant {} wrote",
+                            c.end, c.instant
+                        ),
+                    ));
+                }
+                _ => log::warn!(
+                    "{path}: skipping a damaged log block at byte {offset} ({len} bytes: {reason}), written by \
+                     no completed instant (a torn write)"
+                ),
+            },
+        }
+    }
+    Ok(out)
 }
 
-/// [`read_blocks`], skipping a file that is gone when `vanished` (given its path) says it held
-/// nothing that counts.
-async fn read_blocks_or<F, Fut>(storage: &Storage, logs: &[LogFile], vanished: F) -> Result<Vec<Located>>
-where
-    F: Fn(String) -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
+/// Reads the blocks of every log file, in order, checked against `committed` (without it, damaged
+/// blocks are skipped: for callers that only route or inspect, never return rows).
+async fn read_blocks(storage: &Storage, logs: &[LogFile], committed: Option<&CommittedLogs>) -> Result<Vec<Located>> {
     let mut out = Vec::new();
     for log in logs {
+        let written = committed.and_then(|c| c.get(&log.path));
         let data = match storage.get_opt(&log.path).await? {
             Some(data) => data,
-            None if vanished(log.path.clone()).await => {
+            // A log file a write wrote and its rollback deleted after this read listed it held
+            // nothing committed: no completed instant names it.
+            None if committed.is_some() && written.is_none() => {
                 log::info!("{}: gone since it was listed, and never committed: skipped", log.path);
                 continue;
             }
@@ -89,14 +245,11 @@ where
                 return Err(Error::storage(&log.path, source));
             }
         };
-        for parsed in log_block::parse_blocks(&data) {
-            match parsed {
-                Parsed::Block { block, .. } => out.push(Located { path: log.path.clone(), block }),
-                Parsed::Corrupt { offset, len, reason } => {
-                    log::warn!("{}: skipping a corrupt log block at byte {offset} ({len} bytes): {reason}", log.path);
-                }
-            }
-        }
+        out.extend(
+            checked_blocks(&log.path, &data, written)?
+                .into_iter()
+                .map(|block| Located { path: log.path.clone(), block }),
+        );
     }
     Ok(out)
 }
@@ -108,24 +261,8 @@ pub async fn read_slice(
     schema: &SchemaRef,
     admission: &Admission,
 ) -> Result<Vec<LogContent>> {
-    // A log file a write wrote and its rollback deleted after this read listed it held nothing
-    // committed: no completed instant names it.
-    let never_committed = |path: String| {
-        let timeline = admission.timeline.clone();
-        async move {
-            for i in timeline.completed_data() {
-                match timeline.commit_metadata(storage, i).await {
-                    Ok(meta) if meta.write_stats().any(|(_, s)| s.path.as_deref() == Some(path.as_str())) => {
-                        return false;
-                    }
-                    Ok(_) => {}
-                    Err(_) => return false,
-                }
-            }
-            true
-        }
-    };
-    let blocks = read_blocks_or(storage, logs, never_committed).await?;
+    let committed = admission.committed(storage).await?;
+    let blocks = read_blocks(storage, logs, Some(committed.as_ref())).await?;
     let rolled_back: HashSet<String> =
         blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
     let mut out = Vec::new();
@@ -239,7 +376,7 @@ pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> 
         size: 0,
     };
     let mut out = Vec::new();
-    for Located { path, block } in read_blocks(storage, std::slice::from_ref(&log)).await? {
+    for Located { path, block } in read_blocks(storage, std::slice::from_ref(&log), None).await? {
         out.extend(decode_records(&path, &block, schema)?);
     }
     Ok(out)
@@ -250,7 +387,7 @@ pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> 
 /// a block that never committed only routes a write to the group that would have held it.
 pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashMap<String, bool>> {
     let mut keys = HashMap::new();
-    for Located { path, block } in read_blocks(storage, logs).await? {
+    for Located { path, block } in read_blocks(storage, logs, None).await? {
         let batches: Vec<RecordBatch> = match block.block_type {
             BlockType::Delete => {
                 let deletes = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;

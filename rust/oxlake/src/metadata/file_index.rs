@@ -142,7 +142,7 @@ pub(crate) async fn file_entry(
 ) -> Result<FileEntry> {
     let name = path.rsplit('/').next().unwrap_or(path);
     if BaseFileName::parse(name).is_some() {
-        return base_file_entry(storage, path, size, stats, bloom).await;
+        return base_file_entry(storage, path, size, stats, bloom).await.map_err(|e| e.in_file(path));
     }
     let batches = crate::log::file_records(storage, path, schema).await?;
     log_entry(schema, &batches, stats, bloom)

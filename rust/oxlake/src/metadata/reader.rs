@@ -89,7 +89,7 @@ impl MetadataTable {
             return Err(Error::corrupt(super::DIR, format!("file group {file_id} is missing")));
         };
         let base = match &slice.base {
-            Some(base) => Some(self.plan_base(&base.path, base.size, select).await?),
+            Some(base) => Some(self.plan_base(&base.path, base.size, select).await.map_err(|e| e.in_file(&base.path))?),
             None => None,
         };
         Ok(Some((slice.clone(), base)))
@@ -104,13 +104,14 @@ impl MetadataTable {
     ) -> Result<Vec<RecordBatch>> {
         let mut batches = Vec::new();
         if let Some(base) = base {
-            batches.extend(self.read_base(base, select).await?);
+            let path = slice.base.as_ref().map_or("", |b| b.path.as_str());
+            batches.extend(self.read_base(base, select).await.map_err(|e| e.in_file(path))?);
         }
         let Some(upper) = self.upper.clone() else { return Ok(batches) };
         if slice.logs.is_empty() {
             return Ok(batches);
         }
-        let admission = Admission { upper, timeline: Arc::new(self.table.timeline().clone()) };
+        let admission = Admission::new(upper, Arc::new(self.table.timeline().clone()));
         let content =
             crate::log::read_slice(self.table.storage(), &slice.logs, &self.table.schema(), &admission).await?;
         // The latest version of each key: (batch, row), or None when deleted.

@@ -11,6 +11,7 @@ pub mod filter;
 mod in_set;
 pub mod merge;
 pub mod mor_exec;
+mod named;
 pub mod provider;
 pub mod splits;
 
@@ -23,6 +24,7 @@ use datafusion::prelude::SessionConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::{Instant, normalize_time};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroup, FileGroupId, FileSlice, LogFile};
@@ -175,10 +177,13 @@ impl Table {
                 if as_of < latest {
                     self.check_not_cleaned("as_of", &as_of, &view, &replaced).await?;
                 }
-                let slices = view
+                let slices: Vec<PlannedSlice> = view
                     .slices_as_of(&as_of, &replaced)
                     .filter_map(|(g, s)| PlannedSlice::new(g, s, with_logs))
                     .collect();
+                if with_logs {
+                    self.check_logs_present(&slices, &as_of).await?;
+                }
                 Ok(ScanPlan { slices, upper: as_of, commit_range: None })
             }
             QueryType::Changes => {
@@ -227,6 +232,37 @@ impl Table {
             return Err(Error::invalid_arg("end", format!("{end} is before start {start}")));
         }
         Ok((start, end))
+    }
+
+    /// Fails if a log file that a completed instant up to `upper` wrote into a planned slice is
+    /// not there: its rows would be missing from the read without a word.
+    async fn check_logs_present(&self, slices: &[PlannedSlice], upper: &str) -> Result<()> {
+        if self.config().table_type != crate::config::TableType::MergeOnRead || slices.is_empty() {
+            return Ok(());
+        }
+        let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
+        let by_group: std::collections::HashMap<(&str, &str), &PlannedSlice> =
+            slices.iter().map(|s| ((s.partition.as_str(), s.file_id.as_str()), s)).collect();
+        for (path, c) in committed.iter() {
+            let Some(slice) = by_group.get(&(c.partition.as_str(), c.file_id.as_str())) else { continue };
+            if c.instant.as_str() > upper || slice.logs.iter().any(|l| &l.path == path) {
+                continue;
+            }
+            let Some(name) = LogFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
+            // The log belongs to this slice when it is named like the slice's base or other logs
+            // (an older slice's logs go with it; a clean removes them).
+            let base =
+                slice.base.as_ref().and_then(|b| BaseFileName::parse(b.path.rsplit('/').next().unwrap_or(&b.path)));
+            let of_slice = base.is_some_and(|b| b.instant == name.instant)
+                || slice.logs.iter().any(|l| l.name.instant == name.instant);
+            if of_slice {
+                return Err(Error::corrupt(
+                    path,
+                    format!("missing: completed instant {} wrote {} bytes into this log file", c.instant, c.end),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The completed data instants with requested time in `(start, end]`.
@@ -317,6 +353,14 @@ impl Table {
     /// `opts` (its other fields went into the planning).
     pub async fn scan_split(&self, split: splits::Split, opts: &ScanOptions) -> Result<SendableRecordBatchStream> {
         let ctx = session(self, opts.batch_size, opts.memory_limit)?;
+        // The base files read, to name the one behind a failure that does not say (see `named`).
+        let bases: Vec<(String, u64)> = match &split {
+            splits::Split::Changes(Some(plans)) => {
+                [&plans.before, &plans.after].into_iter().flat_map(base_files).collect()
+            }
+            splits::Split::Changes(None) => Vec::new(),
+            splits::Split::Scan(plan) => base_files(plan).collect(),
+        };
         let mut df = match split {
             splits::Split::Changes(plan) => self.changes_frame(&ctx, plan)?,
             splits::Split::Scan(plan) => ctx.read_table(Arc::new(HudiTableProvider::try_new(self, plan)?))?,
@@ -329,8 +373,20 @@ impl Table {
             let names: Vec<&str> = cols.iter().map(String::as_str).collect();
             df = df.select_columns(&names).map_err(|e| Error::invalid_arg("columns", e))?;
         }
-        Ok(df.execute_stream().await?)
+        // Planning reads base file footers too: a damaged one fails here.
+        let stream = match df.execute_stream().await {
+            Ok(s) => s,
+            Err(e) => return Err(named::name_failure(self.storage(), &bases, e.into()).await),
+        };
+        let schema = stream.schema();
+        let named = named::name_failures(stream, self.storage().clone(), bases);
+        Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named)))
     }
+}
+
+/// `(path, size)` of the base files of a plan.
+fn base_files(plan: &ScanPlan) -> impl Iterator<Item = (String, u64)> + '_ {
+    plan.slices.iter().filter_map(|s| s.base.as_ref()).map(|b| (b.path.clone(), b.size))
 }
 
 /// A session that knows the table's store and returns plain (not view) string types.

@@ -91,7 +91,7 @@ impl MergeContext {
             scan_columns: all.clone(),
             output: all,
             spec,
-            admission: Admission { upper: upper.to_string(), timeline: Arc::new(table.timeline().clone()) },
+            admission: Admission::new(upper, Arc::new(table.timeline().clone())),
             base_predicate: None,
             parquet_options,
         })
@@ -211,7 +211,14 @@ impl GroupState {
             if let Some(base) = cur.base.as_mut() {
                 match base.next().await {
                     Some(batch) => {
-                        let batch = in_pass(&batch?, self.ctx.spec.key, cur.pass)?;
+                        let batch = match batch {
+                            Ok(b) => b,
+                            Err(e) => {
+                                let path = cur.slice.base.as_ref().map_or("", |b| b.0.as_str());
+                                return Err(Error::from(e).in_file(path));
+                            }
+                        };
+                        let batch = in_pass(&batch, self.ctx.spec.key, cur.pass)?;
                         cur.merged.extend(cur.log.merge_base(&batch)?.into_iter().filter(|b| b.num_rows() > 0));
                         if let Some(merged) = cur.merged.pop_front() {
                             return Ok(Some(merged.project(&self.ctx.output)?));

@@ -188,7 +188,7 @@ impl HudiTableProvider {
             scan_columns,
             output,
             spec,
-            admission: Admission { upper: self.upper.clone(), timeline: self.timeline.clone() },
+            admission: Admission::new(self.upper.clone(), self.timeline.clone()),
             base_predicate,
             parquet_options: state.table_options().parquet.clone(),
         };
