@@ -161,9 +161,25 @@ pub(crate) async fn check_intents(table: &Table, time: &str, ours: &Footprint) -
         {
             continue;
         }
+        // An intent whose instant has left the timeline was rolled back (its writer published
+        // the intent after its instant's files existed, and only a rollback removes them): it
+        // cannot complete any more.
+        if pending.is_none() && !on_timeline(table, &other).await? {
+            withdraw_intent(storage, &other).await?;
+            continue;
+        }
         return Ok(if other.as_str() < time { Verdict::Wait(other) } else { Verdict::GiveWay(other) });
     }
     Ok(Verdict::Clear)
+}
+
+/// Whether any file of the instant `time` is on the timeline now (listed afresh: the table's view
+/// may predate it).
+async fn on_timeline(table: &Table, time: &str) -> Result<bool> {
+    let files = table.storage().list_dir(table.timeline().dir()).await?;
+    // `<time>.<action>[.<state>]`, or `<time>_<completion>.<action>` (timeline layout 2).
+    let of_time = |name: &str| name.strip_prefix(time).is_some_and(|rest| rest.starts_with(['.', '_']));
+    Ok(files.iter().any(|f| f.path.rsplit('/').next().is_some_and(of_time)))
 }
 
 /// Pause between two looks while waiting for an earlier writer.

@@ -334,8 +334,10 @@ impl Transaction {
             Ok(d) if d == ours => {}
             Ok(fate::Fate::RolledBack { by }) => {
                 self.stop_heartbeat(table.storage()).await?;
-                // Files written after that rollback listed the table would be left behind.
+                // Files written after that rollback listed the table would be left behind, and
+                // so would the intent published after it withdrew the intents.
                 remove_reported_files(table.storage(), &self.instant.time, metadata).await?;
+                conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
                 let detail = format!("this write was rolled back by another process (rollback {by})");
                 return Err(Error::CommitConflict { instant: by, detail });
             }
