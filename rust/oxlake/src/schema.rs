@@ -197,8 +197,9 @@ pub fn decode_arrow_schema(text: &str) -> Result<SchemaRef> {
 ///
 /// Types Spark lacks follow Avro's own logical types: millisecond and second timestamps as
 /// `*-millis` (Parquet stores both in milliseconds), nanosecond ones as `*-nanos` (Avro 1.12),
-/// times of day in milliseconds (`Time32`) as `time-millis`, in microseconds as `time-micros`,
-/// in nanoseconds as a plain `long` (Avro has no nanosecond time), fixed-size binary as `fixed`.
+/// times of day as `time-millis` (`Time32`) or `time-micros` (`Time64`; Avro has no nanosecond
+/// time, and hudi-rs reads a nanosecond column so declared as microseconds of the same times),
+/// fixed-size binary as `fixed`.
 pub fn to_avro(data: &Schema, table_name: &str) -> Result<String> {
     let (name, namespace) = (format!("{table_name}_record"), format!("hoodie.{table_name}"));
     let top: Fields = data.fields().iter().filter(|f| !is_meta_field(f.name())).cloned().collect();
@@ -252,7 +253,6 @@ fn avro_type(t: &DataType, name: &str, namespace: &str) -> Result<Value> {
         D::FixedSizeBinary(n) => json!({"type": "fixed", "name": "fixed", "namespace": fixed_namespace, "size": n}),
         D::Date32 | D::Date64 => logical("int", "date"),
         D::Time32(_) => logical("int", "time-millis"),
-        D::Time64(TimeUnit::Nanosecond) => json!("long"),
         D::Time64(_) => logical("long", "time-micros"),
         D::Timestamp(unit, tz) => {
             let unit = match unit {
@@ -688,7 +688,7 @@ mod tests {
         assert_eq!(logical(3), "local-timestamp-nanos");
         assert_eq!(avro["fields"][4]["type"], json!({"type": "int", "logicalType": "date"}));
         assert_eq!(avro["fields"][5]["type"], "bytes");
-        assert_eq!(avro["fields"][6]["type"], "long");
+        assert_eq!(logical(6), "time-micros");
         assert_eq!(logical(7), "time-micros");
         // Read back, the time zones' presence survives (oxlake keeps the exact Arrow schema too).
         let back = from_avro(&avro.to_string()).unwrap();
