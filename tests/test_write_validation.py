@@ -17,7 +17,9 @@ from conftest import SCHEMA, hudi_read, rows, trips, trips_table
 def snapshot(t: oxlake.Table) -> tuple[list, list, list]:
     """Rows, timeline and files (heartbeats aside): what a refused write must leave as it was."""
     files = sorted(
-        str(p.relative_to(t.uri)) for p in Path(t.uri).rglob("*") if p.is_file() and ".heartbeat" not in str(p)
+        str(p.relative_to(t.uri))
+        for p in Path(t.uri).rglob("*")
+        if p.is_file() and ".heartbeat" not in str(p)
     )
     return rows(t.scan()), t.timeline(), files
 
@@ -166,7 +168,9 @@ def test_duplicate_column_names_are_refused(tmp_path: Path, filled: oxlake.Table
     twice = pa.schema([pa.field("id", pa.int64()), pa.field("v", pa.string()), pa.field("v", pa.int64())])
     with pytest.raises(oxlake.SchemaMismatchError, match="`v`"):
         oxlake.create_table(str(path), twice, record_key="id")
-    nested = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.struct([("x", pa.int8()), ("x", pa.int8())]))])
+    nested = pa.schema(
+        [pa.field("id", pa.int64()), pa.field("s", pa.struct([("x", pa.int8()), ("x", pa.int8())]))]
+    )
     with pytest.raises(oxlake.SchemaMismatchError, match="`s.x`"):
         oxlake.create_table(str(path), nested, record_key="id")
     assert not path.exists() or not any(path.iterdir())
@@ -211,7 +215,11 @@ def test_create_only_into_an_empty_directory(tmp_path: Path) -> None:
 
 def test_properties_without_record_key_fields_name_the_file(filled: oxlake.Table) -> None:
     props = Path(filled.uri) / ".hoodie" / "hoodie.properties"
-    kept = [line for line in props.read_text().splitlines() if not line.startswith("hoodie.table.recordkey.fields")]
+    kept = [
+        line
+        for line in props.read_text().splitlines()
+        if not line.startswith("hoodie.table.recordkey.fields")
+    ]
     props.write_text("\n".join(kept) + "\n")
     t = oxlake.Table(filled.uri)
     expected = rows(t.scan())
@@ -302,7 +310,9 @@ class HudiRsRefuses(Exception):
     ("typ", "values"),
     [(pa.date64(), [dt.date(2024, 1, 1), dt.date(2024, 1, 2)]), (pa.time64("ns"), [dt.time(1), dt.time(2)])],
 )
-def test_hudi_rs_cannot_merge_logs_of_types_avro_lacks(table_path: str, typ: pa.DataType, values: list) -> None:
+def test_hudi_rs_cannot_merge_logs_of_types_avro_lacks(
+    table_path: str, typ: pa.DataType, values: list
+) -> None:
     schema = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("v", typ)])
     t = oxlake.create_table(table_path, schema, record_key="id", table_type="merge_on_read")
     t.insert(pa.table({"id": [1, 2], "v": [values[0], None]}, schema=schema))

@@ -338,7 +338,10 @@ impl TableConfig {
     /// `hoodie.properties` lacking `hoodie.table.recordkey.fields`) can be read, not written.
     pub fn check_record_key_fields(&self) -> Result<()> {
         if self.record_key_fields.is_empty() {
-            return Err(bad(format!("`{}` is missing or empty: writes need the record key fields", keys::RECORD_KEY_FIELDS)));
+            return Err(bad(format!(
+                "`{}` is missing or empty: writes need the record key fields",
+                keys::RECORD_KEY_FIELDS
+            )));
         }
         Ok(())
     }

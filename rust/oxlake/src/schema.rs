@@ -58,7 +58,9 @@ fn carries_read_meta_fields(schema: &Schema) -> bool {
 pub fn check_column_names(schema: &Schema) -> Result<()> {
     check_unique(schema.fields(), "")?;
     if carries_read_meta_fields(schema) {
-        if let Some(f) = schema.fields().iter().find(|f| is_meta_field(f.name()) && !META_FIELDS.contains(&f.name().as_str())) {
+        if let Some(f) =
+            schema.fields().iter().find(|f| is_meta_field(f.name()) && !META_FIELDS.contains(&f.name().as_str()))
+        {
             return Err(reserved(f.name()));
         }
         return Ok(());
@@ -617,12 +619,17 @@ mod tests {
     fn avro_names_follow_apache_hudi() {
         let dec = DataType::Decimal128(10, 2);
         let inner = Fields::from(vec![Field::new("amount", dec.clone(), true), Field::new("s", DataType::Utf8, false)]);
-        let entries = Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", dec.clone(), true)]);
+        let entries =
+            Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", dec.clone(), true)]);
         let avro = avro_of(vec![
             Field::new("amount", dec.clone(), false),
             Field::new("addr", DataType::Struct(inner.clone()), true),
             Field::new("items", DataType::List(Arc::new(Field::new("item", DataType::Struct(inner), true))), true),
-            Field::new("m", DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false), true),
+            Field::new(
+                "m",
+                DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false),
+                true,
+            ),
         ]);
         assert_eq!(avro["name"], "t_record");
         assert_eq!(avro["namespace"], "hoodie.t");
@@ -640,7 +647,10 @@ mod tests {
         let items = &avro["fields"][2]["type"][1];
         assert_eq!(items["type"], "array");
         assert_eq!(items["items"][0], "null");
-        assert_eq!((&items["items"][1]["name"], &items["items"][1]["namespace"]), (&json!("items"), &json!("hoodie.t.t_record")));
+        assert_eq!(
+            (&items["items"][1]["name"], &items["items"][1]["namespace"]),
+            (&json!("items"), &json!("hoodie.t.t_record"))
+        );
         assert_eq!(items["items"][1]["fields"][0]["type"][1]["namespace"], "hoodie.t.t_record.items.amount");
         let m = &avro["fields"][3]["type"][1];
         assert_eq!(m["type"], "map");
@@ -650,7 +660,8 @@ mod tests {
         fn collect(v: &Value, out: &mut Vec<String>) {
             match v {
                 Value::Object(o) => {
-                    if let (Some(n), Some(ns)) = (o.get("name").and_then(Value::as_str), o.get("namespace").and_then(Value::as_str))
+                    if let (Some(n), Some(ns)) =
+                        (o.get("name").and_then(Value::as_str), o.get("namespace").and_then(Value::as_str))
                         && matches!(o.get("type").and_then(Value::as_str), Some("record" | "fixed"))
                     {
                         out.push(format!("{ns}.{n}"));
@@ -755,7 +766,9 @@ mod tests {
         let dup = Schema::new(vec![f("a"), f("b"), f("a")]);
         assert!(matches!(check_column_names(&dup), Err(Error::SchemaMismatch { detail }) if detail.contains("`a`")));
         let nested = Schema::new(vec![Field::new("s", DataType::Struct(Fields::from(vec![f("x"), f("x")])), true)]);
-        assert!(matches!(check_column_names(&nested), Err(Error::SchemaMismatch { detail }) if detail.contains("`s.x`")));
+        assert!(
+            matches!(check_column_names(&nested), Err(Error::SchemaMismatch { detail }) if detail.contains("`s.x`"))
+        );
         for name in META_FIELDS.iter().chain(&["_hoodie_is_deleted"]) {
             let s = Schema::new(vec![f("id"), f(name)]);
             let err = check_column_names(&s).unwrap_err();

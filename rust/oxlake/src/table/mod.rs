@@ -210,7 +210,10 @@ async fn check_empty(storage: &Storage) -> Result<()> {
             let found = found.trim_start_matches('/');
             Err(Error::invalid_arg(
                 "uri",
-                format!("{} is not empty (it holds `{found}`): a table is created in an empty directory", storage.uri()),
+                format!(
+                    "{} is not empty (it holds `{found}`): a table is created in an empty directory",
+                    storage.uri()
+                ),
             ))
         }
     }
