@@ -507,8 +507,9 @@ pub fn cast_exact(array: &ArrayRef, to: &DataType, column: &str) -> Result<Array
                 | DataType::BinaryView
         )
     };
-    // Between string (or binary) layouts nothing can change; elsewhere the values decide.
-    if text_or_bytes(from) && text_or_bytes(to) {
+    // Between string (or binary) layouts nothing can change, nor in a column of nulls;
+    // elsewhere the values decide.
+    if (text_or_bytes(from) && text_or_bytes(to)) || from == &DataType::Null || array.null_count() == array.len() {
         return Ok(out);
     }
     // Dictionaries compare by their values.
@@ -750,6 +751,9 @@ mod tests {
         // Strings are not parsed into timestamps or numbers.
         mismatch_detail(conform(&one("t", Arc::new(StringArray::from(vec!["2024-01-01T00:00:00"]))), &utc_table));
         mismatch_detail(conform(&one("ts", Arc::new(StringArray::from(vec!["1"]))), &target));
+        // Nulls fit anywhere.
+        let nulls = conform(&one("t", Arc::new(arrow::array::NullArray::new(2))), &utc_table).unwrap();
+        assert_eq!(nulls.column(0).null_count(), 2);
     }
 
     #[test]
