@@ -334,6 +334,18 @@ impl TableConfig {
         out
     }
 
+    /// Writes and lookups key records by the record key fields: a table without them (a
+    /// `hoodie.properties` lacking `hoodie.table.recordkey.fields`) can be read, not written.
+    pub fn check_record_key_fields(&self) -> Result<()> {
+        if self.record_key_fields.is_empty() {
+            return Err(bad(format!(
+                "`{}` is missing or empty: writes need the record key fields",
+                keys::RECORD_KEY_FIELDS
+            )));
+        }
+        Ok(())
+    }
+
     /// Whether the table has partition fields.
     pub fn is_partitioned(&self) -> bool {
         !self.partition_fields.is_empty()

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, new_null_array};
+use arrow::array::{Array, ArrayRef, RecordBatch, new_null_array};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use arrow::ipc::convert::{IpcSchemaEncoder, fb_to_schema};
@@ -38,6 +38,70 @@ pub fn with_meta_fields(data: &Schema) -> SchemaRef {
 pub fn without_meta_fields(schema: &Schema) -> SchemaRef {
     let fields: Fields = schema.fields().iter().filter(|f| !is_meta_field(f.name())).cloned().collect();
     Arc::new(Schema::new(fields))
+}
+
+/// Whether `schema` carries Hudi's five meta fields as a read returns them (all five, as strings):
+/// rows read from a table, whose meta fields a write regenerates (Apache Hudi's Spark writer drops
+/// them from its input too, `HoodieSparkSqlWriter`'s `removeMetaFields`).
+fn carries_read_meta_fields(schema: &Schema) -> bool {
+    META_FIELDS.iter().all(|name| {
+        let mut found = schema.fields().iter().filter(|f| f.name() == name);
+        let text = |t: &DataType| matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View);
+        matches!((found.next(), found.next()), (Some(f), None) if text(f.data_type()))
+    })
+}
+
+/// Refuses the columns a table cannot hold, at create and at every write: two columns (or two
+/// fields of a struct) of one name, whose second copy a write would drop and a read would fail
+/// on; and columns named like Hudi's meta fields (`_hoodie_...`), whose values a write would
+/// overwrite with its own, unless the schema carries all five as a read returns them.
+pub fn check_column_names(schema: &Schema) -> Result<()> {
+    check_unique(schema.fields(), "")?;
+    if carries_read_meta_fields(schema) {
+        if let Some(f) =
+            schema.fields().iter().find(|f| is_meta_field(f.name()) && !META_FIELDS.contains(&f.name().as_str()))
+        {
+            return Err(reserved(f.name()));
+        }
+        return Ok(());
+    }
+    match schema.fields().iter().find(|f| is_meta_field(f.name())) {
+        Some(f) => Err(reserved(f.name())),
+        None => Ok(()),
+    }
+}
+
+fn reserved(name: &str) -> Error {
+    Error::SchemaMismatch {
+        detail: format!(
+            "column `{name}`: names starting with `_hoodie_` are Hudi's meta fields, which every write fills \
+             itself (rename the column, or pass rows read from a table with all five meta fields)"
+        ),
+    }
+}
+
+fn check_unique(fields: &Fields, parent: &str) -> Result<()> {
+    let mut seen = std::collections::HashSet::with_capacity(fields.len());
+    for f in fields {
+        let path = if parent.is_empty() { f.name().clone() } else { format!("{parent}.{}", f.name()) };
+        if !seen.insert(f.name().as_str()) {
+            return Err(Error::SchemaMismatch { detail: format!("column `{path}` appears more than once") });
+        }
+        let mut inner = f.data_type();
+        loop {
+            match inner {
+                DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) | DataType::Map(c, _) => {
+                    inner = c.data_type()
+                }
+                DataType::Dictionary(_, v) => inner = v,
+                _ => break,
+            }
+        }
+        if let DataType::Struct(children) = inner {
+            check_unique(children, &path)?;
+        }
+    }
+    Ok(())
 }
 
 /// Plain Arrow types for storage: view and large string/binary types become their plain forms
@@ -114,14 +178,35 @@ pub fn decode_arrow_schema(text: &str) -> Result<SchemaRef> {
 
 /// The Avro schema (JSON) of a data schema, as Apache Hudi records it: a record named
 /// `<table>_record` in namespace `hoodie.<table>`, nullable fields as `["null", T]` with default null.
+///
+/// Types and names follow Apache Hudi's Spark writer (`AvroConversionUtils.convertStructTypeToAvroSchema`:
+/// its copy of Spark's `SchemaConverters.toAvroType`, then `getAvroSchemaWithDefaults`):
+/// - a struct field `f` is a record named `f` in the namespace of the record holding it followed
+///   by that record's name (`hoodie.t.t_record` for the top level); list items and map values
+///   take the name and namespace of their field; a decimal is a `fixed` named `fixed` in the
+///   field's namespace (`hoodie.t.t_record.amount.fixed`), sized for its precision;
+/// - unions put `null` first (list items and map values too);
+/// - Spark's `TimestampType` (an Arrow timestamp with a time zone) is `timestamp-micros`, its
+///   `TimestampNTZType` (no time zone) `local-timestamp-micros` (Hudi 1.x, as Spark's own Avro
+///   converter; Hudi 0.14/0.15's copy of the converter predates `TimestampNTZType`), dates
+///   `date`, binary `bytes`.
+///
+/// hudi-rs 0.5 cannot read a table whose commit schema holds `local-timestamp-micros` or
+/// `local-timestamp-millis`: its Avro-to-Arrow conversion panics (`not yet implemented`). That is
+/// what Apache Hudi writes for a timestamp without a time zone, so oxlake writes it too, and reads
+/// such tables back exactly (it keeps the Arrow schema itself, `oxlake.table.arrow.schema`);
+/// `tests/test_write_validation.py::test_hudi_rs_cannot_read_local_timestamps` shows the limit.
+///
+/// Types Spark lacks follow Avro's own logical types: millisecond and second timestamps as
+/// `*-millis` (Parquet stores both in milliseconds), nanosecond ones as `*-nanos` (Avro 1.12),
+/// times of day as `time-millis` (`Time32`) or `time-micros` (`Time64`; Avro has no nanosecond
+/// time, and hudi-rs reads a nanosecond column so declared as microseconds of the same times),
+/// fixed-size binary as `fixed`.
 pub fn to_avro(data: &Schema, table_name: &str) -> Result<String> {
-    let fields = avro_fields(data.fields(), &format!("hoodie.{table_name}"))?;
-    let record = json!({
-        "type": "record",
-        "name": format!("{table_name}_record"),
-        "namespace": format!("hoodie.{table_name}"),
-        "fields": fields,
-    });
+    let (name, namespace) = (format!("{table_name}_record"), format!("hoodie.{table_name}"));
+    let top: Fields = data.fields().iter().filter(|f| !is_meta_field(f.name())).cloned().collect();
+    let fields = avro_fields(&top, &format!("{namespace}.{name}"))?;
+    let record = json!({"type": "record", "name": name, "namespace": namespace, "fields": fields});
     Ok(record.to_string())
 }
 
@@ -137,12 +222,12 @@ pub fn to_avro_with_meta(data: &Schema, table_name: &str) -> Result<String> {
     Ok(record.to_string())
 }
 
+/// The fields of a record whose own namespace and name make `namespace`.
 fn avro_fields(fields: &Fields, namespace: &str) -> Result<Vec<Value>> {
     fields
         .iter()
-        .filter(|f| !is_meta_field(f.name()))
         .map(|f| {
-            let t = avro_type(f.data_type(), &format!("{namespace}.{}", f.name()), f.name())?;
+            let t = avro_type(f.data_type(), f.name(), namespace)?;
             Ok(if f.is_nullable() {
                 json!({"name": f.name(), "type": ["null", t], "default": null})
             } else {
@@ -152,9 +237,12 @@ fn avro_fields(fields: &Fields, namespace: &str) -> Result<Vec<Value>> {
         .collect()
 }
 
-fn avro_type(t: &DataType, namespace: &str, name: &str) -> Result<Value> {
+/// The Avro type of a value of field `name` of a record in `namespace` (the names Hudi gives
+/// named types: records and fixed).
+fn avro_type(t: &DataType, name: &str, namespace: &str) -> Result<Value> {
     use DataType as D;
     let logical = |base: &str, lt: &str| json!({"type": base, "logicalType": lt});
+    let fixed_namespace = format!("{namespace}.{name}");
     Ok(match t {
         D::Null => json!("null"),
         D::Boolean => json!("boolean"),
@@ -164,7 +252,7 @@ fn avro_type(t: &DataType, namespace: &str, name: &str) -> Result<Value> {
         D::Float64 => json!("double"),
         D::Utf8 | D::LargeUtf8 | D::Utf8View => json!("string"),
         D::Binary | D::LargeBinary | D::BinaryView => json!("bytes"),
-        D::FixedSizeBinary(n) => json!({"type": "fixed", "name": name, "namespace": namespace, "size": n}),
+        D::FixedSizeBinary(n) => json!({"type": "fixed", "name": "fixed", "namespace": fixed_namespace, "size": n}),
         D::Date32 | D::Date64 => logical("int", "date"),
         D::Time32(_) => logical("int", "time-millis"),
         D::Time64(_) => logical("long", "time-micros"),
@@ -177,20 +265,20 @@ fn avro_type(t: &DataType, namespace: &str, name: &str) -> Result<Value> {
             let prefix = if tz.is_some() { "timestamp" } else { "local-timestamp" };
             logical("long", &format!("{prefix}-{unit}"))
         }
-        D::Decimal128(p, s) => json!({"type": "fixed", "name": name, "namespace": namespace,
+        D::Decimal128(p, s) => json!({"type": "fixed", "name": "fixed", "namespace": fixed_namespace,
             "size": decimal_size(*p), "logicalType": "decimal", "precision": p, "scale": s}),
         D::List(f) | D::LargeList(f) | D::FixedSizeList(f, _) => {
-            let item = avro_type(f.data_type(), namespace, "element")?;
+            let item = avro_type(f.data_type(), name, namespace)?;
             json!({"type": "array", "items": if f.is_nullable() { json!(["null", item]) } else { item }})
         }
         D::Struct(fs) => json!({"type": "record", "name": name, "namespace": namespace,
-            "fields": avro_fields(fs, namespace)?}),
+            "fields": avro_fields(fs, &format!("{namespace}.{name}"))?}),
         D::Map(entries, _) => {
             let value = match entries.data_type() {
                 D::Struct(kv) if kv.len() == 2 => &kv[1],
                 _ => return Err(Error::SchemaMismatch { detail: format!("map column `{name}` has no value field") }),
             };
-            let v = avro_type(value.data_type(), namespace, "value")?;
+            let v = avro_type(value.data_type(), name, namespace)?;
             json!({"type": "map", "values": if value.is_nullable() { json!(["null", v]) } else { v }})
         }
         other => return Err(Error::SchemaMismatch { detail: format!("column `{name}`: no Avro type for {other}") }),
@@ -283,7 +371,8 @@ fn decimal_size(precision: u8) -> usize {
 }
 
 /// Makes a batch of an older file (or a log block) match the table schema: columns by name, cast
-/// where types differ, absent columns as nulls.
+/// where types differ (only where every value survives: a value the cast would change is an error,
+/// never a null or a rounded value), absent columns as nulls.
 pub fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.schema() == *schema {
         return Ok(batch.clone());
@@ -293,7 +382,7 @@ pub fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
         .iter()
         .map(|f| match batch.column_by_name(f.name()) {
             Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
-            Some(c) => arrow::compute::cast(c, f.data_type()).map_err(Error::from),
+            Some(c) => cast_exact(c, f.data_type(), f.name()),
             None => Ok(new_null_array(f.data_type(), batch.num_rows())),
         })
         .collect::<Result<Vec<_>>>()?;
@@ -301,34 +390,21 @@ pub fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
 }
 
 /// Makes `batch` match the data schema `target` (no meta fields): columns by name, in order;
-/// lossless casts (`safe`) where types differ; absent nullable columns as nulls.
-/// Extra columns, absent non-null columns and lossy casts are schema mismatches.
+/// exact casts where types differ (see [`cast_exact`]; the kinds must agree, see [`same_kind`]);
+/// absent nullable columns as nulls. Extra, duplicate or meta-named columns, absent non-null
+/// columns and casts that would change a value are schema mismatches.
 pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
     let source = batch.schema();
+    check_column_names(&source)?;
     for f in source.fields() {
         if !is_meta_field(f.name()) && target.field_with_name(f.name()).is_err() {
             return Err(Error::SchemaMismatch { detail: format!("column `{}` is not in the table schema", f.name()) });
         }
     }
-    let opts = CastOptions { safe: false, ..CastOptions::default() };
     let mut columns: Vec<ArrayRef> = Vec::with_capacity(target.fields().len());
     for f in target.fields() {
         let col = match source.index_of(f.name()) {
-            Ok(i) => {
-                let c = batch.column(i);
-                if c.data_type() == f.data_type() {
-                    c.clone()
-                } else {
-                    cast_with_options(c, f.data_type(), &opts).map_err(|e| Error::SchemaMismatch {
-                        detail: format!(
-                            "column `{}`: cannot store {} as {}: {e}",
-                            f.name(),
-                            c.data_type(),
-                            f.data_type()
-                        ),
-                    })?
-                }
-            }
+            Ok(i) => cast_input(batch.column(i), f)?,
             Err(_) if f.is_nullable() => new_null_array(f.data_type(), batch.num_rows()),
             Err(_) => {
                 return Err(Error::SchemaMismatch { detail: format!("required column `{}` is missing", f.name()) });
@@ -340,6 +416,128 @@ pub fn conform(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
         columns.push(col);
     }
     RecordBatch::try_new(target.clone(), columns).map_err(Error::from)
+}
+
+/// The columns of `batch` that the table schema `target` knows, cast exactly to its types as
+/// [`conform`] does; other columns as they are (deletes read only the key, partition and ordering
+/// columns: a `1.0` given for an integer key must find the key `1`, not miss it).
+pub fn conform_known(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBatch> {
+    let source = batch.schema();
+    check_column_names(&source)?;
+    let mut fields = Vec::with_capacity(source.fields().len());
+    let mut columns = Vec::with_capacity(source.fields().len());
+    for (f, c) in source.fields().iter().zip(batch.columns()) {
+        match target.field_with_name(f.name()) {
+            Ok(t) => {
+                fields.push(Arc::new(Field::new(f.name(), t.data_type().clone(), f.is_nullable())));
+                columns.push(cast_input(c, t)?);
+            }
+            Err(_) => {
+                fields.push(f.clone());
+                columns.push(c.clone());
+            }
+        }
+    }
+    Ok(RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)?)
+}
+
+/// A column of a write's input as the table field `to`: the kinds must agree, and every value
+/// must survive the cast.
+fn cast_input(c: &ArrayRef, to: &Field) -> Result<ArrayRef> {
+    if c.data_type() == to.data_type() {
+        return Ok(c.clone());
+    }
+    if !same_kind(c.data_type(), to.data_type()) {
+        return Err(mismatch(to.name(), c.data_type(), to.data_type(), "different kinds of value"));
+    }
+    cast_exact(c, to.data_type(), to.name())
+}
+
+/// Whether values of type `from` may be stored in a column of type `to` at all (their exactness is
+/// checked value by value): numbers as numbers, text as text, bytes as bytes, dates as dates,
+/// times of day as times of day, timestamps as timestamps with a time zone only when both have
+/// one (a naive timestamp is a wall-clock reading, not an instant: taking it as UTC would be a
+/// guess), structs with the same fields in the same order, lists and maps by their items.
+/// Strings are never parsed into numbers or timestamps.
+pub fn same_kind(from: &DataType, to: &DataType) -> bool {
+    use DataType as D;
+    let numeric = |t: &D| t.is_numeric();
+    let text = |t: &D| matches!(t, D::Utf8 | D::LargeUtf8 | D::Utf8View);
+    let bytes = |t: &D| matches!(t, D::Binary | D::LargeBinary | D::BinaryView | D::FixedSizeBinary(_));
+    let list = |t: &D| match t {
+        D::List(f) | D::LargeList(f) | D::ListView(f) | D::LargeListView(f) | D::FixedSizeList(f, _) => {
+            Some(f.data_type().clone())
+        }
+        _ => None,
+    };
+    match (from, to) {
+        _ if from == to => true,
+        (D::Null, _) => true,
+        (D::Dictionary(_, v), _) => same_kind(v, to),
+        (D::Timestamp(_, a), D::Timestamp(_, b)) => a.is_some() == b.is_some(),
+        (D::Date32 | D::Date64, D::Date32 | D::Date64) => true,
+        (D::Time32(_) | D::Time64(_), D::Time32(_) | D::Time64(_)) => true,
+        (D::Struct(a), D::Struct(b)) => {
+            a.len() == b.len()
+                && a.iter().zip(b.iter()).all(|(x, y)| x.name() == y.name() && same_kind(x.data_type(), y.data_type()))
+        }
+        (D::Map(a, _), D::Map(b, _)) => same_kind(a.data_type(), b.data_type()),
+        _ if list(from).is_some() && list(to).is_some() => {
+            list(from).zip(list(to)).is_some_and(|(a, b)| same_kind(&a, &b))
+        }
+        _ => (numeric(from) && numeric(to)) || (text(from) && text(to)) || (bytes(from) && bytes(to)),
+    }
+}
+
+/// Casts `array` to `to` only when no value changes: the cast fails on overflow, and every value
+/// cast back must equal the original (`1.5` is not stored as `1`, nanoseconds are not truncated
+/// to microseconds, a null never replaces a value). `column` names the column in the error.
+pub fn cast_exact(array: &ArrayRef, to: &DataType, column: &str) -> Result<ArrayRef> {
+    let from = array.data_type();
+    let opts = CastOptions { safe: false, ..CastOptions::default() };
+    let out = cast_with_options(array, to, &opts).map_err(|e| mismatch(column, from, to, e))?;
+    let text_or_bytes = |t: &DataType| {
+        matches!(
+            t,
+            DataType::Utf8
+                | DataType::LargeUtf8
+                | DataType::Utf8View
+                | DataType::Binary
+                | DataType::LargeBinary
+                | DataType::BinaryView
+        )
+    };
+    // Between string (or binary) layouts nothing can change, nor in a column of nulls;
+    // elsewhere the values decide.
+    if (text_or_bytes(from) && text_or_bytes(to)) || from == &DataType::Null || array.null_count() == array.len() {
+        return Ok(out);
+    }
+    // Dictionaries compare by their values.
+    let original = match from {
+        DataType::Dictionary(_, v) => cast_with_options(array, v, &opts).map_err(|e| mismatch(column, from, to, e))?,
+        _ => array.clone(),
+    };
+    let back = cast_with_options(&out, original.data_type(), &opts).map_err(|e| mismatch(column, from, to, e))?;
+    if back.as_ref() == original.as_ref() {
+        return Ok(out);
+    }
+    let row = arrow::compute::kernels::cmp::distinct(&back, &original)
+        .ok()
+        .and_then(|d| (0..d.len()).find(|&i| d.is_valid(i) && d.value(i)));
+    let detail = match row {
+        Some(row) => {
+            let shown = arrow::util::display::ArrayFormatter::try_new(original.as_ref(), &Default::default())
+                .map(|f| f.value(row).to_string())
+                .unwrap_or_default();
+            format!("row {row} holds {shown}, which {to} cannot hold exactly")
+        }
+        None => format!("some values cannot be held exactly by {to}"),
+    };
+    Err(mismatch(column, from, to, detail))
+}
+
+fn mismatch(column: &str, from: &DataType, to: &DataType, detail: impl std::fmt::Display) -> Error {
+    Error::SchemaMismatch { detail: format!("column `{column}`: cannot store {from} as {to}: {detail}") }
 }
 
 #[cfg(test)]
@@ -409,6 +607,186 @@ mod tests {
         let lossy =
             RecordBatch::try_from_iter(vec![("a", Arc::new(StringArray::from(vec!["x"])) as ArrayRef)]).unwrap();
         assert!(matches!(conform(&lossy, &target), Err(Error::SchemaMismatch { .. })));
+    }
+
+    fn avro_of(fields: Vec<Field>) -> Value {
+        serde_json::from_str(&to_avro(&Schema::new(fields), "t").unwrap()).unwrap()
+    }
+
+    /// Names as Apache Hudi's `SchemaConverters.toAvroType` gives them: nested records named by
+    /// their field in the namespace of the enclosing record, decimals as `fixed` named `fixed`,
+    /// list items and map values named by their field; `null` first in every union.
+    #[test]
+    fn avro_names_follow_apache_hudi() {
+        let dec = DataType::Decimal128(10, 2);
+        let inner = Fields::from(vec![Field::new("amount", dec.clone(), true), Field::new("s", DataType::Utf8, false)]);
+        let entries =
+            Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", dec.clone(), true)]);
+        let avro = avro_of(vec![
+            Field::new("amount", dec.clone(), false),
+            Field::new("addr", DataType::Struct(inner.clone()), true),
+            Field::new("items", DataType::List(Arc::new(Field::new("item", DataType::Struct(inner), true))), true),
+            Field::new(
+                "m",
+                DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false),
+                true,
+            ),
+        ]);
+        assert_eq!(avro["name"], "t_record");
+        assert_eq!(avro["namespace"], "hoodie.t");
+        let fixed = |ns: &str| {
+            json!({"type": "fixed", "name": "fixed", "namespace": ns, "size": 5, "logicalType": "decimal",
+                "precision": 10, "scale": 2})
+        };
+        assert_eq!(avro["fields"][0], json!({"name": "amount", "type": fixed("hoodie.t.t_record.amount")}));
+        let addr = &avro["fields"][1]["type"];
+        assert_eq!(addr[0], "null");
+        assert_eq!((&addr[1]["name"], &addr[1]["namespace"]), (&json!("addr"), &json!("hoodie.t.t_record")));
+        assert_eq!(addr[1]["fields"][0]["type"], json!(["null", fixed("hoodie.t.t_record.addr.amount")]));
+        assert_eq!(addr[1]["fields"][0]["default"], Value::Null);
+        assert_eq!(addr[1]["fields"][1], json!({"name": "s", "type": "string"}));
+        let items = &avro["fields"][2]["type"][1];
+        assert_eq!(items["type"], "array");
+        assert_eq!(items["items"][0], "null");
+        assert_eq!(
+            (&items["items"][1]["name"], &items["items"][1]["namespace"]),
+            (&json!("items"), &json!("hoodie.t.t_record"))
+        );
+        assert_eq!(items["items"][1]["fields"][0]["type"][1]["namespace"], "hoodie.t.t_record.items.amount");
+        let m = &avro["fields"][3]["type"][1];
+        assert_eq!(m["type"], "map");
+        assert_eq!(m["values"], json!(["null", fixed("hoodie.t.t_record.m")]));
+        // Every named type has a distinct full name (Avro parsers refuse a redefinition).
+        let mut names = Vec::new();
+        fn collect(v: &Value, out: &mut Vec<String>) {
+            match v {
+                Value::Object(o) => {
+                    if let (Some(n), Some(ns)) =
+                        (o.get("name").and_then(Value::as_str), o.get("namespace").and_then(Value::as_str))
+                        && matches!(o.get("type").and_then(Value::as_str), Some("record" | "fixed"))
+                    {
+                        out.push(format!("{ns}.{n}"));
+                    }
+                    o.values().for_each(|v| collect(v, out));
+                }
+                Value::Array(a) => a.iter().for_each(|v| collect(v, out)),
+                _ => {}
+            }
+        }
+        collect(&avro, &mut names);
+        let unique: std::collections::HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+    }
+
+    /// Timestamps as Hudi writes Spark's: with a time zone `timestamp-micros`, without one
+    /// `local-timestamp-micros`; the other units by Avro's logical types; dates, binary.
+    #[test]
+    fn avro_temporal_and_binary_types() {
+        let ts = |unit, tz: Option<&str>| DataType::Timestamp(unit, tz.map(Into::into));
+        let avro = avro_of(vec![
+            Field::new("a", ts(TimeUnit::Microsecond, Some("UTC")), false),
+            Field::new("b", ts(TimeUnit::Microsecond, None), false),
+            Field::new("c", ts(TimeUnit::Millisecond, Some("+02:00")), false),
+            Field::new("d", ts(TimeUnit::Nanosecond, None), false),
+            Field::new("e", DataType::Date32, false),
+            Field::new("f", DataType::Binary, false),
+            Field::new("g", DataType::Time64(TimeUnit::Nanosecond), false),
+            Field::new("h", DataType::Time64(TimeUnit::Microsecond), false),
+        ]);
+        let logical = |i: usize| avro["fields"][i]["type"]["logicalType"].clone();
+        assert_eq!(logical(0), "timestamp-micros");
+        assert_eq!(logical(1), "local-timestamp-micros");
+        assert_eq!(logical(2), "timestamp-millis");
+        assert_eq!(logical(3), "local-timestamp-nanos");
+        assert_eq!(avro["fields"][4]["type"], json!({"type": "int", "logicalType": "date"}));
+        assert_eq!(avro["fields"][5]["type"], "bytes");
+        assert_eq!(logical(6), "time-micros");
+        assert_eq!(logical(7), "time-micros");
+        // Read back, the time zones' presence survives (oxlake keeps the exact Arrow schema too).
+        let back = from_avro(&avro.to_string()).unwrap();
+        assert_eq!(back.field(1).data_type(), &ts(TimeUnit::Microsecond, None));
+        assert_eq!(back.field(0).data_type(), &ts(TimeUnit::Microsecond, Some("UTC")));
+    }
+
+    fn one(name: &str, a: ArrayRef) -> RecordBatch {
+        RecordBatch::try_from_iter(vec![(name, a)]).unwrap()
+    }
+
+    fn mismatch_detail(r: Result<RecordBatch>) -> String {
+        match r {
+            Err(Error::SchemaMismatch { detail }) => detail,
+            other => panic!("expected a schema mismatch, got {other:?}"),
+        }
+    }
+
+    /// A float ordering value `1.5` is not stored as the integer `1`; `1.0` is.
+    #[test]
+    fn conform_casts_only_exactly() {
+        use arrow::array::{Float64Array, Int64Array, TimestampNanosecondArray};
+        let target: SchemaRef = Arc::new(Schema::new(vec![Field::new("ts", DataType::Int64, true)]));
+        let exact = conform(&one("ts", Arc::new(Float64Array::from(vec![1.0, 2.0]))), &target).unwrap();
+        assert_eq!(exact.column(0).as_ref(), &Int64Array::from(vec![1, 2]) as &dyn arrow::array::Array);
+        let detail = mismatch_detail(conform(&one("ts", Arc::new(Float64Array::from(vec![1.0, 1.5]))), &target));
+        assert!(detail.contains("`ts`") && detail.contains("Float64") && detail.contains("Int64"), "{detail}");
+        assert!(detail.contains("row 1 holds 1.5"), "{detail}");
+        let narrow: SchemaRef = Arc::new(Schema::new(vec![Field::new("n", DataType::Int32, true)]));
+        mismatch_detail(conform(&one("n", Arc::new(Int64Array::from(vec![1i64 << 40]))), &narrow));
+        let float: SchemaRef = Arc::new(Schema::new(vec![Field::new("f", DataType::Float64, true)]));
+        mismatch_detail(conform(&one("f", Arc::new(Int64Array::from(vec![(1i64 << 53) + 1]))), &float));
+        conform(&one("f", Arc::new(Int64Array::from(vec![1i64 << 53]))), &float).unwrap();
+
+        let us = |tz: Option<&str>| DataType::Timestamp(TimeUnit::Microsecond, tz.map(Into::into));
+        let naive_table: SchemaRef = Arc::new(Schema::new(vec![Field::new("t", us(None), true)]));
+        let ns = TimestampNanosecondArray::from(vec![1_000, 1_001]);
+        let detail = mismatch_detail(conform(&one("t", Arc::new(ns.clone())), &naive_table));
+        assert!(detail.contains("row 1"), "{detail}");
+        conform(&one("t", Arc::new(TimestampNanosecondArray::from(vec![1_000, 2_000]))), &naive_table).unwrap();
+        // A naive timestamp is not taken as UTC, nor an instant as a wall-clock reading.
+        let utc_table: SchemaRef = Arc::new(Schema::new(vec![Field::new("t", us(Some("UTC")), true)]));
+        let naive = TimestampNanosecondArray::from(vec![1_000]);
+        assert!(mismatch_detail(conform(&one("t", Arc::new(naive.clone())), &utc_table)).contains("`t`"));
+        let aware = Arc::new(naive.with_timezone("+01:00")) as ArrayRef;
+        conform(&one("t", aware.clone()), &utc_table).unwrap();
+        mismatch_detail(conform(&one("t", aware), &naive_table));
+        // Strings are not parsed into timestamps or numbers.
+        mismatch_detail(conform(&one("t", Arc::new(StringArray::from(vec!["2024-01-01T00:00:00"]))), &utc_table));
+        mismatch_detail(conform(&one("ts", Arc::new(StringArray::from(vec!["1"]))), &target));
+        // Nulls fit anywhere.
+        let nulls = conform(&one("t", Arc::new(arrow::array::NullArray::new(2))), &utc_table).unwrap();
+        assert_eq!(nulls.column(0).null_count(), 2);
+    }
+
+    #[test]
+    fn align_refuses_lossy_casts() {
+        use arrow::array::Float64Array;
+        let target: SchemaRef = Arc::new(Schema::new(vec![Field::new("v", DataType::Int64, true)]));
+        mismatch_detail(align(&one("v", Arc::new(Float64Array::from(vec![0.5]))), &target));
+        assert_eq!(align(&one("v", Arc::new(Int32Array::from(vec![7]))), &target).unwrap().num_rows(), 1);
+    }
+
+    #[test]
+    fn duplicate_and_meta_named_columns_are_refused() {
+        let f = |n: &str| Field::new(n, DataType::Utf8, true);
+        let dup = Schema::new(vec![f("a"), f("b"), f("a")]);
+        assert!(matches!(check_column_names(&dup), Err(Error::SchemaMismatch { detail }) if detail.contains("`a`")));
+        let nested = Schema::new(vec![Field::new("s", DataType::Struct(Fields::from(vec![f("x"), f("x")])), true)]);
+        assert!(
+            matches!(check_column_names(&nested), Err(Error::SchemaMismatch { detail }) if detail.contains("`s.x`"))
+        );
+        for name in META_FIELDS.iter().chain(&["_hoodie_is_deleted"]) {
+            let s = Schema::new(vec![f("id"), f(name)]);
+            let err = check_column_names(&s).unwrap_err();
+            assert!(matches!(&err, Error::SchemaMismatch { detail } if detail.contains(name)), "{err}");
+        }
+        // Rows read from a table carry all five: accepted, their values regenerated.
+        let read = with_meta_fields(&Schema::new(vec![f("id")]));
+        check_column_names(&read).unwrap();
+        let mut more: Vec<Field> = read.fields().iter().map(|f| f.as_ref().clone()).collect();
+        more.push(f("_hoodie_operation"));
+        assert!(check_column_names(&Schema::new(more)).is_err());
+        let mut typed: Vec<Field> = read.fields().iter().map(|f| f.as_ref().clone()).collect();
+        typed[2] = Field::new(RECORD_KEY, DataType::Int64, true);
+        assert!(check_column_names(&Schema::new(typed)).is_err());
     }
 
     #[test]

@@ -206,6 +206,7 @@ impl Table {
     /// without a metadata table every slice is read.
     pub async fn lookup(&self, keys: &RecordBatch, columns: Option<Vec<String>>) -> Result<SendableRecordBatchStream> {
         let cfg = self.config();
+        cfg.check_record_key_fields()?;
         for name in &cfg.record_key_fields {
             if keys.column_by_name(name).is_none() {
                 return Err(Error::invalid_arg("keys", format!("the rows lack the record key column `{name}`")));

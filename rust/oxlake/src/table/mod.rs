@@ -90,6 +90,7 @@ impl Table {
         data_schema: SchemaRef,
     ) -> Result<Self> {
         let storage = Storage::open(uri, &options.storage_options)?;
+        schema::check_column_names(&data_schema)?;
         let data_schema = schema::normalize(&data_schema)?;
         check_fields(&create, &data_schema)?;
         let mut config = TableConfig::new_v6(&create)?;
@@ -98,6 +99,7 @@ impl Table {
         if storage.head(PROPERTIES_FILE).await?.is_some() {
             return Err(Error::TableExists { uri: storage.uri().to_string() });
         }
+        check_empty(&storage).await?;
         if !storage.put_if_absent(PROPERTIES_FILE, Bytes::from(config.to_properties())).await? {
             return Err(Error::TableExists { uri: storage.uri().to_string() });
         }
@@ -190,6 +192,30 @@ impl Table {
             out.extend(meta.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())));
         }
         Ok(out)
+    }
+}
+
+/// A table is created only where nothing is: files already there would be read as part of it (a
+/// Hudi table nested inside, stray Parquet files) or clash with its own. Any object under the path
+/// counts; empty directories hold nothing (object stores have none).
+async fn check_empty(storage: &Storage) -> Result<()> {
+    use futures::StreamExt;
+    let prefix = storage.path("");
+    let first = storage.object_store().list(Some(&prefix)).next().await;
+    match first {
+        None | Some(Err(object_store::Error::NotFound { .. })) => Ok(()),
+        Some(Err(e)) => Err(Error::storage(storage.uri(), e)),
+        Some(Ok(meta)) => {
+            let found = meta.location.as_ref().strip_prefix(prefix.as_ref()).unwrap_or(meta.location.as_ref());
+            let found = found.trim_start_matches('/');
+            Err(Error::invalid_arg(
+                "uri",
+                format!(
+                    "{} is not empty (it holds `{found}`): a table is created in an empty directory",
+                    storage.uri()
+                ),
+            ))
+        }
     }
 }
 

@@ -168,6 +168,7 @@ impl Table {
         if !cfg.populate_meta_fields {
             return Err(Error::unsupported("writing tables without meta fields"));
         }
+        cfg.check_record_key_fields()?;
         if cfg.merge_mode == crate::config::MergeMode::Custom {
             return Err(Error::unsupported("writing a table with a custom payload or merge strategy"));
         }
@@ -418,8 +419,9 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Result
     let source_schema = first.schema();
     let data_schema = table.data_schema();
     let batch = if op == WriteOperation::Delete {
-        // Deletes need only the key, partition and (optionally) ordering columns.
-        let raw = concat_batches(&source_schema, &batches)?;
+        // Deletes need only the key, partition and (optionally) ordering columns, in the
+        // table's types (exactly: a key `1.5` must not find the key `1`).
+        let raw = schema::conform_known(&concat_batches(&source_schema, &batches)?, &data_schema)?;
         let cfg = table.config();
         let needed: Vec<&String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).collect();
         for name in &needed {
