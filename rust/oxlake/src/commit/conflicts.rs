@@ -128,6 +128,10 @@ pub(crate) enum Verdict {
     Wait(String),
     /// A later write that meets this one is committing: this one gives way.
     GiveWay(String),
+    /// A write that meets this one stopped beating: its fate must be decided (rolled back, or
+    /// completed if it had decided to commit) before this one goes on; skipping it would let it
+    /// complete beside this one when its process wakes up.
+    Gone(Instant),
 }
 
 /// Compares `ours` (the write at `time`) with the intents of the writes still pending on
@@ -154,12 +158,11 @@ pub(crate) async fn check_intents(table: &Table, time: &str, ours: &Footprint) -
         if !ours.meets(&theirs) {
             continue;
         }
-        // A writer that stopped beating is gone: its intent holds nobody back.
         let pending = table.timeline().pending().find(|i| i.time == other).cloned();
         if let Some(p) = &pending
             && super::is_expired(table, p).await?
         {
-            continue;
+            return Ok(Verdict::Gone(p.clone()));
         }
         // An intent whose instant has left the timeline was rolled back (its writer published
         // the intent after its instant's files existed, and only a rollback removes them): it

@@ -80,8 +80,11 @@ pub(crate) async fn recorded(storage: &Storage, time: &str, epoch: u32) -> Resul
 pub(crate) async fn current_epoch(table: &Table, time: &str) -> Result<u32> {
     let mut epoch = 0;
     while let Some(Fate::RolledBack { by }) = recorded(table.storage(), time, epoch).await? {
-        let finished =
-            table.timeline().instants_at(&by).iter().any(|i| i.action == Action::Rollback && i.is_completed());
+        // A rollback archived by Apache Hudi (older than the active timeline) finished too.
+        let finished = match table.timeline().instants_at(&by) {
+            [] => table.timeline().earliest_time().is_some_and(|e| by.as_str() < e),
+            at => at.iter().any(|i| i.action == Action::Rollback && i.is_completed()),
+        };
         if !finished {
             break;
         }
@@ -101,6 +104,12 @@ pub(crate) async fn decide(storage: &Storage, time: &str, epoch: u32, fate: Fate
     Fate::decode(&p, &bytes)
 }
 
+/// Whether `fate` is still what is recorded for attempt `epoch` at `time` (a deliberate rollback
+/// may have overruled it since).
+pub(crate) async fn still(storage: &Storage, time: &str, epoch: u32, fate: &Fate) -> Result<bool> {
+    Ok(recorded(storage, time, epoch).await?.as_ref() == Some(fate))
+}
+
 /// Records that rollback `by` undoes attempt `epoch` at `time`, over whatever was recorded: for
 /// a deliberate rollback of a completed instant (nobody races to complete it).
 pub(crate) async fn overrule(storage: &Storage, time: &str, epoch: u32, by: &str) -> Result<()> {
@@ -109,18 +118,40 @@ pub(crate) async fn overrule(storage: &Storage, time: &str, epoch: u32, by: &str
 
 /// Completes `target` for its committer, from the commit recorded as its fate (the committer
 /// decided to complete and is gone before it created the completed file).
-pub(crate) async fn roll_forward(table: &Table, target: &Instant, action: Action, metadata: Bytes) -> Result<()> {
+pub(crate) async fn roll_forward(
+    table: &Table,
+    target: &Instant,
+    epoch: u32,
+    action: Action,
+    metadata: Bytes,
+) -> Result<()> {
     let completed = Instant::new(target.time.clone(), action, State::Completed);
-    table.timeline().create(table.storage(), &completed, metadata).await?;
+    let fate = Fate::Committed { action, metadata: metadata.clone() };
+    if !table.timeline().create(table.storage(), &completed, metadata).await? {
+        return Ok(()); // completed already, by its writer or another roll-forward
+    }
+    // A deliberate rollback overrules the record before it deletes the completed file: a create
+    // that came after that delete must not stand.
+    if !still(table.storage(), &target.time, epoch, &fate).await? {
+        table.storage().delete(&table.timeline().path_of(&completed)).await?;
+        return Ok(());
+    }
     log::info!("{}: completed {} {} for its writer, which had decided to commit", table.uri(), action, target.time);
     Ok(())
 }
 
-/// Removes the fate records older than `cutoff` (an instant time): no actor is that stale.
-pub(crate) async fn prune(storage: &Storage, cutoff: &str) -> Result<()> {
+/// Removes the fate records of instants older than `cutoff` (an instant time) that nothing runs
+/// any more: no pending instant at that time (a compaction plan may run days after it was made),
+/// and the record itself older than the cutoff.
+pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {
+    let storage = table.storage();
+    let cutoff_time = crate::format::instant::parse_time(cutoff)?.and_utc();
     for f in storage.list_dir(FATE_DIR).await? {
         let name = f.path.rsplit('/').next().unwrap_or_default();
-        if name.get(..17).is_some_and(|t| t < cutoff) {
+        let Some(time) = name.get(..17).filter(|t| *t < cutoff) else { continue };
+        let pending = table.timeline().instants_at(time).iter().any(|i| !i.is_completed());
+        let written = storage.head(&f.path).await?.map(|m| m.last_modified);
+        if !pending && written.is_some_and(|w| w < cutoff_time) {
             storage.delete(&f.path).await?;
         }
     }
@@ -145,7 +176,6 @@ mod tests {
         assert_eq!(recorded(&s, t, 0).await.unwrap(), Some(Fate::RolledBack { by: "20240101000000200".into() }));
         s.put(&path(t, 2), Bytes::from_static(b"garbage")).await.unwrap();
         assert!(matches!(recorded(&s, t, 2).await, Err(Error::CorruptTable { .. })));
-        prune(&s, "20240101000000001").await.unwrap();
-        assert_eq!(recorded(&s, t, 0).await.unwrap(), None);
+        assert!(still(&s, t, 1, &rollback).await.unwrap() && !still(&s, t, 1, &commit).await.unwrap());
     }
 }

@@ -54,7 +54,7 @@ const CLAIMS_KEPT: Duration = Duration::from_secs(24 * 3600);
 pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
     let cutoff = chrono::Utc::now().naive_utc() - chrono::TimeDelta::from_std(CLAIMS_KEPT).unwrap_or_default();
     let cutoff = cutoff.format("%Y%m%d%H%M%S%3f").to_string();
-    fate::prune(table.storage(), &cutoff).await?;
+    fate::prune(table, &cutoff).await?;
     crate::services::slice_claims::prune(table, &cutoff).await?;
     for f in table.storage().list_dir(CLAIMS_DIR).await? {
         let name = f.path.rsplit('/').next().unwrap_or_default();
@@ -268,6 +268,12 @@ impl Transaction {
         Ok(Transaction { instant, seen: token.seen, services: HashSet::new(), epoch, heartbeat })
     }
 
+    /// The attempt at this instant time: 0 unless earlier attempts were rolled back (a compaction
+    /// plan runs again at its time). Files an attempt names must differ from earlier attempts'.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
     /// The instant time of this write.
     pub fn time(&self) -> &str {
         &self.instant.time
@@ -329,7 +335,14 @@ impl Transaction {
         // process, a slow store) may be rolling it back: the fate record decides which of the two
         // goes on, whatever the timing.
         let ours = fate::Fate::Committed { action: completed.action, metadata: json.clone() };
-        let decided = fate::decide(table.storage(), &self.instant.time, self.epoch, ours.clone()).await;
+        let decided = match fate::decide(table.storage(), &self.instant.time, self.epoch, ours.clone()).await {
+            // A store failure leaves it unknown whether the record was written: look again.
+            Err(e) => match fate::recorded(table.storage(), &self.instant.time, self.epoch).await {
+                Ok(Some(recorded)) => Ok(recorded),
+                _ => Err(e),
+            },
+            decided => decided,
+        };
         match decided {
             Ok(d) if d == ours => {}
             Ok(fate::Fate::RolledBack { by }) => {
@@ -352,7 +365,35 @@ impl Transaction {
         failpoint("after-fate");
         // From here the write is committed: a rollback that comes now completes it instead (a file
         // found there is that roll-forward, of the same metadata).
-        table.timeline().create(table.storage(), &completed, json).await?;
+        if let Err(e) = table.timeline().create(table.storage(), &completed, json).await {
+            // The completed file could not be written (a roll-forward may have written it). If it
+            // is not there, the decision is taken back, so that the error means "not committed"
+            // (a caller that retries an insert must not find it landed later).
+            let there = table.storage().head(&table.timeline().path_of(&completed)).await.ok().flatten().is_some();
+            if !there {
+                let pending = self.instant.with_state(State::Inflight);
+                let how = Undo::Deliberate { was_completed: false };
+                if let Err(undo) = rollback_at(table, &pending, None, how, Some(self.epoch)).await {
+                    log::error!(
+                        "{}: {} {} could not be completed nor taken back ({undo}): the next writer completes it",
+                        table.uri(),
+                        self.instant.action,
+                        self.instant.time
+                    );
+                }
+                self.stop_heartbeat(table.storage()).await.ok();
+                return Err(e);
+            }
+        }
+        // A deliberate rollback of this instant (by a process that saw it completed after a
+        // roll-forward) overrules the record before it deletes the completed file: a create that
+        // came after that delete must not stand.
+        if !fate::still(table.storage(), &self.instant.time, self.epoch, &ours).await? {
+            table.storage().delete(&table.timeline().path_of(&completed)).await?;
+            self.stop_heartbeat(table.storage()).await?;
+            let detail = "this write was rolled back by another process as it completed".into();
+            return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
+        }
         failpoint("after-commit");
         self.stop_heartbeat(table.storage()).await?;
         conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
@@ -401,7 +442,7 @@ impl Transaction {
     pub async fn abort(mut self, table: &mut Table) -> Result<()> {
         table.reload().await?;
         let pending = self.instant.with_state(State::Inflight);
-        let result = rollback(table, &pending, None, Undo::Failed).await.map(drop);
+        let result = rollback_at(table, &pending, None, Undo::Failed, Some(self.epoch)).await.map(drop);
         self.stop_heartbeat(table.storage()).await?;
         result
     }
@@ -437,6 +478,10 @@ impl Transaction {
             match conflicts::check_intents(table, time, &footprint).await? {
                 conflicts::Verdict::Clear => return Ok(()),
                 conflicts::Verdict::GiveWay(other) => return Err(conflict(&other, "is committing")),
+                conflicts::Verdict::Gone(other) => {
+                    log::info!("{time}: the overlapping write {} is gone: deciding its fate first", other.time);
+                    rollback(table, &other, None, Undo::Failed).await?;
+                }
                 conflicts::Verdict::Wait(other) => {
                     log::debug!("{time}: waiting for the overlapping commit of {other}");
                     if let Some(p) = table.timeline().pending().find(|i| i.time == other).cloned() {
@@ -537,7 +582,7 @@ impl HeartbeatWatch {
         if now.duration_since(*since) > limit {
             let shown = beat.as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_else(|| "none".into());
             let detail = format!(
-                "{waiter} waited {}s for the pending {} {}, whose heartbeat {path} ({shown}) has not changed: its writer                  is gone, but the heartbeat does not expire (a clock ahead of this one, or a damaged file); the instant                  is rolled back once its heartbeat is older than {} intervals by this clock",
+                "{waiter} waited {}s for the pending {} {}, whose heartbeat {path} ({shown}) has not changed: its writer is gone, but the heartbeat does not expire (a clock ahead of this one, or a damaged file); the instant is rolled back once its heartbeat is older than {} intervals by this clock",
                 limit.as_secs(),
                 instant.action,
                 instant.time,
@@ -558,8 +603,17 @@ const HEARTBEAT_STILL_LIMIT: Duration = Duration::from_secs(10);
 pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool> {
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
     let limit = table.options().heartbeat_interval.as_millis() * u128::from(HEARTBEAT_TOLERANCE);
-    let last_sign = match table.storage().get_opt(&heartbeat_path(&instant.time)).await? {
-        Some(bytes) => std::str::from_utf8(&bytes).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0),
+    let path = heartbeat_path(&instant.time);
+    let last_sign = match table.storage().get_opt(&path).await? {
+        Some(bytes) => match std::str::from_utf8(&bytes).ok().and_then(|s| s.trim().parse().ok()) {
+            Some(millis) => millis,
+            // Apache Hudi's writers leave the file empty and go by its modification time; a
+            // damaged one counts by its age too.
+            None => match table.storage().head(&path).await? {
+                Some(meta) => u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
+                None => 0,
+            },
+        },
         None => match table.storage().head(&table.timeline().path_of(instant)).await? {
             Some(meta) => u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
             None => 0,
@@ -641,7 +695,8 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
             }
             Some(plan) => {
                 let target = plan.instant_to_rollback.commit_time;
-                let action = Action::parse(&plan.instant_to_rollback.action).unwrap_or(Action::Commit);
+                let action = Action::parse(&plan.instant_to_rollback.action)
+                    .ok_or_else(|| Error::corrupt(&path, "the rollback plan names an unknown action"))?;
                 let how = if plan.was_completed { Undo::Deliberate { was_completed: true } } else { Undo::Failed };
                 if rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), how).await? {
                     done.push(target);
@@ -770,6 +825,18 @@ enum Undo {
 /// Returns whether it did: `false` when the target's fate was decided otherwise (it committed, and
 /// is completed now; or another rollback owns it).
 async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, how: Undo) -> Result<bool> {
+    rollback_at(table, target, existing, how, None).await
+}
+
+/// [`rollback`] of the attempt `epoch` at the target's time (`None`: the current attempt). A
+/// failed attempt rolls back itself, never a later attempt at the same time.
+async fn rollback_at(
+    table: &Table,
+    target: &Instant,
+    existing: Option<Instant>,
+    how: Undo,
+    epoch: Option<u32>,
+) -> Result<bool> {
     let was_completed = matches!(how, Undo::Deliberate { was_completed: true });
     let r = match existing {
         Some(r) => r,
@@ -785,7 +852,10 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, ho
             claim(table, Action::Rollback, |_| Ok(plan.clone())).await?
         }
     };
-    let epoch = fate::current_epoch(table, &target.time).await?;
+    let epoch = match epoch {
+        Some(e) => e,
+        None => fate::current_epoch(table, &target.time).await?,
+    };
     if let Undo::Deliberate { .. } = how {
         fate::overrule(table.storage(), &target.time, epoch, &r.time).await?;
     } else {
@@ -794,7 +864,7 @@ async fn rollback(table: &Table, target: &Instant, existing: Option<Instant>, ho
             d if d == ours => {}
             decided => {
                 if let fate::Fate::Committed { action, metadata } = decided {
-                    fate::roll_forward(table, target, action, metadata).await?;
+                    fate::roll_forward(table, target, epoch, action, metadata).await?;
                     table.storage().delete(&heartbeat_path(&target.time)).await?;
                     conflicts::withdraw_intent(table.storage(), &target.time).await?;
                 }

@@ -194,6 +194,9 @@ impl Table {
         let planned = Transaction::begin_planned(self, Action::Compaction, move |table, time| {
             let (wanted, out) = (wanted.clone(), out.clone());
             Box::pin(async move {
+                // Beats while it takes slices: another compactor takes this one for gone only
+                // once it stops (see `slice_claims`).
+                let _beat = crate::commit::TaskHeartbeat::start(table, time).await?;
                 let operations = crate::services::slice_claims::take(table, time, wanted.operations).await?;
                 if operations.is_empty() {
                     return Ok(None);
@@ -315,7 +318,7 @@ async fn execute(
     result: &mut CompactionResult,
 ) -> Result<()> {
     progress::plan(&config.progress, plan.operations.len() as u64, "file groups");
-    let outcome = write_compacted(table, tx.time(), &plan, config).await;
+    let outcome = write_compacted(table, tx.time(), tx.epoch(), &plan, config).await;
     let stats = match outcome {
         Ok(s) => s,
         Err(e) => return Err(tx.fail(table, e).await),
@@ -338,6 +341,7 @@ async fn execute(
 async fn write_compacted(
     table: &Table,
     instant: &str,
+    epoch: u32,
     plan: &CompactionPlan,
     config: &CompactionConfig,
 ) -> Result<Vec<(String, WriteStat)>> {
@@ -367,7 +371,9 @@ async fn write_compacted(
                 let stream = exec.execute(0, task)?;
                 let name = BaseFileName {
                     file_id: op.file_id.clone(),
-                    write_token: format!("{index}-0-1"),
+                    // Each attempt at the instant writes files of its own: a stale earlier attempt
+                    // (rolled back while paused) cleans up only what it wrote.
+                    write_token: format!("{index}-{epoch}-1"),
                     instant: instant.to_string(),
                 };
                 let rel = file_path(&op.partition_path, &name.name());

@@ -7,18 +7,16 @@
 //! the slices it could not take are left out of its plan (they are another plan's, or compacted).
 //!
 //! A compactor that crashed between taking a slice and writing its plan leaves the slice taken
-//! with no plan. Its instant time is a clock time: once it is older than [`orphan_age`] with no
-//! plan on the timeline, another compactor closes that time (creating its requested file with an
+//! with no plan. It beats (a heartbeat of its instant time) from before it takes slices: once
+//! that heartbeat expired with no plan on the timeline, another compactor closes that time (creating its requested file with an
 //! empty plan, a conditional create: the slow owner's own create then fails, and it gives up) and
 //! takes the slice at the next generation (`<slice>~<n>`), again with a conditional create.
-
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::error::Result;
-use crate::format::instant::{self, Action, Instant, State};
+use crate::format::instant::{Action, Instant, State};
 use crate::services::compaction::{CompactionOperation, CompactionPlan};
 use crate::table::Table;
 
@@ -27,12 +25,6 @@ const DIR: &str = ".hoodie/oxlake/compacting";
 const MAX_GENERATIONS: u32 = 8;
 /// Claims taken at once.
 const PARALLEL: usize = 16;
-
-/// How long a claimed time may go without a plan before its owner is taken for gone: far longer
-/// than taking slices and writing a plan takes, and never less than a minute.
-fn orphan_age(table: &Table) -> Duration {
-    (table.options().heartbeat_interval * 30).max(Duration::from_secs(60))
-}
 
 fn claim_path(op: &CompactionOperation, generation: u32) -> String {
     // The partition path may hold any character: it is named by a stable hash.
@@ -91,8 +83,8 @@ async fn orphaned(table: &Table, owner: &str, op: &CompactionOperation) -> Resul
     let plan = match table.storage().get_opt(&path).await? {
         Some(bytes) => bytes,
         None => {
-            let age = instant::parse_time(owner).ok().and_then(|t| (chrono::Utc::now().naive_utc() - t).to_std().ok());
-            if age.is_none_or(|age| age < orphan_age(table)) {
+            // The owner beats from before it takes slices until its plan is written.
+            if !crate::commit::is_expired(table, &requested).await? {
                 return Ok(false); // its plan may still come
             }
             let closed = Bytes::from(CompactionPlan { operations: vec![], version: 1 }.to_json()?);
