@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -436,6 +437,17 @@ class Table:
         return f"oxlake.Table({self.uri!r})"
 
 
+def table_name_of(uri: str) -> str:
+    """The `hoodie.table.name` of a table created at `uri` without `name=`: its last path segment
+    with every character outside ASCII letters, digits and `_` made `_`, so that it is also a valid
+    Avro name (Hudi names the schema's record `<name>_record` in namespace `hoodie.<name>`)."""
+    last = uri.rstrip("/").rsplit("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9_]", "_", last)
+    if not name.strip("_"):
+        return "table"
+    return "_" + name if name[0].isdigit() else name
+
+
 def create_table(
     uri: str,
     schema: pa.Schema,
@@ -459,7 +471,7 @@ def create_table(
     deltacommits since the last compaction (a table property, so all writers agree).
     """
     keys = [record_key] if isinstance(record_key, str) else list(record_key)
-    table_name = name if name is not None else uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+    table_name = name if name is not None else table_name_of(uri)
     native = _native.create_table(
         uri,
         schema,
