@@ -94,9 +94,7 @@ def partition_dirs(root: Path) -> set[str]:
 def test_hostile_partition_values_round_trip(tmp_path: Path, table_type: str, hive_style: bool) -> None:
     values = [v for v in HOSTILE if hive_style or v not in (".", "..")]
     path = tmp_path / "t"
-    t = oxlake.create_table(
-        str(path), SCHEMA, "id", ["city"], "ts", table_type, hive_style=hive_style
-    )
+    t = oxlake.create_table(str(path), SCHEMA, "id", ["city"], "ts", table_type, hive_style=hive_style)
     assert t.properties["hoodie.datasource.write.partitionpath.urlencode"] == "true"
     ids = [f"k{i}" for i in range(len(values))]
     r = t.insert(data(ids, list(values)))
@@ -156,7 +154,9 @@ def test_tables_without_url_encoding_keep_raw_names(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 @pytest.mark.parametrize("hive_style", [True, False])
-def test_null_empty_and_default_literal_keep_every_row(tmp_path: Path, table_type: str, hive_style: bool) -> None:
+def test_null_empty_and_default_literal_keep_every_row(
+    tmp_path: Path, table_type: str, hive_style: bool
+) -> None:
     path = tmp_path / "t"
     t = oxlake.create_table(str(path), SCHEMA, "id", ["city"], "ts", table_type, hive_style=hive_style)
     cities = [None, DEFAULT, "", "sf"]
@@ -165,6 +165,7 @@ def test_null_empty_and_default_literal_keep_every_row(tmp_path: Path, table_typ
     assert plain(t.to_arrow()) == plain(data(["1", "2", "3", "4"], cities))
     d = f"city={DEFAULT}" if hive_style else DEFAULT
     assert partition_dirs(path) == {d, "city=sf" if hive_style else "sf"}
+
     # The default partition holds null, empty and literal values: none is pruned away.
     def ids(filter: Any) -> list[str]:
         return sorted(x["id"] for x in t.to_arrow(filter=filter).to_pylist())
@@ -194,7 +195,12 @@ def test_one_key_in_the_default_partition_twice_with_different_values_is_an_erro
 
 
 KEY_SCHEMA = pa.schema(
-    [pa.field("a", pa.string()), pa.field("b", pa.string()), pa.field("ts", pa.int64()), pa.field("v", pa.string())]
+    [
+        pa.field("a", pa.string()),
+        pa.field("b", pa.string()),
+        pa.field("ts", pa.int64()),
+        pa.field("v", pa.string()),
+    ]
 )
 
 
@@ -316,6 +322,16 @@ def test_table_name_is_derived_from_any_path(tmp_path: Path, uri_tail: str, expe
     assert plain(hudi_read(str(tmp_path / uri_tail))) == [("1", "x", 1, "v1")]
 
 
+def test_explicit_table_names_make_valid_avro_schemas(tmp_path: Path) -> None:
+    """`name="my-trips.v1"` is kept in hoodie.properties; its Avro record is named as Hudi's
+    `sanitizeName` makes it (`my__trips__v1_record`): hudi-rs panicked on `my-trips.v1_record`."""
+    t = oxlake.create_table(str(tmp_path / "t"), SCHEMA, "id", [], "ts", "merge_on_read", name="my-trips.v1")
+    assert t.properties["hoodie.table.name"] == "my-trips.v1"
+    t.insert(data(["1"], ["x"]))
+    t.upsert(data(["1"], ["x"], ts=2, v="v2"))
+    assert plain(hudi_read(str(tmp_path / "t"))) == [("1", "x", 2, "v2")]
+
+
 @pytest.mark.parametrize("name", ["my table", "Zürich", "100%"])
 def test_table_paths_with_any_character_on_s3(s3: Any, name: str) -> None:  # noqa: F811
     opts = s3.storage_options()
@@ -359,7 +375,9 @@ SPECIAL = [
     " ",
     "Zürich",
 ]
-VALUES = st.one_of(st.sampled_from(SPECIAL), st.text(max_size=6), st.text(alphabet=st.sampled_from(",:ab%/=_"), max_size=6))
+VALUES = st.one_of(
+    st.sampled_from(SPECIAL), st.text(max_size=6), st.text(alphabet=st.sampled_from(",:ab%/=_"), max_size=6)
+)
 
 
 def key_error(a: str | None, b: str | None) -> bool:
@@ -369,22 +387,33 @@ def key_error(a: str | None, b: str | None) -> bool:
 
 
 HOSTILE_SCHEMA = pa.schema(
-    [pa.field("a", pa.string()), pa.field("b", pa.string()), pa.field("p", pa.string()), pa.field("v", pa.int64())]
+    [
+        pa.field("a", pa.string()),
+        pa.field("b", pa.string()),
+        pa.field("p", pa.string()),
+        pa.field("v", pa.int64()),
+    ]
 )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    rows=st.lists(st.tuples(VALUES, VALUES, VALUES), min_size=1, max_size=8, unique_by=lambda r: (r[0], r[1])),
+    rows=st.lists(
+        st.tuples(VALUES, VALUES, VALUES), min_size=1, max_size=8, unique_by=lambda r: (r[0], r[1])
+    ),
     table_type=st.sampled_from(["copy_on_write", "merge_on_read"]),
 )
-def test_any_string_round_trips(tmp_path_factory: pytest.TempPathFactory, rows: list[Any], table_type: str) -> None:
+def test_any_string_round_trips(
+    tmp_path_factory: pytest.TempPathFactory, rows: list[Any], table_type: str
+) -> None:
     path = tmp_path_factory.mktemp("h") / "t"
     t = oxlake.create_table(str(path), HOSTILE_SCHEMA, ["a", "b"], ["p"], None, table_type)
 
     def batch(rows: list[Any], v: int) -> pa.Table:
         cols = list(zip(*rows, strict=True)) or [[], [], []]
-        return pa.table({"a": cols[0], "b": cols[1], "p": cols[2], "v": [v] * len(rows)}, schema=HOSTILE_SCHEMA)
+        return pa.table(
+            {"a": cols[0], "b": cols[1], "p": cols[2], "v": [v] * len(rows)}, schema=HOSTILE_SCHEMA
+        )
 
     good = [r for r in rows if not key_error(r[0], r[1])]
     bad = [r for r in rows if key_error(r[0], r[1])]

@@ -245,7 +245,26 @@ impl KeySpec {
 /// `"#%'*/:=?\{[]^` (`PartitionPathEncodeUtils.charToEscape`). Spaces and non-ASCII characters
 /// are kept as they are.
 fn needs_escaping(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}' | '"' | '#' | '%' | '\'' | '*' | '/' | ':' | '=' | '?' | '\\' | '{' | '[' | ']' | '^')
+    matches!(
+        c,
+        '\u{0}'
+            ..='\u{1f}'
+                | '\u{7f}'
+                | '"'
+                | '#'
+                | '%'
+                | '\''
+                | '*'
+                | '/'
+                | ':'
+                | '='
+                | '?'
+                | '\\'
+                | '{'
+                | '['
+                | ']'
+                | '^'
+    )
 }
 
 /// Hudi's `PartitionPathEncodeUtils.escapePathName`: every escaped character as `%XX` (upper-case
@@ -466,7 +485,7 @@ mod tests {
             assert!(matches!(err, Error::InvalidData { .. }), "{err}");
         }
         assert_eq!(key(Some("10:30"), Some("x,y")).unwrap(), "a:10:30,b:x,y");
-        assert_eq!(key(None, Some("")).map_err(|e| e.to_string()).unwrap_err().contains("null or empty"), true);
+        assert!(key(None, Some("")).unwrap_err().to_string().contains("null or empty"));
         assert_eq!(key(Some(""), Some("2")).unwrap(), "a:__empty__,b:2");
     }
 

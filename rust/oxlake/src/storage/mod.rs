@@ -148,7 +148,8 @@ impl Storage {
     /// which no listing returns and no writer makes) is encoded, so it names nothing outside
     /// the table.
     pub fn path(&self, rel: &str) -> Path {
-        let rel = rel.split('/').filter(|s| !s.is_empty()).map(|s| PathPart::parse(s).unwrap_or_else(|_| PathPart::from(s)));
+        let rel =
+            rel.split('/').filter(|s| !s.is_empty()).map(|s| PathPart::parse(s).unwrap_or_else(|_| PathPart::from(s)));
         Path::from_iter(self.root.parts().chain(rel))
     }
 
@@ -350,8 +351,8 @@ mod tests {
         assert_eq!(s.get(&listed[0].path).await.unwrap(), Bytes::from_static(b"v"));
         assert_eq!(s.list_subdirs("").await.unwrap(), vec!["city=a%2Fb ü".to_string()]);
         // A file:// URI is a URL: `%XX` decoded, so it names the same folder.
-        let url = Storage::open(&format!("file://{}/Z%C3%BCrich%20100%25", dir.path().display()), &HashMap::new())
-            .unwrap();
+        let url =
+            Storage::open(&format!("file://{}/Z%C3%BCrich%20100%25", dir.path().display()), &HashMap::new()).unwrap();
         assert_eq!(url.get("city=a%2Fb ü/f.parquet").await.unwrap(), Bytes::from_static(b"v"));
         // A segment no store holds as it is names nothing outside the table.
         assert_eq!(s.path("a/../b").as_ref(), format!("{}/a/%2E%2E/b", s.root));
