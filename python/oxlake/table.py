@@ -465,10 +465,15 @@ def create_table(
     """Creates an Apache Hudi table (version 6) and returns it open.
 
     `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
-    `partition_by` the partition fields (`field=value` directories when `hive_style`);
+    `partition_by` the partition fields (`field=value` directories when `hive_style`; values are
+    escaped as Hive and Hudi do, `hoodie.datasource.write.partitionpath.urlencode=true`, so that
+    any string is a directory name: `a/b:c` is `a%2Fb%3Ac`; null and `""` go to
+    `__HIVE_DEFAULT_PARTITION__`);
     `ordering_field` the event-time field that decides which version of a record wins.
     `inline_compaction=N` (merge-on-read) makes every writer compact the table after N
     deltacommits since the last compaction (a table property, so all writers agree).
+    `name` (`hoodie.table.name`) defaults to the last segment of `uri` made a valid name
+    (`table_name_of`).
     """
     keys = [record_key] if isinstance(record_key, str) else list(record_key)
     table_name = name if name is not None else table_name_of(uri)
