@@ -462,6 +462,17 @@ class Table:
         return f"oxlake.Table({self.uri!r})"
 
 
+def table_name_of(uri: str) -> str:
+    """The `hoodie.table.name` of a table created at `uri` without `name=`: its last path segment
+    with every character outside ASCII letters, digits and `_` made `_`, so that it is also a valid
+    Avro name (Hudi names the schema's record `<name>_record` in namespace `hoodie.<name>`)."""
+    last = uri.rstrip("/").rsplit("/", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9_]", "_", last)
+    if not name.strip("_"):
+        return "table"
+    return "_" + name if name[0].isdigit() else name
+
+
 def create_table(
     uri: str,
     schema: pa.Schema,
@@ -479,13 +490,18 @@ def create_table(
     """Creates an Apache Hudi table (version 6) and returns it open.
 
     `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
-    `partition_by` the partition fields (`field=value` directories when `hive_style`);
+    `partition_by` the partition fields (`field=value` directories when `hive_style`; values are
+    escaped as Hive and Hudi do, `hoodie.datasource.write.partitionpath.urlencode=true`, so that
+    any string is a directory name: `a/b:c` is `a%2Fb%3Ac`; null and `""` go to
+    `__HIVE_DEFAULT_PARTITION__`);
     `ordering_field` the event-time field that decides which version of a record wins.
     `inline_compaction=N` (merge-on-read) makes every writer compact the table after N
     deltacommits since the last compaction (a table property, so all writers agree).
+    `name` (`hoodie.table.name`) defaults to the last segment of `uri` made a valid name
+    (`table_name_of`).
     """
     keys = [record_key] if isinstance(record_key, str) else list(record_key)
-    table_name = name if name is not None else uri.rstrip("/").rsplit("/", 1)[-1] or "table"
+    table_name = name if name is not None else table_name_of(uri)
     native = _native.create_table(
         uri,
         schema,

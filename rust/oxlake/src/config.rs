@@ -175,7 +175,9 @@ impl TableConfig {
             partition_fields: opts.partition_fields.clone(),
             ordering_field: opts.ordering_field.clone(),
             hive_style: opts.hive_style,
-            url_encode: false,
+            // Partition values are escaped as Hive does (Hudi's opt-in): every string has a
+            // directory name that reads back as the same value.
+            url_encode: true,
             key_generator,
             merge_mode,
             populate_meta_fields: true,
@@ -210,7 +212,7 @@ impl TableConfig {
             set(keys::PRECOMBINE_FIELD, o);
         }
         set(keys::HIVE_STYLE, bool_str(self.hive_style));
-        set(keys::URL_ENCODE, "false");
+        set(keys::URL_ENCODE, bool_str(self.url_encode));
         set(keys::DROP_PARTITION_COLUMNS, "false");
         set(keys::BASE_FILE_FORMAT, "PARQUET");
         set(keys::TIMEZONE, "UTC");

@@ -1,8 +1,14 @@
 //! Record keys and partition paths, computed from Arrow columns as Apache Hudi's key generators do.
 //!
 //! Simple keys are the field's value; complex keys are `f1:v1,f2:v2` with `__null__` and `__empty__`
-//! standing for null and empty values. Partition paths join one segment per partition field, as
-//! `field=value` (hive style) or `value`; null or empty values go to `__HIVE_DEFAULT_PARTITION__`.
+//! standing for null and empty values. A complex key value that would make two different records
+//! share a key (it holds `,f:` for a key field `f`, or is one of the placeholders) is refused.
+//! Partition paths join one segment per partition field, as `field=value` (hive style) or `value`;
+//! null or empty values go to `__HIVE_DEFAULT_PARTITION__`. With
+//! `hoodie.datasource.write.partitionpath.urlencode` (every table oxlake creates) a value is
+//! escaped as Hive and Hudi's `PartitionPathEncodeUtils.escapePathName` do, and unescaped when read
+//! back from a path: the escaped segment is the directory name on disk and the object key on S3,
+//! with no further encoding by the storage layer.
 
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::compute::cast;
@@ -36,6 +42,8 @@ pub struct KeySpec {
     pub partition_fields: Vec<String>,
     pub complex_keys: bool,
     pub hive_style: bool,
+    /// `hoodie.datasource.write.partitionpath.urlencode`: partition values are escaped in paths.
+    pub url_encode: bool,
 }
 
 impl KeySpec {
@@ -45,10 +53,12 @@ impl KeySpec {
             partition_fields: cfg.partition_fields.clone(),
             complex_keys: cfg.complex_keys(),
             hive_style: cfg.hive_style,
+            url_encode: cfg.url_encode,
         }
     }
 
-    /// The record key of every row. A null (or, for simple keys, empty) key is invalid data.
+    /// The record key of every row. A null or empty simple key is invalid data (as in Hudi); so is
+    /// a complex key whose values are all null or empty, or a value that would be ambiguous.
     pub fn record_keys(&self, batch: &RecordBatch) -> Result<StringArray> {
         let cols = string_columns(batch, &self.record_key_fields, "record key")?;
         if cols.is_empty() {
@@ -62,37 +72,43 @@ impl KeySpec {
             }
             return Ok(col.clone());
         }
+        // `,f:` for every key field f: a value holding one could be read as the start of the next
+        // field (`a:1,b:2,b:3` is both ("1,b:2", "3") and ("1", "2,b:3")). Field names hold no
+        // `,` or `:`, so without these substrings the key splits back into its values one way only.
+        let separators: Vec<String> = self.record_key_fields.iter().map(|f| format!(",{f}:")).collect();
         let mut out = Vec::with_capacity(batch.num_rows());
+        let mut key = String::new();
         for row in 0..batch.num_rows() {
-            let key = {
-                let mut all_missing = true;
-                let parts: Vec<String> = self
-                    .record_key_fields
-                    .iter()
-                    .zip(&cols)
-                    .map(|(name, c)| {
-                        let v = value(c, row);
-                        all_missing &= v.is_none_or(str::is_empty);
-                        let v = match v {
-                            None => NULL_KEY,
-                            Some("") => EMPTY_KEY,
-                            Some(v) => v,
-                        };
-                        format!("{name}:{v}")
-                    })
-                    .collect();
-                if all_missing {
-                    return Err(null_key(&self.record_key_fields, row));
+            key.clear();
+            let mut all_missing = true;
+            for (i, (name, c)) in self.record_key_fields.iter().zip(&cols).enumerate() {
+                let v = match value(c, row) {
+                    None => NULL_KEY,
+                    Some("") => EMPTY_KEY,
+                    Some(v) => {
+                        check_key_value(name, v, row, &separators)?;
+                        all_missing = false;
+                        v
+                    }
+                };
+                if i > 0 {
+                    key.push(',');
                 }
-                parts.join(",")
-            };
-            out.push(key);
+                key.push_str(name);
+                key.push(':');
+                key.push_str(v);
+            }
+            if all_missing {
+                return Err(null_key(&self.record_key_fields, row));
+            }
+            out.push(key.clone());
         }
         Ok(StringArray::from(out))
     }
 
     /// The partition of every row (`""` for non-partitioned tables). Each distinct combination of
-    /// values is turned into a path once; rows carry the index of theirs.
+    /// values is turned into a path once; rows carry the index of theirs. Different values with
+    /// the same path (null, `""` and the literal `__HIVE_DEFAULT_PARTITION__`) share one index.
     pub fn partitions(&self, batch: &RecordBatch) -> Result<Partitions> {
         let rows = batch.num_rows();
         if self.partition_fields.is_empty() {
@@ -100,17 +116,22 @@ impl KeySpec {
         }
         let cols = string_columns(batch, &self.partition_fields, "partition")?;
         let mut seen: hashbrown::HashMap<Vec<Option<&str>>, u32> = hashbrown::HashMap::new();
+        let mut id_of_path: hashbrown::HashMap<String, u32> = hashbrown::HashMap::new();
         let mut paths = Vec::new();
         let mut ids = Vec::with_capacity(rows);
         let mut values: Vec<Option<&str>> = Vec::with_capacity(cols.len());
         for row in 0..rows {
             values.clear();
-            values.extend(cols.iter().map(|c| value(c, row).filter(|v| !v.is_empty())));
+            values.extend(cols.iter().map(|c| value(c, row)));
             let id = match seen.get(&values) {
                 Some(&id) => id,
                 None => {
-                    let id = paths.len() as u32;
-                    paths.push(self.path_of(&values, row)?);
+                    let path = self.path_of(&values, row)?;
+                    let next = paths.len() as u32;
+                    let id = *id_of_path.entry(path.clone()).or_insert(next);
+                    if id == next {
+                        paths.push(path);
+                    }
                     seen.insert(values.clone(), id);
                     id
                 }
@@ -120,24 +141,85 @@ impl KeySpec {
         Ok(Partitions { paths, ids })
     }
 
+    /// Refuses two rows of one batch with the same record key whose partition values differ but
+    /// whose partition path is the same (null, `""` and `__HIVE_DEFAULT_PARTITION__` all go to the
+    /// default partition): Hudi would make them one record and keep only one of the rows.
+    pub fn check_default_partition_collisions(
+        &self,
+        batch: &RecordBatch,
+        keys: &StringArray,
+        partitions: &Partitions,
+    ) -> Result<()> {
+        let shared: Vec<bool> = partitions.paths.iter().map(|p| self.has_default_segment(p)).collect();
+        if !shared.iter().any(|s| *s) {
+            return Ok(());
+        }
+        let cols = string_columns(batch, &self.partition_fields, "partition")?;
+        let mut first: hashbrown::HashMap<(u32, &str), usize> = hashbrown::HashMap::new();
+        for (row, &id) in partitions.ids.iter().enumerate() {
+            if !shared[id as usize] {
+                continue;
+            }
+            let prev = *first.entry((id, keys.value(row))).or_insert(row);
+            for (name, c) in self.partition_fields.iter().zip(&cols) {
+                let (a, b) = (value(c, prev), value(c, row));
+                if a != b {
+                    return Err(Error::invalid_data(format!(
+                        "record key `{}` is given twice for partition `{}` with different values of \
+                         partition column `{name}` ({} in row {prev}, {} in row {row}): Hudi stores null, \
+                         empty and `{DEFAULT_PARTITION}` values in the same default partition, so the two \
+                         rows would be one record",
+                        keys.value(row),
+                        partitions.paths[id as usize],
+                        shown(a),
+                        shown(b),
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn has_default_segment(&self, path: &str) -> bool {
+        path.split('/').any(|seg| {
+            let v = if self.hive_style { seg.split_once('=').map_or(seg, |(_, v)| v) } else { seg };
+            v == DEFAULT_PARTITION
+        })
+    }
+
     fn path_of(&self, values: &[Option<&str>], row: usize) -> Result<String> {
         let mut segments = Vec::with_capacity(values.len());
         for (name, v) in self.partition_fields.iter().zip(values) {
-            let v = match v {
-                None => DEFAULT_PARTITION,
-                Some(v) if v.contains('/') || *v == "." || *v == ".." => {
-                    return Err(Error::invalid_data(format!(
-                        "partition value `{v}` of `{name}` (row {row}) cannot be a directory name"
-                    )));
+            let v: std::borrow::Cow<'_, str> = match v {
+                None | Some("") => DEFAULT_PARTITION.into(),
+                Some(v) if self.url_encode => escape_path_name(v),
+                Some(v) => {
+                    // Without url encoding the value is the directory name as it is (Hudi's default):
+                    // one that cannot be a single directory name is refused, not written elsewhere.
+                    if let Some(c) = v.chars().find(|c| *c == '/' || c.is_ascii_control()) {
+                        return Err(Error::invalid_data(format!(
+                            "partition value {v:?} of `{name}` (row {row}) holds {c:?}, which a table without \
+                             `{}=true` cannot store in a directory name",
+                            crate::config::keys::URL_ENCODE
+                        )));
+                    }
+                    (*v).into()
                 }
-                Some(v) => v,
             };
-            segments.push(if self.hive_style { format!("{name}={v}") } else { v.to_string() });
+            let segment = if self.hive_style { format!("{name}={v}") } else { v.into_owned() };
+            // `.` and `..` are never escaped (Hudi refuses `..` as path traversal).
+            if segment == "." || segment == ".." {
+                return Err(Error::invalid_data(format!(
+                    "partition value `{segment}` of `{name}` (row {row}) cannot be a directory name"
+                )));
+            }
+            segments.push(segment);
         }
         Ok(segments.join("/"))
     }
 
-    /// Parses a partition path into one value per partition field (`None` for the default partition).
+    /// Parses a partition path into one value per partition field (`None` for the default
+    /// partition, which holds null and empty values and the literal `__HIVE_DEFAULT_PARTITION__`).
     pub fn parse_partition_path(&self, path: &str) -> Option<Vec<Option<String>>> {
         if self.partition_fields.is_empty() {
             return Some(vec![]);
@@ -149,10 +231,100 @@ impl KeySpec {
         let mut values = Vec::with_capacity(segments.len());
         for (seg, name) in segments.iter().zip(&self.partition_fields) {
             let v = if self.hive_style { seg.strip_prefix(name.as_str())?.strip_prefix('=')? } else { seg };
-            values.push((v != DEFAULT_PARTITION).then(|| v.to_string()));
+            values.push(match v {
+                DEFAULT_PARTITION => None,
+                v if self.url_encode => Some(unescape_path_name(v)),
+                v => Some(v.to_string()),
+            });
         }
         Some(values)
     }
+}
+
+/// Whether Hudi (as Hive) escapes `c` in a partition path: ASCII controls, DEL and
+/// `"#%'*/:=?\{[]^` (`PartitionPathEncodeUtils.charToEscape`). Spaces and non-ASCII characters
+/// are kept as they are.
+fn needs_escaping(c: char) -> bool {
+    matches!(
+        c,
+        '\u{0}'
+            ..='\u{1f}'
+                | '\u{7f}'
+                | '"'
+                | '#'
+                | '%'
+                | '\''
+                | '*'
+                | '/'
+                | ':'
+                | '='
+                | '?'
+                | '\\'
+                | '{'
+                | '['
+                | ']'
+                | '^'
+    )
+}
+
+/// Hudi's `PartitionPathEncodeUtils.escapePathName`: every escaped character as `%XX` (upper-case
+/// hex of its code).
+pub fn escape_path_name(v: &str) -> std::borrow::Cow<'_, str> {
+    if !v.chars().any(needs_escaping) {
+        return v.into();
+    }
+    let mut out = String::with_capacity(v.len() + 8);
+    for c in v.chars() {
+        if needs_escaping(c) {
+            out.push_str(&format!("%{:02X}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out.into()
+}
+
+/// Hudi's `PartitionPathEncodeUtils.unescapePathName`: `%XX` (two hex digits) is the character of
+/// that code; any other `%` stays as it is.
+pub fn unescape_path_name(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut rest = v;
+    while let Some(i) = rest.find('%') {
+        out.push_str(&rest[..i]);
+        let code = rest.get(i + 1..i + 3).filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        match code.and_then(|h| u32::from_str_radix(h, 16).ok()).and_then(char::from_u32) {
+            Some(c) => {
+                out.push(c);
+                rest = &rest[i + 3..];
+            }
+            None => {
+                out.push('%');
+                rest = &rest[i + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A complex key value that would collide with another record's key is refused, naming it.
+fn check_key_value(name: &str, v: &str, row: usize, separators: &[String]) -> Result<()> {
+    let why = if v == NULL_KEY || v == EMPTY_KEY {
+        Some(format!("it is the placeholder Hudi writes for a {} value", if v == NULL_KEY { "null" } else { "empty" }))
+    } else {
+        separators.iter().find(|s| v.contains(s.as_str())).map(|s| format!("it holds `{s}`, a separator of the key"))
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(Error::invalid_data(format!(
+            "record key column `{name}` has value {v:?} in row {row}, which cannot be part of a complex record key \
+             (`field:value,...`) without colliding with another record's key: {why}"
+        ))),
+    }
+}
+
+fn shown(v: Option<&str>) -> String {
+    v.map_or_else(|| "null".to_string(), |v| format!("{v:?}"))
 }
 
 fn null_key(fields: &[String], row: usize) -> Error {
@@ -203,6 +375,7 @@ mod tests {
             partition_fields: parts.iter().map(|s| s.to_string()).collect(),
             complex_keys: complex,
             hive_style: hive,
+            url_encode: false,
         }
     }
 
@@ -235,6 +408,85 @@ mod tests {
             Some(vec![Some("sf".into()), None])
         );
         assert_eq!(s.parse_partition_path("sf/x"), None);
+    }
+
+    fn strings<'a>(name: &'a str, v: Vec<Option<&str>>) -> (&'a str, ArrayRef) {
+        (name, Arc::new(StringArray::from(v)) as ArrayRef)
+    }
+
+    #[test]
+    fn escaping_is_hudis() {
+        assert_eq!(escape_path_name("Zürich y"), "Zürich y");
+        assert_eq!(escape_path_name("a/b:c=d"), "a%2Fb%3Ac%3Dd");
+        assert_eq!(escape_path_name("100%"), "100%25");
+        assert_eq!(escape_path_name("\t\n\u{7f}#?\\\"'*{[]^&"), "%09%0A%7F%23%3F%5C%22%27%2A%7B%5B%5D%5E&");
+        assert_eq!(unescape_path_name("a%2Fb%3Ac%25"), "a/b:c%");
+        // A `%` not followed by two hex digits (a table Hudi wrote without escaping) stays.
+        assert_eq!(unescape_path_name("100%"), "100%");
+        assert_eq!(unescape_path_name("%zz%4"), "%zz%4");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn escaping_round_trips_every_string(v in "\\PC*|[%/=:,\\x00-\\x1f]*|.*") {
+            let e = escape_path_name(&v);
+            proptest::prop_assert!(!e.contains('/') && !e.chars().any(|c| c.is_ascii_control()));
+            proptest::prop_assert_eq!(unescape_path_name(&e), v);
+        }
+    }
+
+    #[test]
+    fn hostile_partition_values_parse_back() {
+        let values = vec![Some("Zürich"), Some("a/b"), Some("100%"), Some("k=v"), Some("t\tn\n"), Some("..")];
+        let b = RecordBatch::try_from_iter(vec![strings("city", values.clone())]).unwrap();
+        for hive in [true, false] {
+            let mut s = spec(&["id"], &["city"], false, hive);
+            s.url_encode = true;
+            if !hive {
+                assert!(matches!(s.partitions(&b), Err(Error::InvalidData { .. })), "`..` is no directory");
+                continue;
+            }
+            let p = s.partitions(&b).unwrap();
+            assert_eq!(p.path(0), "city=Zürich");
+            assert_eq!(p.path(1), "city=a%2Fb");
+            for (row, v) in values.iter().enumerate() {
+                assert_eq!(s.parse_partition_path(p.path(row)), Some(vec![v.map(String::from)]));
+            }
+        }
+    }
+
+    #[test]
+    fn null_empty_and_default_literal_share_one_partition() {
+        let b = RecordBatch::try_from_iter(vec![
+            strings("id", vec![Some("1"), Some("2"), Some("3")]),
+            strings("city", vec![None, Some(DEFAULT_PARTITION), Some("")]),
+        ])
+        .unwrap();
+        let s = spec(&["id"], &["city"], false, true);
+        let p = s.partitions(&b).unwrap();
+        assert_eq!(p.paths, vec![format!("city={DEFAULT_PARTITION}")]);
+        assert_eq!(p.ids, vec![0, 0, 0]);
+        let keys = s.record_keys(&b).unwrap();
+        s.check_default_partition_collisions(&b, &keys, &p).unwrap();
+        let same_key = StringArray::from(vec!["1", "1", "3"]);
+        let err = s.check_default_partition_collisions(&b, &same_key, &p).unwrap_err();
+        assert!(err.to_string().contains("`city`"), "{err}");
+    }
+
+    #[test]
+    fn ambiguous_complex_key_values_are_refused() {
+        let s = spec(&["a", "b"], &[], true, false);
+        let key = |a: Option<&str>, b: Option<&str>| {
+            let batch = RecordBatch::try_from_iter(vec![strings("a", vec![a]), strings("b", vec![b])]).unwrap();
+            s.record_keys(&batch).map(|k| k.value(0).to_string())
+        };
+        for (a, b) in [("1,b:2", "3"), ("1", "2,b:3"), ("__null__", "x"), ("x", "__empty__"), ("1", "x,a:y")] {
+            let err = key(Some(a), Some(b)).unwrap_err();
+            assert!(matches!(err, Error::InvalidData { .. }), "{err}");
+        }
+        assert_eq!(key(Some("10:30"), Some("x,y")).unwrap(), "a:10:30,b:x,y");
+        assert!(key(None, Some("")).unwrap_err().to_string().contains("null or empty"));
+        assert_eq!(key(Some(""), Some("2")).unwrap(), "a:__empty__,b:2");
     }
 
     #[test]

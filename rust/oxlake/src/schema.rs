@@ -203,11 +203,24 @@ pub fn decode_arrow_schema(text: &str) -> Result<SchemaRef> {
 /// time, and hudi-rs reads a nanosecond column so declared as microseconds of the same times),
 /// fixed-size binary as `fixed`.
 pub fn to_avro(data: &Schema, table_name: &str) -> Result<String> {
+    let table_name = &avro_name(table_name);
     let (name, namespace) = (format!("{table_name}_record"), format!("hoodie.{table_name}"));
     let top: Fields = data.fields().iter().filter(|f| !is_meta_field(f.name())).cloned().collect();
     let fields = avro_fields(&top, &format!("{namespace}.{name}"))?;
     let record = json!({"type": "record", "name": name, "namespace": namespace, "fields": fields});
     Ok(record.to_string())
+}
+
+/// A table name as an Avro name, as Hudi's `HoodieAvroUtils.sanitizeName` makes it: an invalid
+/// first character, then every character outside `[A-Za-z0-9_]`, becomes `__` (`my-trips` is
+/// `my__trips`; readers refuse the schema of `my-trips_record`).
+fn avro_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for (i, c) in name.chars().enumerate() {
+        let ok = c.is_ascii_alphabetic() || c == '_' || (i > 0 && c.is_ascii_digit());
+        if ok { out.push(c) } else { out.push_str("__") }
+    }
+    out
 }
 
 /// The Avro schema with the five meta fields first, as log block headers carry it.
@@ -567,6 +580,11 @@ mod tests {
     fn avro_schema_names_and_nullability() {
         let avro: Value = serde_json::from_str(&to_avro(&schema(), "trips").unwrap()).unwrap();
         assert_eq!(avro["name"], "trips_record");
+        let odd: Value = serde_json::from_str(&to_avro(&schema(), "2024-trips.v1").unwrap()).unwrap();
+        assert_eq!(
+            (&odd["name"], &odd["namespace"]),
+            (&json!("__024__trips__v1_record"), &json!("hoodie.__024__trips__v1"))
+        );
         assert_eq!(avro["namespace"], "hoodie.trips");
         assert_eq!(avro["fields"][0], json!({"name": "id", "type": "long"}));
         assert_eq!(avro["fields"][1]["type"], json!(["null", "string"]));

@@ -19,7 +19,6 @@ use arrow::array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
@@ -302,7 +301,7 @@ impl GroupState {
             source = source.with_predicate(p.clone());
         }
         let config = FileScanConfigBuilder::new(ctx.store_url.clone(), Arc::new(source))
-            .with_file(PartitionedFile::new(ctx.storage.path(path).to_string(), size))
+            .with_file(super::provider::partitioned_file(&ctx.storage, path, size))
             .with_projection_indices(Some(ctx.scan_columns.clone()))?
             .build();
         let exec = DataSourceExec::from_data_source(config);

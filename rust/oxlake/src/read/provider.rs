@@ -98,6 +98,31 @@ impl HudiTableProvider {
         let paths: Vec<&str> = partitions.keys().copied().collect();
         let parsed: Vec<Option<Vec<Option<String>>>> =
             paths.iter().map(|p| self.keys.parse_partition_path(p)).collect();
+        // One row per value combination a partition can hold: the default partition holds null,
+        // empty and literal `__HIVE_DEFAULT_PARTITION__` values alike, so each is tried.
+        let default_values = [None, Some(String::new()), Some(crate::keys::DEFAULT_PARTITION.to_string())];
+        let mut rows: Vec<(usize, Vec<Option<String>>)> = Vec::new();
+        for (i, values) in parsed.iter().enumerate() {
+            let Some(values) = values else { continue };
+            let mut combos: Vec<Vec<Option<String>>> = vec![vec![]];
+            for v in values {
+                let choices: Vec<Option<String>> = match v {
+                    Some(v) => vec![Some(v.clone())],
+                    None => default_values.to_vec(),
+                };
+                combos = combos
+                    .into_iter()
+                    .flat_map(|c| {
+                        choices.iter().map(move |x| {
+                            let mut c = c.clone();
+                            c.push(x.clone());
+                            c
+                        })
+                    })
+                    .collect();
+            }
+            rows.extend(combos.into_iter().map(|c| (i, c)));
+        }
         let fields: Vec<Field> = part_names
             .iter()
             .map(|n| self.schema.field_with_name(n).map(|f| f.clone().with_nullable(true)))
@@ -105,11 +130,11 @@ impl HudiTableProvider {
         let part_schema = Arc::new(Schema::new(fields));
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(part_names.len());
         for (i, field) in part_schema.fields().iter().enumerate() {
-            let strings: StringArray = parsed.iter().map(|v| v.as_ref().and_then(|vals| vals[i].clone())).collect();
+            let strings: StringArray = rows.iter().map(|(_, vals)| vals[i].clone()).collect();
             // A value that does not cast to the column type is unknown: the partition is kept.
             columns.push(
                 cast(&strings, field.data_type())
-                    .unwrap_or_else(|_| arrow::array::new_null_array(field.data_type(), paths.len())),
+                    .unwrap_or_else(|_| arrow::array::new_null_array(field.data_type(), rows.len())),
             );
         }
         let batch = RecordBatch::try_new(part_schema.clone(), columns)?;
@@ -120,10 +145,14 @@ impl HudiTableProvider {
             .as_any()
             .downcast_ref::<BooleanArray>()
             .cloned()
-            .unwrap_or_else(|| BooleanArray::from(vec![true; paths.len()]));
+            .unwrap_or_else(|| BooleanArray::from(vec![true; rows.len()]));
+        // A partition whose path does not parse is kept (never drop data on a doubt).
+        let mut keep: Vec<bool> = parsed.iter().map(|p| p.is_none()).collect();
+        for (r, (i, _)) in rows.iter().enumerate() {
+            keep[*i] |= mask.is_null(r) || mask.value(r);
+        }
         for (i, p) in paths.iter().enumerate() {
-            let keep = parsed[i].is_none() || mask.is_null(i) || mask.value(i);
-            partitions.insert(p, Some(keep));
+            partitions.insert(p, Some(keep[i]));
         }
         Ok(self
             .slices
@@ -210,6 +239,19 @@ fn balance_slices(mut slices: Vec<SliceScan>, n: usize) -> Vec<Vec<SliceScan>> {
     groups.into_iter().map(|g| g.1).filter(|g| !g.is_empty()).collect()
 }
 
+/// The DataFusion file of a table-relative path. Built from the store path itself:
+/// `PartitionedFile::new` parses a string with `Path::from`, which would percent-encode an
+/// escaped partition directory (`city=a%3Ab`) a second time and name a file that is not there.
+pub(super) fn partitioned_file(storage: &Storage, rel: &str, size: u64) -> PartitionedFile {
+    PartitionedFile::new_from_meta(object_store::ObjectMeta {
+        location: storage.path(rel),
+        last_modified: chrono::DateTime::<chrono::Utc>::UNIX_EPOCH,
+        size,
+        e_tag: None,
+        version: None,
+    })
+}
+
 /// Splits files into `n` groups of similar total size (largest first onto the lightest group).
 fn balance(storage: &Storage, files: &[&PlannedFile], n: usize) -> Vec<FileGroup> {
     let mut sorted: Vec<&&PlannedFile> = files.iter().collect();
@@ -219,7 +261,7 @@ fn balance(storage: &Storage, files: &[&PlannedFile], n: usize) -> Vec<FileGroup
     for f in sorted {
         if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
             g.0 += f.size;
-            g.1.push(PartitionedFile::new(storage.path(&f.path).to_string(), f.size));
+            g.1.push(partitioned_file(storage, &f.path, f.size));
         }
     }
     groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()

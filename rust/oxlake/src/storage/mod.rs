@@ -18,7 +18,7 @@ use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
-use object_store::path::Path;
+use object_store::path::{Path, PathPart};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 
 use self::faults::FaultStore;
@@ -61,7 +61,9 @@ impl Storage {
         match uri.split_once("://") {
             Some(("s3" | "s3a", rest)) => Self::open_s3(uri, rest, options),
             Some(("memory", rest)) => Self::in_memory(rest),
-            Some(("file", rest)) => Self::open_local(uri, rest),
+            // A `file://` URI is a URL: `%XX` is decoded (`file:///x/a%20b` is `/x/a b`); a plain
+            // path is taken as it is.
+            Some(("file", rest)) => Self::open_local(uri, &decode_uri_path(uri, rest)?),
             Some((scheme, _)) => Err(Error::invalid_arg("uri", format!("unsupported scheme `{scheme}`"))),
             None => Self::open_local(uri, uri),
         }
@@ -71,7 +73,7 @@ impl Storage {
     pub fn in_memory(root: &str) -> Result<Self> {
         Ok(Storage {
             store: layered(Arc::new(InMemory::new())),
-            root: Path::from(root.trim_matches('/')),
+            root: root_path(root)?,
             store_url: url_of("memory:///")?,
             uri: format!("memory://{}", root.trim_matches('/')),
         })
@@ -116,7 +118,7 @@ impl Storage {
         let store = builder.build().map_err(|e| Error::invalid_arg("storage_options", format!("{uri}: {e}")))?;
         Ok(Storage {
             store: layered(Arc::new(store)),
-            root: Path::from(prefix.trim_matches('/')),
+            root: root_path(prefix)?,
             store_url: url_of(&format!("s3://{bucket}/"))?,
             uri: uri.to_string(),
         })
@@ -138,15 +140,17 @@ impl Storage {
     }
 
     /// The full store path of a table-relative path.
+    ///
+    /// Table-relative paths are the names as they are on disk and in object keys (partition
+    /// values are escaped once, by [`crate::keys`]), so each segment is taken as it is:
+    /// `Path::from` would percent-encode `%` and non-ASCII characters a second time and name
+    /// another file. A segment no store can hold as it is (`.`, `..`, an ASCII control character,
+    /// which no listing returns and no writer makes) is encoded, so it names nothing outside
+    /// the table.
     pub fn path(&self, rel: &str) -> Path {
-        let rel = rel.trim_matches('/');
-        if rel.is_empty() {
-            return self.root.clone();
-        }
-        if self.root.as_ref().is_empty() {
-            return Path::from(rel);
-        }
-        Path::from(format!("{}/{}", self.root, rel))
+        let rel =
+            rel.split('/').filter(|s| !s.is_empty()).map(|s| PathPart::parse(s).unwrap_or_else(|_| PathPart::from(s)));
+        Path::from_iter(self.root.parts().chain(rel))
     }
 
     /// Reads a whole file.
@@ -242,6 +246,22 @@ impl Storage {
     }
 }
 
+/// The path part of a URI with `%XX` decoded, as object_store and hudi-rs read URIs (a space or a
+/// non-ASCII character written as it is stays as it is).
+fn decode_uri_path(uri: &str, rest: &str) -> Result<String> {
+    percent_encoding::percent_decode_str(rest)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|e| Error::invalid_arg("uri", format!("{uri}: {e}")))
+}
+
+/// The table root inside a bucket (or the in-memory store): the URI's path, `%XX` decoded, each
+/// segment as it is.
+fn root_path(prefix: &str) -> Result<Path> {
+    let prefix = prefix.trim_matches('/');
+    Path::from_url_path(prefix).map_err(|e| Error::invalid_arg("uri", format!("{prefix}: {e}")))
+}
+
 fn url_of(s: &str) -> Result<Url> {
     Url::parse(s).map_err(|e| Error::invalid_arg("uri", format!("{s}: {e}")))
 }
@@ -315,6 +335,27 @@ mod tests {
         a.put("x/y", Bytes::from_static(b"v")).await.unwrap();
         assert_eq!(b.get("x/y").await.unwrap(), Bytes::from_static(b"v"));
         assert!(p.join("x/y").exists());
+    }
+
+    #[tokio::test]
+    async fn names_are_stored_as_they_are_once() {
+        // The table root and the escaped partition directory are the names on disk: no
+        // percent-encoding by object_store (`Z%C3%BCrich`), none twice when read back.
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("Zürich 100%");
+        let s = Storage::open(root.to_str().unwrap(), &HashMap::new()).unwrap();
+        s.put("city=a%2Fb ü/f.parquet", Bytes::from_static(b"v")).await.unwrap();
+        assert!(root.join("city=a%2Fb ü").join("f.parquet").exists());
+        let listed = s.list_recursive("").await.unwrap();
+        assert_eq!(listed, vec![FileInfo { path: "city=a%2Fb ü/f.parquet".into(), size: 1 }]);
+        assert_eq!(s.get(&listed[0].path).await.unwrap(), Bytes::from_static(b"v"));
+        assert_eq!(s.list_subdirs("").await.unwrap(), vec!["city=a%2Fb ü".to_string()]);
+        // A file:// URI is a URL: `%XX` decoded, so it names the same folder.
+        let url =
+            Storage::open(&format!("file://{}/Z%C3%BCrich%20100%25", dir.path().display()), &HashMap::new()).unwrap();
+        assert_eq!(url.get("city=a%2Fb ü/f.parquet").await.unwrap(), Bytes::from_static(b"v"));
+        // A segment no store holds as it is names nothing outside the table.
+        assert_eq!(s.path("a/../b").as_ref(), format!("{}/a/%2E%2E/b", s.root));
     }
 
     #[test]

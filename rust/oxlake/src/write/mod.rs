@@ -448,6 +448,7 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Result
     let spec = KeySpec::from_config(table.config());
     let keys = spec.record_keys(&batch)?;
     let partitions = spec.partitions(&batch)?;
+    spec.check_default_partition_collisions(&batch, &keys, &partitions)?;
     let cfg = table.config();
     let ordering = match (&cfg.ordering_field, cfg.merge_mode) {
         (Some(name), crate::config::MergeMode::EventTime) => match batch.column_by_name(name) {
