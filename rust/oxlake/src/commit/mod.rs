@@ -371,9 +371,17 @@ impl Transaction {
             // (a caller that retries an insert must not find it landed later).
             let there = table.storage().head(&table.timeline().path_of(&completed)).await.ok().flatten().is_some();
             if !there {
+                // Taken back first with a plain put (the conditional creates may be what fails),
+                // then rolled back; a rollback that cannot run now is finished by the next writer.
+                let time = self.instant.time.clone();
                 let pending = self.instant.with_state(State::Inflight);
                 let how = Undo::Deliberate { was_completed: false };
-                if let Err(undo) = rollback_at(table, &pending, None, how, Some(self.epoch)).await {
+                let retracted = fate::overrule(table.storage(), &time, self.epoch, &time).await;
+                let undone = match retracted {
+                    Ok(()) => rollback_at(table, &pending, None, how, Some(self.epoch)).await.map(drop),
+                    Err(e) => Err(e),
+                };
+                if let Err(undo) = undone {
                     log::error!(
                         "{}: {} {} could not be completed nor taken back ({undo}): the next writer completes it",
                         table.uri(),
@@ -862,6 +870,10 @@ async fn rollback_at(
         let ours = fate::Fate::RolledBack { by: r.time.clone() };
         match fate::decide(table.storage(), &target.time, epoch, ours.clone()).await? {
             d if d == ours => {}
+            // Taken back by its own writer (it could not complete): any rollback finishes it.
+            fate::Fate::RolledBack { by } if by == target.time => {
+                fate::overrule(table.storage(), &target.time, epoch, &r.time).await?;
+            }
             decided => {
                 if let fate::Fate::Committed { action, metadata } = decided {
                     fate::roll_forward(table, target, epoch, action, metadata).await?;
