@@ -179,8 +179,8 @@ async fn load_plan(table: &Table, instant: &Instant) -> Result<(CleanPlan, Bytes
     let bytes = table.storage().get(&path).await?;
     // The latest completed data instant before the clean: what Java would have recorded.
     let last_before = || {
-        let data = table.timeline().completed_data().filter(|i| i.time < instant.time);
-        data.last().map(|i| i.time.clone()).unwrap_or_default()
+        let mut data = table.timeline().completed_data().filter(|i| i.time < instant.time);
+        data.next_back().map(|i| i.time.clone()).unwrap_or_default()
     };
     if bytes.is_empty() {
         // Java deletes an empty pending clean; completing it with nothing deleted is as harmless.
