@@ -1,5 +1,6 @@
-//! The Avro binary encoding, as much of it as Hudi log blocks use: datums of a record schema
-//! (Avro data blocks) decoded into Arrow columns, and the primitives the delete block is made of.
+//! The Avro binary encoding, as much of it as Hudi log blocks and timeline files use: datums of a
+//! record schema (Avro data blocks) decoded into Arrow columns, the primitives the delete block is
+//! made of, and object container files (timeline plans and metadata) read into and written from JSON.
 //!
 //! Encoding rules (Avro 1.11 specification): `int`/`long` are zig-zag varints, `float`/`double`
 //! little-endian IEEE 754, `bytes`/`string` a long length then the bytes, a union the branch index
@@ -350,11 +351,16 @@ pub fn is_container(bytes: &[u8]) -> bool {
 /// Reads an Avro object container file (codec `null`, as Apache Hudi writes its timeline files)
 /// into JSON records, one per datum, in file order.
 pub fn read_container(bytes: &[u8]) -> Result<Vec<Json>> {
+    Ok(read_container_with_schema(bytes)?.1)
+}
+
+/// [`read_container`], with the writer schema's JSON text.
+pub fn read_container_with_schema(bytes: &[u8]) -> Result<(String, Vec<Json>)> {
     let mut d = Decoder::new(bytes);
     if d.take(4)? != CONTAINER_MAGIC {
         return Err(Error::invalid_data("avro container: bad magic"));
     }
-    let mut schema: Option<Json> = None;
+    let mut schema: Option<(String, Json)> = None;
     let mut codec = "null".to_string();
     loop {
         let n = d.block_count()?;
@@ -366,10 +372,11 @@ pub fn read_container(bytes: &[u8]) -> Result<Vec<Json>> {
             let value = d.bytes()?;
             match key.as_str() {
                 "avro.schema" => {
-                    schema = Some(
-                        serde_json::from_slice(value)
-                            .map_err(|e| Error::invalid_data(format!("avro container schema: {e}")))?,
-                    )
+                    let text = std::str::from_utf8(value)
+                        .map_err(|_| Error::invalid_data("avro container schema is not UTF-8"))?;
+                    let json = serde_json::from_str(text)
+                        .map_err(|e| Error::invalid_data(format!("avro container schema: {e}")))?;
+                    schema = Some((text.to_string(), json));
                 }
                 "avro.codec" => codec = String::from_utf8_lossy(value).into_owned(),
                 _ => {}
@@ -379,8 +386,8 @@ pub fn read_container(bytes: &[u8]) -> Result<Vec<Json>> {
     if codec != "null" {
         return Err(Error::unsupported(format!("avro container codec {codec}")));
     }
-    let schema =
-        parse_schema(&schema.ok_or_else(|| Error::invalid_data("avro container without schema"))?, &mut Vec::new())?;
+    let (text, json) = schema.ok_or_else(|| Error::invalid_data("avro container without schema"))?;
+    let schema = parse_schema(&json, &mut Vec::new())?;
     let sync = d.take(16)?;
     let mut out = Vec::new();
     while !d.is_empty() {
@@ -394,7 +401,7 @@ pub fn read_container(bytes: &[u8]) -> Result<Vec<Json>> {
             return Err(Error::invalid_data("avro container: sync marker mismatch"));
         }
     }
-    Ok(out)
+    Ok((text, out))
 }
 
 /// Reads the record of a timeline file that Apache Hudi writes as an Avro container (commit
@@ -407,6 +414,114 @@ pub fn read_timeline_record<T: serde::de::DeserializeOwned>(path: &str, bytes: &
     })?;
     let first = records.into_iter().next().ok_or_else(|| Error::corrupt(path, "no record in the Avro container"))?;
     serde_json::from_value(first).map_err(|e| Error::corrupt(path, e))
+}
+
+/// Writes `records` (JSON values, as [`read_container`] returns them) as an Avro object container
+/// file of `schema` (the JSON text of the writer schema, stored verbatim as `avro.schema`), the way
+/// Apache Hudi's `TimelineMetadataUtils.serializeAvroMetadata` (Java `DataFileWriter`) does: codec
+/// `null` (no `avro.codec` entry, as Java leaves it out), a random sync marker, one block.
+///
+/// A record field missing from a value is written as null; a value the schema cannot hold is an
+/// error naming the field.
+pub fn write_container(schema: &str, records: &[Json]) -> Result<Vec<u8>> {
+    let json: Json = serde_json::from_str(schema).map_err(|e| Error::invalid_data(format!("avro schema: {e}")))?;
+    let parsed = parse_schema(&json, &mut Vec::new())?;
+    let mut body = Encoder::default();
+    for r in records {
+        encode_json(&mut body, &parsed, r, "")?;
+    }
+    let mut e = Encoder::default();
+    e.buf.extend_from_slice(CONTAINER_MAGIC);
+    e.long(1);
+    e.string("avro.schema");
+    e.bytes(schema.as_bytes());
+    e.long(0);
+    let sync = *uuid::Uuid::new_v4().as_bytes();
+    e.buf.extend_from_slice(&sync);
+    if !records.is_empty() {
+        e.long(records.len() as i64);
+        e.bytes(&body.buf);
+        e.buf.extend_from_slice(&sync);
+    }
+    Ok(e.buf)
+}
+
+/// Encodes one JSON value as a datum of `s`; `at` names the field for errors.
+fn encode_json(e: &mut Encoder, s: &Schema, v: &Json, at: &str) -> Result<()> {
+    use base64::Engine as _;
+    let mismatch = || Error::invalid_data(format!("avro: `{at}` cannot hold {v}"));
+    match (s, v) {
+        (Schema::Null, Json::Null) => {}
+        (Schema::Boolean, Json::Bool(b)) => e.boolean(*b),
+        (Schema::Int, Json::Number(n)) => {
+            e.long(i64::from(n.as_i64().and_then(|l| i32::try_from(l).ok()).ok_or_else(mismatch)?))
+        }
+        (Schema::Long, Json::Number(n)) => e.long(n.as_i64().ok_or_else(mismatch)?),
+        // f64 to f32 is the float the schema asks for; JSON holds no other precision.
+        (Schema::Float, Json::Number(n)) => e.float(n.as_f64().ok_or_else(mismatch)? as f32),
+        (Schema::Double, Json::Number(n)) => e.double(n.as_f64().ok_or_else(mismatch)?),
+        (Schema::String, Json::String(t)) => e.string(t),
+        (Schema::Bytes, Json::String(t)) => {
+            e.bytes(&base64::engine::general_purpose::STANDARD.decode(t).map_err(|_| mismatch())?)
+        }
+        (Schema::Fixed(n), Json::String(t)) => {
+            let b = base64::engine::general_purpose::STANDARD.decode(t).map_err(|_| mismatch())?;
+            if b.len() != *n {
+                return Err(mismatch());
+            }
+            e.buf.extend_from_slice(&b);
+        }
+        (Schema::Enum(symbols), Json::String(t)) => {
+            e.long(symbols.iter().position(|x| x == t).ok_or_else(mismatch)? as i64)
+        }
+        (Schema::Union(branches), _) => {
+            let i = branches.iter().position(|b| accepts(b, v)).ok_or_else(mismatch)?;
+            e.long(i as i64);
+            encode_json(e, &branches[i], v, at)?;
+        }
+        (Schema::Record(fields), Json::Object(o)) => {
+            for (name, f) in fields {
+                let field = if at.is_empty() { name.clone() } else { format!("{at}.{name}") };
+                encode_json(e, f, o.get(name).unwrap_or(&Json::Null), &field)?;
+            }
+        }
+        (Schema::Array(items), Json::Array(a)) => {
+            if !a.is_empty() {
+                e.long(a.len() as i64);
+                for (i, x) in a.iter().enumerate() {
+                    encode_json(e, items, x, &format!("{at}[{i}]"))?;
+                }
+            }
+            e.long(0);
+        }
+        (Schema::Map(values), Json::Object(o)) => {
+            if !o.is_empty() {
+                e.long(o.len() as i64);
+                for (k, x) in o {
+                    e.string(k);
+                    encode_json(e, values, x, &format!("{at}[{k}]"))?;
+                }
+            }
+            e.long(0);
+        }
+        _ => return Err(mismatch()),
+    }
+    Ok(())
+}
+
+/// Whether a union branch of schema `s` takes the value `v` (the first that does is written).
+fn accepts(s: &Schema, v: &Json) -> bool {
+    match (s, v) {
+        (Schema::Null, Json::Null) | (Schema::Boolean, Json::Bool(_)) => true,
+        (Schema::Int, Json::Number(n)) => n.as_i64().is_some_and(|l| i32::try_from(l).is_ok()),
+        (Schema::Long, Json::Number(n)) => n.as_i64().is_some(),
+        (Schema::Float | Schema::Double, Json::Number(_)) => true,
+        (Schema::String | Schema::Bytes | Schema::Fixed(_), Json::String(_)) => true,
+        (Schema::Enum(symbols), Json::String(t)) => symbols.contains(t),
+        (Schema::Record(_) | Schema::Map(_), Json::Object(_)) | (Schema::Array(_), Json::Array(_)) => true,
+        (Schema::Union(branches), _) => branches.iter().any(|b| accepts(b, v)),
+        _ => false,
+    }
 }
 
 /// Decodes Avro datums of a record schema (`writer_schema`, JSON) into a batch of `target`:
@@ -632,6 +747,61 @@ mod tests {
             }
             bytes.truncate(cut.max(1).min(bytes.len()));
             let _ = read_container(&bytes);
+        }
+    }
+
+    #[test]
+    fn written_containers_read_back() {
+        let schema = r#"{"type":"record","name":"R","namespace":"org.apache.hudi.avro.model","fields":[
+            {"name":"s","type":"string"},{"name":"n","type":["null","long"],"default":null},
+            {"name":"i","type":["int","null"]},{"name":"m","type":{"type":"map","values":{"type":"array",
+            "items":{"type":"record","name":"E","fields":[{"name":"b","type":["null","boolean"]}]}}}},
+            {"name":"e","type":["null","E"]}]}"#;
+        let records = vec![
+            serde_json::json!({"s": "x", "n": 5, "i": 2, "m": {"p": [{"b": true}, {}], "q": []}, "e": {"b": false}}),
+            serde_json::json!({"s": "", "m": {}}),
+        ];
+        let bytes = write_container(schema, &records).unwrap();
+        // Java's layout: the schema as the only metadata entry (no codec entry for `null`).
+        assert!(bytes.starts_with(b"Obj\x01\x02\x16avro.schema"));
+        let (text, back) = read_container_with_schema(&bytes).unwrap();
+        assert_eq!(text, schema);
+        assert_eq!(back, records);
+        // A value the schema cannot hold is an error naming the field.
+        let err = write_container(schema, &[serde_json::json!({"s": 1, "m": {}})]).unwrap_err();
+        assert!(err.to_string().contains("`s`"), "{err}");
+        let err = write_container(schema, &[serde_json::json!({"s": "x"})]).unwrap_err();
+        assert!(err.to_string().contains("`m`"), "{err}");
+    }
+
+    /// Timeline files Apache Hudi wrote (rollback plans and metadata, Avro commit metadata)
+    /// decode, re-encode with their own schema and decode to the same values.
+    #[test]
+    fn java_timeline_files_re_encode_to_the_same_values() {
+        use crate::test_support::corpus_file;
+        let files = [
+            ("sample_table/mor/parquet/v6_nonpartitioned_rollback.zip", ".hoodie/20250126040936578.rollback.requested"),
+            ("sample_table/mor/parquet/v6_nonpartitioned_rollback.zip", ".hoodie/20250126040936578.rollback"),
+            (
+                "sample_table/mor/avro/v9_nonpartitioned_rollback.zip",
+                ".hoodie/timeline/20260403184259077.rollback.requested",
+            ),
+            (
+                "sample_table/mor/avro/v9_nonpartitioned_rollback.zip",
+                ".hoodie/timeline/20260403184259077_20260403184300219.rollback",
+            ),
+            (
+                "sample_table/mor/avro/v9_nonpartitioned_rollback.zip",
+                ".hoodie/timeline/20260403184302162_20260403184303142.deltacommit",
+            ),
+        ];
+        for (zip, path) in files {
+            let java = corpus_file(zip, path);
+            let (schema, records) = read_container_with_schema(&java).unwrap();
+            assert_eq!(records.len(), 1, "{path}");
+            let ours = write_container(&schema, &records).unwrap();
+            let (schema_back, back) = read_container_with_schema(&ours).unwrap();
+            assert_eq!((schema_back, back), (schema, records), "{path}");
         }
     }
 

@@ -6,14 +6,16 @@
 //! slices a pending compaction reads, and (keep-latest-commits) every slice a time-travel read to one
 //! of the retained commits reads.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::format::clean::{
+    self, ActionInstant, CleanFileInfo, CleanMetadata, CleanPartitionMetadata, CleanerPlan, Stored,
+};
 use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::{Action, Instant, State};
 use crate::services::progress::{self, Progress};
@@ -46,13 +48,78 @@ impl CleanPolicy {
     }
 }
 
-/// The plan and record of a clean.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+/// The plan of a clean, whichever way it was stored (see [`crate::format::clean`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CleanPlan {
+    /// Java's `HoodieCleaningPolicy` name: `KEEP_LATEST_COMMITS`, `KEEP_LATEST_FILE_VERSIONS`.
     pub policy: String,
-    pub earliest_instant_to_retain: Option<String>,
+    /// The earliest data instant whose snapshot stays readable (keep-latest-commits only).
+    pub earliest_instant_to_retain: Option<ActionInstant>,
+    /// The latest completed data instant when the clean was planned (`""`: none).
+    pub last_completed_commit: String,
+    /// Table-relative paths.
     pub files_to_delete: Vec<String>,
+}
+
+impl CleanPlan {
+    /// The `HoodieCleanerPlan` Java reads: files by full path under the table URI, per partition.
+    fn to_avro(&self, table: &Table) -> Result<Bytes> {
+        let base = table.uri().trim_end_matches('/');
+        // Java qualifies local paths (`file:/...`); a bare path would resolve against its default FS.
+        let base = if base.starts_with('/') { format!("file:{base}") } else { base.to_string() };
+        let mut per_partition: BTreeMap<String, Vec<CleanFileInfo>> = BTreeMap::new();
+        for f in &self.files_to_delete {
+            per_partition
+                .entry(clean::partition_of(f).to_string())
+                .or_default()
+                .push(CleanFileInfo { file_path: Some(format!("{base}/{f}")), is_bootstrap_base_file: Some(false) });
+        }
+        let plan = CleanerPlan {
+            earliest_instant_to_retain: self.earliest_instant_to_retain.clone(),
+            last_completed_commit_timestamp: self.last_completed_commit.clone(),
+            policy: self.policy.clone(),
+            files_to_be_deleted_per_partition: Some(BTreeMap::new()),
+            version: Some(clean::VERSION),
+            file_paths_to_be_deleted_per_partition: Some(per_partition),
+            partitions_to_be_deleted: Some(Vec::new()),
+        };
+        Ok(Bytes::from(plan.to_avro()?))
+    }
+
+    /// The `HoodieCleanMetadata` of this plan executed at `time` in `millis`: every file deleted
+    /// (deleting a file already gone succeeds), by name per partition as `CleanActionExecutor`
+    /// records them.
+    fn metadata(&self, time: &str, millis: i64) -> Result<Bytes> {
+        let mut partitions: BTreeMap<String, CleanPartitionMetadata> = BTreeMap::new();
+        for f in &self.files_to_delete {
+            let p = clean::partition_of(f);
+            let m = partitions.entry(p.to_string()).or_insert_with(|| CleanPartitionMetadata {
+                partition_path: p.to_string(),
+                policy: self.policy.clone(),
+                is_partition_deleted: Some(false),
+                ..Default::default()
+            });
+            m.delete_path_patterns.push(clean::file_name(f).to_string());
+            m.success_delete_files.push(clean::file_name(f).to_string());
+        }
+        let total = i32::try_from(self.files_to_delete.len())
+            .map_err(|_| Error::invalid_data(format!("clean {time}: too many files for one clean")))?;
+        let metadata = CleanMetadata {
+            start_clean_time: time.to_string(),
+            time_taken_in_millis: millis,
+            total_files_deleted: total,
+            earliest_commit_to_retain: self
+                .earliest_instant_to_retain
+                .as_ref()
+                .map(|i| i.timestamp.clone())
+                .unwrap_or_default(),
+            last_completed_commit_timestamp: self.last_completed_commit.clone(),
+            partition_metadata: partitions,
+            version: Some(clean::VERSION),
+            bootstrap_partition_metadata: Some(BTreeMap::new()),
+        };
+        Ok(Bytes::from(metadata.to_avro()?))
+    }
 }
 
 /// What a clean did.
@@ -79,8 +146,8 @@ impl Table {
             if !crate::commit::is_expired(self, &r).await? {
                 continue;
             }
-            let plan = read_plan(self, &r).await?;
-            let deleted = crate::commit::beating(self, &r.time, execute(self, &r, &plan, &progress)).await?;
+            let (plan, inflight) = load_plan(self, &r).await?;
+            let deleted = crate::commit::beating(self, &r.time, execute(self, &r, &plan, inflight, &progress)).await?;
             result.deleted.extend(deleted);
             result.instant = Some(r.time.clone());
         }
@@ -89,10 +156,10 @@ impl Table {
         if plan.files_to_delete.is_empty() {
             return Ok(result);
         }
-        let bytes = Bytes::from(serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?);
+        let bytes = plan.to_avro(self)?;
         let requested = crate::commit::claim(self, Action::Clean, |_| Ok(bytes.clone())).await?;
         let time = requested.time.clone();
-        let deleted = crate::commit::beating(self, &time, execute(self, &requested, &plan, &progress)).await?;
+        let deleted = crate::commit::beating(self, &time, execute(self, &requested, &plan, bytes, &progress)).await?;
         result.deleted.extend(deleted);
         result.instant = Some(time);
         self.reload().await?;
@@ -102,18 +169,65 @@ impl Table {
 
 /// The plan of the clean `instant`.
 pub(crate) async fn read_plan(table: &Table, instant: &Instant) -> Result<CleanPlan> {
+    Ok(load_plan(table, instant).await?.0)
+}
+
+/// The plan of the clean `instant` (Java's Avro, oxlake's Avro, or the JSON of earlier oxlake
+/// versions), and what its `.clean.inflight` holds: the plan in Avro, as Java writes it.
+async fn load_plan(table: &Table, instant: &Instant) -> Result<(CleanPlan, Bytes)> {
     let path = table.timeline().path_of(&instant.with_state(State::Requested));
-    serde_json::from_slice(&table.storage().get(&path).await?).map_err(|e| Error::corrupt(&path, e))
+    let bytes = table.storage().get(&path).await?;
+    // The latest completed data instant before the clean: what Java would have recorded.
+    let last_before = || {
+        let mut data = table.timeline().completed_data().filter(|i| i.time < instant.time);
+        data.next_back().map(|i| i.time.clone()).unwrap_or_default()
+    };
+    if bytes.is_empty() {
+        // Java deletes an empty pending clean; completing it with nothing deleted is as harmless.
+        let plan = CleanPlan { last_completed_commit: last_before(), ..Default::default() };
+        let avro = plan.to_avro(table)?;
+        return Ok((plan, avro));
+    }
+    match clean::read_plan(&path, &bytes)? {
+        Stored::Avro(p) => {
+            let files_to_delete = p.files(&path)?;
+            let plan = CleanPlan {
+                policy: p.policy,
+                earliest_instant_to_retain: p.earliest_instant_to_retain,
+                last_completed_commit: p.last_completed_commit_timestamp,
+                files_to_delete,
+            };
+            Ok((plan, bytes))
+        }
+        Stored::Legacy(p) => {
+            let earliest = p.earliest_instant_to_retain.map(|t| ActionInstant {
+                action: table.timeline().get(&t).map_or("commit", |i| i.action.name()).to_string(),
+                timestamp: t,
+                state: "COMPLETED".into(),
+            });
+            let plan = CleanPlan {
+                policy: clean::java_policy(&p.policy),
+                earliest_instant_to_retain: earliest,
+                last_completed_commit: last_before(),
+                files_to_delete: p.files_to_delete,
+            };
+            let avro = plan.to_avro(table)?;
+            Ok((plan, avro))
+        }
+    }
 }
 
 async fn execute(
     table: &Table,
     requested: &Instant,
     plan: &CleanPlan,
+    inflight: Bytes,
     progress: &Option<Arc<Progress>>,
 ) -> Result<Vec<String>> {
+    let started = std::time::Instant::now();
     let storage = table.storage();
-    table.timeline().create(storage, &requested.with_state(State::Inflight), Bytes::new()).await?;
+    // Java's inflight holds the plan too (`transitionCleanRequestedToInflight`).
+    table.timeline().create(storage, &requested.with_state(State::Inflight), inflight).await?;
     progress::plan(progress, plan.files_to_delete.len() as u64, "files");
     for f in &plan.files_to_delete {
         storage.delete(f).await?;
@@ -127,15 +241,17 @@ async fn execute(
         entries: &[],
     };
     Box::pin(crate::metadata::sync(table, &requested.time, change)).await?;
-    let record = serde_json::to_vec_pretty(plan).map_err(Error::invalid_data)?;
-    table.timeline().create(storage, &requested.with_state(State::Completed), Bytes::from(record)).await?;
+    let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let record = plan.metadata(&requested.time, millis)?;
+    table.timeline().create(storage, &requested.with_state(State::Completed), record).await?;
     Ok(plan.files_to_delete.clone())
 }
 
 /// The files of slices the policy does not retain.
 async fn plan(table: &Table, policy: CleanPolicy) -> Result<CleanPlan> {
     let timeline = table.timeline();
-    let data: Vec<String> = timeline.completed_data().map(|i| i.time.clone()).collect();
+    let instants: Vec<&Instant> = timeline.completed_data().collect();
+    let data: Vec<String> = instants.iter().map(|i| i.time.clone()).collect();
     let Some(latest) = data.last().cloned() else { return Ok(CleanPlan::default()) };
     let view = table.file_system_view().await?;
     // Snapshots that must stay readable: savepoints, and the retained commits.
@@ -143,11 +259,16 @@ async fn plan(table: &Table, policy: CleanPolicy) -> Result<CleanPlan> {
     keep_as_of.insert(latest.clone());
     let (name, earliest) = match policy {
         CleanPolicy::KeepLatestCommits(n) => {
-            let retained = &data[data.len().saturating_sub(n)..];
-            keep_as_of.extend(retained.iter().cloned());
-            ("keep_latest_commits", retained.first().cloned())
+            let from = data.len().saturating_sub(n);
+            keep_as_of.extend(data[from..].iter().cloned());
+            let earliest = instants.get(from).map(|i| ActionInstant {
+                timestamp: i.time.clone(),
+                action: i.action.name().to_string(),
+                state: "COMPLETED".into(),
+            });
+            ("KEEP_LATEST_COMMITS", earliest)
         }
-        CleanPolicy::KeepLatestFileVersions(_) => ("keep_latest_file_versions", None),
+        CleanPolicy::KeepLatestFileVersions(_) => ("KEEP_LATEST_FILE_VERSIONS", None),
     };
     let mut replaced_as_of: Vec<(String, HashSet<FileGroupId>)> = Vec::new();
     for t in &keep_as_of {
@@ -175,7 +296,12 @@ async fn plan(table: &Table, policy: CleanPolicy) -> Result<CleanPlan> {
         }
     }
     files.sort();
-    Ok(CleanPlan { policy: name.into(), earliest_instant_to_retain: earliest, files_to_delete: files })
+    Ok(CleanPlan {
+        policy: name.into(),
+        earliest_instant_to_retain: earliest,
+        last_completed_commit: latest,
+        files_to_delete: files,
+    })
 }
 
 fn slice_files(s: &FileSlice) -> Vec<String> {
@@ -186,7 +312,7 @@ impl Table {
     /// Fails when a clean has deleted a file that the snapshot as of `time` reads: a time-travel
     /// read, an incremental window ending at `time`, or a rollback back to `time` would otherwise
     /// return a table with rows missing. `view` and `replaced` are the table's current file groups
-    /// and the groups replaced as of `time`. Cleans written by Apache Hudi (Avro) are not read.
+    /// and the groups replaced as of `time`. Cleans written by Apache Hudi are read too.
     pub async fn check_not_cleaned(
         &self,
         arg: &str,
@@ -202,11 +328,11 @@ impl Table {
         }
         for clean in cleans {
             let path = timeline.path_of(clean);
-            let Ok(plan) = serde_json::from_slice::<CleanPlan>(&self.storage().get(&path).await?) else {
-                ::log::debug!("clean {} is not ours (Avro): not checked", clean.time);
-                continue;
+            let deleted = match clean::read_metadata(&path, &self.storage().get(&path).await?)? {
+                Stored::Avro(m) => m.files(),
+                Stored::Legacy(p) => p.files_to_delete,
             };
-            for file in &plan.files_to_delete {
+            for file in &deleted {
                 let (partition, name) = file.rsplit_once('/').unwrap_or(("", file.as_str()));
                 let slice = BaseFileName::parse(name)
                     .map(|b| (b.file_id, b.instant))
