@@ -169,11 +169,6 @@ def test_scan_errors_are_oxlake_errors_for_every_consumer(table_path: str, consu
 # -- base files -----------------------------------------------------------------------------
 
 
-@pytest.mark.skip(
-    reason="open: the base file error does not name the file yet (raised before the scan's "
-    "naming wrapper), and a MoR base garbled at its tail aborts the process (a panic in the "
-    "Parquet decoder?)"
-)
 @pytest.mark.parametrize("damage", DAMAGES)
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_a_damaged_base_file_is_an_error_naming_it(table_path: str, damage: str, table_type: str) -> None:
@@ -191,7 +186,6 @@ def test_a_damaged_base_file_is_an_error_naming_it(table_path: str, damage: str,
     assert_names(e, base)
 
 
-@pytest.mark.xfail(reason="open: a missing base file's error does not name it yet", strict=False)
 def test_a_missing_base_file_is_a_storage_error_naming_it(table_path: str) -> None:
     t = damaged_table(table_path, "copy_on_write")
     base = base_files(t)[-1]

@@ -531,6 +531,12 @@ async fn lookup(
 /// The keys of a base file that are in `index`, with their incoming rows, reading only the key
 /// column.
 async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
+    // The Parquet reader does not know which file it decodes: its errors are named here.
+    let keys = crate::read::decoding(&file.path, matching_keys_of(storage, file, index)).await;
+    keys.map_err(|e| e.in_file(&file.path))
+}
+
+async fn matching_keys_of(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
     let reader = ParquetFile::open(storage, &file.path, file.size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
@@ -551,6 +557,10 @@ async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> 
 
 /// Every record key of a base file, reading only the key column.
 pub(crate) async fn base_file_keys(storage: &Storage, path: &str, size: u64) -> Result<StringArray> {
+    crate::read::decoding(path, base_file_keys_of(storage, path, size)).await.map_err(|e| e.in_file(path))
+}
+
+async fn base_file_keys_of(storage: &Storage, path: &str, size: u64) -> Result<StringArray> {
     let reader = ParquetFile::open(storage, path, size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
