@@ -556,8 +556,12 @@ const HEARTBEAT_STILL_LIMIT: Duration = Duration::from_secs(10);
 pub(crate) async fn is_expired(table: &Table, instant: &Instant) -> Result<bool> {
     let now = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_millis();
     let limit = table.options().heartbeat_interval.as_millis() * u128::from(HEARTBEAT_TOLERANCE);
-    let last_sign = match table.storage().get_opt(&heartbeat_path(&instant.time)).await? {
-        Some(bytes) => std::str::from_utf8(&bytes).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0),
+    // A heartbeat that does not parse (empty, damaged) is no sign of life: the instant's own file
+    // decides, as before the first beat (never "expired at once": its writer may be alive).
+    let beat = table.storage().get_opt(&heartbeat_path(&instant.time)).await?;
+    let beat = beat.and_then(|b| std::str::from_utf8(&b).ok().and_then(|s| s.trim().parse::<u128>().ok()));
+    let last_sign = match beat {
+        Some(millis) => millis,
         None => match table.storage().head(&table.timeline().path_of(instant)).await? {
             Some(meta) => u128::try_from(meta.last_modified.timestamp_millis()).unwrap_or(0),
             None => 0,

@@ -81,6 +81,8 @@ pub struct CommittedLog {
 pub struct CommittedLogs {
     /// Per path, the instant that wrote furthest into it.
     by_path: HashMap<String, CommittedLog>,
+    /// The base files completed instants wrote (`end` is the file's size).
+    bases: Vec<(String, CommittedLog)>,
 }
 
 /// Log write stats of completed instants, by URI of the instant's file: a completed instant's
@@ -114,8 +116,13 @@ impl CommittedLogs {
             cache.extend(fetched.iter().cloned());
         }
         let mut by_path: HashMap<String, CommittedLog> = HashMap::new();
+        let mut bases = Vec::new();
         for logs in cached.into_iter().flatten().chain(fetched.into_iter().map(|(_, l)| l)) {
             for (path, log) in logs.iter() {
+                if !is_log(path) {
+                    bases.push((path.clone(), log.clone()));
+                    continue;
+                }
                 match by_path.get(path) {
                     Some(seen) if seen.end >= log.end => {}
                     _ => {
@@ -124,7 +131,24 @@ impl CommittedLogs {
                 }
             }
         }
-        Ok(CommittedLogs { by_path })
+        Ok(CommittedLogs { by_path, bases })
+    }
+
+    /// One log file a completed instant wrote `end` bytes into (a commit not on the caller's
+    /// timeline yet).
+    pub fn of(path: &str, partition: &str, file_id: &str, end: u64, instant: &str) -> Self {
+        let log = CommittedLog {
+            partition: partition.to_string(),
+            file_id: file_id.to_string(),
+            end,
+            instant: instant.to_string(),
+        };
+        CommittedLogs { by_path: HashMap::from([(path.to_string(), log)]), bases: Vec::new() }
+    }
+
+    /// Every base file completed instants wrote, with its path.
+    pub fn bases(&self) -> impl Iterator<Item = &(String, CommittedLog)> {
+        self.bases.iter()
     }
 
     /// What completed instants wrote into a log file, if any did.
@@ -136,6 +160,11 @@ impl CommittedLogs {
     pub fn iter(&self) -> impl Iterator<Item = (&String, &CommittedLog)> {
         self.by_path.iter()
     }
+}
+
+/// Whether a path names a log file.
+fn is_log(path: &str) -> bool {
+    LogFileName::parse(path.rsplit('/').next().unwrap_or(path)).is_some()
 }
 
 /// The key of an instant in [`STAT_CACHE`].
@@ -154,7 +183,11 @@ async fn fetch_log_stats(
         .write_stats()
         .filter_map(|(partition, s)| {
             let path = s.path.as_deref()?;
-            LogFileName::parse(path.rsplit('/').next().unwrap_or(path))?;
+            // Log files, and the base files a read checks are there (see `bases`).
+            let name = path.rsplit('/').next().unwrap_or(path);
+            if !is_log(path) && crate::format::file_name::BaseFileName::parse(name).is_none() {
+                return None;
+            }
             let end = s.log_offset.unwrap_or(0).max(0).saturating_add(s.file_size_in_bytes.max(0));
             let log = CommittedLog {
                 partition: partition.to_string(),
@@ -384,10 +417,16 @@ pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> 
 
 /// The record keys of the data and delete blocks of some log files, each with whether its last
 /// block (in log order) wrote it (`true`) or deleted it (`false`). Any instant counts: a key found in
-/// a block that never committed only routes a write to the group that would have held it.
-pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashMap<String, bool>> {
+/// a block that never committed only routes a write to the group that would have held it. With
+/// `committed`, a damaged block inside what completed instants wrote is an error, as for reads (a
+/// key left out would be routed to a second file group).
+pub async fn record_keys(
+    storage: &Storage,
+    logs: &[LogFile],
+    committed: Option<&CommittedLogs>,
+) -> Result<HashMap<String, bool>> {
     let mut keys = HashMap::new();
-    for Located { path, block } in read_blocks(storage, logs, None).await? {
+    for Located { path, block } in read_blocks(storage, logs, committed).await? {
         let batches: Vec<RecordBatch> = match block.block_type {
             BlockType::Delete => {
                 let deletes = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;

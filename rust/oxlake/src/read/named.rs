@@ -66,7 +66,7 @@ pub(crate) async fn decoding<T>(path: &str, fut: impl std::future::Future<Output
 
 /// The error of a failed scan of `files`, naming the file it concerns where it did not.
 pub async fn name_failure(storage: &Storage, files: &[(String, u64)], err: Error) -> Error {
-    if !matches!(err, Error::Parquet(_) | Error::Arrow(_)) {
+    if !matches!(err, Error::Parquet(_) | Error::Arrow(_)) && !err.is_unnamed_storage() {
         return err;
     }
     // Footers first (cheap), then the data, within the budget.
