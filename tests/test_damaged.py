@@ -332,6 +332,20 @@ def test_every_damaged_metadata_table_file_gives_correct_rows_or_an_error(
                     p.write_bytes(data)
 
 
+@pytest.mark.parametrize("damage", ["truncated", "emptied"])
+def test_damaged_metadata_table_properties_are_reported_as_its_own(table_path: str, damage: str) -> None:
+    t = damaged_table(table_path)
+    t.build_metadata()
+    props = Path(t.uri) / ".hoodie" / "oxlake" / "metadata" / ".hoodie" / "hoodie.properties"
+    DAMAGES[damage](props)
+    # Readers list storage instead of reading it: the right rows.
+    assert names(oxlake.Table(table_path)) == EXPECTED
+    with pytest.raises(oxlake.CorruptTableError) as e:
+        oxlake.Table(table_path).validate()
+    # The metadata table's file, not the data table's `.hoodie/hoodie.properties`.
+    assert ".hoodie/oxlake/metadata/.hoodie/hoodie.properties" in str(e.value), str(e.value)
+
+
 def test_a_damaged_metadata_files_log_is_never_stale(table_path: str) -> None:
     t = damaged_table(table_path)
     t.build_metadata()

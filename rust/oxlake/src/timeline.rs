@@ -213,6 +213,18 @@ mod tests {
         assert!(t.is_committed("20240101000000000"), "older than the active timeline: archived");
     }
 
+    #[tokio::test]
+    async fn an_emptied_completed_instant_is_corrupt() {
+        let s = Storage::in_memory("t").unwrap();
+        s.put(".hoodie/20240101000000000.replacecommit", Bytes::new()).await.unwrap();
+        s.put(".hoodie/20240102000000000.deltacommit.requested", Bytes::new()).await.unwrap();
+        let t = tl(&["20240101000000000.replacecommit", "20240102000000000.deltacommit.requested"]);
+        let err = t.commit_metadata(&s, &t.instants()[0]).await.unwrap_err();
+        assert!(matches!(&err, Error::CorruptTable { path, .. } if path.ends_with("0.replacecommit")), "{err}");
+        // A requested instant's file may be empty.
+        assert_eq!(t.commit_metadata(&s, &t.instants()[1]).await.unwrap(), CommitMetadata::default());
+    }
+
     #[test]
     fn compaction_completes_as_commit() {
         let t = tl(&["20240102000000000.compaction.requested", "20240102000000000.commit"]);

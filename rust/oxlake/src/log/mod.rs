@@ -87,7 +87,9 @@ pub struct CommittedLogs {
 
 /// Log write stats of completed instants, by URI of the instant's file: a completed instant's
 /// metadata never changes, so each is read once per process.
-type StatCache = std::sync::Mutex<HashMap<String, Arc<Vec<(String, CommittedLog)>>>>;
+type StatCache = std::sync::Mutex<HashMap<String, InstantLogs>>;
+/// The files one completed instant wrote, by path.
+type InstantLogs = Arc<Vec<(String, CommittedLog)>>;
 static STAT_CACHE: std::sync::OnceLock<StatCache> = std::sync::OnceLock::new();
 /// Instants held in [`STAT_CACHE`] before it starts over.
 const STAT_CACHE_LIMIT: usize = 100_000;
@@ -98,7 +100,7 @@ impl CommittedLogs {
         use futures::{StreamExt, TryStreamExt};
         let cache = STAT_CACHE.get_or_init(Default::default);
         let instants: Vec<_> = timeline.completed_data().collect();
-        let cached: Vec<Option<Arc<Vec<(String, CommittedLog)>>>> = {
+        let cached: Vec<Option<InstantLogs>> = {
             let cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
             instants.iter().map(|i| cache.get(&stat_key(storage, timeline, i)).cloned()).collect()
         };
@@ -106,7 +108,7 @@ impl CommittedLogs {
             instants.iter().zip(&cached).filter(|(_, c)| c.is_none()).map(|(i, _)| (*i).clone()).collect();
         // Futures collected first: a stream of closures borrowing here would not be `Send`.
         let fetches: Vec<_> = missing.into_iter().map(|i| fetch_log_stats(storage, timeline, i)).collect();
-        let fetched: Vec<(String, Arc<Vec<(String, CommittedLog)>>)> =
+        let fetched: Vec<(String, InstantLogs)> =
             futures::stream::iter(fetches).buffer_unordered(16).try_collect().await?;
         if !fetched.is_empty() {
             let mut cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
@@ -177,7 +179,7 @@ async fn fetch_log_stats(
     storage: &Storage,
     timeline: &Timeline,
     i: crate::format::instant::Instant,
-) -> Result<(String, Arc<Vec<(String, CommittedLog)>>)> {
+) -> Result<(String, InstantLogs)> {
     let meta = timeline.commit_metadata(storage, &i).await?;
     let logs = meta
         .write_stats()

@@ -495,3 +495,18 @@ impl MetadataTable {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_of_metadata_table_files_name_them_from_the_table_root() {
+        let e = in_metadata_table(Error::corrupt(".hoodie/hoodie.properties", "missing key"));
+        assert!(
+            matches!(&e, Error::CorruptTable { path, .. } if path == ".hoodie/oxlake/metadata/.hoodie/hoodie.properties")
+        );
+        let e = in_metadata_table(Error::corrupt(".hoodie/oxlake/metadata/files/x.parquet", "bad"));
+        assert!(matches!(&e, Error::CorruptTable { path, .. } if path == ".hoodie/oxlake/metadata/files/x.parquet"));
+    }
+}

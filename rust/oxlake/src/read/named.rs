@@ -96,3 +96,34 @@ async fn decode(storage: &Storage, path: &str, size: u64) -> Result<()> {
     let stream = ParquetRecordBatchStreamBuilder::new(ParquetFile::open(storage, path, size)).await?.build()?;
     stream.map_err(Error::from).try_for_each(|_| async { Ok(()) }).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_decoder_panic_is_an_error_naming_the_file() {
+        // As the Parquet footer decoder does on a metadata length past the start of the file.
+        let failing = async { panic!("range start must not be greater than end: 18446744073703651030 <= 0") };
+        let err = decoding::<()>("p=1/f.parquet", failing).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::CorruptTable { path, detail } if path == "p=1/f.parquet" && detail.contains("range start")),
+            "{err}"
+        );
+        assert_eq!(decoding("f.parquet", async { Ok(7) }).await.unwrap(), 7);
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_panics_ends_with_the_error_of_the_damaged_file() {
+        let s = Storage::in_memory("t").unwrap();
+        s.put("good.parquet", bytes::Bytes::from_static(b"PAR1")).await.unwrap();
+        let stream = futures::stream::poll_fn(|_| -> std::task::Poll<Option<datafusion::error::Result<_>>> {
+            panic!("a decoder assertion")
+        });
+        let named = name_failures(stream, s, vec![("good.parquet".into(), 4)]);
+        let got: Vec<_> = named.collect().await;
+        assert_eq!(got.len(), 1, "the stream ends after the panic");
+        let err = Error::from(got.into_iter().next().unwrap().unwrap_err());
+        assert!(matches!(&err, Error::CorruptTable { path, .. } if path == "good.parquet"), "{err}");
+    }
+}
