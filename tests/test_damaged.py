@@ -74,7 +74,10 @@ def base_files(t: oxlake.Table) -> list[Path]:
 
 
 def names(t: oxlake.Table) -> dict[int, str]:
-    return {r["id"]: r["name"] for r in rows(t.scan())}
+    got = rows(t.scan())
+    ids = [r["id"] for r in got]
+    assert len(ids) == len(set(ids)), f"a key twice: {sorted(ids)}"  # a write routed it wrongly
+    return {r["id"]: r["name"] for r in got}
 
 
 def typed_or_correct(t: oxlake.Table, damaged: Path) -> None:

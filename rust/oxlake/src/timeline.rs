@@ -128,11 +128,14 @@ impl Timeline {
     pub async fn commit_metadata(&self, storage: &Storage, instant: &Instant) -> Result<CommitMetadata> {
         let path = self.path_of(instant);
         let bytes = storage.get(&path).await?;
-        // A completed data instant records what it wrote (Apache Hudi writes its metadata, even
-        // of an empty commit): read as empty, an emptied file would hide the file groups a
-        // replacecommit replaced, or the log extents a read checks.
-        if instant.is_completed() && instant.action.writes_data() && bytes.iter().all(u8::is_ascii_whitespace) {
-            return Err(Error::corrupt(&path, "empty: a completed instant's file holds its commit metadata"));
+        // An empty completed commit or deltacommit reads as empty metadata, as in Apache Hudi
+        // (its test tables hold some). A completed replacecommit exists to name the file groups
+        // it replaced: read as empty, an emptied one would bring them back into reads.
+        if instant.is_completed()
+            && instant.action == Action::ReplaceCommit
+            && bytes.iter().all(u8::is_ascii_whitespace)
+        {
+            return Err(Error::corrupt(&path, "empty: a completed replacecommit names the file groups it replaced"));
         }
         if self.layout >= 2 {
             return CommitMetadata::from_avro(&path, &bytes);

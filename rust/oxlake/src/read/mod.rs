@@ -246,6 +246,15 @@ impl Table {
         upper: &str,
     ) -> Result<()> {
         let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
+        // The latest listed base instant of each file id (file ids are unique across partitions;
+        // matching by id alone does not depend on how a partition path is spelled).
+        let mut latest: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for b in view.groups().flat_map(|g| g.slices.values()).filter_map(|s| s.base.as_ref()) {
+            let seen = latest.entry(b.name.file_id.as_str()).or_insert(b.name.instant.as_str());
+            if *seen < b.name.instant.as_str() {
+                *seen = b.name.instant.as_str();
+            }
+        }
         for (path, c) in committed.bases() {
             let id = (c.partition.clone(), c.file_id.clone());
             if c.instant.as_str() > upper || replaced.contains(&id) {
@@ -253,12 +262,7 @@ impl Table {
             }
             let Some(name) = BaseFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
             // There, or superseded by a later base file of the group (compaction, a later commit).
-            let present = view.get(&id).is_some_and(|g| {
-                g.slices
-                    .values()
-                    .filter_map(|s| s.base.as_ref())
-                    .any(|b| &b.path == path || b.name.instant > name.instant)
-            });
+            let present = latest.get(name.file_id.as_str()).is_some_and(|l| *l >= name.instant.as_str());
             if !present {
                 let why = format!("completed instant {} wrote this base file; it is gone", c.instant);
                 let source = object_store::Error::NotFound { path: path.clone(), source: why.into() };
