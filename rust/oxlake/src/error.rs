@@ -99,6 +99,13 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Whether this is a store failure reported without the file it concerns.
+    pub(crate) fn is_unnamed_storage(&self) -> bool {
+        matches!(self, Error::Storage { path, .. } if path == UNNAMED_PARQUET || path == UNNAMED_DATA)
+    }
+}
+
 /// The path of a store failure the Parquet reader reported without one.
 const UNNAMED_PARQUET: &str = "a Parquet file";
 /// The path of a store failure DataFusion reported without one.

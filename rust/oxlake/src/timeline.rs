@@ -128,6 +128,15 @@ impl Timeline {
     pub async fn commit_metadata(&self, storage: &Storage, instant: &Instant) -> Result<CommitMetadata> {
         let path = self.path_of(instant);
         let bytes = storage.get(&path).await?;
+        // An empty completed commit or deltacommit reads as empty metadata, as in Apache Hudi
+        // (its test tables hold some). A completed replacecommit exists to name the file groups
+        // it replaced: read as empty, an emptied one would bring them back into reads.
+        if instant.is_completed()
+            && instant.action == Action::ReplaceCommit
+            && bytes.iter().all(u8::is_ascii_whitespace)
+        {
+            return Err(Error::corrupt(&path, "empty: a completed replacecommit names the file groups it replaced"));
+        }
         if self.layout >= 2 {
             return CommitMetadata::from_avro(&path, &bytes);
         }
@@ -205,6 +214,18 @@ mod tests {
         assert!(!t.is_committed("20240103000000000"));
         assert!(!t.is_committed("20240102500000000"));
         assert!(t.is_committed("20240101000000000"), "older than the active timeline: archived");
+    }
+
+    #[tokio::test]
+    async fn an_emptied_completed_instant_is_corrupt() {
+        let s = Storage::in_memory("t").unwrap();
+        s.put(".hoodie/20240101000000000.replacecommit", Bytes::new()).await.unwrap();
+        s.put(".hoodie/20240102000000000.deltacommit.requested", Bytes::new()).await.unwrap();
+        let t = tl(&["20240101000000000.replacecommit", "20240102000000000.deltacommit.requested"]);
+        let err = t.commit_metadata(&s, &t.instants()[0]).await.unwrap_err();
+        assert!(matches!(&err, Error::CorruptTable { path, .. } if path.ends_with("0.replacecommit")), "{err}");
+        // A requested instant's file may be empty.
+        assert_eq!(t.commit_metadata(&s, &t.instants()[1]).await.unwrap(), CommitMetadata::default());
     }
 
     #[test]

@@ -30,7 +30,22 @@ impl Iterator for BlockingReader {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let next = self.runtime.block_on(self.stream.next())?;
+        // This runs inside the C stream's `get_next`, where a panic would abort the process: a
+        // panic of a decoder below (oxlake catches those it knows of) ends the stream with an error.
+        let polled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.runtime.block_on(self.stream.next())));
+        let next = match polled {
+            Ok(next) => next?,
+            Err(panic) => {
+                let detail = match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+                    (Some(s), _) => (*s).to_string(),
+                    (_, Some(s)) => s.clone(),
+                    _ => "a panic without a message".to_string(),
+                };
+                let msg = format!("[oxlake.OxlakeError] the scan failed (a panic): {detail}");
+                return Some(Err(ArrowError::ExternalError(Box::new(Tagged(msg)))));
+            }
+        };
         Some(
             next.map_err(|e| {
                 ArrowError::ExternalError(Box::new(Tagged(crate::errors::tagged(&oxlake::Error::from(e)))))

@@ -236,7 +236,10 @@ async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetada
             keys.iter().flatten().map(str::to_string).collect()
         } else if let Some(name) = LogFileName::parse(name) {
             let log = LogFile { name, path: path.to_string(), size };
-            crate::log::record_keys(table.storage(), &[log]).await?.into_keys().collect()
+            // Their write is committed: a damaged block of it is an error, never keys unseen.
+            let end = (stat.log_offset.unwrap_or(0).max(0) as u64).saturating_add(size);
+            let written = crate::log::CommittedLogs::of(path, partition, &stat.file_id, end, "a concurrent commit");
+            crate::log::record_keys(table.storage(), &[log], Some(&written)).await?.into_keys().collect()
         } else {
             continue;
         };

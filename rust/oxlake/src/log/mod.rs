@@ -81,11 +81,15 @@ pub struct CommittedLog {
 pub struct CommittedLogs {
     /// Per path, the instant that wrote furthest into it.
     by_path: HashMap<String, CommittedLog>,
+    /// The base files completed instants wrote (`end` is the file's size).
+    bases: Vec<(String, CommittedLog)>,
 }
 
 /// Log write stats of completed instants, by URI of the instant's file: a completed instant's
 /// metadata never changes, so each is read once per process.
-type StatCache = std::sync::Mutex<HashMap<String, Arc<Vec<(String, CommittedLog)>>>>;
+type StatCache = std::sync::Mutex<HashMap<String, InstantLogs>>;
+/// The files one completed instant wrote, by path.
+type InstantLogs = Arc<Vec<(String, CommittedLog)>>;
 static STAT_CACHE: std::sync::OnceLock<StatCache> = std::sync::OnceLock::new();
 /// Instants held in [`STAT_CACHE`] before it starts over.
 const STAT_CACHE_LIMIT: usize = 100_000;
@@ -96,7 +100,7 @@ impl CommittedLogs {
         use futures::{StreamExt, TryStreamExt};
         let cache = STAT_CACHE.get_or_init(Default::default);
         let instants: Vec<_> = timeline.completed_data().collect();
-        let cached: Vec<Option<Arc<Vec<(String, CommittedLog)>>>> = {
+        let cached: Vec<Option<InstantLogs>> = {
             let cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
             instants.iter().map(|i| cache.get(&stat_key(storage, timeline, i)).cloned()).collect()
         };
@@ -104,7 +108,7 @@ impl CommittedLogs {
             instants.iter().zip(&cached).filter(|(_, c)| c.is_none()).map(|(i, _)| (*i).clone()).collect();
         // Futures collected first: a stream of closures borrowing here would not be `Send`.
         let fetches: Vec<_> = missing.into_iter().map(|i| fetch_log_stats(storage, timeline, i)).collect();
-        let fetched: Vec<(String, Arc<Vec<(String, CommittedLog)>>)> =
+        let fetched: Vec<(String, InstantLogs)> =
             futures::stream::iter(fetches).buffer_unordered(16).try_collect().await?;
         if !fetched.is_empty() {
             let mut cache = cache.lock().map_err(|_| Error::invalid_data("log stat cache poisoned"))?;
@@ -114,8 +118,13 @@ impl CommittedLogs {
             cache.extend(fetched.iter().cloned());
         }
         let mut by_path: HashMap<String, CommittedLog> = HashMap::new();
+        let mut bases = Vec::new();
         for logs in cached.into_iter().flatten().chain(fetched.into_iter().map(|(_, l)| l)) {
             for (path, log) in logs.iter() {
+                if !is_log(path) {
+                    bases.push((path.clone(), log.clone()));
+                    continue;
+                }
                 match by_path.get(path) {
                     Some(seen) if seen.end >= log.end => {}
                     _ => {
@@ -124,7 +133,24 @@ impl CommittedLogs {
                 }
             }
         }
-        Ok(CommittedLogs { by_path })
+        Ok(CommittedLogs { by_path, bases })
+    }
+
+    /// One log file a completed instant wrote `end` bytes into (a commit not on the caller's
+    /// timeline yet).
+    pub fn of(path: &str, partition: &str, file_id: &str, end: u64, instant: &str) -> Self {
+        let log = CommittedLog {
+            partition: partition.to_string(),
+            file_id: file_id.to_string(),
+            end,
+            instant: instant.to_string(),
+        };
+        CommittedLogs { by_path: HashMap::from([(path.to_string(), log)]), bases: Vec::new() }
+    }
+
+    /// Every base file completed instants wrote, with its path.
+    pub fn bases(&self) -> impl Iterator<Item = &(String, CommittedLog)> {
+        self.bases.iter()
     }
 
     /// What completed instants wrote into a log file, if any did.
@@ -138,6 +164,11 @@ impl CommittedLogs {
     }
 }
 
+/// Whether a path names a log file.
+fn is_log(path: &str) -> bool {
+    LogFileName::parse(path.rsplit('/').next().unwrap_or(path)).is_some()
+}
+
 /// The key of an instant in [`STAT_CACHE`].
 fn stat_key(storage: &Storage, timeline: &Timeline, instant: &crate::format::instant::Instant) -> String {
     format!("{}/{}", storage.uri(), timeline.path_of(instant))
@@ -148,13 +179,17 @@ async fn fetch_log_stats(
     storage: &Storage,
     timeline: &Timeline,
     i: crate::format::instant::Instant,
-) -> Result<(String, Arc<Vec<(String, CommittedLog)>>)> {
+) -> Result<(String, InstantLogs)> {
     let meta = timeline.commit_metadata(storage, &i).await?;
     let logs = meta
         .write_stats()
         .filter_map(|(partition, s)| {
             let path = s.path.as_deref()?;
-            LogFileName::parse(path.rsplit('/').next().unwrap_or(path))?;
+            // Log files, and the base files a read checks are there (see `bases`).
+            let name = path.rsplit('/').next().unwrap_or(path);
+            if !is_log(path) && crate::format::file_name::BaseFileName::parse(name).is_none() {
+                return None;
+            }
             let end = s.log_offset.unwrap_or(0).max(0).saturating_add(s.file_size_in_bytes.max(0));
             let log = CommittedLog {
                 partition: partition.to_string(),
@@ -384,10 +419,16 @@ pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> 
 
 /// The record keys of the data and delete blocks of some log files, each with whether its last
 /// block (in log order) wrote it (`true`) or deleted it (`false`). Any instant counts: a key found in
-/// a block that never committed only routes a write to the group that would have held it.
-pub async fn record_keys(storage: &Storage, logs: &[LogFile]) -> Result<HashMap<String, bool>> {
+/// a block that never committed only routes a write to the group that would have held it. With
+/// `committed`, a damaged block inside what completed instants wrote is an error, as for reads (a
+/// key left out would be routed to a second file group).
+pub async fn record_keys(
+    storage: &Storage,
+    logs: &[LogFile],
+    committed: Option<&CommittedLogs>,
+) -> Result<HashMap<String, bool>> {
     let mut keys = HashMap::new();
-    for Located { path, block } in read_blocks(storage, logs, None).await? {
+    for Located { path, block } in read_blocks(storage, logs, committed).await? {
         let batches: Vec<RecordBatch> = match block.block_type {
             BlockType::Delete => {
                 let deletes = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;

@@ -216,6 +216,25 @@ impl Table {
 
 /// Opens the metadata table of `data` at its state (see [`Table::metadata_table`]).
 async fn open(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
+    open_mdt(data).await.map_err(in_metadata_table)
+}
+
+/// An error of a metadata-table file, whose path is relative to the metadata table, with the
+/// path from the data table's root: its `.hoodie/hoodie.properties` is not the data table's.
+pub(crate) fn in_metadata_table(e: Error) -> Error {
+    let inside = |path: String| match path.starts_with(DIR) || path.contains("://") || path.starts_with('/') {
+        true => path,
+        false => format!("{DIR}/{path}"),
+    };
+    match e {
+        e if e.is_unnamed_storage() => e,
+        Error::CorruptTable { path, detail } => Error::CorruptTable { path: inside(path), detail },
+        Error::Storage { path, source } => Error::Storage { path: inside(path), source },
+        other => other,
+    }
+}
+
+async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     let Some(advertised) = data.config().raw.get(PARTITIONS_KEY) else { return Ok(None) };
     if Index::parse(advertised.split(',').next().unwrap_or_default()) != Some(Index::Files) {
         return Ok(None);
@@ -474,5 +493,20 @@ impl MetadataTable {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_of_metadata_table_files_name_them_from_the_table_root() {
+        let e = in_metadata_table(Error::corrupt(".hoodie/hoodie.properties", "missing key"));
+        assert!(
+            matches!(&e, Error::CorruptTable { path, .. } if path == ".hoodie/oxlake/metadata/.hoodie/hoodie.properties")
+        );
+        let e = in_metadata_table(Error::corrupt(".hoodie/oxlake/metadata/files/x.parquet", "bad"));
+        assert!(matches!(&e, Error::CorruptTable { path, .. } if path == ".hoodie/oxlake/metadata/files/x.parquet"));
     }
 }

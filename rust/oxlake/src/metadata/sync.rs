@@ -258,6 +258,8 @@ async fn replaced_keys(data: &Table, groups: &[FileGroupId], added: &[FileInfo])
         let keys = crate::write::base_file_keys(data.storage(), &f.path, f.size).await?;
         changes.written.push((partition, base.file_id, keys));
     }
+    // A damaged committed log block is an error: its keys would stay in the index otherwise.
+    let committed = crate::log::CommittedLogs::load(data.storage(), data.timeline()).await?;
     for id in groups {
         let Some(slice) = view.get(id).and_then(|g| g.slices.values().next_back()) else { continue };
         let mut keys: BTreeSet<String> = BTreeSet::new();
@@ -265,7 +267,7 @@ async fn replaced_keys(data: &Table, groups: &[FileGroupId], added: &[FileInfo])
             let stored = crate::write::base_file_keys(data.storage(), &base.path, base.size).await?;
             keys.extend(stored.iter().flatten().map(str::to_string));
         }
-        keys.extend(crate::log::record_keys(data.storage(), &slice.logs).await?.into_keys());
+        keys.extend(crate::log::record_keys(data.storage(), &slice.logs, Some(&committed)).await?.into_keys());
         changes.deleted.push((id.0.clone(), arrow::array::StringArray::from_iter_values(keys)));
     }
     Ok(changes)

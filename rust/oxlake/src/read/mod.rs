@@ -29,6 +29,7 @@ use crate::format::instant::{Instant, normalize_time};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroup, FileGroupId, FileSlice, LogFile};
 pub use filter::{Filter, Op, Predicate};
+pub(crate) use named::decoding;
 pub use provider::HudiTableProvider;
 
 /// Which rows a scan returns.
@@ -181,6 +182,7 @@ impl Table {
                     .slices_as_of(&as_of, &replaced)
                     .filter_map(|(g, s)| PlannedSlice::new(g, s, with_logs))
                     .collect();
+                self.check_bases_present(&view, &replaced, &as_of).await?;
                 if with_logs {
                     self.check_logs_present(&slices, &as_of).await?;
                 }
@@ -232,6 +234,42 @@ impl Table {
             return Err(Error::invalid_arg("end", format!("{end} is before start {start}")));
         }
         Ok((start, end))
+    }
+
+    /// Fails if the base file a completed instant up to `upper` wrote as the latest of its file
+    /// group is not there: the listing would offer the group's older slice (stale rows) or none
+    /// (missing rows) without a word.
+    async fn check_bases_present(
+        &self,
+        view: &crate::table::fs_view::FileSystemView,
+        replaced: &HashSet<FileGroupId>,
+        upper: &str,
+    ) -> Result<()> {
+        let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
+        // The latest listed base instant of each file id (file ids are unique across partitions;
+        // matching by id alone does not depend on how a partition path is spelled).
+        let mut latest: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        for b in view.groups().flat_map(|g| g.slices.values()).filter_map(|s| s.base.as_ref()) {
+            let seen = latest.entry(b.name.file_id.as_str()).or_insert(b.name.instant.as_str());
+            if *seen < b.name.instant.as_str() {
+                *seen = b.name.instant.as_str();
+            }
+        }
+        for (path, c) in committed.bases() {
+            let id = (c.partition.clone(), c.file_id.clone());
+            if c.instant.as_str() > upper || replaced.contains(&id) {
+                continue;
+            }
+            let Some(name) = BaseFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
+            // There, or superseded by a later base file of the group (compaction, a later commit).
+            let present = latest.get(name.file_id.as_str()).is_some_and(|l| *l >= name.instant.as_str());
+            if !present {
+                let why = format!("completed instant {} wrote this base file; it is gone", c.instant);
+                let source = object_store::Error::NotFound { path: path.clone(), source: why.into() };
+                return Err(Error::storage(path, source));
+            }
+        }
+        Ok(())
     }
 
     /// Fails if a log file that a completed instant up to `upper` wrote into a planned slice is

@@ -29,7 +29,7 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use super::merge::{LogSide, MergeSpec};
 use crate::error::{Error, Result};
@@ -208,14 +208,14 @@ impl GroupState {
                 return Ok(Some(merged.project(&self.ctx.output)?));
             }
             if let Some(base) = cur.base.as_mut() {
-                match base.next().await {
+                let path = cur.slice.base.as_ref().map_or("", |b| b.0.as_str());
+                // The Parquet decoder panics on some damaged footers: an error naming the file.
+                let next = super::named::decoding(path, base.next().map(Ok)).await?;
+                match next {
                     Some(batch) => {
                         let batch = match batch {
                             Ok(b) => b,
-                            Err(e) => {
-                                let path = cur.slice.base.as_ref().map_or("", |b| b.0.as_str());
-                                return Err(Error::from(e).in_file(path));
-                            }
+                            Err(e) => return Err(Error::from(e).in_file(path)),
                         };
                         let batch = in_pass(&batch, self.ctx.spec.key, cur.pass)?;
                         cur.merged.extend(cur.log.merge_base(&batch)?.into_iter().filter(|b| b.num_rows() > 0));

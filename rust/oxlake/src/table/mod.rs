@@ -314,7 +314,8 @@ async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Time
         for path in bases {
             let Some(head) = storage.head(path).await? else { continue };
             let reader = ParquetFile::open(storage, path, head.size);
-            let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
+            let builder =
+                ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| Error::from(e).in_file(path))?;
             return schema::normalize(&schema::without_meta_fields(builder.schema()));
         }
     }

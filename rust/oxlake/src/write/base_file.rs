@@ -9,7 +9,7 @@ use arrow::array::{
 };
 use arrow::compute::{SortOptions, cast, filter_record_batch, take, take_record_batch};
 use arrow::datatypes::SchemaRef;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use object_store::buffered::BufWriter;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
@@ -137,10 +137,13 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
     // delete removed keeps its group) are written as new records, never dropped.
     let mut matched: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
     if let Some(old) = &work.old {
+        // The Parquet reader does not know which file it decodes: its errors are named here.
+        let named = |e: parquet::errors::ParquetError| Error::from(e).in_file(&old.path);
         let reader = ParquetFile::open(&ctx.storage, &old.path, old.size);
-        let mut stream = ParquetRecordBatchStreamBuilder::new(reader).await?.build()?;
-        while let Some(batch) = stream.next().await {
-            let batch = crate::schema::align(&batch?, &ctx.schema)?;
+        let open = async { ParquetRecordBatchStreamBuilder::new(reader).await.and_then(|b| b.build()).map_err(named) };
+        let mut stream = crate::read::decoding(&old.path, open).await?;
+        while let Some(batch) = crate::read::decoding(&old.path, stream.next().map(Ok)).await? {
+            let batch = crate::schema::align(&batch.map_err(named)?, &ctx.schema)?;
             let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat, &mut matched)?;
             if kept.num_rows() > 0 {
                 writer.write(&kept).await?;

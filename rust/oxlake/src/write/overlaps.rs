@@ -91,8 +91,8 @@ async fn merge_group(
     for stat in stats {
         let path = stat.path.as_deref().ok_or_else(|| Error::invalid_data("a write stat without a path"))?;
         let reader = ParquetFile::open(table.storage(), path, stat.file_size_in_bytes.max(0) as u64);
-        let batches: Vec<RecordBatch> =
-            ParquetRecordBatchStreamBuilder::new(reader).await?.build()?.try_collect().await?;
+        let read = async { Ok(ParquetRecordBatchStreamBuilder::new(reader).await?.build()?.try_collect().await?) };
+        let batches: Vec<RecordBatch> = crate::read::decoding(path, read).await.map_err(|e| e.in_file(path))?;
         let batches = batches.iter().map(|b| crate::schema::align(b, &schema)).collect::<Result<Vec<_>>>()?;
         files.push(concat_batches(&schema, &batches)?);
     }

@@ -312,7 +312,7 @@ async fn index_lookup(
 ) -> Result<LookedUp> {
     use crate::metadata::Index;
     let Some(mdt) = table.fresh_metadata_table().await else {
-        return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
+        return lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await;
     };
     if mdt.has(Index::RecordIndex) {
         let keys: std::collections::BTreeSet<String> =
@@ -326,10 +326,10 @@ async fn index_lookup(
             table.uri(),
             keys.len()
         );
-        return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
+        return lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await;
     }
     if !mdt.has(Index::BloomFilters) {
-        return lookup(table.storage(), rows_by_partition, live, slice_logs, incoming, parallelism).await;
+        return lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await;
     }
     let mut paths: Vec<&str> = Vec::new();
     for (partition, files) in live.iter().filter(|(p, _)| rows_by_partition.contains_key(*p)) {
@@ -362,7 +362,7 @@ async fn index_lookup(
             }
         }
     }
-    lookup(table.storage(), rows_by_partition, &candidates, slice_logs, incoming, parallelism).await
+    lookup(table, rows_by_partition, &candidates, slice_logs, incoming, parallelism).await
 }
 
 /// An index entry costs about this many times a record key of a data file to find (a longer key,
@@ -459,13 +459,20 @@ impl KeyIndex {
 /// partition at once, `parallelism` files at a time on the runtime's threads. Returns, per
 /// partition, the changes per file and the rows whose key is in none of them.
 async fn lookup(
-    storage: &Storage,
+    table: &Table,
     rows_by_partition: &BTreeMap<String, Vec<u32>>,
     live: &HashMap<String, Vec<BaseFile>>,
     slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
     incoming: &Arc<Incoming>,
     parallelism: usize,
 ) -> Result<LookedUp> {
+    let storage = table.storage();
+    // What completed instants wrote into the logs: a damaged block of theirs is an error, never a
+    // key left out of routing (the write would then put the key in a second file group).
+    let committed = match slice_logs.values().any(|l| !l.is_empty()) {
+        true => Some(Arc::new(crate::log::CommittedLogs::load(storage, table.timeline()).await?)),
+        false => None,
+    };
     let permits = Arc::new(tokio::sync::Semaphore::new(parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     for (p, (partition, rows)) in rows_by_partition.iter().enumerate() {
@@ -474,6 +481,7 @@ async fn lookup(
         for (f, file) in files.iter().enumerate() {
             let logs = slice_logs.get(&(partition.clone(), file.name.file_id.clone())).cloned().unwrap_or_default();
             let (storage, file, index, permits) = (storage.clone(), file.clone(), index.clone(), permits.clone());
+            let committed = committed.clone();
             tasks.spawn(async move {
                 let _permit = permits.acquire_owned().await.map_err(Error::invalid_data)?;
                 let mut hits: Vec<Hit> =
@@ -481,7 +489,7 @@ async fn lookup(
                 // Merge-on-read: records inserted into the slice's logs belong to the group too, and
                 // a key whose last log block deleted it is held but not live.
                 if !logs.is_empty() {
-                    let mut in_logs = crate::log::record_keys(&storage, &logs).await?;
+                    let mut in_logs = crate::log::record_keys(&storage, &logs, committed.as_deref()).await?;
                     for hit in &mut hits {
                         if let Some(live) = in_logs.remove(&hit.0) {
                             hit.2 = live;
@@ -531,6 +539,12 @@ async fn lookup(
 /// The keys of a base file that are in `index`, with their incoming rows, reading only the key
 /// column.
 async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
+    // The Parquet reader does not know which file it decodes: its errors are named here.
+    let keys = crate::read::decoding(&file.path, matching_keys_of(storage, file, index)).await;
+    keys.map_err(|e| e.in_file(&file.path))
+}
+
+async fn matching_keys_of(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
     let reader = ParquetFile::open(storage, &file.path, file.size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
@@ -551,6 +565,10 @@ async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> 
 
 /// Every record key of a base file, reading only the key column.
 pub(crate) async fn base_file_keys(storage: &Storage, path: &str, size: u64) -> Result<StringArray> {
+    crate::read::decoding(path, base_file_keys_of(storage, path, size)).await.map_err(|e| e.in_file(path))
+}
+
+async fn base_file_keys_of(storage: &Storage, path: &str, size: u64) -> Result<StringArray> {
     let reader = ParquetFile::open(storage, path, size);
     let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
     let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
