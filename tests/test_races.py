@@ -12,10 +12,9 @@ import threading
 import time
 from pathlib import Path
 
+import oxlake
 import pyarrow as pa
 import pytest
-
-import oxlake
 from conftest import rows, run_paused, trips, trips_table
 from oxlake.testing import faults, inject_faults
 
@@ -238,8 +237,9 @@ def test_a_write_that_loses_a_race_to_a_clean_is_a_conflict_and_is_retried(tmp_p
         f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
         "from conftest import trips\n"
         f"t = oxlake.Table(sys.argv[1], heartbeat_interval={HEARTBEAT})\n"
+        "rows = trips([1], ts=9, city='sf', name='late')\n"
         "try:\n"
-        "    print('landed', t.upsert(trips([1], ts=9, city='sf', name='late'), conflict_retries=3).instant)\n"
+        "    print('landed', t.upsert(rows, conflict_retries=3).instant)\n"
         "except oxlake.CommitConflictError as e:\n"
         "    print('conflict', e.instant)\n"
     )

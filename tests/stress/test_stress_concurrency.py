@@ -152,7 +152,9 @@ def test_writers_and_services_in_parallel(where: str, tmp_path: Path, request: p
 
 
 @pytest.mark.parametrize("compactors", [2, 3])
-def test_several_compactors_and_writers(compactors: int, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_several_compactors_and_writers(
+    compactors: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     """Two and three compaction processes at once beside the writers: no slice is compacted
     twice, no write into a new slice is lost (issue 22)."""
     target = target_for("local", request, tmp_path)
