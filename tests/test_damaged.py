@@ -507,8 +507,13 @@ def test_a_damaged_pending_clean_plan_is_an_error_naming_it(table_path: str, dam
     before = data_files(t)
     time.sleep(BEAT * 4)
     t = oxlake.Table(table_path, heartbeat_interval=BEAT)
-    with pytest.raises(oxlake.OxlakeError) as e:
+    if damage == "emptied":
+        # An empty plan is Apache Hudi's "nothing to clean": it completes, deleting nothing
+        # it did not name, and the next clean runs as usual.
         t.clean(retain=1)
-    assert_names(e, plan)
-    assert data_files(t) == before
+    else:
+        with pytest.raises(oxlake.OxlakeError) as e:
+            t.clean(retain=1)
+        assert_names(e, plan)
+        assert data_files(t) == before
     assert rows(t.scan()) == rows(trips([1, 2], ts=2))
