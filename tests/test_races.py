@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 from conftest import rows, run_paused, trips, trips_table
 from oxlake.testing import faults, inject_faults
+from test_concurrency import held_write
 
 HEARTBEAT = 0.2
 
@@ -48,20 +49,6 @@ def kv_rows(ids: list[int], ts: int, v: str) -> pa.Table:
     )
 
 
-def paused_upsert(path: str, point: str, tmp: Path) -> subprocess.Popen[str]:
-    code = (
-        "import sys, oxlake\n"
-        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
-        "from conftest import trips\n"
-        f"t = oxlake.Table(sys.argv[1], heartbeat_interval={HEARTBEAT})\n"
-        "try:\n"
-        "    print('landed', t.upsert(trips([1, 4], ts=5, name='held')).instant)\n"
-        "except oxlake.CommitConflictError as e:\n"
-        "    print('conflict', e.instant)\n"
-    )
-    return run_paused(path, point, code, tmp)
-
-
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 @pytest.mark.parametrize("resume_after", [0.3, 1.5, 3.5])
 def test_a_write_that_reports_a_commit_is_never_rolled_back(
@@ -75,7 +62,7 @@ def test_a_write_that_reports_a_commit_is_never_rolled_back(
     t.build_metadata()
     pause = tmp_path / "pause"
     pause.mkdir()
-    held = paused_upsert(path, "after-metadata-sync", pause)
+    held = held_write(path, "upsert(trips([1, 4], ts=5, name='held'))", pause, "after-metadata-sync")
     time.sleep(HEARTBEAT * 5)  # the writer's heartbeat is stale: it is taken for gone
     other = oxlake.Table(path, heartbeat_interval=HEARTBEAT)
     rolled: list[list[str]] = []
