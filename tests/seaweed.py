@@ -55,6 +55,9 @@ class SeaweedS3:
                 "-s3.port.iceberg=0",
                 "-s3.port.lance=0",
                 "-master.volumeSizeLimitMB=64",
+                # Every bucket is a collection with volumes of its own: the default cap (8) runs
+                # out after a few buckets ("no free volumes left", a 500 on PUT).
+                "-volume.max=200",
             ],
             stdout=self.log,
             stderr=subprocess.STDOUT,
