@@ -377,13 +377,18 @@ fn decode_records(path: &str, block: &LogBlock, schema: &SchemaRef) -> Result<Ve
     let mut out = Vec::new();
     match block.block_type {
         BlockType::ParquetData => {
-            let reader = parquet_block_reader(path, &block.content)?
-                .with_batch_size(DECODE_BATCH)
-                .build()
-                .map_err(|e| Error::corrupt(path, e))?;
-            for batch in reader {
-                out.push(schema::align(&batch.map_err(|e| Error::corrupt(path, e))?, schema)?);
-            }
+            // A damaged block can make the Parquet decoder panic (arrow's bounds checks on
+            // definition levels): that is an error naming the file, never a crash.
+            let decode = || -> Result<Vec<RecordBatch>> {
+                let reader = parquet_block_reader(path, &block.content)?
+                    .with_batch_size(DECODE_BATCH)
+                    .build()
+                    .map_err(|e| Error::corrupt(path, e))?;
+                reader.map(|batch| schema::align(&batch.map_err(|e| Error::corrupt(path, e))?, schema)).collect()
+            };
+            let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
+                .map_err(|_| Error::corrupt(path, "the Parquet decoder failed on a damaged log block"))?;
+            out = decoded?;
         }
         BlockType::AvroData => {
             let writer_schema = block
