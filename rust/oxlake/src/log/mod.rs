@@ -549,3 +549,31 @@ pub async fn write_new(
         detail: format!("no free log version for file group {file_id}"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+
+    #[test]
+    fn a_block_that_makes_the_parquet_decoder_panic_is_an_error_naming_the_file() {
+        // Found by the `log_file` fuzz target: a Parquet data block whose definition levels make
+        // arrow's bit-chunk iterator panic.
+        let data = Bytes::from_static(include_bytes!("../../tests/data/fuzz-parquet-def-levels.log"));
+        let fields = vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+            Field::new("ts", DataType::Int64, true),
+            Field::new("fare", DataType::Float64, true),
+        ];
+        let schema = crate::schema::with_meta_fields(&Schema::new(fields));
+        let schema: SchemaRef = Arc::new(Schema::new(schema.fields().clone()));
+        match decode_file("fuzz.log", &data, &schema) {
+            Err(Error::CorruptTable { path, .. }) => assert_eq!(path, "fuzz.log"),
+            other => panic!("expected a corrupt-table error, got {:?}", other.map(|b| b.len())),
+        }
+    }
+}
