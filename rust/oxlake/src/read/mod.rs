@@ -182,9 +182,11 @@ impl Table {
                     .slices_as_of(&as_of, &replaced)
                     .filter_map(|(g, s)| PlannedSlice::new(g, s, with_logs))
                     .collect();
-                self.check_bases_present(&view, &replaced, &as_of).await?;
-                if with_logs {
-                    self.check_logs_present(&slices, &as_of).await?;
+                // What completed instants wrote (read once per process, cached), against the listing.
+                let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
+                check_bases_present(&committed, &view, &replaced, &as_of)?;
+                if with_logs && self.config().table_type == crate::config::TableType::MergeOnRead {
+                    check_logs_present(&committed, &slices, &as_of)?;
                 }
                 Ok(ScanPlan { slices, upper: as_of, commit_range: None })
             }
@@ -234,73 +236,6 @@ impl Table {
             return Err(Error::invalid_arg("end", format!("{end} is before start {start}")));
         }
         Ok((start, end))
-    }
-
-    /// Fails if the base file a completed instant up to `upper` wrote as the latest of its file
-    /// group is not there: the listing would offer the group's older slice (stale rows) or none
-    /// (missing rows) without a word.
-    async fn check_bases_present(
-        &self,
-        view: &crate::table::fs_view::FileSystemView,
-        replaced: &HashSet<FileGroupId>,
-        upper: &str,
-    ) -> Result<()> {
-        let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
-        // The latest listed base instant of each file id (file ids are unique across partitions;
-        // matching by id alone does not depend on how a partition path is spelled).
-        let mut latest: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
-        for b in view.groups().flat_map(|g| g.slices.values()).filter_map(|s| s.base.as_ref()) {
-            let seen = latest.entry(b.name.file_id.as_str()).or_insert(b.name.instant.as_str());
-            if *seen < b.name.instant.as_str() {
-                *seen = b.name.instant.as_str();
-            }
-        }
-        for (path, c) in committed.bases() {
-            let id = (c.partition.clone(), c.file_id.clone());
-            if c.instant.as_str() > upper || replaced.contains(&id) {
-                continue;
-            }
-            let Some(name) = BaseFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
-            // There, or superseded by a later base file of the group (compaction, a later commit).
-            let present = latest.get(name.file_id.as_str()).is_some_and(|l| *l >= name.instant.as_str());
-            if !present {
-                let why = format!("completed instant {} wrote this base file; it is gone", c.instant);
-                let source = object_store::Error::NotFound { path: path.clone(), source: why.into() };
-                return Err(Error::storage(path, source));
-            }
-        }
-        Ok(())
-    }
-
-    /// Fails if a log file that a completed instant up to `upper` wrote into a planned slice is
-    /// not there: its rows would be missing from the read without a word.
-    async fn check_logs_present(&self, slices: &[PlannedSlice], upper: &str) -> Result<()> {
-        if self.config().table_type != crate::config::TableType::MergeOnRead || slices.is_empty() {
-            return Ok(());
-        }
-        let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
-        let by_group: std::collections::HashMap<(&str, &str), &PlannedSlice> =
-            slices.iter().map(|s| ((s.partition.as_str(), s.file_id.as_str()), s)).collect();
-        for (path, c) in committed.iter() {
-            let Some(slice) = by_group.get(&(c.partition.as_str(), c.file_id.as_str())) else { continue };
-            if c.instant.as_str() > upper || slice.logs.iter().any(|l| &l.path == path) {
-                continue;
-            }
-            let Some(name) = LogFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
-            // The log belongs to this slice when it is named like the slice's base or other logs
-            // (an older slice's logs go with it; a clean removes them).
-            let base =
-                slice.base.as_ref().and_then(|b| BaseFileName::parse(b.path.rsplit('/').next().unwrap_or(&b.path)));
-            let of_slice = base.is_some_and(|b| b.instant == name.instant)
-                || slice.logs.iter().any(|l| l.name.instant == name.instant);
-            if of_slice {
-                return Err(Error::corrupt(
-                    path,
-                    format!("missing: completed instant {} wrote {} bytes into this log file", c.instant, c.end),
-                ));
-            }
-        }
-        Ok(())
     }
 
     /// The completed data instants with requested time in `(start, end]`.
@@ -420,6 +355,70 @@ impl Table {
         let named = named::name_failures(stream, self.storage().clone(), bases);
         Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named)))
     }
+}
+
+/// Fails if the base file a completed instant up to `upper` wrote as the latest of its file
+/// group is not there: the listing would offer the group's older slice (stale rows) or none
+/// (missing rows) without a word.
+fn check_bases_present(
+    committed: &crate::log::CommittedLogs,
+    view: &crate::table::fs_view::FileSystemView,
+    replaced: &HashSet<FileGroupId>,
+    upper: &str,
+) -> Result<()> {
+    // The latest listed base instant of each file id (file ids are unique across partitions;
+    // matching by id alone does not depend on how a partition path is spelled).
+    let mut latest: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    for b in view.groups().flat_map(|g| g.slices.values()).filter_map(|s| s.base.as_ref()) {
+        let seen = latest.entry(b.name.file_id.as_str()).or_insert(b.name.instant.as_str());
+        if *seen < b.name.instant.as_str() {
+            *seen = b.name.instant.as_str();
+        }
+    }
+    for (path, c) in committed.bases() {
+        let id = (c.partition.clone(), c.file_id.clone());
+        if c.instant.as_str() > upper || replaced.contains(&id) {
+            continue;
+        }
+        let Some(name) = BaseFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
+        // There, or superseded by a later base file of the group (compaction, a later commit).
+        let present = latest.get(name.file_id.as_str()).is_some_and(|l| *l >= name.instant.as_str());
+        if !present {
+            let why = format!("completed instant {} wrote this base file; it is gone", c.instant);
+            let source = object_store::Error::NotFound { path: path.clone(), source: why.into() };
+            return Err(Error::storage(path, source));
+        }
+    }
+    Ok(())
+}
+
+/// Fails if a log file that a completed instant up to `upper` wrote into a planned slice is
+/// not there: its rows would be missing from the read without a word.
+fn check_logs_present(committed: &crate::log::CommittedLogs, slices: &[PlannedSlice], upper: &str) -> Result<()> {
+    if slices.is_empty() {
+        return Ok(());
+    }
+    let by_group: std::collections::HashMap<(&str, &str), &PlannedSlice> =
+        slices.iter().map(|s| ((s.partition.as_str(), s.file_id.as_str()), s)).collect();
+    for (path, c) in committed.iter() {
+        let Some(slice) = by_group.get(&(c.partition.as_str(), c.file_id.as_str())) else { continue };
+        if c.instant.as_str() > upper || slice.logs.iter().any(|l| &l.path == path) {
+            continue;
+        }
+        let Some(name) = LogFileName::parse(path.rsplit('/').next().unwrap_or(path)) else { continue };
+        // The log belongs to this slice when it is named like the slice's base or other logs
+        // (an older slice's logs go with it; a clean removes them).
+        let base = slice.base.as_ref().and_then(|b| BaseFileName::parse(b.path.rsplit('/').next().unwrap_or(&b.path)));
+        let of_slice = base.is_some_and(|b| b.instant == name.instant)
+            || slice.logs.iter().any(|l| l.name.instant == name.instant);
+        if of_slice {
+            return Err(Error::corrupt(
+                path,
+                format!("missing: completed instant {} wrote {} bytes into this log file", c.instant, c.end),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `(path, size)` of the base files of a plan.
