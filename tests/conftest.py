@@ -75,6 +75,32 @@ def table(table_path: str) -> oxlake.Table:
     return trips_table(table_path)
 
 
+def snapshot(t: oxlake.Table) -> tuple[list, list, list]:
+    """Rows, timeline and files (heartbeats aside): what a refused write must leave as it was."""
+    files = sorted(
+        str(p.relative_to(t.uri))
+        for p in Path(t.uri).rglob("*")
+        if p.is_file() and ".heartbeat" not in str(p)
+    )
+    return rows(t.scan()), t.timeline(), files
+
+
+def data_files(t: oxlake.Table) -> set[str]:
+    """The data files of a table (its timeline and partition markers aside)."""
+    root = Path(t.uri)
+    return {
+        str(p.relative_to(root))
+        for p in root.rglob("*")
+        if p.is_file() and ".hoodie" not in p.parts and not p.name.startswith(".hoodie_partition")
+    }
+
+
+@pytest.fixture
+def filled(table: oxlake.Table) -> oxlake.Table:
+    table.insert(trips(list(range(6))))
+    return table
+
+
 def python() -> str:
     return sys.executable
 

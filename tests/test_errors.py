@@ -7,22 +7,7 @@ from pathlib import Path
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, rows, trips
-
-
-def snapshot(t: oxlake.Table) -> tuple[list, list, list]:
-    files = sorted(
-        str(p.relative_to(t.uri))
-        for p in Path(t.uri).rglob("*")
-        if p.is_file() and ".heartbeat" not in str(p)
-    )
-    return rows(t.scan()), t.timeline(), files
-
-
-@pytest.fixture
-def filled(table: oxlake.Table) -> oxlake.Table:
-    table.insert(trips(list(range(6))))
-    return table
+from conftest import SCHEMA, snapshot, trips
 
 
 def test_schema_mismatch(filled: oxlake.Table) -> None:

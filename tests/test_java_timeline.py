@@ -15,7 +15,7 @@ from typing import Any
 import fastavro
 import oxlake
 import pytest
-from conftest import SCHEMA, SHARED, rows, trips
+from conftest import SCHEMA, SHARED, data_files, rows, trips
 
 AVSC = SHARED / "compat" / "avro"
 
@@ -65,15 +65,6 @@ def clean_files(t: oxlake.Table, time_: str) -> dict[str, Path]:
         "requested": hoodie / f"{time_}.clean.requested",
         "inflight": hoodie / f"{time_}.clean.inflight",
         "completed": hoodie / f"{time_}.clean",
-    }
-
-
-def data_files(t: oxlake.Table) -> set[str]:
-    root = Path(t.uri)
-    return {
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and ".hoodie" not in p.parts and not p.name.startswith(".hoodie_partition")
     }
 
 

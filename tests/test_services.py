@@ -11,7 +11,7 @@ from pathlib import Path
 
 import oxlake
 import pytest
-from conftest import SCHEMA, hudi_read, rows, trips
+from conftest import SCHEMA, data_files, hudi_read, rows, trips
 
 
 @pytest.fixture(params=["copy_on_write", "merge_on_read"])
@@ -24,15 +24,6 @@ def t(request: pytest.FixtureRequest, table_path: str) -> oxlake.Table:
         ordering_field="ts",
         table_type=request.param,
     )
-
-
-def data_files(t: oxlake.Table) -> set[str]:
-    root = Path(t.uri)
-    return {
-        str(p.relative_to(root))
-        for p in root.rglob("*")
-        if p.is_file() and ".hoodie" not in p.parts and not p.name.startswith(".hoodie_partition")
-    }
 
 
 def test_rollback_of_the_latest_commit(t: oxlake.Table) -> None:

@@ -11,23 +11,7 @@ from pathlib import Path
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, hudi_read, rows, trips, trips_table
-
-
-def snapshot(t: oxlake.Table) -> tuple[list, list, list]:
-    """Rows, timeline and files (heartbeats aside): what a refused write must leave as it was."""
-    files = sorted(
-        str(p.relative_to(t.uri))
-        for p in Path(t.uri).rglob("*")
-        if p.is_file() and ".heartbeat" not in str(p)
-    )
-    return rows(t.scan()), t.timeline(), files
-
-
-@pytest.fixture
-def filled(table: oxlake.Table) -> oxlake.Table:
-    table.insert(trips(list(range(6))))
-    return table
+from conftest import SCHEMA, hudi_read, rows, snapshot, trips, trips_table
 
 
 def with_ts(data: pa.Table, ts: pa.Array) -> pa.Table:
