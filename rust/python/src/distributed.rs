@@ -136,7 +136,7 @@ impl PyPendingWrite {
         let inner = self.table.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
-            tx.abort(&mut t).await
+            tx.abort(&mut t).await.map(drop)
         })
     }
 }

@@ -440,17 +440,32 @@ impl Transaction {
     /// is logged: the next writer finishes it).
     pub async fn fail(self, table: &mut Table, error: Error) -> Error {
         let instant = self.instant.clone();
-        if let Err(rollback_err) = self.abort(table).await {
-            log::error!("rollback of the failed {} {} also failed: {rollback_err}", instant.action, instant.time);
+        let epoch = self.epoch;
+        match self.abort(table).await {
+            Ok(true) => error,
+            // Another process took this write for failed and rolled it back while it ran (a paused
+            // process, a slow store): a file it read was gone because of that rollback. The
+            // write did not land; it is a conflict, retried like any other.
+            Ok(false) => match fate::recorded(table.storage(), &instant.time, epoch).await {
+                Ok(Some(fate::Fate::RolledBack { by })) if by != instant.time && is_gone(&error) => {
+                    let detail = format!("this write was rolled back by another process (rollback {by}): {error}");
+                    Error::CommitConflict { instant: by, detail }
+                }
+                _ => error,
+            },
+            Err(rollback_err) => {
+                log::error!("rollback of the failed {} {} also failed: {rollback_err}", instant.action, instant.time);
+                error
+            }
         }
-        error
     }
 
     /// Rolls this write back (its files and its pending instant) and records a rollback instant.
-    pub async fn abort(mut self, table: &mut Table) -> Result<()> {
+    /// Returns whether it did: `false` when another process decided the instant's fate first.
+    pub async fn abort(mut self, table: &mut Table) -> Result<bool> {
         table.reload().await?;
         let pending = self.instant.with_state(State::Inflight);
-        let result = rollback_at(table, &pending, None, Undo::Failed, Some(self.epoch)).await.map(drop);
+        let result = rollback_at(table, &pending, None, Undo::Failed, Some(self.epoch)).await;
         self.stop_heartbeat(table.storage()).await?;
         result
     }
@@ -815,6 +830,11 @@ pub(crate) async fn rollback_pending(table: &Table, target: &Instant) -> Result<
         }
     }
     rollback(table, target, None, Undo::Deliberate { was_completed: false }).await.map(drop)
+}
+
+/// Whether `error` is a data file found missing (what a concurrent rollback leaves a write).
+fn is_gone(error: &Error) -> bool {
+    matches!(error, Error::Storage { source: object_store::Error::NotFound { .. }, .. })
 }
 
 /// How a rollback treats the fate of its target (see [`fate`]).

@@ -375,6 +375,14 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
     for f in storage.list_recursive(DIR).await? {
         storage.delete(&f.path).await?;
     }
+    // A writer that opened the old metadata table before this build may still be writing into
+    // it (a sync on a slow store). Its files would be read as part of the new one: this build
+    // yields, the metadata table stays unreadable (readers list storage) and the next writer
+    // builds it again.
+    if let Some(late) = storage.list_recursive(DIR).await?.into_iter().next() {
+        let detail = format!("another writer wrote `{}` into the metadata table while it was built again", late.path);
+        return Err(Error::CommitConflict { instant: time.to_string(), detail });
+    }
     let create = CreateOptions {
         name: format!("{}_metadata", data.config().name),
         table_type: TableType::MergeOnRead,
@@ -384,7 +392,15 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         hive_style: false,
         inline_compaction: None,
     };
-    let mut mdt = Table::create(&metadata_uri(data), data.options().clone(), create, entries::record_schema()).await?;
+    let mut mdt = match Table::create(&metadata_uri(data), data.options().clone(), create, entries::record_schema()).await
+    {
+        Ok(mdt) => mdt,
+        // Written into between the check above and the create: the same yield.
+        Err(Error::InvalidArgument { detail, .. }) if detail.contains("is not empty") => {
+            return Err(Error::CommitConflict { instant: time.to_string(), detail });
+        }
+        Err(e) => return Err(e),
+    };
     for (index, n) in &config.shards {
         mdt.set_property(&index.shards_key(), Some(&n.to_string())).await?;
     }
