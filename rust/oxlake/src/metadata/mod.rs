@@ -375,6 +375,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
     for f in storage.list_recursive(DIR).await? {
         storage.delete(&f.path).await?;
     }
+    crate::commit::failpoint("metadata-build-after-clear");
     // A writer that opened the old metadata table before this build may still be writing into
     // it (a sync on a slow store). Its files would be read as part of the new one: this build
     // yields, the metadata table stays unreadable (readers list storage) and the next writer
@@ -392,21 +393,23 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         hive_style: false,
         inline_compaction: None,
     };
-    let mut mdt = match Table::create(&metadata_uri(data), data.options().clone(), create, entries::record_schema()).await
-    {
-        Ok(mdt) => mdt,
-        // Written into between the check above and the create: the same yield.
-        Err(Error::InvalidArgument { detail, .. }) if detail.contains("is not empty") => {
-            return Err(Error::CommitConflict { instant: time.to_string(), detail });
-        }
-        Err(e) => return Err(e),
-    };
+    let mut mdt =
+        match Table::create(&metadata_uri(data), data.options().clone(), create, entries::record_schema()).await {
+            Ok(mdt) => mdt,
+            // Written into between the check above and the create: the same yield.
+            Err(Error::InvalidArgument { detail, .. }) if detail.contains("is not empty") => {
+                return Err(Error::CommitConflict { instant: time.to_string(), detail });
+            }
+            Err(e) => return Err(e),
+        };
     for (index, n) in &config.shards {
         mdt.set_property(&index.shards_key(), Some(&n.to_string())).await?;
     }
     mdt.set_property(BUILT_AT_KEY, Some(time)).await?;
-    let pending: Vec<&str> =
-        data.timeline().pending().filter(|i| i.action.writes_data()).map(|i| i.time.as_str()).collect();
+    // Every instant pending now may complete later with files this build did or did not list
+    // (a compaction, a clean, a rollback as much as a write): each counts as missing until the
+    // metadata table has it.
+    let pending: Vec<&str> = data.timeline().pending().filter(|i| i.time != time).map(|i| i.time.as_str()).collect();
     mdt.set_property(BUILT_PENDING_KEY, Some(&pending.join(","))).await?;
     let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time, Bytes::new()).await?;
     let mut metadata = commit_metadata("BULK_INSERT")?;

@@ -77,7 +77,16 @@ pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result
         return Ok(());
     }
     compact_if_due(data, &current, time).await?;
-    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let mut mdt = match Table::open(&metadata_uri(data), data.options().clone()).await {
+        Ok(mdt) => mdt,
+        // Cleared since it was opened above: another writer builds it again. That build counts
+        // this instant as missing (it was pending when the build began, or is later than it).
+        Err(e @ Error::TableNotFound { .. }) => {
+            log::warn!("{}: metadata table being built again ({e}); not updated", data.uri());
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
     clear_failed_attempt(&mut mdt, time).await?;
     let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time, Bytes::new()).await?;
     match write_changes(data, &current, &mdt, time, &change).await {
