@@ -13,9 +13,8 @@ import subprocess
 import sys
 import tempfile
 
-import pyarrow as pa
-
 import oxlake
+import pyarrow as pa
 
 PROBE = """
 import sys, time, oxlake

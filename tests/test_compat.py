@@ -370,3 +370,58 @@ def test_custom_payload_is_not_merged_by_guess(extracted: dict[str, str], tmp_pa
     ro = t.to_arrow(query="read_optimized")
     with pytest.raises(oxlake.UnsupportedError, match="custom payload"):
         t.upsert(ro.select([c for c in ro.column_names if not c.startswith("_hoodie_")]).slice(0, 1))
+
+
+def java_store(props: dict[str, str]) -> str:
+    """`hoodie.properties` as `java.util.Properties.store` writes it (Apache Hudi rewrites the file
+    this way): `=`, `:`, `#`, `!`, `\\` escaped, a leading or key space escaped, control and
+    non-ASCII characters as `\\uXXXX` UTF-16 units, a date comment first."""
+
+    def convert(s: str, key: bool) -> str:
+        out = []
+        for i, c in enumerate(s):
+            if c == " " and (i == 0 or key):
+                out.append("\\ ")
+            elif c in "\t\n\r\f":
+                out.append({"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f"}[c])
+            elif c in "=:#!\\":
+                out.append("\\" + c)
+            elif ord(c) < 0x20 or ord(c) > 0x7E:
+                units = c.encode("utf-16-be")
+                out.extend(f"\\u{units[j] << 8 | units[j + 1]:04X}" for j in range(0, len(units), 2))
+            else:
+                out.append(c)
+        return "".join(out)
+
+    lines = ["#Updated at 2026-11-23T19:00:00.000Z", "#Mon Nov 23 19:00:00 UTC 2026"]
+    lines += [f"{convert(k, True)}={convert(v, False)}" for k, v in props.items()]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_table_whose_properties_java_rewrote_opens(tmp_path: Path) -> None:
+    """Java's `Properties.store` escapes the `=` that ends oxlake's base64 Arrow schema (and `:` in
+    Avro schemas): the table opens, reads and writes the same after it rewrote the file, and a
+    key Java added with escapes is kept."""
+    path = tmp_path / "t"
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string())])
+    t = oxlake.create_table(str(path), schema, record_key="id")
+    t.insert(pa.table({"id": [1, 2], "v": ["a", "b"]}))
+    props_file = path / ".hoodie" / "hoodie.properties"
+    props = {}
+    for line in props_file.read_text().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.split("=", 1)
+            props[k] = v
+    assert any(v.endswith("=") for v in props.values()), "the case at stake: a value ending in `=`"
+    props["hoodie.table.create.schema"] = '{"type":"record","name":"café"}'
+    props_file.write_text(java_store(props))
+
+    t = oxlake.Table(str(path))
+    assert t.to_arrow().sort_by("id").column("v").to_pylist() == ["a", "b"]
+    t.upsert(pa.table({"id": [2, 3], "v": ["B", "c"]}))
+    t.build_metadata()  # rewrites the file itself: every property kept, decoded
+    t = oxlake.Table(str(path))
+    assert t.to_arrow().sort_by("id").column("v").to_pylist() == ["a", "B", "c"]
+    text = props_file.read_text()
+    # Lines oxlake does not change stay as Java wrote them.
+    assert 'hoodie.table.create.schema={"type"\\:"record","name"\\:"caf\\u00E9"}' in text.splitlines()

@@ -1,7 +1,7 @@
 """What oxlake writes under `.hoodie/` reads in Apache Hudi's Java engine: each Avro plan and
 metadata decodes with `fastavro` using Apache Hudi's own `.avsc` as the reader schema (schema
-resolution, as Java's `TimelineMetadataUtils.deserializeAvroMetadata` does). Issue 23; the clean
-action so far."""
+resolution, as Java's `TimelineMetadataUtils.deserializeAvroMetadata` does). Issue 23: clean,
+rollback, restore and savepoint."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import fastavro
 import oxlake
 import pytest
-from conftest import SCHEMA, SHARED, data_files, rows, trips
+from conftest import SCHEMA, SHARED, data_files, hudi_read, rows, trips, trips_table
 
 AVSC = SHARED / "compat" / "avro"
 
@@ -42,7 +42,20 @@ def hudi_schemas() -> dict[str, Any]:
             pending = left
         return fastavro.parse_schema(target, named_schemas=named)
 
-    return {s["name"]: reader(s) for s in raws if s["name"] in ("HoodieCleanerPlan", "HoodieCleanMetadata")}
+    return {s["name"]: reader(s) for s in raws if s["name"] in JAVA_RECORDS}
+
+
+JAVA_RECORDS = (
+    "HoodieCleanerPlan",
+    "HoodieCleanMetadata",
+    "HoodieRollbackPlan",
+    "HoodieRollbackMetadata",
+    "HoodieRestorePlan",
+    "HoodieRestoreMetadata",
+    "HoodieSavepointMetadata",
+    "HoodieCompactionPlan",
+    "HoodieRequestedReplaceMetadata",
+)
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +236,207 @@ def test_a_completed_json_clean_of_an_earlier_oxlake_still_guards_reads(table_pa
     with pytest.raises(oxlake.InvalidArgumentError, match="no longer readable"):
         t.to_arrow(as_of=first)
     assert rows(t.scan()) == rows(trips([1, 2], ts=2))
+
+
+def timeline_file(t: oxlake.Table, time_: str, suffix: str) -> Path:
+    return Path(t.uri, ".hoodie", f"{time_}.{suffix}")
+
+
+def full_path(t: oxlake.Table, rel: str) -> str:
+    """A file as Java's plans name it: qualified with the file system (`file:/...`)."""
+    return "file:" + str(Path(t.uri, rel))
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_rollback_files_decode_as_java_reads_them(
+    table_path: str, hudi: dict[str, Any], table_type: str
+) -> None:
+    t = trips_table(table_path, table_type=table_type)
+    t.insert(trips(list(range(6))))
+    before_rows = rows(t.scan())
+    before = data_files(t)
+    written = t.upsert(trips([0, 1, 3], ts=2, name="late")).instant
+    assert written is not None
+    new_files = data_files(t) - before
+    r = t.rollback(written)
+    assert rows(t.scan()) == before_rows
+    assert data_files(t) == before
+    action = "deltacommit" if table_type == "merge_on_read" else "commit"
+    for state, suffix in (("requested", "rollback.requested"), ("completed", "rollback")):
+        assert timeline_file(t, r, suffix).exists(), state
+    assert timeline_file(t, r, "rollback.inflight").read_bytes() == b""
+    plan = decode(timeline_file(t, r, "rollback.requested"), hudi["HoodieRollbackPlan"])
+    assert plan["instantToRollback"] == {"commitTime": written, "action": action}
+    assert plan["version"] == 1
+    requests = plan["RollbackRequests"]
+    # One request per file group the commit wrote: base files of the commit to delete, logs to
+    # mark (by full path, as Java's plans name them).
+    planned = {f for req in requests for f in req["filesToBeDeleted"]} | {
+        f for req in requests for f in (req["logBlocksToBeDeleted"] or {})
+    }
+    assert planned == {full_path(t, f) for f in new_files}
+    assert {(req["partitionPath"], bool(req["fileId"])) for req in requests} == {
+        ("city=sf", True),
+        ("city=nyc", True),
+    }
+    # oxlake's own field rides along in the writer schema; Java's reader skips it.
+    assert decode(timeline_file(t, r, "rollback.requested"))["oxlakeWasCompleted"] is True
+    meta = decode(timeline_file(t, r, "rollback"), hudi["HoodieRollbackMetadata"])
+    assert meta["startRollbackTime"] == r
+    assert meta["commitsRollback"] == [written]
+    assert meta["instantsRollback"] == [{"commitTime": written, "action": action}]
+    assert meta["version"] == 1
+    assert meta["totalFilesDeleted"] == len(new_files)
+    deleted = {f for m in meta["partitionMetadata"].values() for f in m["successDeleteFiles"]}
+    assert deleted == {full_path(t, f) for f in new_files}
+    for partition, m in meta["partitionMetadata"].items():
+        assert m["partitionPath"] == partition
+        assert m["failedDeleteFiles"] == []
+        assert all(f.startswith(full_path(t, partition) + "/") for f in m["successDeleteFiles"])
+
+
+def test_a_rollback_of_a_failed_write_decodes_and_a_json_one_still_resumes(
+    table_path: str, hudi: dict[str, Any]
+) -> None:
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    t.insert(trips([1, 2]))
+    expected = rows(t.scan())
+    last = max(i.time for i in t.timeline())
+    hoodie = Path(table_path, ".hoodie")
+    hour_ago = time.time() - 3600
+    # A write that crashed (requested and inflight, a data file, no heartbeat), and a rollback of
+    # it that an earlier oxlake started and never finished, its plan in that version's JSON.
+    failed = str(int(last) + 1)
+    (hoodie / f"{failed}.commit.requested").write_bytes(b"")
+    (hoodie / f"{failed}.inflight").write_bytes(b"")
+    stray = Path(table_path, f"00000000-0000-0000-0000-000000000000-0_0-0-1_{failed}.parquet")
+    stray.write_bytes(b"not parquet: never read, only deleted")
+    rollback = str(int(last) + 2)
+    legacy = {"instantToRollback": {"commitTime": failed, "action": "commit"}}
+    (hoodie / f"{rollback}.rollback.requested").write_text(json.dumps(legacy))
+    for p in hoodie.glob(f"{failed}*"):
+        os.utime(p, (hour_ago, hour_ago))
+    os.utime(hoodie / f"{rollback}.rollback.requested", (hour_ago, hour_ago))
+    t = oxlake.Table(table_path)
+    t.upsert(trips([2], ts=5))
+    assert not stray.exists()
+    assert [i.state for i in t.timeline() if i.time == failed] == []
+    meta = decode(hoodie / f"{rollback}.rollback", hudi["HoodieRollbackMetadata"])
+    assert meta["commitsRollback"] == [failed]
+    assert meta["partitionMetadata"][""]["successDeleteFiles"] == [full_path(t, stray.name)]
+    # The plan stays as that version wrote it; the completed metadata is Java's.
+    assert json.loads((hoodie / f"{rollback}.rollback.requested").read_text()) == legacy
+    assert rows(t.scan()) == [expected[0], rows(trips([2], ts=5))[0]]
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_savepoint_and_restore_files_decode_as_java_reads_them(
+    table_path: str, hudi: dict[str, Any], table_type: str
+) -> None:
+    t = trips_table(table_path, table_type=table_type)
+    t.insert(trips(list(range(6))))
+    t.upsert(trips([0, 4], ts=2, name="second"))
+    saved = max(i.time for i in t.timeline() if i.state == "completed")
+    expected = rows(t.scan())
+    snapshot_files = data_files(t)
+    t.savepoint(saved)
+    sp = decode(timeline_file(t, saved, "savepoint"), hudi["HoodieSavepointMetadata"])
+    assert sp["savepointedBy"] == "oxlake"
+    # Milliseconds, as Java records them.
+    assert abs(sp["savepointedAt"] - time.time() * 1000) < 600_000
+    named = {(p, f) for p, m in sp["partitionMetadata"].items() for f in m["savepointDataFile"]}
+    assert all(m["partitionPath"] == p for p, m in sp["partitionMetadata"].items())
+    # File names (not paths) per partition: the files of the savepointed snapshot, the latest
+    # slice of every file group (copy-on-write: its newest base file).
+    saved_files = {f"{p}/{f}" for p, f in named}
+    assert saved_files <= snapshot_files
+
+    def group(f: str) -> tuple[str, str]:
+        partition, name = f.rsplit("/", 1)
+        return partition, name.lstrip(".").split("_")[0]
+
+    assert {group(f) for f in saved_files} == {group(f) for f in snapshot_files}
+    if table_type == "copy_on_write":
+        newest = {}
+        for f in sorted(snapshot_files, key=lambda f: f.rsplit("_", 1)[-1]):
+            newest[group(f)] = f
+        assert saved_files == set(newest.values())
+    later = []
+    for ts in (3, 4):
+        later.append(t.upsert(trips([1, 5], ts=ts, name=f"v{ts}")).instant)
+    r = t.restore(saved)
+    assert rows(t.scan()) == expected
+    plan = decode(timeline_file(t, r, "restore.requested"), hudi["HoodieRestorePlan"])
+    action = "deltacommit" if table_type == "merge_on_read" else "commit"
+    assert plan["instantsToRollback"] == [{"commitTime": c, "action": action} for c in reversed(later)]
+    assert plan["savepointToRestoreTimestamp"] == saved
+    assert plan["version"] == 2
+    meta = decode(timeline_file(t, r, "restore"), hudi["HoodieRestoreMetadata"])
+    assert meta["startRestoreTime"] == r
+    assert meta["instantsToRollback"] == list(reversed(later))
+    assert meta["restoreInstantInfo"] == [{"commitTime": c, "action": action} for c in reversed(later)]
+    assert set(meta["hoodieRestoreMetadata"]) == set(later)
+    for c, nested in meta["hoodieRestoreMetadata"].items():
+        assert [m["commitsRollback"] for m in nested] == [[c]]
+        assert nested[0]["totalFilesDeleted"] >= 1
+    assert rows(oxlake.Table(table_path).scan()) == expected
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_non_partitioned_table_has_its_root_partition_marker(table_path: str, table_type: str) -> None:
+    """Apache Hudi finds a partition by its `.hoodie_partition_metadata`, the root of a
+    non-partitioned table too (depth 0); a table written without one gets it from its next write."""
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type)
+    marker = Path(table_path, ".hoodie_partition_metadata")
+    assert not marker.exists()
+    first = t.insert(trips([1, 2])).instant
+    text = marker.read_text()
+    assert f"commitTime={first}\n" in text and "partitionDepth=0\n" in text
+    assert text.startswith("#partition metadata\n")
+    marker.unlink()
+    t.upsert(trips([2, 3], ts=2))
+    assert "partitionDepth=0\n" in marker.read_text()
+    assert not list(Path(table_path).glob("*/.hoodie_partition_metadata"))
+    expected = rows(trips([1])) + rows(trips([2, 3], ts=2))
+    assert rows(t.scan()) == expected
+    assert rows(hudi_read(table_path)) == expected
+
+
+def test_compaction_and_clustering_plans_decode_as_java_reads_them(
+    table_path: str, hudi: dict[str, Any]
+) -> None:
+    t = trips_table(table_path, table_type="merge_on_read")
+    t.insert(trips(list(range(6))))
+    t.upsert(trips([0, 3], ts=2, name="v2"))
+    slices_before = data_files(t)
+    compacted = t.compact()
+    assert len(compacted.instants) == 1
+    c = compacted.instants[0]
+    plan = decode(timeline_file(t, c, "compaction.requested"), hudi["HoodieCompactionPlan"])
+    # Version 2: files by name, as CompactionUtils writes them.
+    assert plan["version"] == 2
+    [op] = plan["operations"]
+    logs = {f for f in slices_before if f.rsplit("/", 1)[-1].startswith(".")}
+    assert op["partitionPath"] == "city=sf"
+    assert op["deltaFilePaths"] == [f.rsplit("/", 1)[-1] for f in sorted(logs)]
+    assert f"city=sf/{op['dataFilePath']}" in slices_before
+    assert op["dataFilePath"].startswith(op["fileId"] + "_")
+    assert op["baseInstantTime"] < c
+    # Clustering of a partition with two small file groups.
+    t.insert(trips([9, 12], city="sf"))
+    expected = rows(t.scan())
+    clustered = t.cluster(sort_by=["ts"])
+    assert clustered.instant is not None
+    request = decode(
+        timeline_file(t, clustered.instant, "replacecommit.requested"), hudi["HoodieRequestedReplaceMetadata"]
+    )
+    assert request["operationType"] == "CLUSTER"
+    groups = request["clusteringPlan"]["inputGroups"]
+    slices = [s for g in groups for s in g["slices"]]
+    assert len(slices) == clustered.replaced_file_groups
+    for s in slices:
+        assert s["dataFilePath"] == "" or s["dataFilePath"].startswith(full_path(t, s["partitionPath"]) + "/")
+        assert all(d.startswith(full_path(t, s["partitionPath"]) + "/") for d in s["deltaFilePaths"])
+    strategy = request["clusteringPlan"]["strategy"]
+    assert strategy["strategyParams"] == {"hoodie.clustering.plan.strategy.sort.columns": "ts"}
+    assert rows(oxlake.Table(table_path).scan()) == expected

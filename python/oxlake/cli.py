@@ -3,7 +3,9 @@
 Inspect: `oxlake show URI`, `oxlake timeline URI`. Table services: `oxlake compact URI`,
 `oxlake clean URI [--policy P] [--retain N]`, `oxlake rollback URI INSTANT`,
 `oxlake savepoint URI INSTANT`, `oxlake restore URI INSTANT`,
-`oxlake cluster URI [--sort-by COL ...] [--target-file-size BYTES]`. A service shows its progress on
+`oxlake cluster URI [--sort-by COL ...] [--target-file-size BYTES]`,
+`oxlake archive URI [--min-commits N --max-commits M]`; `oxlake timeline URI --archived` lists the
+archived instants too. A service shows its progress on
 stderr (on a terminal) and ends with a one-line summary on stdout.
 """
 
@@ -98,6 +100,13 @@ def _restore(table: Table, args: argparse.Namespace, progress: Progress) -> str:
     return f"restore: table restored to {args.instant} by {table.restore(args.instant, progress=progress)}"
 
 
+def _archive(table: Table, args: argparse.Namespace, progress: Progress) -> str:
+    archived = table.archive(min_commits=args.min_commits, max_commits=args.max_commits)
+    if not archived:
+        return "archive: nothing to archive"
+    return f"archive: {len(archived)} instants archived, {archived[0].time} to {archived[-1].time}"
+
+
 def _cluster(table: Table, args: argparse.Namespace, progress: Progress) -> str:
     r = table.cluster(sort_by=args.sort_by, target_file_size=args.target_file_size, progress=progress)
     if r.instant is None:
@@ -116,6 +125,7 @@ SERVICES: dict[str, tuple[str, Callable[[Table, argparse.Namespace, Progress], s
     "savepoint": ("savepoint a commit", _savepoint),
     "restore": ("restore the table to a savepoint", _restore),
     "cluster": ("rewrite small file groups into fewer, sorted ones", _cluster),
+    "archive": ("move the oldest instants to the archived timeline", _archive),
 }
 
 
@@ -142,8 +152,8 @@ def _show(table: Table) -> None:
         print(f"  {g.partition or '.'}  {g.file_id}  {g.size:,} B  {g.base_file}")
 
 
-def _timeline(table: Table) -> None:
-    for i in table.timeline():
+def _timeline(table: Table, archived: bool) -> None:
+    for i in table.timeline(include_archived=archived):
         print(f"{i.time}  {i.action:<14} {i.state}")
 
 
@@ -186,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.choices["clean"].add_argument("--retain", type=int, default=10)
     sub.choices["cluster"].add_argument("--sort-by", nargs="*", default=[], metavar="COLUMN")
     sub.choices["cluster"].add_argument("--target-file-size", type=int, default=None, metavar="BYTES")
+    sub.choices["archive"].add_argument("--min-commits", type=int, default=None, metavar="N")
+    sub.choices["archive"].add_argument("--max-commits", type=int, default=None, metavar="M")
+    sub.choices["timeline"].add_argument("--archived", action="store_true", help="archived instants too")
     args = parser.parse_args(argv)
     try:
         table = Table(args.uri)
@@ -197,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "build-metadata":
             print(f"metadata table built, instant {table.build_metadata()}")
         else:
-            _show(table) if args.command == "show" else _timeline(table)
+            _show(table) if args.command == "show" else _timeline(table, args.archived)
     except OxlakeError as e:
         print(f"oxlake: {type(e).__name__}: {e}", file=sys.stderr)
         return 1

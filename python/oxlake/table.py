@@ -225,9 +225,10 @@ class Table:
         """`hoodie.properties`."""
         return dict(self._t.properties)
 
-    def timeline(self) -> list[Instant]:
-        """Every instant, oldest first."""
-        return [Instant(*i) for i in self._t.timeline()]
+    def timeline(self, *, include_archived: bool = False) -> list[Instant]:
+        """Every instant of the active timeline, oldest first; with `include_archived=True` also
+        those archival moved to `.hoodie/archived` (see `archive`)."""
+        return [Instant(*i) for i in self._t.timeline(include_archived)]
 
     def file_groups(self) -> list[FileGroup]:
         """The live file groups at the latest instant."""
@@ -302,6 +303,23 @@ class Table:
     def restore(self, instant: str, *, progress: _native.Progress | None = None) -> str:
         """Rolls back every commit after the savepoint `instant`; returns the restore instant."""
         return _native.restore(self._t, instant, progress)
+
+    def archive(self, *, min_commits: int | None = None, max_commits: int | None = None) -> list[Instant]:
+        """Moves the oldest instants of the active timeline into `.hoodie/archived`, as Apache
+        Hudi does: once more than `max_commits` commits are active, the oldest go until
+        `min_commits` remain (the table's settings, 20 and 30 by default: `set_archival`), with
+        the cleans and rollbacks before them, never past a pending instant, a savepoint, what
+        the latest clean retains, or what a compaction has yet to fold in. Commits archive
+        inline too. Reads as of or from archived commits give the same rows as before. Returns
+        the archived instants."""
+        archived = _native.archive(self._t, min_commits, max_commits)
+        return [Instant(time, action, "completed") for time, action in archived]
+
+    def set_archival(self, min_commits: int, max_commits: int, *, inline: bool = True) -> None:
+        """How many commits the active timeline keeps (`hoodie.keep.min.commits` /
+        `hoodie.keep.max.commits` in `hoodie.properties`), and whether every commit archives
+        inline (`inline=False`: only `archive()` does)."""
+        _native.set_archival(self._t, min_commits, max_commits, inline)
 
     def clean(
         self,

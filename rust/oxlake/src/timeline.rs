@@ -4,6 +4,7 @@
 //! state (a compaction requested at `t` and completed as `t.commit` is one completed instant).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -19,6 +20,19 @@ pub struct Timeline {
     instants: Vec<Instant>,
     dir: String,
     layout: u32,
+    /// With [`Timeline::with_archived`]: what archived instants recorded, by time and kind (their
+    /// files are gone from the timeline directory).
+    archived: Option<Arc<BTreeMap<(String, Action), serde_json::Value>>>,
+}
+
+/// One kind per instant: a compaction completes as a commit, a clustering as a replacecommit.
+fn kind(a: Action) -> Action {
+    match a {
+        Action::Compaction => Action::Commit,
+        Action::LogCompaction => Action::DeltaCommit,
+        Action::Clustering => Action::ReplaceCommit,
+        other => other,
+    }
 }
 
 impl Timeline {
@@ -32,14 +46,8 @@ impl Timeline {
 
     /// Builds a timeline from file names (those that are not instants are ignored).
     pub fn from_file_names<'a>(names: impl IntoIterator<Item = &'a str>, dir: String, layout: u32) -> Self {
-        // One instant per time and kind of action: a compaction completes as a commit, a
-        // clustering as a replacecommit; a savepoint shares the time of the commit it keeps.
-        let kind = |a: Action| match a {
-            Action::Compaction => Action::Commit,
-            Action::LogCompaction => Action::DeltaCommit,
-            Action::Clustering => Action::ReplaceCommit,
-            other => other,
-        };
+        // One instant per time and kind of action (see [`kind`]); a savepoint shares the time of
+        // the commit it keeps.
         let mut by_time: BTreeMap<(String, Action), Instant> = BTreeMap::new();
         for name in names {
             let Some(instant) = Instant::parse_file_name(name, layout) else { continue };
@@ -51,7 +59,54 @@ impl Timeline {
                 }
             }
         }
-        Timeline { instants: by_time.into_values().collect(), dir, layout }
+        Timeline { instants: by_time.into_values().collect(), dir, layout, archived: None }
+    }
+
+    /// This timeline with the archived instants added (their latest archived state; an instant
+    /// still on the active timeline, archived by a process that died before deleting it, keeps
+    /// its active state), and what completed ones recorded.
+    pub fn with_archived(&self, states: Vec<crate::format::archived::ArchivedState>) -> Timeline {
+        let mut by_time: BTreeMap<(String, Action), Instant> =
+            self.instants.iter().map(|i| ((i.time.clone(), kind(i.action)), i.clone())).collect();
+        let active: std::collections::HashSet<(String, Action)> = by_time.keys().cloned().collect();
+        let mut details = BTreeMap::new();
+        for s in states {
+            let key = (s.instant.time.clone(), kind(s.instant.action));
+            if active.contains(&key) {
+                continue;
+            }
+            if s.instant.state == State::Completed
+                && let Some(d) = s.details
+            {
+                details.insert(key.clone(), d);
+            }
+            match by_time.get(&key) {
+                Some(seen) if seen.state >= s.instant.state => {}
+                _ => {
+                    by_time.insert(key, s.instant);
+                }
+            }
+        }
+        Timeline {
+            instants: by_time.into_values().collect(),
+            dir: self.dir.clone(),
+            layout: self.layout,
+            archived: Some(Arc::new(details)),
+        }
+    }
+
+    /// Whether the archived timeline was added ([`Timeline::with_archived`]).
+    pub fn has_archived(&self) -> bool {
+        self.archived.is_some()
+    }
+
+    /// What an archived completed instant recorded, if `instant` is one.
+    fn archived_details(&self, instant: &Instant) -> Option<&serde_json::Value> {
+        let archived = self.archived.as_ref()?;
+        if !instant.is_completed() {
+            return None;
+        }
+        archived.get(&(instant.time.clone(), kind(instant.action)))
     }
 
     /// Keeps only the instants `keep` accepts.
@@ -101,11 +156,25 @@ impl Timeline {
         self.instants.iter().filter(|i| !i.is_completed())
     }
 
+    /// Where the write timeline starts, as Apache Hudi's file-system view sees it: the first
+    /// completed commit, deltacommit or replacecommit, or compaction (pending or done), whose time
+    /// is not savepointed (`HoodieDefaultTimeline.getFirstNonSavepointCommit`). Cleans, rollbacks
+    /// and savepoints kept from before it do not move it: archival keeps those longer.
+    pub fn write_timeline_start(&self) -> Option<&str> {
+        let savepointed: Vec<&str> =
+            self.instants.iter().filter(|i| i.action == Action::Savepoint).map(|i| i.time.as_str()).collect();
+        self.instants
+            .iter()
+            .filter(|i| (i.is_completed() && i.action.writes_data()) || i.action == Action::Compaction)
+            .map(|i| i.time.as_str())
+            .find(|t| !savepointed.contains(t))
+    }
+
     /// Whether a file written at instant `time` is visible: its instant completed, or it predates
-    /// the active timeline (archived, hence committed).
+    /// the write timeline (archived, hence committed: `containsOrBeforeTimelineStarts`).
     pub fn is_committed(&self, time: &str) -> bool {
         match self.instants_at(time) {
-            [] => self.earliest_time().is_some_and(|e| time < e),
+            [] => self.write_timeline_start().is_some_and(|e| time < e),
             at => at.iter().any(|i| i.is_completed() && i.action != Action::Savepoint),
         }
     }
@@ -127,6 +196,9 @@ impl Timeline {
     /// Reads the commit metadata of a completed data instant.
     pub async fn commit_metadata(&self, storage: &Storage, instant: &Instant) -> Result<CommitMetadata> {
         let path = self.path_of(instant);
+        if let Some(details) = self.archived_details(instant) {
+            return CommitMetadata::from_archived(&path, details);
+        }
         let bytes = storage.get(&path).await?;
         // An empty completed commit or deltacommit reads as empty metadata, as in Apache Hudi
         // (its test tables hold some). A completed replacecommit exists to name the file groups
@@ -141,6 +213,21 @@ impl Timeline {
             return CommitMetadata::from_avro(&path, &bytes);
         }
         CommitMetadata::from_json(&path, &bytes)
+    }
+
+    /// Reads what a completed clean recorded (active or archived).
+    pub async fn clean_metadata(
+        &self,
+        storage: &Storage,
+        instant: &Instant,
+    ) -> Result<crate::format::clean::Stored<crate::format::clean::CleanMetadata>> {
+        let path = self.path_of(instant);
+        if let Some(details) = self.archived_details(instant) {
+            let m = serde_json::from_value(details.clone())
+                .map_err(|e| Error::corrupt(&path, format!("archived clean metadata: {e}")))?;
+            return Ok(crate::format::clean::Stored::Avro(m));
+        }
+        crate::format::clean::read_metadata(&path, &storage.get(&path).await?)
     }
 
     /// Writes an instant's file with a conditional create. Returns `false` when it already existed.
@@ -214,6 +301,32 @@ mod tests {
         assert!(!t.is_committed("20240103000000000"));
         assert!(!t.is_committed("20240102500000000"));
         assert!(t.is_committed("20240101000000000"), "older than the active timeline: archived");
+    }
+
+    #[test]
+    fn the_write_timeline_starts_at_its_first_commit_not_at_a_kept_clean() {
+        // Apache Hudi archived the commits before 5; it keeps an older clean, a rollback and a
+        // savepointed commit 3 (with its savepoint).
+        let t = tl(&[
+            "20240101000000000.clean",
+            "20240102000000000.rollback",
+            "20240103000000000.commit",
+            "20240103000000000.savepoint",
+            "20240105000000000.deltacommit",
+            "20240106000000000.deltacommit.inflight",
+        ]);
+        assert_eq!(t.write_timeline_start(), Some("20240105000000000"));
+        // Files of archived commits between the clean and the first kept commit are committed.
+        assert!(t.is_committed("20240101500000000"));
+        assert!(t.is_committed("20240104000000000"));
+        assert!(t.is_committed("20240103000000000"));
+        assert!(!t.is_committed("20240106000000000"));
+        assert!(!t.is_committed("20240105500000000"), "a hole in the write timeline: rolled back");
+        // A pending compaction starts it too.
+        let t = tl(&["20240101000000000.clean", "20240104000000000.compaction.requested"]);
+        assert_eq!(t.write_timeline_start(), Some("20240104000000000"));
+        assert!(!t.is_committed("20240104000000000"));
+        assert!(t.is_committed("20240102000000000"));
     }
 
     #[tokio::test]

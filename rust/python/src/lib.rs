@@ -32,6 +32,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(services::compact, m)?)?;
     m.add_function(wrap_pyfunction!(services::rollback, m)?)?;
     m.add_function(wrap_pyfunction!(services::savepoint, m)?)?;
+    m.add_function(wrap_pyfunction!(services::archive, m)?)?;
+    m.add_function(wrap_pyfunction!(services::set_archival, m)?)?;
     m.add_function(wrap_pyfunction!(services::restore, m)?)?;
     m.add_function(wrap_pyfunction!(services::clean, m)?)?;
     m.add_function(wrap_pyfunction!(services::cluster, m)?)?;

@@ -82,6 +82,48 @@ pub fn savepoint(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<(
     run(py, async move { inner.lock().await.savepoint(&instant).await })
 }
 
+/// Archives the oldest instants of the active timeline, keeping `min_commits..=max_commits`
+/// commits (the table's settings where not given); returns `(time, action)` of each instant
+/// archived.
+#[pyfunction]
+#[pyo3(signature = (table, min_commits=None, max_commits=None))]
+pub fn archive(
+    py: Python<'_>,
+    table: &PyTable,
+    min_commits: Option<usize>,
+    max_commits: Option<usize>,
+) -> PyResult<Vec<(String, String)>> {
+    let inner = table.inner.clone();
+    run(py, async move {
+        let mut t = inner.lock().await;
+        t.reload().await?;
+        let current = oxlake::services::ArchiveConfig::of(&t)?;
+        let config = oxlake::services::ArchiveConfig::new(
+            min_commits.unwrap_or(current.min_commits),
+            max_commits.unwrap_or(current.max_commits),
+        )?;
+        let result = t.archive(config).await?;
+        Ok(result.archived.into_iter().map(|i| (i.time, i.action.to_string())).collect())
+    })
+}
+
+/// Sets the table's archival settings (kept in `hoodie.properties`).
+#[pyfunction]
+#[pyo3(signature = (table, min_commits, max_commits, inline=true))]
+pub fn set_archival(
+    py: Python<'_>,
+    table: &PyTable,
+    min_commits: usize,
+    max_commits: usize,
+    inline: bool,
+) -> PyResult<()> {
+    let inner = table.inner.clone();
+    run(py, async move {
+        let config = oxlake::services::ArchiveConfig::new(min_commits, max_commits)?;
+        inner.lock().await.set_archival(config, inline).await
+    })
+}
+
 /// Restores the table to the savepoint `instant`; returns the restore instant.
 #[pyfunction]
 #[pyo3(signature = (table, instant, progress=None))]

@@ -105,11 +105,19 @@ impl PyTable {
     }
 
     /// The instants: (time, action, state), oldest first.
-    fn timeline(&self, py: Python<'_>) -> PyResult<Vec<(String, String, String)>> {
+    #[pyo3(signature = (include_archived=false))]
+    fn timeline(&self, py: Python<'_>, include_archived: bool) -> PyResult<Vec<(String, String, String)>> {
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
+            let merged;
+            let t = if include_archived {
+                merged = t.with_archived_timeline().await?;
+                &merged
+            } else {
+                &*t
+            };
             Ok(t.timeline()
                 .instants()
                 .iter()

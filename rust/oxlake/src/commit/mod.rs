@@ -32,8 +32,11 @@ use tokio::task::JoinHandle;
 
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
-use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::format::file_name::{self, BaseFileName, LogFileName};
 use crate::format::instant::{self, Action, Instant, State};
+use crate::format::rollback::{
+    self, InstantInfo, RollbackMetadata, RollbackPartitionMetadata, RollbackPlan, RollbackRequest,
+};
 use crate::storage::{FileInfo, Storage};
 use crate::table::Table;
 use crate::table::fs_view::FileGroupId;
@@ -121,34 +124,6 @@ impl Drop for TaskHeartbeat {
     fn drop(&mut self) {
         self.0.abort();
     }
-}
-
-/// What a rollback plan names (stored in `r.rollback.requested`).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RollbackPlan {
-    instant_to_rollback: RollbackTarget,
-    /// The target had completed (a rollback of a commit rather than of a failed write): readers
-    /// may have indexed it. Our own field; absent means false.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    was_completed: bool,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RollbackTarget {
-    commit_time: String,
-    action: String,
-}
-
-/// What a completed rollback did (stored in `r.rollback`).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RollbackMetadata {
-    start_rollback_time: String,
-    commits_rollback: Vec<String>,
-    total_files_deleted: usize,
-    deleted_files: Vec<String>,
 }
 
 impl Transaction {
@@ -710,7 +685,9 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
     let mut taken = HashSet::new();
     for r in pending_rollbacks {
         let path = table.timeline().path_of(&r.with_state(State::Requested));
-        let plan = table.storage().get_opt(&path).await?.and_then(|b| serde_json::from_slice::<RollbackPlan>(&b).ok());
+        // A plan that does not parse (a damaged file) is dropped: its target, still pending, is
+        // rolled back below like any failed write.
+        let plan = table.storage().get_opt(&path).await?.and_then(|b| RollbackPlan::read(&path, &b).ok());
         match plan {
             Some(plan) if !is_expired(table, &r).await? => {
                 taken.insert(plan.instant_to_rollback.commit_time);
@@ -720,7 +697,8 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
                 let target = plan.instant_to_rollback.commit_time;
                 let action = Action::parse(&plan.instant_to_rollback.action)
                     .ok_or_else(|| Error::corrupt(&path, "the rollback plan names an unknown action"))?;
-                let how = if plan.was_completed { Undo::Deliberate { was_completed: true } } else { Undo::Failed };
+                let how =
+                    if plan.oxlake_was_completed { Undo::Deliberate { was_completed: true } } else { Undo::Failed };
                 if rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), how).await? {
                     done.push(target);
                 }
@@ -793,11 +771,7 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     let meta = table.timeline().commit_metadata(table.storage(), &latest).await?;
     let action = if meta.compacted { Action::Compaction } else { latest.action };
     let storage = table.storage().clone();
-    let plan = RollbackPlan {
-        instant_to_rollback: RollbackTarget { commit_time: time.clone(), action: action.to_string() },
-        was_completed: true,
-    };
-    let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
+    let plan = rollback_plan(&time, action, true, rollback_requests(table, &meta))?;
     let requested = claim(table, Action::Rollback, |_| Ok(plan.clone())).await?;
     let r = requested.time.clone();
     // The commit recorded as the target's fate gives way to this rollback first: otherwise a
@@ -823,9 +797,9 @@ pub(crate) async fn rollback_pending(table: &Table, target: &Instant) -> Result<
     for r in table.timeline().pending().filter(|i| i.action == Action::Rollback) {
         let path = table.timeline().path_of(&r.with_state(State::Requested));
         let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
-        let plan: RollbackPlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+        let plan = RollbackPlan::read(&path, &bytes)?;
         if plan.instant_to_rollback.commit_time == target.time {
-            let how = Undo::Deliberate { was_completed: plan.was_completed };
+            let how = Undo::Deliberate { was_completed: plan.oxlake_was_completed };
             return rollback(table, target, Some(r.clone()), how).await.map(drop);
         }
     }
@@ -869,14 +843,9 @@ async fn rollback_at(
     let r = match existing {
         Some(r) => r,
         None => {
-            let plan = RollbackPlan {
-                instant_to_rollback: RollbackTarget {
-                    commit_time: target.time.clone(),
-                    action: target.action.to_string(),
-                },
-                was_completed,
-            };
-            let plan = Bytes::from(serde_json::to_vec(&plan).map_err(Error::invalid_data)?);
+            // A failed write's files are found when the rollback runs (`undo_files_of`): no
+            // request names them ahead (Java, finishing such a plan, deletes nothing it would need).
+            let plan = rollback_plan(&target.time, target.action, was_completed, Vec::new())?;
             claim(table, Action::Rollback, |_| Ok(plan.clone())).await?
         }
     };
@@ -932,6 +901,7 @@ pub(crate) async fn beating<T>(table: &Table, time: &str, work: impl Future<Outp
 
 /// The steps of a rollback `r` of `target`, each idempotent.
 async fn undo(table: &Table, target: &Instant, r: &Instant, was_completed: bool) -> Result<()> {
+    let started = std::time::Instant::now();
     let storage = table.storage();
     let timeline = table.timeline();
     timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
@@ -946,13 +916,8 @@ async fn undo(table: &Table, target: &Instant, r: &Instant, was_completed: bool)
         entries: &[],
     };
     Box::pin(crate::metadata::sync(table, &r.time, change)).await?;
-    let meta = RollbackMetadata {
-        start_rollback_time: r.time.clone(),
-        commits_rollback: vec![target.time.clone()],
-        total_files_deleted: deleted.len(),
-        deleted_files: deleted,
-    };
-    let meta = serde_json::to_vec_pretty(&meta).map_err(Error::invalid_data)?;
+    let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
+    let meta = rollback_metadata(table.uri(), target, &r.time, millis, &deleted, &added)?;
     timeline.create(storage, &r.with_state(State::Completed), Bytes::from(meta)).await?;
     if target.action == Action::Compaction {
         // A compaction plan stays: it is executed again by the next compaction run.
@@ -1094,6 +1059,103 @@ async fn undo_files_of(
     Ok((deleted, added))
 }
 
+/// The `HoodieRollbackPlan` of a rollback of `time` (`action`): `requests` name the files it
+/// deletes where they are known ahead.
+fn rollback_plan(time: &str, action: Action, was_completed: bool, requests: Vec<RollbackRequest>) -> Result<Bytes> {
+    let plan = RollbackPlan {
+        instant_to_rollback: InstantInfo { commit_time: time.to_string(), action: action.to_string() },
+        rollback_requests: Some(requests),
+        version: Some(rollback::ROLLBACK_PLAN_VERSION),
+        oxlake_was_completed: was_completed,
+    };
+    Ok(Bytes::from(plan.to_avro()?))
+}
+
+/// The requests of a rollback of the completed write `meta` (as Java's listing of the instant's
+/// files would plan it), one per file group: its base files of the write's instant to delete (full
+/// paths), its log files as logs to mark with a rollback block (another writer may have appended to
+/// them; oxlake deletes a log whose blocks are all the write's when it runs).
+fn rollback_requests(table: &Table, meta: &CommitMetadata) -> Vec<RollbackRequest> {
+    let mut out: std::collections::BTreeMap<(String, String), RollbackRequest> = Default::default();
+    for (partition, stat) in meta.write_stats() {
+        let Some(path) = stat.path.as_deref() else { continue };
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let (file_id, base) = match (BaseFileName::parse(name), LogFileName::parse(name)) {
+            (Some(b), _) => (b.file_id, true),
+            (None, Some(l)) => (l.file_id, false),
+            (None, None) => continue,
+        };
+        let request = out.entry((partition.to_string(), file_id.clone())).or_insert_with(|| RollbackRequest {
+            partition_path: partition.to_string(),
+            file_id: Some(file_id),
+            latest_base_instant: stat.prev_commit.clone().filter(|p| p != "null"),
+            files_to_be_deleted: Vec::new(),
+            log_blocks_to_be_deleted: Some(Default::default()),
+        });
+        let full = file_name::full_path(table.uri(), path);
+        if base {
+            request.files_to_be_deleted.push(full);
+        } else {
+            let size = stat.file_size_in_bytes.max(0);
+            request.log_blocks_to_be_deleted.get_or_insert_with(Default::default).insert(full, size);
+        }
+    }
+    out.into_values().collect()
+}
+
+/// The `HoodieRollbackMetadata` of rollback `r_time` of `target`: per partition the files deleted
+/// and the logs given a rollback block, by full path.
+fn rollback_metadata(
+    uri: &str,
+    target: &Instant,
+    r_time: &str,
+    millis: i64,
+    deleted: &[String],
+    added: &[FileInfo],
+) -> Result<Vec<u8>> {
+    let mut partitions: std::collections::BTreeMap<String, RollbackPartitionMetadata> = Default::default();
+    let partition_of = |rel: &str| rel.rsplit_once('/').map_or("", |(p, _)| p).to_string();
+    for rel in deleted {
+        let p = partition_of(rel);
+        partitions
+            .entry(p.clone())
+            .or_insert_with(|| empty_partition(&p))
+            .success_delete_files
+            .push(file_name::full_path(uri, rel));
+    }
+    for f in added {
+        let p = partition_of(&f.path);
+        let size = i64::try_from(f.size).unwrap_or(i64::MAX);
+        partitions
+            .entry(p.clone())
+            .or_insert_with(|| empty_partition(&p))
+            .rollback_log_files
+            .get_or_insert_with(Default::default)
+            .insert(file_name::full_path(uri, &f.path), size);
+    }
+    let total = i32::try_from(deleted.len())
+        .map_err(|_| Error::invalid_data(format!("rollback {r_time}: too many files for one rollback")))?;
+    let meta = RollbackMetadata {
+        start_rollback_time: r_time.to_string(),
+        time_taken_in_millis: millis,
+        total_files_deleted: total,
+        commits_rollback: vec![target.time.clone()],
+        partition_metadata: partitions,
+        version: Some(rollback::METADATA_VERSION),
+        instants_rollback: vec![InstantInfo { commit_time: target.time.clone(), action: target.action.to_string() }],
+    };
+    meta.to_avro()
+}
+
+fn empty_partition(partition: &str) -> RollbackPartitionMetadata {
+    RollbackPartitionMetadata {
+        partition_path: partition.to_string(),
+        rollback_log_files: Some(Default::default()),
+        written_log_files: Some(Default::default()),
+        ..Default::default()
+    }
+}
+
 /// Crash and interleaving points for the tests. With `OXLAKE_FAILPOINT=<name>` in the environment
 /// the process aborts at that step, as a `kill -9` would stop it there. With
 /// `OXLAKE_PAUSEPOINT=<name>` and `OXLAKE_PAUSE_DIR=<dir>` it creates `<dir>/reached` there and
@@ -1121,9 +1183,8 @@ pub(crate) fn failpoint(name: &str) {
 pub async fn rollbacks(storage: &Storage, timeline: &Timeline) -> Result<Vec<(String, Vec<String>)>> {
     let mut out = Vec::new();
     for r in timeline.instants().iter().filter(|i| i.action == Action::Rollback && i.is_completed()) {
-        let bytes = storage.get(&timeline.path_of(r)).await?;
-        let meta: RollbackMetadata =
-            serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(timeline.path_of(r), e))?;
+        let path = timeline.path_of(r);
+        let meta = RollbackMetadata::read(&path, &storage.get(&path).await?)?;
         out.push((r.time.clone(), meta.commits_rollback));
     }
     Ok(out)

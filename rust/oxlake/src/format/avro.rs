@@ -155,7 +155,8 @@ enum Schema {
     Fixed(usize),
     Enum(Vec<String>),
     Union(Vec<Schema>),
-    Record(Vec<(String, Schema)>),
+    /// Fields: name, schema, and the default a writer uses for a value without the field.
+    Record(Vec<(String, Schema, Option<Json>)>),
     /// Arrays and maps: decoded into JSON (container files), not into table columns.
     Array(Box<Schema>),
     Map(Box<Schema>),
@@ -191,7 +192,8 @@ fn parse_schema(j: &Json, named: &mut Vec<(String, Schema)>) -> Result<Schema> {
                     let mut out = Vec::with_capacity(fields.len());
                     for f in fields {
                         let fname = f.get("name").and_then(Json::as_str).ok_or_else(bad)?;
-                        out.push((fname.to_string(), parse_schema(f.get("type").ok_or_else(bad)?, named)?));
+                        let schema = parse_schema(f.get("type").ok_or_else(bad)?, named)?;
+                        out.push((fname.to_string(), schema, f.get("default").cloned()));
                     }
                     Schema::Record(out)
                 }
@@ -282,7 +284,7 @@ fn decode_json(d: &mut Decoder<'_>, s: &Schema) -> Result<Json> {
         },
         Schema::Record(fields) => {
             let mut out = serde_json::Map::with_capacity(fields.len());
-            for (name, f) in fields {
+            for (name, f, _) in fields {
                 let v = decode_json(d, f)?;
                 if !v.is_null() {
                     out.insert(name.clone(), v);
@@ -446,6 +448,35 @@ pub fn write_container(schema: &str, records: &[Json]) -> Result<Vec<u8>> {
     Ok(e.buf)
 }
 
+/// Encodes JSON values (as [`read_container`] returns them) as Avro datums of one writer schema:
+/// the records of an Avro data block.
+pub struct DatumWriter {
+    schema: Schema,
+}
+
+impl DatumWriter {
+    /// `schema`: the JSON text of the writer schema.
+    pub fn new(schema: &str) -> Result<Self> {
+        let json: Json = serde_json::from_str(schema).map_err(|e| Error::invalid_data(format!("avro schema: {e}")))?;
+        Ok(DatumWriter { schema: parse_schema(&json, &mut Vec::new())? })
+    }
+
+    /// The binary encoding of `value`; a value the schema cannot hold is an error naming the field.
+    pub fn encode(&self, value: &Json) -> Result<Vec<u8>> {
+        let mut e = Encoder::default();
+        encode_json(&mut e, &self.schema, value, "")?;
+        Ok(e.buf)
+    }
+}
+
+/// Decodes one datum of the writer schema `schema` into JSON (as [`read_container`] does).
+pub fn decode_datum(schema: &str, datum: &[u8]) -> Result<Json> {
+    let json: Json = serde_json::from_str(schema).map_err(|e| Error::invalid_data(format!("avro schema: {e}")))?;
+    let parsed = parse_schema(&json, &mut Vec::new())?;
+    let mut d = Decoder::new(datum);
+    decode_json(&mut d, &parsed)
+}
+
 /// Encodes one JSON value as a datum of `s`; `at` names the field for errors.
 fn encode_json(e: &mut Encoder, s: &Schema, v: &Json, at: &str) -> Result<()> {
     use base64::Engine as _;
@@ -480,9 +511,16 @@ fn encode_json(e: &mut Encoder, s: &Schema, v: &Json, at: &str) -> Result<()> {
             encode_json(e, &branches[i], v, at)?;
         }
         (Schema::Record(fields), Json::Object(o)) => {
-            for (name, f) in fields {
+            for (name, f, default) in fields {
                 let field = if at.is_empty() { name.clone() } else { format!("{at}.{name}") };
-                encode_json(e, f, o.get(name).unwrap_or(&Json::Null), &field)?;
+                // A field the value lacks is null where the schema takes null, else the schema's
+                // default (as Avro schema resolution fills a reader field the writer lacked).
+                let value = match o.get(name) {
+                    Some(v) if !v.is_null() => v,
+                    _ if accepts(f, &Json::Null) => &Json::Null,
+                    _ => default.as_ref().filter(|d| accepts(f, d)).unwrap_or(&Json::Null),
+                };
+                encode_json(e, f, value, &field)?;
             }
         }
         (Schema::Array(items), Json::Array(a)) => {
@@ -527,7 +565,7 @@ fn accepts(s: &Schema, v: &Json) -> bool {
 /// Decodes Avro datums of a record schema (`writer_schema`, JSON) into a batch of `target`:
 /// columns are matched by name, target columns the writer did not have are null.
 pub struct DatumReader {
-    fields: Vec<(String, Schema)>,
+    fields: Vec<(String, Schema, Option<Json>)>,
     target: SchemaRef,
     /// For each target column, the writer field it comes from.
     sources: Vec<Option<usize>>,
@@ -540,7 +578,7 @@ impl DatumReader {
         let Schema::Record(fields) = parse_schema(&json, &mut Vec::new())? else {
             return Err(Error::invalid_data("avro schema of a data block is not a record"));
         };
-        let sources = target.fields().iter().map(|f| fields.iter().position(|(n, _)| n == f.name())).collect();
+        let sources = target.fields().iter().map(|f| fields.iter().position(|(n, _, _)| n == f.name())).collect();
         Ok(DatumReader { fields, target, sources })
     }
 
@@ -550,7 +588,7 @@ impl DatumReader {
         let mut rows = 0;
         for datum in datums {
             let mut d = Decoder::new(datum);
-            for (i, (_, s)) in self.fields.iter().enumerate() {
+            for (i, (_, s, _)) in self.fields.iter().enumerate() {
                 columns[i].push(decode_value(&mut d, s)?);
             }
             rows += 1;
@@ -636,7 +674,7 @@ pub(crate) fn decode_one(schema: &str, datum: &[u8]) -> Result<Vec<String>> {
     let s = parse_schema(&json, &mut Vec::new())?;
     let Schema::Record(fields) = s else { return Err(Error::invalid_data("not a record")) };
     let mut d = Decoder::new(datum);
-    fields.iter().map(|(_, s)| decode_value(&mut d, s).map(|v| format!("{v:?}"))).collect()
+    fields.iter().map(|(_, s, _)| decode_value(&mut d, s).map(|v| format!("{v:?}"))).collect()
 }
 
 #[cfg(test)]

@@ -55,6 +55,16 @@ pub struct WriteStat {
 }
 
 impl CommitMetadata {
+    /// What an archived commit recorded (the Avro `HoodieCommitMetadata` of the archive, as JSON:
+    /// see [`crate::format::archived`]): a compaction says so in its operation type.
+    pub fn from_archived(path: &str, details: &serde_json::Value) -> Result<Self> {
+        let mut meta: CommitMetadata = serde_json::from_value(details.clone())
+            .map_err(|e| Error::corrupt(path, format!("archived commit metadata: {e}")))?;
+        meta.compacted = meta.operation_type.as_deref() == Some("COMPACT");
+        meta.extra_metadata.remove("ROLLING_STAT");
+        Ok(meta)
+    }
+
     /// Key of the writer schema in `extraMetadata`.
     pub const SCHEMA_KEY: &'static str = "schema";
 

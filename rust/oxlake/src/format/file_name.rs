@@ -17,6 +17,15 @@ pub fn planned_file_path(partition: &str, planned: &str) -> String {
     file_path(partition, planned.rsplit('/').next().unwrap_or(planned))
 }
 
+/// The full path Apache Hudi's plans and metadata give a file (clean and rollback plans, rollback
+/// metadata): `rel` under the table URI, a local path qualified `file:/...` as Java's
+/// `Path.toString()` spells it (a bare path would resolve against Java's default file system).
+/// Object stores keep the scheme oxlake was opened with (`s3://`, where Java often has `s3a://`).
+pub fn full_path(table_uri: &str, rel: &str) -> String {
+    let base = table_uri.trim_end_matches('/');
+    if base.starts_with('/') { format!("file:{base}/{rel}") } else { format!("{base}/{rel}") }
+}
+
 /// A parsed base file name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BaseFileName {

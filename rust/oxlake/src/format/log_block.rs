@@ -464,6 +464,18 @@ pub fn decode_deletes(content: &[u8]) -> Result<Vec<DeleteRecord>> {
     Ok(out)
 }
 
+/// The content of an Avro data block holding `datums` (see [`avro_datums`]).
+pub fn encode_avro_datums(datums: &[Vec<u8>]) -> Bytes {
+    let mut out = Vec::with_capacity(8 + datums.iter().map(|d| 4 + d.len()).sum::<usize>());
+    out.extend_from_slice(&CONTENT_VERSION.to_be_bytes());
+    out.extend_from_slice(&(datums.len() as i32).to_be_bytes());
+    for d in datums {
+        out.extend_from_slice(&(d.len() as i32).to_be_bytes());
+        out.extend_from_slice(d);
+    }
+    Bytes::from(out)
+}
+
 /// The content of an Avro data block: `i32 3`, `i32 count`, then per record `i32 len` and the datum.
 pub fn avro_datums(content: &[u8]) -> Result<Vec<&[u8]>> {
     let mut c = Cursor { data: content, pos: 0 };

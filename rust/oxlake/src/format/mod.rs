@@ -1,8 +1,11 @@
 //! On-disk models of the Hudi format, kept apart from the IO that reads and writes them.
 
+pub mod archived;
 pub mod avro;
 pub mod clean;
 pub mod commit;
 pub mod file_name;
 pub mod instant;
 pub mod log_block;
+pub mod plans;
+pub mod rollback;

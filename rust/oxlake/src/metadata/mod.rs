@@ -197,20 +197,7 @@ impl Table {
 
     /// Sets (or with `None` removes) one line of `hoodie.properties`, keeping every other line.
     async fn set_property(&mut self, key: &str, value: Option<&str>) -> Result<()> {
-        let text = self.storage().get(PROPERTIES_FILE).await?;
-        let text = std::str::from_utf8(&text).map_err(|e| Error::corrupt(PROPERTIES_FILE, e))?;
-        let mut out: String = text
-            .lines()
-            .filter(|line| line.split(['=', ':']).next().unwrap_or_default().trim() != key)
-            .flat_map(|line| [line, "\n"])
-            .collect();
-        if let Some(value) = value {
-            out.push_str(&format!("{key}={value}\n"));
-        }
-        let config = crate::config::TableConfig::parse(&out)?;
-        self.storage().put(PROPERTIES_FILE, Bytes::from(out)).await?;
-        self.replace_config(config);
-        Ok(())
+        self.set_properties(&[(key, value)]).await
     }
 }
 
@@ -251,7 +238,13 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     // metadata commit and its data commit left one that must not be read).
     let timeline = data.timeline();
     let built_at = mdt.config().raw.get(BUILT_AT_KEY).cloned().unwrap_or_else(|| UNKNOWN_BUILD_TIME.to_string());
-    let completed = |time: &str| timeline.instants_at(time).iter().any(|d| d.is_completed());
+    // An instant archived from the data timeline (older than where its write timeline starts,
+    // with nothing left at its time) completed: Apache Hudi archives completed instants only.
+    let start = timeline.write_timeline_start();
+    let completed = |time: &str| match timeline.instants_at(time) {
+        [] => start.is_some_and(|s| time < s),
+        at => at.iter().any(|d| d.is_completed()),
+    };
     // A compaction of the metadata table carries the time of the data instant it follows,
     // suffixed (see `sync::compact_if_due`).
     mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)));
@@ -270,6 +263,39 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     let upper = mdt.timeline().latest_completed_data().map(|i| i.time.clone());
     let view = FileSystemView::from_files(files, mdt.timeline(), true);
     Ok(Some(Arc::new(MetadataTable { table: mdt, view, upper, built_at, missing, shards })))
+}
+
+/// How far the data table's archival may go (Apache Hudi's rule for its own metadata table):
+/// only instants older than the metadata table's latest compaction, which holds everything
+/// before it in base files; with no compaction yet, nothing. `None`: no metadata table.
+pub(crate) async fn archival_bound(data: &Table) -> Result<Option<String>> {
+    if !data.config().raw.contains_key(PARTITIONS_KEY) {
+        return Ok(None);
+    }
+    let mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let compaction = mdt
+        .timeline()
+        .instants()
+        .iter()
+        .filter(|i| i.is_completed() && i.action == Action::Commit)
+        .map(|i| i.time.get(..17).unwrap_or(&i.time).to_string())
+        .next_back();
+    Ok(Some(compaction.unwrap_or_else(|| "0".to_string())))
+}
+
+/// Archives the metadata table's own timeline past `config`, never at or after the earliest
+/// instant of the data timeline (its instants count only while the data instant of their time
+/// does, or lies before the data timeline: Apache Hudi's `getEarliestInstantForMetadataArchival`).
+pub(crate) async fn archive_metadata_timeline(
+    data: &Table,
+    config: crate::services::ArchiveConfig,
+) -> Result<Vec<Instant>> {
+    if !data.config().raw.contains_key(PARTITIONS_KEY) {
+        return Ok(Vec::new());
+    }
+    let Some(earliest) = data.timeline().instants().first().map(|i| i.time.clone()) else { return Ok(Vec::new()) };
+    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    Ok(mdt.archive_before(config, Some(&earliest)).await?.archived)
 }
 
 /// Whether `table` advertises a metadata table keeping column stats, and bloom filters, of its

@@ -327,7 +327,7 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     }
     let known: BTreeSet<String> = mdt.timeline().instants().iter().map(|i| i.time.clone()).collect();
     // The plan names no file group: writers never wait for this compaction (it gives way).
-    let plan = Bytes::from(crate::services::CompactionPlan::default().to_json()?);
+    let plan = Bytes::from(crate::services::CompactionPlan::default().to_avro()?);
     let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time, plan).await?;
     let mut metadata = commit_metadata("COMPACT")?;
     metadata.compacted = true;

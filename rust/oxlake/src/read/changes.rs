@@ -53,6 +53,9 @@ impl Table {
             return Ok(None);
         };
         let (start, end) = self.window(opts, latest)?;
+        if self.reaches_archive(&start) {
+            return Box::pin(self.with_archived_timeline().await?.plan_changes(opts)).await;
+        }
         let touched = self.touched_file_groups(&self.instants_between(&start, &end)).await?;
         let before = ScanPlan {
             slices: self.slices_of(&touched, &start, "start").await?,

@@ -159,6 +159,16 @@ impl ScanPlan {
 impl Table {
     /// Chooses the file slices a query reads; no data file is opened.
     pub async fn plan_scan(&self, opts: &ScanOptions) -> Result<ScanPlan> {
+        // A read as of an archived instant, or from one, plans on the timeline with the archive.
+        let from = match opts.query {
+            QueryType::Incremental => opts.start.as_deref().map(normalize_time).transpose()?,
+            _ => opts.as_of.as_deref().map(normalize_time).transpose()?,
+        };
+        if let Some(from) = from
+            && self.reaches_archive(&from)
+        {
+            return Box::pin(self.with_archived_timeline().await?.plan_scan(opts)).await;
+        }
         let timeline = self.timeline();
         let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {
             return Ok(ScanPlan::default());

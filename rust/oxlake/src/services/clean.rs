@@ -16,7 +16,7 @@ use crate::error::{Error, Result};
 use crate::format::clean::{
     self, ActionInstant, CleanFileInfo, CleanMetadata, CleanPartitionMetadata, CleanerPlan, Stored,
 };
-use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::format::file_name::{self, BaseFileName, LogFileName};
 use crate::format::instant::{Action, Instant, State};
 use crate::services::progress::{self, Progress};
 use crate::table::Table;
@@ -64,15 +64,12 @@ pub struct CleanPlan {
 impl CleanPlan {
     /// The `HoodieCleanerPlan` Java reads: files by full path under the table URI, per partition.
     fn to_avro(&self, table: &Table) -> Result<Bytes> {
-        let base = table.uri().trim_end_matches('/');
-        // Java qualifies local paths (`file:/...`); a bare path would resolve against its default FS.
-        let base = if base.starts_with('/') { format!("file:{base}") } else { base.to_string() };
         let mut per_partition: BTreeMap<String, Vec<CleanFileInfo>> = BTreeMap::new();
         for f in &self.files_to_delete {
-            per_partition
-                .entry(clean::partition_of(f).to_string())
-                .or_default()
-                .push(CleanFileInfo { file_path: Some(format!("{base}/{f}")), is_bootstrap_base_file: Some(false) });
+            per_partition.entry(clean::partition_of(f).to_string()).or_default().push(CleanFileInfo {
+                file_path: Some(file_name::full_path(table.uri(), f)),
+                is_bootstrap_base_file: Some(false),
+            });
         }
         let plan = CleanerPlan {
             earliest_instant_to_retain: self.earliest_instant_to_retain.clone(),
@@ -327,8 +324,7 @@ impl Table {
             return Ok(());
         }
         for clean in cleans {
-            let path = timeline.path_of(clean);
-            let deleted = match clean::read_metadata(&path, &self.storage().get(&path).await?)? {
+            let deleted = match timeline.clean_metadata(self.storage(), clean).await? {
                 Stored::Avro(m) => m.files(),
                 Stored::Legacy(p) => p.files_to_delete,
             };

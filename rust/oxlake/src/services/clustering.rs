@@ -25,10 +25,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::commit::Transaction;
 use crate::error::{Error, Result};
-use crate::format::avro;
 use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName, new_file_id};
 use crate::format::instant::{Action, Instant, State};
+use crate::format::{avro, plans};
 use crate::read::{HudiTableProvider, PlannedFile, PlannedSlice, ScanPlan};
 use crate::schema::FILE_NAME;
 use crate::services::progress::{self, Progress};
@@ -100,7 +100,61 @@ pub struct ClusteringPlan {
     pub version: u32,
 }
 
+/// The execution strategy Java runs a sorted clustering plan with, and its sort-columns parameter.
+const SORT_STRATEGY: &str = "org.apache.hudi.client.clustering.run.strategy.SparkSortAndSizeExecutionStrategy";
+const SORT_COLUMNS_PARAM: &str = "hoodie.clustering.plan.strategy.sort.columns";
+
 impl ClusteringPlan {
+    /// The `HoodieRequestedReplaceMetadata` Java reads from `t.replacecommit.requested`
+    /// (`ClusteringUtils.getClusteringPlan`): slices name files by full path (an empty
+    /// `dataFilePath` for a slice without a base file), as `ClusteringPlanStrategy` does; each
+    /// group's output count estimated from its size and `target_file_size`.
+    pub fn to_avro(&self, table_uri: &str, target_file_size: u64) -> Result<Vec<u8>> {
+        let full = |rel: &str| crate::format::file_name::full_path(table_uri, rel);
+        let groups: Vec<serde_json::Value> = self
+            .input_groups
+            .iter()
+            .map(|g| {
+                let bytes: u64 = g.slices.iter().filter_map(|s| s.data_file.as_ref().map(|d| d.1)).sum();
+                let outputs = bytes.div_ceil(target_file_size.max(1)).max(1);
+                let slices: Vec<serde_json::Value> = g
+                    .slices
+                    .iter()
+                    .map(|s| {
+                        serde_json::json!({
+                            "dataFilePath": s.data_file.as_ref().map_or(String::new(), |d| full(&d.0)),
+                            "deltaFilePaths": s.delta_file_paths.iter().map(|p| full(p)).collect::<Vec<_>>(),
+                            "fileId": s.file_id,
+                            "partitionPath": g.partition_path,
+                            "version": 1,
+                        })
+                    })
+                    .collect();
+                serde_json::json!({
+                    "slices": slices,
+                    "metrics": {},
+                    "numOutputFileGroups": i32::try_from(outputs).unwrap_or(i32::MAX),
+                    "version": 1,
+                })
+            })
+            .collect();
+        let mut params = serde_json::Map::new();
+        if !self.sort_columns.is_empty() {
+            params.insert(SORT_COLUMNS_PARAM.into(), self.sort_columns.join(",").into());
+        }
+        let request = serde_json::json!({
+            "operationType": self.operation_type,
+            "clusteringPlan": {
+                "inputGroups": groups,
+                "strategy": { "strategyClassName": SORT_STRATEGY, "strategyParams": params, "version": 1 },
+                "extraMetadata": {},
+                "version": self.version,
+            },
+            "version": 1,
+        });
+        avro::write_container(plans::REPLACE_REQUEST_SCHEMA, &[request])
+    }
+
     /// The file groups the plan rewrites.
     pub fn file_groups(&self) -> impl Iterator<Item = FileGroupId> + '_ {
         self.input_groups.iter().flat_map(|g| g.slices.iter().map(|s| (g.partition_path.clone(), s.file_id.clone())))
@@ -131,7 +185,8 @@ pub async fn pending_clustering_groups(table: &Table) -> Result<HashSet<FileGrou
 }
 
 /// The file groups a requested replacecommit will rewrite: those of its clustering plan, as
-/// oxlake writes it (JSON) or as Apache Hudi writes it (an Avro `HoodieRequestedReplaceMetadata`).
+/// Apache Hudi and oxlake write it (an Avro `HoodieRequestedReplaceMetadata`) or as earlier oxlake
+/// versions wrote it (JSON).
 /// Insert-overwrite requests hold no plan (oxlake's are empty, Apache Hudi's have no
 /// `clusteringPlan`): they rewrite nothing a writer must avoid.
 fn planned_file_groups(path: &str, bytes: &[u8]) -> Result<Vec<FileGroupId>> {
@@ -199,8 +254,8 @@ impl Table {
         if plan.input_groups.is_empty() {
             return Ok(ClusteringResult::default());
         }
-        let json = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
-        let tx = Transaction::begin_with(self, Action::ReplaceCommit, |_| Ok(Bytes::from(json.clone()))).await?;
+        let request = Bytes::from(plan.to_avro(self.uri(), config.write.target_file_size)?);
+        let tx = Transaction::begin_with(self, Action::ReplaceCommit, |_| Ok(request.clone())).await?;
         let written = match execute(self, tx.time(), &plan, config).await {
             Ok(w) => w,
             Err(e) => return Err(tx.fail(self, e).await),
@@ -473,6 +528,45 @@ mod tests {
         let mut out = planned_file_groups(path, &corpus_file(table, path)).unwrap();
         out.sort();
         out
+    }
+
+    #[test]
+    fn our_plans_are_java_requests_and_read_back() {
+        let plan = ClusteringPlan {
+            operation_type: CLUSTER.into(),
+            sort_columns: vec!["ts".into(), "id".into()],
+            input_groups: vec![ClusteringGroup {
+                partition_path: "city=sf".into(),
+                slices: vec![
+                    ClusteringSlice {
+                        file_id: "a-0".into(),
+                        base_instant_time: "20240101000000000".into(),
+                        data_file: Some(("city=sf/a-0_0-0-1_20240101000000000.parquet".into(), 300)),
+                        delta_file_paths: vec![],
+                    },
+                    ClusteringSlice {
+                        file_id: "b-0".into(),
+                        base_instant_time: "20240101000000000".into(),
+                        data_file: None,
+                        delta_file_paths: vec!["city=sf/.b-0_20240101000000000.log.1_0-0-1".into()],
+                    },
+                ],
+            }],
+            version: 1,
+        };
+        let bytes = plan.to_avro("/t", 200).unwrap();
+        let mut read = planned_file_groups("x", &bytes).unwrap();
+        read.sort();
+        assert_eq!(read, [("city=sf".to_string(), "a-0".to_string()), ("city=sf".to_string(), "b-0".to_string())]);
+        let (_, records) = avro::read_container_with_schema(&bytes).unwrap();
+        let r = &records[0];
+        assert_eq!(r["operationType"], "CLUSTER");
+        let group = &r["clusteringPlan"]["inputGroups"][0];
+        assert_eq!(group["numOutputFileGroups"], 2);
+        assert_eq!(group["slices"][0]["dataFilePath"], "file:/t/city=sf/a-0_0-0-1_20240101000000000.parquet");
+        assert_eq!(group["slices"][1]["dataFilePath"], "");
+        assert_eq!(group["slices"][1]["deltaFilePaths"][0], "file:/t/city=sf/.b-0_20240101000000000.log.1_0-0-1");
+        assert_eq!(r["clusteringPlan"]["strategy"]["strategyParams"][SORT_COLUMNS_PARAM], "ts,id");
     }
 
     #[test]

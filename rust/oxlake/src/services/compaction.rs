@@ -17,10 +17,10 @@ use serde::{Deserialize, Serialize};
 use crate::commit::Transaction;
 use crate::config::TableType;
 use crate::error::{Error, Result};
-use crate::format::avro;
 use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName, file_path, planned_file_path};
 use crate::format::instant::{Action, Instant, State};
+use crate::format::{avro, plans};
 use crate::read::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
 use crate::services::progress::{self, Progress};
 use crate::storage::Storage;
@@ -49,13 +49,35 @@ pub struct CompactionPlan {
     pub version: u32,
 }
 
+/// `CompactionUtils.LATEST_COMPACTION_METADATA_VERSION`: operations name files by their names.
+const PLAN_VERSION: u32 = 2;
+
 impl CompactionPlan {
-    pub fn to_json(&self) -> Result<Vec<u8>> {
-        serde_json::to_vec_pretty(self).map_err(Error::invalid_data)
+    /// The `HoodieCompactionPlan` Java reads (version 2: file names, not paths), as an Avro
+    /// container; [`CompactionPlan::parse`] reads it back into table-relative paths.
+    pub fn to_avro(&self) -> Result<Vec<u8>> {
+        let name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+        let operations: Vec<serde_json::Value> = self
+            .operations
+            .iter()
+            .map(|op| {
+                serde_json::json!({
+                    "baseInstantTime": op.base_instant_time,
+                    "deltaFilePaths": op.delta_file_paths.iter().map(|p| name(p)).collect::<Vec<_>>(),
+                    "dataFilePath": op.data_file_path.as_deref().map(name),
+                    "fileId": op.file_id,
+                    "partitionPath": op.partition_path,
+                    "metrics": {},
+                })
+            })
+            .collect();
+        let plan = serde_json::json!({ "operations": operations, "version": PLAN_VERSION });
+        avro::write_container(plans::COMPACTION_PLAN_SCHEMA, &[plan])
     }
 
-    /// Reads a plan as oxlake writes it (JSON) or as Apache Hudi writes it (an Avro container
-    /// holding a `HoodieCompactionPlan`).
+    /// Reads a plan as Apache Hudi writes it (an Avro container holding a `HoodieCompactionPlan`,
+    /// version 1 with paths or 2 with names), as oxlake writes it (the same), or as earlier oxlake
+    /// versions wrote it (JSON with table-relative paths).
     pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
         if !avro::is_container(bytes) {
             return serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("compaction plan: {e}")));
@@ -202,9 +224,9 @@ impl Table {
                     return Ok(None);
                 }
                 let ours = CompactionPlan { operations, version: wanted.version };
-                let json = Bytes::from(ours.to_json()?);
+                let bytes = Bytes::from(ours.to_avro()?);
                 *out.lock().map_err(|_| Error::invalid_data("a compaction plan's lock was poisoned"))? = ours;
-                Ok(Some(json))
+                Ok(Some(bytes))
             })
         })
         .await?;
@@ -279,7 +301,7 @@ async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Resu
     if changed {
         log::info!("{}: compaction {time} takes the logs that concurrent writes added", table.uri());
         let requested = Instant::new(time, Action::Compaction, State::Requested);
-        table.storage().put(&table.timeline().path_of(&requested), Bytes::from(plan.to_json()?)).await?;
+        table.storage().put(&table.timeline().path_of(&requested), Bytes::from(plan.to_avro()?)).await?;
     }
     Ok(plan)
 }
@@ -473,7 +495,7 @@ mod tests {
     }
 
     #[test]
-    fn our_json_plans_round_trip_and_damaged_plans_are_typed_errors() {
+    fn our_avro_plans_round_trip_and_damaged_plans_are_typed_errors() {
         let plan = CompactionPlan {
             operations: vec![CompactionOperation {
                 partition_path: "p=1".into(),
@@ -484,7 +506,16 @@ mod tests {
             }],
             version: 2,
         };
-        assert_eq!(CompactionPlan::parse("p", &plan.to_json().unwrap()).unwrap(), plan);
+        let avro = plan.to_avro().unwrap();
+        assert!(avro::is_container(&avro));
+        assert_eq!(CompactionPlan::parse("p", &avro).unwrap(), plan);
+        // Java's reader finds file names (version 2), not paths.
+        let (_, records) = avro::read_container_with_schema(&avro).unwrap();
+        assert_eq!(records[0]["operations"][0]["deltaFilePaths"][0], ".f_20240101000000000.log.1_0-1-1");
+        assert_eq!(records[0]["version"], 2);
+        // The JSON plans of earlier oxlake versions still read.
+        let json = serde_json::to_vec(&plan).unwrap();
+        assert_eq!(CompactionPlan::parse("p", &json).unwrap(), plan);
         let avro = corpus_file(
             "sample_table/mor/avro/v9_txns_simple_nometa.zip",
             ".hoodie/timeline/20260307135839895.compaction.requested",

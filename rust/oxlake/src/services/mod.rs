@@ -3,6 +3,7 @@
 //! [`crate::commit`]), so a crash at any step leaves the table readable and the next run finishes or
 //! undoes the step.
 
+pub mod archive;
 pub mod clean;
 pub mod clustering;
 pub mod compaction;
@@ -10,6 +11,7 @@ pub mod progress;
 pub mod restore;
 pub(crate) mod slice_claims;
 
+pub use archive::{ArchiveConfig, ArchiveResult};
 pub use clean::{CleanPlan, CleanPolicy, CleanResult};
 pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending_clustering_groups};
 pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};

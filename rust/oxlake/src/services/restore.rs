@@ -5,33 +5,18 @@
 
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 use crate::commit::rollback_latest;
 use crate::error::{Error, Result};
 use crate::format::instant::{self, Action, Instant, State};
+use crate::format::rollback::{
+    self, InstantInfo, RestoreMetadata, RestorePlan, RollbackMetadata, SavepointMetadata, SavepointPartitionMetadata,
+};
 use crate::services::progress::{self, Progress};
 use crate::table::Table;
-
-/// What `<t>.savepoint` records.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SavepointMetadata {
-    savepointed_by: String,
-    savepointed_at: i64,
-    comments: String,
-    /// Files of the snapshot by partition.
-    partition_metadata: std::collections::BTreeMap<String, Vec<String>>,
-}
-
-/// The plan of a restore.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RestorePlan {
-    savepoint: String,
-    instants_to_rollback: Vec<String>,
-}
 
 impl Table {
     /// Savepoints the completed data instant `time`.
@@ -44,22 +29,34 @@ impl Table {
         }
         let plan =
             self.plan_scan(&crate::read::ScanOptions { as_of: Some(time.clone()), ..Default::default() }).await?;
-        let mut partition_metadata: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+        // File names per partition, base and log files of the snapshot's slices, as Java's
+        // `SavepointActionExecutor` records them (its cleaner keeps files by these names).
+        let mut partition_metadata: BTreeMap<String, SavepointPartitionMetadata> = BTreeMap::new();
         for s in &plan.slices {
-            let files = s.base.iter().map(|b| b.path.clone()).chain(s.logs.iter().map(|l| l.path.clone()));
-            partition_metadata.entry(s.partition.clone()).or_default().extend(files);
+            for path in s.base.iter().map(|b| &b.path).chain(s.logs.iter().map(|l| &l.path)) {
+                let (partition, name) = path.rsplit_once('/').unwrap_or(("", path));
+                partition_metadata
+                    .entry(partition.to_string())
+                    .or_insert_with(|| SavepointPartitionMetadata {
+                        partition_path: partition.to_string(),
+                        savepoint_data_file: Vec::new(),
+                    })
+                    .savepoint_data_file
+                    .push(name.to_string());
+            }
         }
         let meta = SavepointMetadata {
             savepointed_by: "oxlake".into(),
-            savepointed_at: chrono::Utc::now().timestamp(),
+            savepointed_at: chrono::Utc::now().timestamp_millis(),
             comments: String::new(),
             partition_metadata,
+            version: Some(rollback::METADATA_VERSION),
         };
         let sp = Instant::new(time, Action::Savepoint, State::Inflight);
         let storage = self.storage().clone();
         self.timeline().create(&storage, &sp, Bytes::new()).await?;
         crate::commit::failpoint("savepoint-after-inflight");
-        let meta = serde_json::to_vec_pretty(&meta).map_err(Error::invalid_data)?;
+        let meta = meta.to_avro()?;
         if !self.timeline().create(&storage, &sp.with_state(State::Completed), Bytes::from(meta)).await? {
             return Err(Error::invalid_arg("instant", format!("{} is already savepointed", sp.time)));
         }
@@ -90,11 +87,19 @@ impl Table {
         if !self.savepoints().contains(&time) {
             return Err(Error::invalid_arg("instant", format!("{time} is not a savepoint")));
         }
-        let mut later: Vec<String> =
-            self.timeline().completed_data().filter(|i| i.time > time).map(|i| i.time.clone()).collect();
+        let mut later: Vec<InstantInfo> = self
+            .timeline()
+            .completed_data()
+            .filter(|i| i.time > time)
+            .map(|i| InstantInfo { commit_time: i.time.clone(), action: i.action.to_string() })
+            .collect();
         later.reverse();
-        let plan = RestorePlan { savepoint: time, instants_to_rollback: later };
-        let bytes = Bytes::from(serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?);
+        let plan = RestorePlan {
+            instants_to_rollback: later,
+            version: Some(rollback::RESTORE_PLAN_VERSION),
+            savepoint_to_restore_timestamp: Some(time),
+        };
+        let bytes = Bytes::from(plan.to_avro()?);
         let requested = crate::commit::claim(self, Action::Restore, |_| Ok(bytes.clone())).await?;
         finish(self, &requested, &plan, &progress).await?;
         // The rollbacks of a restore leave a record index stale (see `metadata::sync`).
@@ -103,27 +108,77 @@ impl Table {
     }
 }
 
-/// Rolls back what the plan names that is still completed, then completes the restore.
+/// Rolls back what the plan names that is still completed, then completes the restore with the
+/// metadata of each rollback nested (Java's `HoodieRestoreMetadata`). Each target is also rolled
+/// back as a `rollback` instant of its own, so an interrupted restore knows what it did.
 async fn finish(
     table: &mut Table,
     requested: &Instant,
     plan: &RestorePlan,
     progress: &Option<Arc<Progress>>,
 ) -> Result<()> {
+    let started = std::time::Instant::now();
     let storage = table.storage().clone();
     progress::plan(progress, plan.instants_to_rollback.len() as u64, "commits");
     table.timeline().create(&storage, &requested.with_state(State::Inflight), Bytes::new()).await?;
     for target in &plan.instants_to_rollback {
         table.reload().await?;
-        if table.timeline().completed_data().any(|i| &i.time == target) {
-            rollback_latest(table, target).await?;
+        if table.timeline().completed_data().any(|i| i.time == target.commit_time) {
+            rollback_latest(table, &target.commit_time).await?;
             crate::commit::failpoint("restore-after-rollback");
         }
         progress::advance(progress, 1);
     }
-    let done = serde_json::to_vec_pretty(&plan).map_err(Error::invalid_data)?;
-    table.timeline().create(&storage, &requested.with_state(State::Completed), Bytes::from(done)).await?;
+    let meta = restore_metadata(table, requested, plan, started).await?;
+    table.timeline().create(&storage, &requested.with_state(State::Completed), Bytes::from(meta)).await?;
     table.reload().await
+}
+
+/// The `HoodieRestoreMetadata` of restore `requested`: for each instant of the plan, the metadata
+/// of the rollback (newer than the restore) that rolled it back.
+async fn restore_metadata(
+    table: &Table,
+    requested: &Instant,
+    plan: &RestorePlan,
+    started: std::time::Instant,
+) -> Result<Vec<u8>> {
+    let timeline = table.timeline();
+    let mut nested: BTreeMap<String, Vec<RollbackMetadata>> = BTreeMap::new();
+    let rollbacks = timeline
+        .instants()
+        .iter()
+        .filter(|i| i.action == Action::Rollback && i.is_completed() && i.time > requested.time);
+    for r in rollbacks {
+        let path = timeline.path_of(r);
+        let meta = RollbackMetadata::read(&path, &table.storage().get(&path).await?)?;
+        for t in &meta.commits_rollback {
+            if plan.instants_to_rollback.iter().any(|i| &i.commit_time == t) {
+                nested.entry(t.clone()).or_default().push(meta.clone());
+            }
+        }
+    }
+    // Instants of an earlier oxlake JSON plan carry no action: the rollback recorded it.
+    let info: Vec<InstantInfo> = plan
+        .instants_to_rollback
+        .iter()
+        .map(|i| {
+            let recorded = nested.get(&i.commit_time).and_then(|m| m.iter().flat_map(|m| &m.instants_rollback).next());
+            match recorded {
+                Some(r) if i.action.is_empty() => r.clone(),
+                _ => i.clone(),
+            }
+        })
+        .collect();
+    let meta = RestoreMetadata {
+        start_restore_time: requested.time.clone(),
+        time_taken_in_millis: i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        instants_to_rollback: info.iter().map(|i| i.commit_time.clone()).collect(),
+        hoodie_restore_metadata: nested,
+        version: Some(rollback::METADATA_VERSION),
+        restore_instant_info: info,
+        extra_metadata: None,
+    };
+    meta.to_avro()
 }
 
 /// Finishes restores interrupted by a crash (called before every write).
@@ -131,8 +186,7 @@ pub async fn finish_interrupted(table: &mut Table) -> Result<()> {
     let pending: Vec<Instant> = table.timeline().pending().filter(|i| i.action == Action::Restore).cloned().collect();
     for r in pending {
         let path = table.timeline().path_of(&r.with_state(State::Requested));
-        let bytes = table.storage().get(&path).await?;
-        let plan: RestorePlan = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(&path, e))?;
+        let plan = RestorePlan::read(&path, &table.storage().get(&path).await?)?;
         finish(table, &r, &plan, &None).await?;
     }
     Ok(())

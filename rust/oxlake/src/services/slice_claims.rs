@@ -87,7 +87,7 @@ async fn orphaned(table: &Table, owner: &str, op: &CompactionOperation) -> Resul
             if !crate::commit::is_expired(table, &requested).await? {
                 return Ok(false); // its plan may still come
             }
-            let closed = Bytes::from(CompactionPlan { operations: vec![], version: 1 }.to_json()?);
+            let closed = Bytes::from(CompactionPlan::default().to_avro()?);
             if table.timeline().create(table.storage(), &requested, closed).await? {
                 log::info!("{}: closed the instant {owner} of a compactor gone before writing its plan", table.uri());
                 return Ok(true);

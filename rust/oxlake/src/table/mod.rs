@@ -179,6 +179,23 @@ impl Table {
         self.metadata = MetadataCache::default();
     }
 
+    /// Sets (or with `None` removes) lines of `hoodie.properties`, keeping every other line as
+    /// it was; the new configuration is checked before anything is written.
+    pub(crate) async fn set_properties(&mut self, edits: &[(&str, Option<&str>)]) -> Result<()> {
+        let text = self.storage.get(PROPERTIES_FILE).await?;
+        let text = crate::config::properties::decode(&text);
+        let (out, config) = crate::config::edit_properties(&text, edits)?;
+        self.storage.put(PROPERTIES_FILE, Bytes::from(out)).await?;
+        self.replace_config(config);
+        Ok(())
+    }
+
+    /// Puts `timeline` (this table's, with more instants: see `services::archive`) in place.
+    pub(crate) fn set_timeline(&mut self, timeline: Timeline) {
+        self.timeline = timeline;
+        self.metadata = MetadataCache::default();
+    }
+
     pub(crate) fn replace_config(&mut self, config: TableConfig) {
         self.config = config;
         self.metadata = MetadataCache::default();
@@ -271,16 +288,9 @@ impl Table {
         }
         if advertised {
             let text = self.storage.get(PROPERTIES_FILE).await?;
-            let text = std::str::from_utf8(&text).map_err(|e| Error::corrupt(PROPERTIES_FILE, e))?;
-            let kept: String = text
-                .lines()
-                .filter(|line| {
-                    let key = line.split(['=', ':']).next().unwrap_or_default().trim();
-                    !KEYS.contains(&key)
-                })
-                .flat_map(|line| [line, "\n"])
-                .collect();
-            let config = TableConfig::parse(&kept)?;
+            let text = crate::config::properties::decode(&text);
+            let removed: Vec<(&str, Option<&str>)> = KEYS.iter().map(|k| (*k, None)).collect();
+            let (kept, config) = crate::config::edit_properties(&text, &removed)?;
             self.storage.put(PROPERTIES_FILE, Bytes::from(kept)).await?;
             self.replace_config(config);
         }
@@ -300,7 +310,7 @@ fn parse_properties(storage: &Storage, text: Option<Bytes>) -> Result<TableConfi
         let reason = format!("no {PROPERTIES_FILE}");
         return Err(Error::TableNotFound { uri: storage.uri().to_string(), reason });
     };
-    TableConfig::parse(std::str::from_utf8(&text).map_err(|e| Error::corrupt(PROPERTIES_FILE, e))?)
+    TableConfig::parse(&crate::config::properties::decode(&text))
 }
 
 async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<SchemaRef> {

@@ -338,7 +338,30 @@ impl Table {
         }
         let instant = tx.commit_with_keys(self, &metadata, &keys, &entries).await?;
         result.instant = Some(instant.time);
+        self.archive_inline().await;
         Ok(result)
+    }
+
+    /// Inline archival (Apache Hudi archives after every commit): once the active timeline holds
+    /// more commits than the table keeps (`hoodie.keep.max.commits`), the oldest are archived. The
+    /// write has landed by then: a failed archival is logged, and the next commit tries again.
+    /// A table with `oxlake.archive.inline=false` is archived only by `Table::archive`.
+    async fn archive_inline(&mut self) {
+        if self.config().raw.get(crate::services::archive::INLINE_KEY).is_some_and(|v| v.trim() == "false") {
+            return;
+        }
+        let config = match crate::services::ArchiveConfig::of(self) {
+            Ok(c) => c,
+            Err(e) => return log::warn!("archival skipped (the write landed): {e}"),
+        };
+        if self.timeline().completed_data().count() <= config.max_commits {
+            return;
+        }
+        match self.archive(config).await {
+            Ok(r) if !r.archived.is_empty() => log::info!("archived {} instants", r.archived.len()),
+            Ok(_) => {}
+            Err(e) => log::warn!("archival failed (the write landed): {e}"),
+        }
     }
 
     /// Inline compaction: after a deltacommit, compacts when the table is configured to and enough
@@ -392,13 +415,15 @@ fn key_changes(work: &[plan::FileWork], incoming: &Incoming) -> Result<crate::me
 }
 
 /// Every partition directory gets `.hoodie_partition_metadata` (Apache Hudi's readers find
-/// partitions by it). Written once, before the first data file of the partition.
+/// partitions by it), the root of a non-partitioned table too (depth 0): Java lists no partition
+/// without it. Written once, before the first data file of the partition; a table written before
+/// the root got one gets it from its next write.
 async fn write_partition_markers(table: &Table, instant: &str, plan: &plan::WritePlan) -> Result<()> {
+    use crate::format::file_name::{PARTITION_METADATA, file_path};
     let depth = table.config().partition_fields.len();
-    let partitions: std::collections::BTreeSet<&str> =
-        plan.work.iter().map(|w| w.partition.as_str()).filter(|p| !p.is_empty()).collect();
+    let partitions: std::collections::BTreeSet<&str> = plan.work.iter().map(|w| w.partition.as_str()).collect();
     for partition in partitions {
-        let path = format!("{partition}/{}", crate::format::file_name::PARTITION_METADATA);
+        let path = file_path(partition, PARTITION_METADATA);
         let text = format!(
             "#partition metadata\n#{}\ncommitTime={instant}\npartitionDepth={depth}\n",
             chrono::Utc::now().format("%a %b %d %H:%M:%S UTC %Y")

@@ -1,13 +1,16 @@
 //! `hoodie.properties`: the table's configuration, typed, validated on open, written once on create.
 //!
 //! Keys are defined here once. Values are kept ASCII and free of backslashes because hudi-rs does not
-//! decode Java `.properties` escapes (FORMAT.md §1). Unknown keys written by other engines are kept
+//! decode Java `.properties` escapes (FORMAT.md §1); oxlake decodes all of them ([`properties`]):
+//! Apache Hudi's Java engine rewrites the file with `Properties.store`. Unknown keys written by other engines are kept
 //! verbatim so that a rewrite of the file (e.g. to un-advertise a metadata table) loses nothing.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::error::{Error, Result};
+
+pub mod properties;
 
 /// Path of the properties file, relative to the table root.
 pub const PROPERTIES_FILE: &str = ".hoodie/hoodie.properties";
@@ -324,13 +327,12 @@ impl TableConfig {
         })
     }
 
-    /// The text of `hoodie.properties` (sorted keys, no escapes).
+    /// The text of `hoodie.properties` (sorted keys; escapes only where meaning needs them, see
+    /// [`properties`]).
     pub fn to_properties(&self) -> String {
         let mut out = String::from("#Properties saved by oxlake\n");
         for (k, v) in &self.raw {
-            out.push_str(k);
-            out.push('=');
-            out.push_str(v);
+            out.push_str(&properties::line(k, v));
             out.push('\n');
         }
         out
@@ -415,13 +417,18 @@ fn infer_merge_mode(raw: &BTreeMap<String, String>, version: u32, has_ordering: 
     }
 }
 
-/// `key=value` lines; `#` comments; split at the first `=` (as hudi-rs reads them).
+/// The properties of a `hoodie.properties` text, with every escape Java writes decoded.
 pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('!'))
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().replace("\\:", ":"))))
-        .collect()
+    properties::load(text)
+}
+
+/// `text` (a `hoodie.properties`) with each `(key, value)` set, or removed for `None`, every other
+/// line kept as it was; returns the new text and the configuration it holds (checked before anything
+/// is written).
+pub fn edit_properties(text: &str, edits: &[(&str, Option<&str>)]) -> Result<(String, TableConfig)> {
+    let out = properties::edit(text, edits);
+    let config = TableConfig::parse(&out)?;
+    Ok((out, config))
 }
 
 /// `CRC32("<database>.<table>")`, the checksum Apache Hudi validates.

@@ -1,0 +1,340 @@
+//! Timeline archival, as Apache Hudi 0.14 does it (`HoodieTimelineArchiver`): once a table holds
+//! more than `max_commits` completed commits, the oldest are moved from the active timeline into
+//! `.hoodie/archived/` (see [`crate::format::archived`]) until `min_commits` remain, together with
+//! the cleans, rollbacks and oxlake's metadata-table builds before them. The active timeline, which
+//! every open and plan lists, stays short however long the table lives.
+//!
+//! Never archived: anything at or after the earliest pending instant (and the last commit before
+//! it), the first savepoint and later, the earliest commit the latest clean retains and later (a
+//! time-travel read the clean allows stays planned from the active timeline), merge-on-read
+//! deltacommits a compaction has not yet folded in, anything the metadata table has not compacted
+//! past, savepoints and restores.
+//!
+//! Order, so that a crash at any step leaves a readable table: the archive file is written first
+//! (a crash before the deletions archives the same instants again; readers drop duplicates), then
+//! every requested and inflight file of the archived instants, then their completed files oldest
+//! first: an instant never reads as pending once archived, and whatever was deleted is older than
+//! what remains (files older than the active timeline count as committed).
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+use crate::format::archived::{self, StateFile};
+use crate::format::file_name::LogFileName;
+use crate::format::instant::{Action, Instant, State};
+use crate::format::log_block::LogBlock;
+use crate::table::Table;
+
+/// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
+pub const MIN_COMMITS_KEY: &str = "hoodie.keep.min.commits";
+pub const MAX_COMMITS_KEY: &str = "hoodie.keep.max.commits";
+/// oxlake's own: `false` turns inline archival after commits off.
+pub const INLINE_KEY: &str = "oxlake.archive.inline";
+const DEFAULT_MIN_COMMITS: usize = 20;
+const DEFAULT_MAX_COMMITS: usize = 30;
+
+/// How many commits the active timeline keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArchiveConfig {
+    pub min_commits: usize,
+    pub max_commits: usize,
+}
+
+impl ArchiveConfig {
+    /// The table's settings (its properties), Apache Hudi's defaults where unset.
+    pub fn of(table: &Table) -> Result<Self> {
+        let get = |key: &str, default: usize| -> Result<usize> {
+            match table.config().raw.get(key).map(|v| v.trim()) {
+                None | Some("") => Ok(default),
+                Some(v) => v.parse().map_err(|_| {
+                    Error::corrupt(crate::config::PROPERTIES_FILE, format!("`{key}` is not a number: {v}"))
+                }),
+            }
+        };
+        Self::new(get(MIN_COMMITS_KEY, DEFAULT_MIN_COMMITS)?, get(MAX_COMMITS_KEY, DEFAULT_MAX_COMMITS)?)
+    }
+
+    /// Checked: `1 <= min < max`.
+    pub fn new(min_commits: usize, max_commits: usize) -> Result<Self> {
+        if min_commits == 0 || max_commits <= min_commits {
+            return Err(Error::invalid_arg(
+                "min_commits",
+                format!(
+                    "archival keeps at least 1 commit and max_commits > min_commits (got {min_commits}, {max_commits})"
+                ),
+            ));
+        }
+        Ok(ArchiveConfig { min_commits, max_commits })
+    }
+}
+
+/// What an archival did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArchiveResult {
+    /// The archived instants (time and action), oldest first.
+    pub archived: Vec<Instant>,
+    /// The archive file written, relative to the table root.
+    pub file: Option<String>,
+}
+
+impl Table {
+    /// Archives the oldest instants of the active timeline (see the module docs), then those of
+    /// the metadata table's timeline.
+    pub async fn archive(&mut self, config: ArchiveConfig) -> Result<ArchiveResult> {
+        self.reload().await?;
+        self.check_changeable()?;
+        let result = self.archive_before(config, None).await?;
+        crate::metadata::archive_metadata_timeline(self, config).await?;
+        Ok(result)
+    }
+
+    /// [`Table::archive`] of this table's timeline only, never at or after `before`.
+    pub(crate) async fn archive_before(
+        &mut self,
+        config: ArchiveConfig,
+        before: Option<&str>,
+    ) -> Result<ArchiveResult> {
+        self.reload().await?;
+        let chosen = self.instants_to_archive(config, before).await?;
+        if chosen.is_empty() {
+            return Ok(ArchiveResult::default());
+        }
+        let timeline_dir = self.config().timeline_dir();
+        let listing = self.storage().list_dir(&timeline_dir).await?;
+        // Every state file of each chosen instant, in Java's order: requested, inflight, completed.
+        let mut files: Vec<(Instant, String)> = Vec::new();
+        for f in &listing {
+            let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+            let Some(i) = Instant::parse_file_name(name, self.config().layout_version) else { continue };
+            if chosen.iter().any(|c| c.time == i.time && same_kind(c.action, i.action)) {
+                files.push((i, f.path.clone()));
+            }
+        }
+        files.sort_by(|a, b| (&a.0.time, a.0.state).cmp(&(&b.0.time, b.0.state)));
+        let mut entries = Vec::with_capacity(files.len());
+        for (i, path) in &files {
+            let bytes = self.storage().get(path).await?;
+            let file = StateFile { action: i.action, state: i.state, bytes: &bytes };
+            entries.push(archived::entry(&i.time, &file, path)?);
+        }
+        let blocks: Vec<LogBlock> = entries.chunks(archived::BATCH).map(archived::block).collect::<Result<_>>()?;
+        let file = write_archive_file(self, &blocks).await?;
+        crate::commit::failpoint("archive-after-write");
+        for (i, path) in files.iter().filter(|(i, _)| i.state != State::Completed) {
+            self.storage().delete(path).await?;
+            log::debug!("archived {} {} {}", i.time, i.action, i.state);
+        }
+        crate::commit::failpoint("archive-after-pending");
+        for (_, path) in files.iter().filter(|(i, _)| i.state == State::Completed) {
+            self.storage().delete(path).await?;
+        }
+        log::info!("{}: archived {} instants into {file}", self.uri(), chosen.len());
+        self.reload().await?;
+        Ok(ArchiveResult { archived: chosen, file: Some(file) })
+    }
+
+    /// Sets how many commits the active timeline keeps (`hoodie.keep.min.commits`,
+    /// `hoodie.keep.max.commits`, as Apache Hudi names them) and whether commits archive inline.
+    pub async fn set_archival(&mut self, config: ArchiveConfig, inline: bool) -> Result<()> {
+        self.reload().await?;
+        self.check_changeable()?;
+        let (min, max) = (config.min_commits.to_string(), config.max_commits.to_string());
+        let inline = if inline { None } else { Some("false") };
+        self.set_properties(&[(MIN_COMMITS_KEY, Some(&min)), (MAX_COMMITS_KEY, Some(&max)), (INLINE_KEY, inline)]).await
+    }
+
+    /// This table with its archived instants on its timeline ([`Timeline::with_archived`]): for
+    /// queries that reach before the active timeline, and `timeline(include_archived=True)`.
+    pub async fn with_archived_timeline(&self) -> Result<Table> {
+        if self.timeline().has_archived() {
+            return Ok(self.clone());
+        }
+        let states = read_archived(self).await?;
+        let mut merged = self.clone();
+        merged.set_timeline(self.timeline().with_archived(states));
+        Ok(merged)
+    }
+
+    /// Whether a query as of `time` (or from it) reaches before the active write timeline, where
+    /// archived instants may be.
+    pub fn reaches_archive(&self, time: &str) -> bool {
+        !self.timeline().has_archived() && self.timeline().write_timeline_start().is_some_and(|s| time < s)
+    }
+
+    /// Apache Hudi 0.14's choice (`getCommitInstantsToArchive`, `getCleanInstantsToArchive`),
+    /// bounded as the module docs say.
+    async fn instants_to_archive(&self, config: ArchiveConfig, before: Option<&str>) -> Result<Vec<Instant>> {
+        let timeline = self.timeline();
+        let commits: Vec<&Instant> = timeline.completed_data().collect();
+        if commits.len() <= config.max_commits {
+            return Ok(Vec::new());
+        }
+        let mut bound: Option<String> = before.map(str::to_string);
+        let mut lower = |t: &str| {
+            if bound.as_deref().is_none_or(|b| t < b) {
+                bound = Some(t.to_string());
+            }
+        };
+        // The earliest pending instant of any action, and the last commit before it.
+        if let Some(p) = timeline.pending().next() {
+            lower(&p.time);
+            if let Some(before) = commits.iter().rev().find(|c| c.time < p.time) {
+                lower(&before.time);
+            }
+        }
+        if let Some(s) = timeline.instants().iter().find(|i| i.action == Action::Savepoint) {
+            lower(&s.time);
+        }
+        if let Some(retain) = latest_clean_retains(self).await? {
+            lower(&retain);
+        }
+        if self.config().table_type == crate::config::TableType::MergeOnRead {
+            // Deltacommits after the latest compaction are what the next one counts and folds in.
+            let last_compaction = self.latest_compaction().await?;
+            let first_open = completed(self, Action::DeltaCommit)
+                .find(|d| last_compaction.as_deref().is_none_or(|c| d.time.as_str() > c));
+            if let Some(d) = first_open {
+                lower(&d.time);
+            }
+        }
+        if let Some(m) = crate::metadata::archival_bound(self).await? {
+            lower(&m);
+        }
+        let excess = commits.len() - config.min_commits;
+        let mut chosen: Vec<Instant> = commits
+            .iter()
+            .take(excess)
+            .filter(|c| bound.as_deref().is_none_or(|b| c.time.as_str() < b))
+            .map(|c| (*c).clone())
+            .collect();
+        let Some(cutoff) = chosen.last().map(|c| c.time.clone()) else { return Ok(Vec::new()) };
+        // Cleans and rollbacks: each kept at min..max like commits; never past the commits kept.
+        for action in [Action::Clean, Action::Rollback] {
+            let done: Vec<&Instant> = completed(self, action).collect();
+            if done.len() > config.max_commits {
+                let over = done.len() - config.min_commits;
+                chosen.extend(done.iter().take(over).filter(|i| i.time <= cutoff).map(|i| (*i).clone()));
+            }
+        }
+        // oxlake's metadata-table builds (Apache Hudi never archives `indexing` instants itself).
+        chosen.extend(completed(self, Action::Indexing).filter(|i| i.time <= cutoff).cloned());
+        chosen.sort_by(|a, b| a.time.cmp(&b.time));
+        Ok(chosen)
+    }
+
+    /// The latest completed compaction (a commit with `compacted`), if any.
+    async fn latest_compaction(&self) -> Result<Option<String>> {
+        for c in completed(self, Action::Commit).rev() {
+            if self.timeline().commit_metadata(self.storage(), c).await?.compacted {
+                return Ok(Some(c.time.clone()));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The completed instants of one action, oldest first.
+fn completed(table: &Table, action: Action) -> impl DoubleEndedIterator<Item = &Instant> {
+    table.timeline().instants().iter().filter(move |i| i.action == action && i.is_completed())
+}
+
+/// Whether two actions name the same instant kind (a compaction completes as a commit).
+fn same_kind(a: Action, b: Action) -> bool {
+    let kind = |a: Action| match a {
+        Action::Compaction => Action::Commit,
+        Action::LogCompaction => Action::DeltaCommit,
+        Action::Clustering => Action::ReplaceCommit,
+        other => other,
+    };
+    kind(a) == kind(b)
+}
+
+/// The earliest commit the latest completed clean retains (its `earliestCommitToRetain`).
+async fn latest_clean_retains(table: &Table) -> Result<Option<String>> {
+    let timeline = table.timeline();
+    let Some(clean) = completed(table, Action::Clean).next_back() else { return Ok(None) };
+    let path = timeline.path_of(clean);
+    let bytes = table.storage().get(&path).await?;
+    Ok(match crate::format::clean::read_metadata(&path, &bytes)? {
+        crate::format::clean::Stored::Avro(m) => Some(m.earliest_commit_to_retain).filter(|t| !t.is_empty()),
+        crate::format::clean::Stored::Legacy(p) => p.earliest_instant_to_retain,
+    }
+    // A clean by file versions retains no commit: keep what it ran beside.
+    .or(Some(clean.time.clone())))
+}
+
+/// The archive folder of a table, relative to its root.
+pub fn archive_dir(table: &Table) -> String {
+    let folder = table
+        .config()
+        .raw
+        .get(crate::config::keys::ARCHIVELOG_FOLDER)
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .unwrap_or(archived::DEFAULT_FOLDER);
+    format!(".hoodie/{folder}")
+}
+
+/// Writes `blocks` as the next archive file (`.commits_.archive.<n+1>_1-0-1`): a new version, as
+/// Java does on stores without append.
+async fn write_archive_file(table: &Table, blocks: &[LogBlock]) -> Result<String> {
+    let dir = archive_dir(table);
+    let latest = archive_files(table).await?.into_iter().map(|(v, _)| v).max().unwrap_or(0);
+    let mut data = Vec::new();
+    for b in blocks {
+        data.extend_from_slice(&b.encode());
+    }
+    let data = Bytes::from(data);
+    for version in (latest + 1..).take(100) {
+        let name = LogFileName {
+            file_id: archived::FILE_ID.into(),
+            instant: String::new(),
+            extension: archived::EXTENSION.into(),
+            version,
+            write_token: archived::WRITE_TOKEN.into(),
+        };
+        let path = format!("{dir}/{}", name.name());
+        if table.storage().put_if_absent(&path, data.clone()).await? {
+            return Ok(path);
+        }
+    }
+    Err(Error::CommitConflict { instant: String::new(), detail: format!("no free archive file version in {dir}") })
+}
+
+/// The archive files of a table: version and path.
+pub async fn archive_files(table: &Table) -> Result<Vec<(u32, String)>> {
+    let dir = archive_dir(table);
+    let mut out: Vec<(u32, String)> = table
+        .storage()
+        .list_dir(&dir)
+        .await?
+        .into_iter()
+        .filter_map(|f| archive_version(f.path.rsplit('/').next()?).map(|v| (v, f.path.clone())))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The version of an archive file name `.commits_.archive.<version>_<token>` (Java globs
+/// `.commits_.archive*` and orders by this number).
+fn archive_version(name: &str) -> Option<u32> {
+    let prefix = format!(".{}_.{}.", archived::FILE_ID, archived::EXTENSION);
+    let (version, token) = name.strip_prefix(&prefix)?.split_once('_')?;
+    (!token.is_empty()).then_some(())?;
+    version.parse().ok()
+}
+
+/// Every archived state, oldest first, each (time, action, state) once.
+pub async fn read_archived(table: &Table) -> Result<Vec<archived::ArchivedState>> {
+    let mut out = Vec::new();
+    for (_, path) in archive_files(table).await? {
+        let data = table.storage().get(&path).await?;
+        out.extend(archived::read_file(&path, &data)?);
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|s| seen.insert((s.instant.time.clone(), s.instant.action, s.instant.state)));
+    out.sort_by(|a, b| (&a.instant.time, a.instant.state).cmp(&(&b.instant.time, b.instant.state)));
+    Ok(out)
+}
