@@ -143,7 +143,7 @@ pub fn edit(text: &str, edits: &[(&str, Option<&str>)]) -> String {
     for natural in text.split_inclusive('\n') {
         let body = natural.trim_end_matches(['\n', '\r']);
         let line = body.trim_start_matches(is_blank);
-        let starts = !continuing && !(line.is_empty() || line.starts_with('#') || line.starts_with('!'));
+        let starts = !(continuing || line.is_empty() || line.starts_with('#') || line.starts_with('!'));
         if starts {
             dropping = edited(split_key(line).0);
         }
