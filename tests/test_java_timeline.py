@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -439,4 +441,30 @@ def test_compaction_and_clustering_plans_decode_as_java_reads_them(
         assert all(d.startswith(full_path(t, s["partitionPath"]) + "/") for d in s["deltaFilePaths"])
     strategy = request["clusteringPlan"]["strategy"]
     assert strategy["strategyParams"] == {"hoodie.clustering.plan.strategy.sort.columns": "ts"}
+    assert rows(oxlake.Table(table_path).scan()) == expected
+
+
+def test_a_restore_removes_compaction_plans_made_after_the_savepoint(table_path: str) -> None:
+    """Java's restore rolls back every instant of the write timeline after the savepoint; a plan
+    left pending would fail each time it ran (its slices' logs are gone)."""
+    t = trips_table(table_path, table_type="merge_on_read")
+    t.insert(trips(list(range(6))))
+    t.upsert(trips([0, 3], ts=2, name="v2"))
+    saved = max(i.time for i in t.timeline() if i.state == "completed")
+    expected = rows(t.scan())
+    t.savepoint(saved)
+    t.upsert(trips([0, 1], ts=3, name="v3"))
+    code = "import sys, oxlake; oxlake.Table(sys.argv[1]).compact()"
+    env = dict(os.environ, OXLAKE_FAILPOINT="after-inflight")
+    proc = subprocess.run([sys.executable, "-c", code, table_path], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0, proc.stderr
+    t = oxlake.Table(table_path)
+    [plan] = [i for i in t.timeline() if i.action == "compaction"]
+    assert plan.state == "inflight"
+    r = t.restore(saved)
+    assert rows(t.scan()) == expected
+    assert not [i for i in t.timeline() if i.state != "completed"], "no plan left pending"
+    meta = decode(timeline_file(t, r, "restore"))
+    assert plan.time in meta["instantsToRollback"]
+    t.compact()
     assert rows(oxlake.Table(table_path).scan()) == expected

@@ -159,6 +159,19 @@ impl ScanPlan {
 impl Table {
     /// Chooses the file slices a query reads; no data file is opened.
     pub async fn plan_scan(&self, opts: &ScanOptions) -> Result<ScanPlan> {
+        match self.plan_scan_once(opts).await {
+            // An instant file listed, then gone: archived (or rolled back) by another process
+            // meanwhile. Planned again on the timeline as it is now.
+            Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => {
+                let mut fresh = self.clone();
+                fresh.reload().await?;
+                Box::pin(fresh.plan_scan_once(opts)).await
+            }
+            other => other,
+        }
+    }
+
+    async fn plan_scan_once(&self, opts: &ScanOptions) -> Result<ScanPlan> {
         // A read as of an archived instant, or from one, plans on the timeline with the archive.
         let from = match opts.query {
             QueryType::Incremental => opts.start.as_deref().map(normalize_time).transpose()?,
@@ -167,7 +180,7 @@ impl Table {
         if let Some(from) = from
             && self.reaches_archive(&from)
         {
-            return Box::pin(self.with_archived_timeline().await?.plan_scan(opts)).await;
+            return Box::pin(self.with_archived_timeline().await?.plan_scan_once(opts)).await;
         }
         let timeline = self.timeline();
         let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {

@@ -192,12 +192,11 @@ impl Table {
             .cloned()
             .collect();
         for requested in pending {
+            // A plan closed by another compactor (its owner was gone before it wrote one, see
+            // `slice_claims`) is empty: it completes as an empty compaction, so that no plan stays
+            // pending for ever (holding archival back); its requested file stays, so the owner's
+            // late create still fails.
             let plan = read_plan(self, &requested.time).await?;
-            if plan.operations.is_empty() {
-                // Closed by another compactor (its owner was gone before it wrote a plan, see
-                // `slice_claims`): nothing to run, and it stays so that the owner's create fails.
-                continue;
-            }
             let tx = Transaction::resume(self, &requested.with_state(State::Requested)).await?;
             let plan = match settle(self, &requested.time, plan).await {
                 Ok(plan) => plan,

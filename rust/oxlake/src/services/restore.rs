@@ -93,7 +93,16 @@ impl Table {
             .filter(|i| i.time > time)
             .map(|i| InstantInfo { commit_time: i.time.clone(), action: i.action.to_string() })
             .collect();
-        later.reverse();
+        // Compaction plans made after the savepoint name slices the restore takes back: they go
+        // too (Java's restore rolls back every instant of the write timeline after it), or they
+        // would stay pending for ever, failing each time they run.
+        later.extend(
+            self.timeline()
+                .pending()
+                .filter(|i| i.action == Action::Compaction && i.time > time)
+                .map(|i| InstantInfo { commit_time: i.time.clone(), action: i.action.to_string() }),
+        );
+        later.sort_by(|a, b| b.commit_time.cmp(&a.commit_time));
         let plan = RestorePlan {
             instants_to_rollback: later,
             version: Some(rollback::RESTORE_PLAN_VERSION),
@@ -126,11 +135,32 @@ async fn finish(
         if table.timeline().completed_data().any(|i| i.time == target.commit_time) {
             rollback_latest(table, &target.commit_time).await?;
             crate::commit::failpoint("restore-after-rollback");
+        } else {
+            let pending = table
+                .timeline()
+                .pending()
+                .find(|i| i.time == target.commit_time && i.action == Action::Compaction)
+                .cloned();
+            if let Some(pending) = pending {
+                remove_compaction_plan(table, &pending).await?;
+            }
         }
         progress::advance(progress, 1);
     }
     let meta = restore_metadata(table, requested, plan, started).await?;
     table.timeline().create(&storage, &requested.with_state(State::Completed), Bytes::from(meta)).await?;
+    table.reload().await
+}
+
+/// Removes a pending compaction plan: the files of a run that started are undone first (a
+/// rollback, which keeps the plan), then the plan itself.
+async fn remove_compaction_plan(table: &mut Table, pending: &Instant) -> Result<()> {
+    if pending.state == State::Inflight {
+        crate::commit::rollback_pending(table, pending).await?;
+    }
+    let storage = table.storage().clone();
+    table.timeline().remove_pending(&storage, pending).await?;
+    log::info!("{}: the restore removed compaction plan {}", table.uri(), pending.time);
     table.reload().await
 }
 

@@ -78,6 +78,11 @@ async fn orphaned(table: &Table, owner: &str, op: &CompactionOperation) -> Resul
     if at.iter().any(|i| i.is_completed()) {
         return Ok(false); // compacted: the slice is old
     }
+    if at.is_empty() && table.timeline().write_timeline_start().is_some_and(|s| owner < s) {
+        // Older than the active timeline: archived, so it completed (archival moves completed
+        // instants only). Closing it now would put a pending instant before the timeline.
+        return Ok(false);
+    }
     let requested = Instant::new(owner, Action::Compaction, State::Requested);
     let path = table.timeline().path_of(&requested);
     let plan = match table.storage().get_opt(&path).await? {

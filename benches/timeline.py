@@ -1,0 +1,98 @@
+"""Opening and planning a table after many commits, with and without timeline archival.
+
+A table that has seen N commits (small upserts, one partition) is opened in a fresh process and a
+snapshot read planned (`Table(uri)` then `plan`), best of `--repeat`; with archival (Apache Hudi's
+defaults: keep 20 to 30 commits, inline after each commit) the active timeline stays short, so the
+cost should not grow with N. Without archival (`set_archival(..., inline=False)`) every open lists
+and reads the whole timeline. `--latency MS` adds a simulated per-request store latency
+(`oxlake.testing.faults`).
+
+    python benches/timeline.py --commits 100 10000 [--latency 20] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import oxlake
+import pyarrow as pa
+
+PROBE = """
+import sys, time, json, oxlake
+from oxlake.testing import inject_faults
+uri, latency = sys.argv[1], int(sys.argv[2])
+if latency:
+    inject_faults(f"latency={latency}")
+start = time.perf_counter()
+t = oxlake.Table(uri)
+opened = time.perf_counter()
+n = t.to_arrow(columns=["id"]).num_rows
+done = time.perf_counter()
+print(json.dumps({"open": opened - start, "read": done - opened, "rows": n, "active": len(t.timeline())}))
+"""
+
+
+def build(path: Path, commits: int, archive: bool) -> float:
+    schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("ts", pa.int64())])
+    t = oxlake.create_table(str(path), schema, record_key="id", ordering_field="ts")
+    if not archive:
+        t.set_archival(20, 30, inline=False)
+    start = time.perf_counter()
+    for n in range(commits):
+        ids = [n % 1000, 1000 + n]
+        t.upsert(pa.table({"id": ids, "v": [f"v{n}"] * 2, "ts": [n, n]}, schema=schema))
+    return time.perf_counter() - start
+
+
+def probe(path: Path, latency: int, repeat: int) -> dict[str, float]:
+    runs = []
+    for _ in range(repeat):
+        out = subprocess.run(
+            [sys.executable, "-c", PROBE, str(path), str(latency)], capture_output=True, text=True
+        )
+        if out.returncode != 0:
+            raise SystemExit(out.stderr)
+        runs.append(json.loads(out.stdout))
+    best = min(runs, key=lambda r: r["open"] + r["read"])
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--commits", type=int, nargs="+", default=[100, 10000])
+    parser.add_argument("--latency", type=int, default=0)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--no-unarchived", action="store_true", help="skip the tables without archival")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for commits in args.commits:
+            for archive in (True, False):
+                if not archive and args.no_unarchived:
+                    continue
+                path = Path(tmp, f"t{commits}_{archive}")
+                built = build(path, commits, archive)
+                r = probe(path, args.latency, args.repeat)
+                rows.append((commits, archive, built, r))
+                print(
+                    f"commits={commits:>6} archival={'on ' if archive else 'off'} build={built:7.1f}s "
+                    f"active={r['active']:>6} open={r['open'] * 1000:8.1f}ms "
+                    f"plan+read={r['read'] * 1000:8.1f}ms "
+                    f"total={(r['open'] + r['read']) * 1000:8.1f}ms",
+                    flush=True,
+                )
+        on = [(c, r) for c, a, _, r in rows if a]
+        if len(on) >= 2:
+            (c0, r0), (c1, r1) = on[0], on[-1]
+            ratio = (r1["open"] + r1["read"]) / (r0["open"] + r0["read"])
+            print(f"archival on: {c1} commits cost {ratio:.2f}x of {c0} commits (latency {args.latency} ms)")
+
+
+if __name__ == "__main__":
+    main()
