@@ -1,6 +1,6 @@
 """Opening and planning a table after many commits, with and without timeline archival.
 
-A table that has seen N commits (small upserts, one partition) is opened in a fresh process and a
+A table that has seen N commits (small upserts, one partition, a clean every 20) is opened in a fresh process and a
 snapshot read planned (`Table(uri)` then `plan`), best of `--repeat`; with archival (Apache Hudi's
 defaults: keep 20 to 30 commits, inline after each commit) the active timeline stays short, so the
 cost should not grow with N. Without archival (`set_archival(..., inline=False)`) every open lists
@@ -38,15 +38,21 @@ print(json.dumps({"open": opened - start, "read": done - opened, "rows": n, "act
 """
 
 
-def build(path: Path, commits: int, archive: bool) -> float:
+def build(path: Path, commits: int, archive: bool, metadata: bool) -> float:
     schema = pa.schema([("id", pa.int64()), ("v", pa.string()), ("ts", pa.int64())])
     t = oxlake.create_table(str(path), schema, record_key="id", ordering_field="ts")
+    if metadata:
+        t.build_metadata()
     if not archive:
         t.set_archival(20, 30, inline=False)
     start = time.perf_counter()
     for n in range(commits):
         ids = [n % 1000, 1000 + n]
         t.upsert(pa.table({"id": ids, "v": [f"v{n}"] * 2, "ts": [n, n]}, schema=schema))
+        if n % 20 == 19:
+            # Cleans keep the data files as many whatever the number of commits: what grows is the
+            # timeline alone (and the cleans are on it too, as in a real table).
+            t.clean(retain=10)
     return time.perf_counter() - start
 
 
@@ -69,6 +75,7 @@ def main() -> None:
     parser.add_argument("--latency", type=int, default=0)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-unarchived", action="store_true", help="skip the tables without archival")
+    parser.add_argument("--metadata", action="store_true", help="with the metadata table (no listing)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
@@ -77,7 +84,7 @@ def main() -> None:
                 if not archive and args.no_unarchived:
                     continue
                 path = Path(tmp, f"t{commits}_{archive}")
-                built = build(path, commits, archive)
+                built = build(path, commits, archive, args.metadata)
                 r = probe(path, args.latency, args.repeat)
                 rows.append((commits, archive, built, r))
                 print(
