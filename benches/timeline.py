@@ -1,13 +1,14 @@
 """Opening and planning a table after many commits, with and without timeline archival.
 
-A table that has seen N commits (small upserts, one partition, a clean every 20) is opened in a fresh process and a
-snapshot read planned (`Table(uri)` then `plan`), best of `--repeat`; with archival (Apache Hudi's
-defaults: keep 20 to 30 commits, inline after each commit) the active timeline stays short, so the
-cost should not grow with N. Without archival (`set_archival(..., inline=False)`) every open lists
-and reads the whole timeline. `--latency MS` adds a simulated per-request store latency
-(`oxlake.testing.faults`).
+A table that has seen N commits (small upserts, one partition, a clean every 20) is opened in a
+fresh process and its snapshot read (`Table(uri)` then `to_arrow`), best of `--repeat`. With
+archival (Apache Hudi's defaults: keep 20 to 30 commits, inline after each commit) the active
+timeline stays short, so the cost should not grow with N. Without archival
+(`set_archival(..., inline=False)`) every open lists and reads the whole timeline. `--latency MS`
+adds a simulated per-request store latency (`oxlake.testing.inject_faults`); `--metadata` builds
+the metadata table first.
 
-    python benches/timeline.py --commits 100 10000 [--latency 20] [--repeat 5]
+    python benches/timeline.py --commits 100 10000 [--latency 20] [--repeat 5] [--metadata]
 """
 
 from __future__ import annotations
