@@ -261,3 +261,39 @@ def test_a_crash_while_archiving_leaves_every_read(table_path: str, failpoint: s
     t.archive()
     assert commits(t, archived=True) == times
     assert every_read(oxlake.Table(table_path), times) == before
+
+
+def test_a_pending_write_holds_archival_back(table_path: str, tmp_path: Path) -> None:
+    from conftest import run_paused
+
+    t = trips_table(table_path)
+    t.set_archival(2, 3, inline=False)
+    for n in range(8):
+        t.upsert(trips([n], ts=n))
+    code = (
+        "import sys, oxlake; from conftest import trips; oxlake.Table(sys.argv[1]).upsert(trips([1], ts=99))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
+    try:
+        assert t.archive() == [], "a write under way checks conflicts against recent commits"
+    finally:
+        (tmp_path / "resume").touch()
+        assert proc.wait(timeout=60) == 0, proc.communicate()
+    assert t.archive()
+
+
+def test_rolling_back_the_oldest_active_commit_after_archival_is_refused(table_path: str) -> None:
+    t = trips_table(table_path)
+    t.set_archival(2, 3, inline=False)
+    for n in range(8):
+        t.upsert(trips([n], ts=n))
+    assert t.archive()
+    active = commits(t)
+    expected = rows(t.to_arrow(as_of=active[0]))
+    for time_ in reversed(active[1:]):
+        t.rollback(time_)
+    with pytest.raises(oxlake.InvalidArgumentError, match="archived"):
+        t.rollback(active[0])
+    assert rows(oxlake.Table(table_path).scan()) == expected
+    assert rows(hudi_read(table_path)) == expected

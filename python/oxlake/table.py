@@ -309,16 +309,18 @@ class Table:
         Hudi does: once more than `max_commits` commits are active, the oldest go until
         `min_commits` remain (the table's settings, 20 and 30 by default: `set_archival`), with
         the cleans and rollbacks before them, never past a pending instant, a savepoint, what
-        the latest clean retains, or what a compaction has yet to fold in. Commits archive
-        inline too. Reads as of or from archived commits give the same rows as before. Returns
-        the archived instants."""
+        the latest clean retains, or what a compaction has yet to fold in, and nothing while a
+        write, compaction or clustering is pending. Reads as of or from archived commits give the
+        same rows as before. Returns the archived instants."""
         archived = _native.archive(self._t, min_commits, max_commits)
         return [Instant(time, action, "completed") for time, action in archived]
 
     def set_archival(self, min_commits: int, max_commits: int, *, inline: bool = True) -> None:
         """How many commits the active timeline keeps (`hoodie.keep.min.commits` /
-        `hoodie.keep.max.commits` in `hoodie.properties`), and whether every commit archives
-        inline (`inline=False`: only `archive()` does)."""
+        `hoodie.keep.max.commits` in `hoodie.properties`), and whether every commit of a write
+        archives inline (`oxlake.archive.inline`; with `inline=False`, only `archive()` does).
+        Inline archival suits tables with one writer: see docs/TIMELINE_FORMAT.md for the race
+        with a writer paused mid-claim."""
         _native.set_archival(self._t, min_commits, max_commits, inline)
 
     def clean(

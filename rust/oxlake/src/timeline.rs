@@ -163,11 +163,14 @@ impl Timeline {
     pub fn write_timeline_start(&self) -> Option<&str> {
         let savepointed: Vec<&str> =
             self.instants.iter().filter(|i| i.action == Action::Savepoint).map(|i| i.time.as_str()).collect();
-        self.instants
+        let mut writes = self
+            .instants
             .iter()
             .filter(|i| (i.is_completed() && i.action.writes_data()) || i.action == Action::Compaction)
-            .map(|i| i.time.as_str())
-            .find(|t| !savepointed.contains(t))
+            .map(|i| i.time.as_str());
+        let first = writes.clone().next();
+        // Every commit savepointed (a restore to the only one left): it starts at the first.
+        writes.find(|t| !savepointed.contains(t)).or(first)
     }
 
     /// Whether a file written at instant `time` is visible: its instant completed, or it predates
@@ -327,6 +330,11 @@ mod tests {
         assert_eq!(t.write_timeline_start(), Some("20240104000000000"));
         assert!(!t.is_committed("20240104000000000"));
         assert!(t.is_committed("20240102000000000"));
+        // Only a savepointed commit left (a restore to it after archival): it starts there, so
+        // the archived commits before it stay committed.
+        let t = tl(&["20240103000000000.commit", "20240103000000000.savepoint"]);
+        assert_eq!(t.write_timeline_start(), Some("20240103000000000"));
+        assert!(t.is_committed("20240101000000000"));
     }
 
     #[tokio::test]

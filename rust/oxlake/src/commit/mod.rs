@@ -747,6 +747,18 @@ pub async fn rollback_completed(table: &mut Table, time: &str) -> Result<String>
         let replaced = table.replaced_file_groups(previous).await?;
         table.check_not_cleaned("instant", previous, &view, &replaced).await?;
     }
+    // The first commit of the active timeline, with older ones archived: rolling it back would
+    // leave no commit to start the timeline, and the archived commits' files would read as
+    // uncommitted.
+    let first = table.timeline().completed_data().next().map(|i| i.time.clone());
+    if first.as_deref() == Some(time.as_str()) && !crate::services::archive::archive_files(table).await?.is_empty() {
+        return Err(Error::invalid_arg(
+            "instant",
+            format!(
+                "{time} is the oldest commit on the active timeline and older ones are archived; restore a savepoint instead"
+            ),
+        ));
+    }
     let r = rollback_latest(table, &time).await?;
     // A rollback the record index could not follow left the metadata table stale: build it now
     // rather than have readers list storage until the next write.

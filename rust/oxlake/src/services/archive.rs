@@ -30,7 +30,9 @@ use crate::table::Table;
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
 pub const MIN_COMMITS_KEY: &str = "hoodie.keep.min.commits";
 pub const MAX_COMMITS_KEY: &str = "hoodie.keep.max.commits";
-/// oxlake's own: `false` turns inline archival after commits off.
+/// oxlake's own: `true` archives inline after every commit of a write (off unless set: archival
+/// must not race a writer paused between claiming its instant time and creating its requested
+/// file, which a lock would exclude and oxlake has none of yet).
 pub const INLINE_KEY: &str = "oxlake.archive.inline";
 const DEFAULT_MIN_COMMITS: usize = 20;
 const DEFAULT_MAX_COMMITS: usize = 30;
@@ -122,6 +124,27 @@ impl Table {
         let blocks: Vec<LogBlock> = entries.chunks(archived::BATCH).map(archived::block).collect::<Result<_>>()?;
         let file = write_archive_file(self, &blocks).await?;
         crate::commit::failpoint("archive-after-write");
+        // What another process did since the choice: a savepoint of an archived commit, or an
+        // instant claimed before the cutoff (a writer slow between its claim and its requested
+        // file). Then nothing is deleted; the archive's entries of instants still active are
+        // ignored by readers, and the next run archives them again.
+        let cutoff = chosen.iter().map(|i| i.time.as_str()).max().unwrap_or_default().to_string();
+        self.reload().await?;
+        let blocked = self
+            .timeline()
+            .instants()
+            .iter()
+            .find(|i| i.time.as_str() <= cutoff.as_str() && (!i.is_completed() || i.action == Action::Savepoint));
+        if let Some(b) = blocked.cloned() {
+            log::info!(
+                "{}: archival stopped: {} {} {} appeared at or before {cutoff}",
+                self.uri(),
+                b.time,
+                b.action,
+                b.state
+            );
+            return Ok(ArchiveResult { archived: Vec::new(), file: Some(file) });
+        }
         for (i, path) in files.iter().filter(|(i, _)| i.state != State::Completed) {
             self.storage().delete(path).await?;
             log::debug!("archived {} {} {}", i.time, i.action, i.state);
@@ -141,7 +164,7 @@ impl Table {
         self.reload().await?;
         self.check_changeable()?;
         let (min, max) = (config.min_commits.to_string(), config.max_commits.to_string());
-        let inline = if inline { None } else { Some("false") };
+        let inline = if inline { Some("true") } else { None };
         self.set_properties(&[(MIN_COMMITS_KEY, Some(&min)), (MAX_COMMITS_KEY, Some(&max)), (INLINE_KEY, inline)]).await
     }
 
@@ -177,7 +200,16 @@ impl Table {
                 bound = Some(t.to_string());
             }
         };
-        // The earliest pending instant of any action, and the last commit before it.
+        // A write, compaction or clustering under way: it checks for conflicts against (or folds
+        // in the logs of) commits that completed after it began, whatever their times, so none
+        // may leave the active timeline meanwhile. Archival waits for a moment without one.
+        if timeline.pending().any(|i| {
+            i.action.writes_data()
+                || matches!(i.action, Action::Compaction | Action::LogCompaction | Action::Clustering)
+        }) {
+            return Ok(Vec::new());
+        }
+        // The earliest pending instant of any other action, and the last commit before it.
         if let Some(p) = timeline.pending().next() {
             lower(&p.time);
             if let Some(before) = commits.iter().rev().find(|c| c.time < p.time) {
@@ -187,8 +219,15 @@ impl Table {
         if let Some(s) = timeline.instants().iter().find(|i| i.action == Action::Savepoint) {
             lower(&s.time);
         }
-        if let Some(retain) = latest_clean_retains(self).await? {
-            lower(&retain);
+        match latest_clean_retains(self).await? {
+            Some(retain) => lower(&retain),
+            // Without a clean the file groups replacecommits replaced are all still there: the
+            // replacecommits must stay to hide them (Java: `getOldestInstantToRetainForClustering`).
+            None => {
+                if let Some(r) = timeline.completed_of(Action::ReplaceCommit).next() {
+                    lower(&r.time);
+                }
+            }
         }
         if self.config().table_type == crate::config::TableType::MergeOnRead {
             // Deltacommits after the latest compaction are what the next one counts and folds in.
