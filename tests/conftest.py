@@ -18,6 +18,36 @@ SHARED = ROOT.parent / "shared"
 if not SHARED.exists():  # CI clones the repo next to shared/; a checkout elsewhere may set it.
     SHARED = Path(os.environ.get("OXLAKE_SHARED", "/work/shared"))
 COMPAT = SHARED / "compat" / "hudi"
+AVSC = SHARED / "compat" / "avro"
+
+
+def hudi_avro_schema(name: str) -> Any:
+    """Apache Hudi's reader schema of the record `name` (its `.avsc` in `../shared/compat/avro`),
+    parsed with the named types the other `.avsc` files define (licence comments stripped, as
+    that folder's README says)."""
+    import json
+    import re
+
+    import fastavro
+
+    raws = [
+        json.loads(re.sub(r"/\*.*?\*/", "", p.read_text(), flags=re.S)) for p in sorted(AVSC.glob("*.avsc"))
+    ]
+    target = next(s for s in raws if s["name"] == name)
+    named: dict[str, Any] = {}
+    pending = [s for s in raws if s is not target]
+    while pending:
+        left = []
+        for s in pending:
+            try:
+                fastavro.parse_schema(s, named_schemas=named)
+            except fastavro.schema.UnknownType:
+                left.append(s)  # needs a type defined later (or by `target`)
+        if len(left) == len(pending):
+            break
+        pending = left
+    return fastavro.parse_schema(target, named_schemas=named)
+
 
 SCHEMA = pa.schema(
     [

@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import re
 import struct
 import subprocess
 import sys
@@ -17,9 +16,7 @@ from typing import Any
 import fastavro
 import oxlake
 import pytest
-from conftest import SCHEMA, SHARED, hudi_read, rows, trips, trips_table
-
-AVSC = SHARED / "compat" / "avro"
+from conftest import SCHEMA, hudi_avro_schema, hudi_read, rows, trips, trips_table
 
 
 def archive_files(table_path: str) -> list[Path]:
@@ -58,25 +55,8 @@ def read_archive(path: Path, reader_schema: Any | None = None) -> list[dict[str,
 
 
 def entry_reader() -> Any:
-    """Apache Hudi's `HoodieArchivedMetaEntry.avsc` as the reader schema, with the named types
-    the other `.avsc` files define."""
-    raws = [
-        json.loads(re.sub(r"/\*.*?\*/", "", p.read_text(), flags=re.S)) for p in sorted(AVSC.glob("*.avsc"))
-    ]
-    named: dict[str, Any] = {}
-    pending = [s for s in raws if s["name"] != "HoodieArchivedMetaEntry"]
-    while pending:
-        left = []
-        for s in pending:
-            try:
-                fastavro.parse_schema(s, named_schemas=named)
-            except fastavro.schema.UnknownType:
-                left.append(s)
-        if len(left) == len(pending):
-            break
-        pending = left
-    target = next(s for s in raws if s["name"] == "HoodieArchivedMetaEntry")
-    return fastavro.parse_schema(target, named_schemas=named)
+    """Apache Hudi's `HoodieArchivedMetaEntry.avsc` as the reader schema."""
+    return hudi_avro_schema("HoodieArchivedMetaEntry")
 
 
 def commits(t: oxlake.Table, *, archived: bool = False) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -17,34 +16,12 @@ from typing import Any
 import fastavro
 import oxlake
 import pytest
-from conftest import SCHEMA, SHARED, data_files, hudi_read, rows, trips, trips_table
-
-AVSC = SHARED / "compat" / "avro"
+from conftest import SCHEMA, data_files, hudi_avro_schema, hudi_read, rows, trips, trips_table
 
 
 def hudi_schemas() -> dict[str, Any]:
-    """A reader schema for each of Apache Hudi's records, by short name: each `.avsc` parsed with
-    the named types the others define (strip the licence comments first, see the README)."""
-    raws = [
-        json.loads(re.sub(r"/\*.*?\*/", "", p.read_text(), flags=re.S)) for p in sorted(AVSC.glob("*.avsc"))
-    ]
-
-    def reader(target: dict[str, Any]) -> Any:
-        named: dict[str, Any] = {}
-        pending = [s for s in raws if s is not target]
-        while pending:
-            left = []
-            for s in pending:
-                try:
-                    fastavro.parse_schema(s, named_schemas=named)
-                except fastavro.schema.UnknownType:
-                    left.append(s)  # needs a type defined later (or by `target`)
-            if len(left) == len(pending):
-                break
-            pending = left
-        return fastavro.parse_schema(target, named_schemas=named)
-
-    return {s["name"]: reader(s) for s in raws if s["name"] in JAVA_RECORDS}
+    """A reader schema for each of Apache Hudi's records oxlake writes, by name."""
+    return {name: hudi_avro_schema(name) for name in JAVA_RECORDS}
 
 
 JAVA_RECORDS = (
