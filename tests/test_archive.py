@@ -68,8 +68,9 @@ def commits(t: oxlake.Table, *, archived: bool = False) -> list[str]:
 
 
 def read_or_error(t: oxlake.Table, **query: Any) -> Any:
+    key = ("id", "_change_type") if query.get("query") == "changes" else ("id",)
     try:
-        return rows(t.to_arrow(**query))
+        return rows(t.to_arrow(**query), key=key)
     except oxlake.OxlakeError as e:
         return type(e).__name__
 
@@ -84,6 +85,8 @@ def every_read(t: oxlake.Table, times: list[str]) -> dict[str, Any]:
         out[f"since {time_}"] = read_or_error(t, query="incremental", start=time_)
         previous = time_
     out["latest"] = rows(t.scan())
+    out["incremental from the start"] = read_or_error(t, query="incremental")
+    out["changes from the start"] = read_or_error(t, query="changes")
     return out
 
 

@@ -174,7 +174,10 @@ impl Table {
     async fn plan_scan_once(&self, opts: &ScanOptions) -> Result<ScanPlan> {
         // A read as of an archived instant, or from one, plans on the timeline with the archive.
         let from = match opts.query {
-            QueryType::Incremental => opts.start.as_deref().map(normalize_time).transpose()?,
+            // Without a start the window opens at the table's first commit, archived or not.
+            QueryType::Incremental => {
+                Some(opts.start.as_deref().map(normalize_time).transpose()?.unwrap_or_else(|| "0".repeat(17)))
+            }
             _ => opts.as_of.as_deref().map(normalize_time).transpose()?,
         };
         if let Some(from) = from
