@@ -280,3 +280,39 @@ def test_rolling_back_the_oldest_active_commit_after_archival_is_refused(table_p
         t.rollback(active[0])
     assert rows(oxlake.Table(table_path).scan()) == expected
     assert rows(hudi_read(table_path)) == expected
+
+
+def test_a_writer_slow_between_claiming_its_time_and_its_requested_file_is_never_archived_past(
+    table_path: str, tmp_path: Path
+) -> None:
+    """The race inline archival must survive: a writer claims an instant time, then stalls
+    before its requested file exists; meanwhile enough commits land for archival to move the
+    timeline's start past that time. The writer must take a later time, never commit below
+    the start of the active timeline (where its files would read as committed before it
+    completes, and its commit would hide archived ones)."""
+    from conftest import run_paused
+
+    t = trips_table(table_path)
+    t.set_archival(2, 3, inline=True)
+    t.upsert(trips([0], ts=0))
+    code = (
+        "import sys, oxlake; from conftest import trips; "
+        "oxlake.Table(sys.argv[1]).upsert(trips([1000], ts=99))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = run_paused(table_path, "after-claim", code, tmp_path, env)
+    try:
+        for n in range(1, 9):
+            t.upsert(trips([n], ts=n))
+        assert commits(t, archived=True) != commits(t), "inline archival ran meanwhile"
+    finally:
+        (tmp_path / "resume").touch()
+        out = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+    t = oxlake.Table(table_path)
+    archived = [c for c in commits(t, archived=True) if c not in commits(t)]
+    last = commits(t)[-1]
+    assert last > max(archived), "the slow writer committed after the archived instants"
+    assert [r["id"] for r in rows(t.scan())] == [*range(9), 1000]
+    assert [r["id"] for r in rows(hudi_read(table_path))] == [*range(9), 1000]
+    assert all(i.state == "completed" for i in t.timeline()), "the abandoned time left nothing pending"

@@ -318,9 +318,8 @@ class Table:
     def set_archival(self, min_commits: int, max_commits: int, *, inline: bool = True) -> None:
         """How many commits the active timeline keeps (`hoodie.keep.min.commits` /
         `hoodie.keep.max.commits` in `hoodie.properties`), and whether every commit of a write
-        archives inline (`oxlake.archive.inline`; with `inline=False`, only `archive()` does).
-        Inline archival suits tables with one writer: see docs/TIMELINE_FORMAT.md for the race
-        with a writer paused mid-claim."""
+        archives inline, as Apache Hudi's writers do (the default; with `inline=False`, stored as
+        `oxlake.archive.inline=false`, only `archive()` does)."""
         _native.set_archival(self._t, min_commits, max_commits, inline)
 
     def clean(

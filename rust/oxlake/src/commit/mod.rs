@@ -49,6 +49,8 @@ const HEARTBEAT_TOLERANCE: u32 = 3;
 const CLAIM_ATTEMPTS: usize = 20;
 /// Markers of the instant times claimed (see [`claim`]).
 const CLAIMS_DIR: &str = ".hoodie/oxlake/claims";
+/// Markers of archivals, `<when>_<cutoff>` (see [`claim_with`] and `services::archive`).
+pub(crate) const ARCHIVING_DIR: &str = ".hoodie/oxlake/archiving";
 /// Claim markers older than this are removed by cleans: instant times follow the clock, so no
 /// writer claims a time that old.
 const CLAIMS_KEPT: Duration = Duration::from_secs(24 * 3600);
@@ -59,13 +61,25 @@ pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
     let cutoff = cutoff.format("%Y%m%d%H%M%S%3f").to_string();
     fate::prune(table, &cutoff).await?;
     crate::services::slice_claims::prune(table, &cutoff).await?;
-    for f in table.storage().list_dir(CLAIMS_DIR).await? {
-        let name = f.path.rsplit('/').next().unwrap_or_default();
-        if name.get(..17).is_some_and(|t| t < cutoff.as_str()) {
-            table.storage().delete(&f.path).await?;
+    for dir in [CLAIMS_DIR, ARCHIVING_DIR] {
+        for f in table.storage().list_dir(dir).await? {
+            let name = f.path.rsplit('/').next().unwrap_or_default();
+            if name.get(..17).is_some_and(|t| t < cutoff.as_str()) {
+                table.storage().delete(&f.path).await?;
+            }
         }
     }
     Ok(())
+}
+
+/// The latest cutoff at or after `time` of an archival marked in [`ARCHIVING_DIR`], if any.
+async fn archival_past(table: &Table, time: &str) -> Result<Option<String>> {
+    let markers = table.storage().list_dir(ARCHIVING_DIR).await?;
+    Ok(markers
+        .iter()
+        .filter_map(|f| f.path.rsplit('/').next()?.split_once('_').map(|(_, cutoff)| cutoff.to_string()))
+        .filter(|cutoff| cutoff.as_str() >= time)
+        .max())
 }
 
 /// Makes the plan of an instant once its time is claimed (see [`claim_with`]); `None`: nothing
@@ -153,7 +167,11 @@ impl Transaction {
             Box::pin(crate::metadata::catch_up(table)).await?;
         }
         let storage = table.storage().clone();
-        let Some(requested) = claim_with(table, action, plan).await? else { return Ok(None) };
+        let Some((requested, archived_past)) = claim_checked(table, action, plan).await? else { return Ok(None) };
+        if archived_past {
+            // What this write saw is partly archived: it checks conflicts against the rest.
+            table.reload().await?;
+        }
         let time = requested.time.clone();
         // The heartbeat follows the claim: a writer that lost the race for `time` must not touch
         // the winner's heartbeat. Until it exists, the requested file's own age stands in for it
@@ -639,6 +657,13 @@ pub(crate) async fn claim(
 /// slices it compacts, see `services::compaction`); `None` from `plan`: nothing to do, no
 /// instant is created.
 pub(crate) async fn claim_with(table: &Table, action: Action, plan: impl PlanFn) -> Result<Option<Instant>> {
+    Ok(claim_checked(table, action, plan).await?.map(|(requested, _)| requested))
+}
+
+/// [`claim_with`], also saying whether an archival passed a time first claimed: then `table`'s
+/// timeline is stale (instants on it are archived) and the caller reloads it.
+async fn claim_checked(table: &Table, action: Action, plan: impl PlanFn) -> Result<Option<(Instant, bool)>> {
+    let mut archived_past = false;
     let own_suffix = if table.is_metadata_table() { "002" } else { "" };
     let mut last = table.timeline().last_time().map(|t| t.get(..17).unwrap_or(t).to_string());
     for _ in 0..CLAIM_ATTEMPTS {
@@ -650,6 +675,7 @@ pub(crate) async fn claim_with(table: &Table, action: Action, plan: impl PlanFn)
         if !table.storage().put_if_absent(&format!("{CLAIMS_DIR}/{time}"), token).await? {
             continue;
         }
+        failpoint("after-claim");
         let Some(content) = plan(table, &time).await? else { return Ok(None) };
         // The time is this writer's now: a requested file already there is its own, from an
         // attempt whose answer was lost, unless another process took this writer for dead
@@ -662,7 +688,25 @@ pub(crate) async fn claim_with(table: &Table, action: Action, plan: impl PlanFn)
             let detail = "another process took this writer for gone and closed its instant".into();
             return Err(Error::CommitConflict { instant: time, detail });
         }
-        return Ok(Some(requested));
+        // An archival that began before the requested file existed may not have seen it, and
+        // may be moving the timeline's start past `time` (this writer was slow between reading
+        // the timeline and here): then `time` is given up for one after that archival's cutoff.
+        // The archival marks itself before it lists the timeline a last time, and this check
+        // follows the requested file: one of the two sees the other.
+        if let Some(cutoff) = archival_past(table, &time).await? {
+            log::info!(
+                "{}: an archival up to {cutoff} passed the claimed time {time}: claiming a later one",
+                table.uri()
+            );
+            table.storage().delete(&path).await?;
+            if action == Action::Compaction {
+                crate::services::slice_claims::release(table, &time, &path, &content).await?;
+            }
+            last = Some(cutoff.get(..17).unwrap_or(&cutoff).to_string()).max(last);
+            archived_past = true;
+            continue;
+        }
+        return Ok(Some((requested, archived_past)));
     }
     Err(Error::CommitConflict { instant: last.unwrap_or_default(), detail: "could not claim an instant time".into() })
 }
@@ -1023,7 +1067,7 @@ async fn undo_files_of(
 ) -> Result<(Vec<String>, Vec<FileInfo>)> {
     let time = target.time.as_str();
     let (mut deleted, mut added) = (Vec::new(), Vec::new());
-    let files = storage.list_recursive("").await?;
+    let files = storage.list_table().await?;
     let mut max_versions: std::collections::HashMap<(String, String, String), u32> = Default::default();
     let mut logs = Vec::new();
     for f in &files {

@@ -247,15 +247,19 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     };
     // A compaction of the metadata table carries the time of the data instant it follows,
     // suffixed (see `sync::compact_if_due`).
+    // The metadata table's own archived instants (older than its write timeline) completed too:
+    // its archival passes data cleans and rollbacks still on the data timeline (Java's rule).
+    let mdt_start = mdt.timeline().write_timeline_start().map(str::to_string);
     mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)));
     let have: HashSet<&str> = mdt.timeline().completed_data().map(|i| i.time.as_str()).collect();
+    let had = |time: &str| have.contains(time) || mdt_start.as_deref().is_some_and(|s| time < s);
     let pending_then: HashSet<&str> =
         mdt.config().raw.get(BUILT_PENDING_KEY).map(|p| p.split(',').collect()).unwrap_or_default();
     let missing = timeline
         .instants()
         .iter()
         .filter(|i| changes_files(i) && (i.time > built_at || pending_then.contains(i.time.as_str())))
-        .filter(|i| !have.contains(i.time.as_str()))
+        .filter(|i| !had(&i.time))
         .map(|i| i.time.clone());
     // A build whose `indexing` instant never completed left nothing a reader may use.
     let unfinished = (!completed(&built_at)).then(|| built_at.clone());
@@ -293,7 +297,26 @@ pub(crate) async fn archive_metadata_timeline(
     if !data.config().raw.contains_key(PARTITIONS_KEY) {
         return Ok(Vec::new());
     }
-    let Some(earliest) = data.timeline().instants().first().map(|i| i.time.clone()) else { return Ok(Vec::new()) };
+    // Java's `getEarliestInstantForMetadataArchival`: the earlier of the data timeline's first
+    // commit, deltacommit or replacecommit (any state) and its first pending instant. Not its
+    // first instant of any action: cleans and rollbacks stay active for up to 30 runs of their
+    // own, which would hold the metadata timeline back by hundreds of commits.
+    let timeline = data.timeline();
+    let first_commit = timeline.instants().iter().find(|i| {
+        matches!(
+            i.action,
+            Action::Commit
+                | Action::DeltaCommit
+                | Action::ReplaceCommit
+                | Action::Compaction
+                | Action::Clustering
+                | Action::LogCompaction
+        )
+    });
+    let first_pending = timeline.instants().iter().find(|i| !i.is_completed());
+    let Some(earliest) = [first_commit, first_pending].into_iter().flatten().map(|i| i.time.clone()).min() else {
+        return Ok(Vec::new());
+    };
     let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
     Ok(mdt.archive_before(config, Some(&earliest)).await?.archived)
 }
@@ -387,7 +410,7 @@ async fn file_entries(
 /// table before the old metadata table is removed.
 async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> {
     let storage = data.storage();
-    let files = data_files(storage.list_recursive("").await?);
+    let files = data_files(storage.list_table().await?);
     let mut by_index = file_entries(data, &files, &[], &config.shards).await?;
     let mut listing = entries::Entries::new(Index::Files);
     for f in &files {

@@ -35,7 +35,7 @@ impl Table {
             ValidationReport { present: true, missing_instants: mdt.missing.clone(), ..Default::default() };
         let mut listed = BTreeMap::new();
         let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
-        for f in data_files(self.storage().list_recursive("").await?) {
+        for f in data_files(self.storage().list_table().await?) {
             if self.is_committed_file(&f.path, &committed).await? {
                 listed.insert(f.path, f.size);
             }

@@ -30,9 +30,8 @@ use crate::table::Table;
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
 pub const MIN_COMMITS_KEY: &str = "hoodie.keep.min.commits";
 pub const MAX_COMMITS_KEY: &str = "hoodie.keep.max.commits";
-/// oxlake's own: `true` archives inline after every commit of a write (off unless set: archival
-/// must not race a writer paused between claiming its instant time and creating its requested
-/// file, which a lock would exclude and oxlake has none of yet).
+/// oxlake's own: `false` stops archiving inline after every commit of a write (on by default, as
+/// in Apache Hudi; `archive()` then archives on demand).
 pub const INLINE_KEY: &str = "oxlake.archive.inline";
 const DEFAULT_MIN_COMMITS: usize = 20;
 const DEFAULT_MAX_COMMITS: usize = 30;
@@ -122,13 +121,18 @@ impl Table {
             entries.push(archived::entry(&i.time, &file, path)?);
         }
         let blocks: Vec<LogBlock> = entries.chunks(archived::BATCH).map(archived::block).collect::<Result<_>>()?;
+        let cutoff = chosen.iter().map(|i| i.time.as_str()).max().unwrap_or_default().to_string();
+        // Marked before the timeline is listed a last time: a writer that claimed a time at or
+        // before the cutoff and creates its requested file after that listing sees the marker
+        // and takes a later time (`commit::claim_with`). Markers are pruned with claim markers.
+        let marker = format!("{}/{}_{cutoff}", crate::commit::ARCHIVING_DIR, crate::format::instant::now());
+        self.storage().put(&marker, Bytes::new()).await?;
         let file = write_archive_file(self, &blocks).await?;
         crate::commit::failpoint("archive-after-write");
         // What another process did since the choice: a savepoint of an archived commit, or an
         // instant claimed before the cutoff (a writer slow between its claim and its requested
         // file). Then nothing is deleted; the archive's entries of instants still active are
         // ignored by readers, and the next run archives them again.
-        let cutoff = chosen.iter().map(|i| i.time.as_str()).max().unwrap_or_default().to_string();
         self.reload().await?;
         let blocked = self
             .timeline()
@@ -164,7 +168,7 @@ impl Table {
         self.reload().await?;
         self.check_changeable()?;
         let (min, max) = (config.min_commits.to_string(), config.max_commits.to_string());
-        let inline = if inline { Some("true") } else { None };
+        let inline = if inline { None } else { Some("false") };
         self.set_properties(&[(MIN_COMMITS_KEY, Some(&min)), (MAX_COMMITS_KEY, Some(&max)), (INLINE_KEY, inline)]).await
     }
 

@@ -104,6 +104,26 @@ async fn orphaned(table: &Table, owner: &str, op: &CompactionOperation) -> Resul
     Ok(!plan.operations.iter().any(|o| o.partition_path == op.partition_path && o.file_id == op.file_id))
 }
 
+/// Gives back the slices the compaction at `time` took for its plan `plan` (stored at `path`),
+/// which it abandons before anyone saw it: each claim still holding `time` is removed.
+pub(crate) async fn release(table: &Table, time: &str, path: &str, plan: &[u8]) -> Result<()> {
+    let storage = table.storage();
+    for op in CompactionPlan::parse(path, plan)?.operations {
+        for generation in 0..MAX_GENERATIONS {
+            let claim = claim_path(&op, generation);
+            match storage.get_opt(&claim).await? {
+                Some(owner) if String::from_utf8_lossy(&owner).trim() == time => {
+                    storage.delete(&claim).await?;
+                    break;
+                }
+                Some(_) => {}
+                None => break,
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Removes the claims of slices compacted by instants older than `cutoff`: no compactor plans
 /// from a view that old.
 pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::aws::AmazonS3Builder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -22,6 +22,9 @@ use object_store::path::{Path, PathPart};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 
 use self::faults::FaultStore;
+
+/// Listings of partition folders run at once by [`Storage::list_table`].
+const LISTINGS_AT_ONCE: usize = 16;
 use self::retry::RetryStore;
 use url::Url;
 
@@ -223,6 +226,25 @@ impl Storage {
         let prefix = self.path(rel_dir);
         let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
         Ok(listing.common_prefixes.iter().map(|p| self.relative(p)).collect())
+    }
+
+    /// Lists every file of the table outside `.hoodie/` (data files and partition markers): the
+    /// root's own level, then each folder in it but `.hoodie` recursively, side by side. The
+    /// timeline's folder holds oxlake's and Apache Hudi's bookkeeping (claims, heartbeats,
+    /// archives, the metadata table), which grows with the table's age and never holds data.
+    pub async fn list_table(&self) -> Result<Vec<FileInfo>> {
+        let prefix = self.path("");
+        let root = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage("", e))?;
+        let mut files: Vec<FileInfo> = root.objects.iter().map(|m| self.file_info(m)).collect();
+        let dirs: Vec<String> =
+            root.common_prefixes.iter().map(|p| self.relative(p)).filter(|d| d != ".hoodie").collect();
+        let nested: Vec<Vec<FileInfo>> = futures::stream::iter(dirs)
+            .map(|d| async move { self.list_recursive(&d).await })
+            .buffered(LISTINGS_AT_ONCE)
+            .try_collect()
+            .await?;
+        files.extend(nested.into_iter().flatten());
+        Ok(files)
     }
 
     /// Lists every file under a directory, recursively.

@@ -67,7 +67,7 @@ pub struct FileSystemView {
 impl FileSystemView {
     /// Lists the table once and keeps the files whose instant is committed.
     pub async fn load(storage: &Storage, timeline: &Timeline, partitioned: bool) -> Result<Self> {
-        Ok(Self::from_files(storage.list_recursive("").await?, timeline, partitioned))
+        Ok(Self::from_files(storage.list_table().await?, timeline, partitioned))
     }
 
     /// The view of a listing of the table's files (from storage, or from the metadata table's

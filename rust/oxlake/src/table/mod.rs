@@ -65,17 +65,18 @@ impl Table {
         Ok(Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() })
     }
 
-    /// Opens the table together with a listing of all its files: `hoodie.properties` and one
-    /// recursive listing read side by side, the timeline taken from that listing (one round trip
-    /// where [`Table::open`] and then a listing take three). For small tables read whole, as the
-    /// metadata table is.
+    /// Opens the table together with a listing of its files (see [`Storage::list_table`]):
+    /// `hoodie.properties`, the timeline's folder and the table's files listed side by side (two
+    /// round trips where [`Table::open`] and then a listing take four). For small tables read
+    /// whole, as the metadata table is.
     pub async fn open_listed(uri: &str, options: TableOptions) -> Result<(Self, Vec<FileInfo>)> {
         let storage = Storage::open(uri, &options.storage_options)?;
-        let (properties, files) = futures::try_join!(storage.get_opt(PROPERTIES_FILE), storage.list_recursive(""))?;
+        let (properties, timeline_files, files) =
+            futures::try_join!(storage.get_opt(PROPERTIES_FILE), storage.list_dir(".hoodie"), storage.list_table())?;
         let config = parse_properties(&storage, properties)?;
-        let dir = format!("{}/", config.timeline_dir());
-        // The timeline's own files: those directly in its directory.
-        let names = files.iter().filter_map(|f| f.path.strip_prefix(&dir).filter(|name| !name.contains('/')));
+        let dir = config.timeline_dir();
+        let timeline_files = if dir == ".hoodie" { timeline_files } else { storage.list_dir(&dir).await? };
+        let names = timeline_files.iter().filter_map(|f| f.path.rsplit('/').next());
         let timeline = Timeline::from_file_names(names, config.timeline_dir(), config.layout_version);
         let data_schema = resolve_schema(&storage, &config, &timeline).await?;
         let table = Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() };

@@ -178,7 +178,7 @@ pub(crate) async fn plan(
                 }
             }
             for (partition, rows) in rows_by_partition {
-                assign_inserts(&mut plan, &partition, rows, &[], &targets, per_file, config);
+                assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
             }
         }
         WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete => {
@@ -205,7 +205,7 @@ pub(crate) async fn plan(
                 }
                 if !deletes {
                     let small = small_candidates.get(&partition).map(Vec::as_slice).unwrap_or(&[]);
-                    assign_inserts(&mut plan, &partition, missing, small, &targets, per_file, config);
+                    assign_inserts(&mut plan, &partition, missing, small, per_file, config);
                 }
             }
         }
@@ -246,13 +246,15 @@ async fn records_per_file(table: &Table, incoming: Option<&Arc<Incoming>>, confi
 }
 
 /// Inserts go to small files of the partition first (merged into work already planned for them),
-/// then to new file groups of `per_file` records.
+/// then to new file groups of `per_file` records. Always into base files, never logs: on
+/// merge-on-read tables a small file taking inserts has no logs and is rewritten with them, its
+/// updates included (Apache Hudi's "small file corrections"), because Java's default indexes
+/// (bloom, simple) look up keys in base files only and would duplicate a key kept in a log.
 fn assign_inserts(
     plan: &mut WritePlan,
     partition: &str,
     rows: Vec<u32>,
     files: &[BaseFile],
-    targets: &HashMap<FileGroupId, LogTarget>,
     per_file: u64,
     config: &WriteConfig,
 ) {
@@ -267,12 +269,15 @@ fn assign_inserts(
             continue;
         }
         match plan.work.iter_mut().find(|w| w.partition == partition && w.file_id == f.name.file_id) {
-            Some(w) => w.inserts.extend(take),
+            Some(w) => {
+                w.inserts.extend(take);
+                w.log = None;
+            }
             None => plan.work.push(FileWork {
                 partition: partition.to_string(),
                 file_id: f.name.file_id.clone(),
                 old: Some(f.clone()),
-                log: targets.get(&(partition.to_string(), f.name.file_id.clone())).cloned(),
+                log: None,
                 changes: Changes::new(),
                 deletes: false,
                 inserts: take,
