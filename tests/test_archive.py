@@ -316,3 +316,46 @@ def test_a_writer_slow_between_claiming_its_time_and_its_requested_file_is_never
     assert [r["id"] for r in rows(t.scan())] == [*range(9), 1000]
     assert [r["id"] for r in rows(hudi_read(table_path))] == [*range(9), 1000]
     assert all(i.state == "completed" for i in t.timeline()), "the abandoned time left nothing pending"
+
+
+def test_a_writer_that_completes_while_an_archival_chooses_is_never_archived_around(
+    table_path: str, tmp_path: Path
+) -> None:
+    """Found by the concurrency stress test: a writer that claimed its time long ago creates its
+    requested file before the archival marks itself (so it sees no marker and goes on) and
+    completes before the archival lists the timeline again. The archival must not delete the
+    commits it chose around that one: left active after archived commits, the archived ones'
+    files would read as uncommitted."""
+    from conftest import run_paused
+
+    t = trips_table(table_path)
+    t.set_archival(2, 3, inline=False)
+    t.upsert(trips([0], ts=0))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    write = (
+        "import sys, oxlake; from conftest import trips; "
+        "oxlake.Table(sys.argv[1]).upsert(trips([1000], ts=99))"
+    )
+    (tmp_path / "w").mkdir()
+    (tmp_path / "a").mkdir()
+    writer = run_paused(table_path, "after-claim", write, tmp_path / "w", env)
+    try:
+        for n in range(1, 9):
+            t.upsert(trips([n], ts=n))
+        archive = "import sys, oxlake; print(len(oxlake.Table(sys.argv[1]).archive()))"
+        archiver = run_paused(table_path, "archive-before-mark", archive, tmp_path / "a", env)
+        try:
+            (tmp_path / "w" / "resume").touch()
+            assert writer.wait(timeout=120) == 0, writer.communicate()
+        finally:
+            (tmp_path / "a" / "resume").touch()
+            out = archiver.communicate(timeout=120)
+            assert archiver.returncode == 0, out
+    finally:
+        (tmp_path / "w" / "resume").touch()
+    expected = [*range(9), 1000]
+    t = oxlake.Table(table_path)
+    assert [r["id"] for r in rows(t.scan())] == expected
+    t.archive()
+    assert [r["id"] for r in rows(oxlake.Table(table_path).scan())] == expected
+    assert [r["id"] for r in rows(hudi_read(table_path))] == expected

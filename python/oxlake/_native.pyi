@@ -46,7 +46,12 @@ class Table:
     def lookup(self, keys: object, columns: list[str] | None = None) -> RecordBatchStream: ...
     def validate(self) -> tuple[bool, list[str], list[str]]: ...
     def write(
-        self, operation: str, data: Any, target_file_size: int | None = None, conflict_retries: int = 0
+        self,
+        operation: str,
+        data: Any,
+        target_file_size: int | None = None,
+        conflict_retries: int = 0,
+        schema_mode: str = "strict",
     ) -> tuple[str | None, int, int, int, list[str]]: ...
     def scan(
         self,

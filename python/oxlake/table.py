@@ -356,39 +356,72 @@ class Table:
     # -- writes -----------------------------------------------------------------------------
 
     def _write(
-        self, operation: str, data: Any, target_file_size: int | None, conflict_retries: int = 0
+        self,
+        operation: str,
+        data: Any,
+        target_file_size: int | None,
+        conflict_retries: int = 0,
+        schema_mode: str | None = None,
     ) -> WriteResult:
         stream = _arrow_stream(data)
-        instant, ins, upd, dels, files = self._t.write(operation, stream, target_file_size, conflict_retries)
+        instant, ins, upd, dels, files = self._t.write(
+            operation, stream, target_file_size, conflict_retries, schema_mode or "strict"
+        )
         return WriteResult(instant, ins, upd, dels, list(files))
 
     # `conflict_retries`: a write that loses a conflict with another writer (CommitConflictError:
     # the same file groups or keys committed first) is planned and written again, against the
     # table as it is then, up to this many times before the error is raised.
+    #
+    # `schema_mode`: None (strict, the default) keeps the table's schema: a column the table
+    # lacks, or a table column missing from `data`, is a SchemaMismatchError, and values are
+    # stored in the table's types only where each fits exactly. "merge" evolves the schema by
+    # Apache Hudi's rules: new nullable columns (nested ones too) are added, types widened
+    # (int -> long/float/double/string, long -> float/double/string, float -> double/string,
+    # double -> string, bytes <-> string, date -> string, wider decimals), and table columns
+    # missing from `data` are null in its rows. Anything else is a SchemaMismatchError naming
+    # the column and both types; the table is left as it was.
 
     def insert(
-        self, data: Any, *, target_file_size: int | None = None, conflict_retries: int = 0
+        self,
+        data: Any,
+        *,
+        target_file_size: int | None = None,
+        conflict_retries: int = 0,
+        schema_mode: str | None = None,
     ) -> WriteResult:
-        """Adds records (duplicate keys in `data` are combined by the ordering field first)."""
-        return self._write("insert", data, target_file_size, conflict_retries)
+        """Adds records (duplicate keys in `data` are combined by the ordering field first).
+        `schema_mode="merge"` evolves the table's schema to take `data`'s (see above)."""
+        return self._write("insert", data, target_file_size, conflict_retries, schema_mode)
 
     def upsert(
-        self, data: Any, *, target_file_size: int | None = None, conflict_retries: int = 0
+        self,
+        data: Any,
+        *,
+        target_file_size: int | None = None,
+        conflict_retries: int = 0,
+        schema_mode: str | None = None,
     ) -> WriteResult:
-        """Updates records whose key exists and inserts the others."""
-        return self._write("upsert", data, target_file_size, conflict_retries)
+        """Updates records whose key exists and inserts the others. `schema_mode="merge"`
+        evolves the table's schema to take `data`'s; the columns `data` lacks are then null in
+        the rows written (also in updated ones: not a partial update)."""
+        return self._write("upsert", data, target_file_size, conflict_retries, schema_mode)
 
     def delete(self, data: Any, *, conflict_retries: int = 0) -> WriteResult:
         """Deletes the records whose keys are in `data` (record key and partition columns)."""
         return self._write("delete", data, None, conflict_retries)
 
-    def insert_overwrite(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+    def insert_overwrite(
+        self, data: Any, *, target_file_size: int | None = None, schema_mode: str | None = None
+    ) -> WriteResult:
         """Replaces every partition present in `data` with `data`."""
-        return self._write("insert_overwrite", data, target_file_size)
+        return self._write("insert_overwrite", data, target_file_size, 0, schema_mode)
 
-    def insert_overwrite_table(self, data: Any, *, target_file_size: int | None = None) -> WriteResult:
+    def insert_overwrite_table(
+        self, data: Any, *, target_file_size: int | None = None, schema_mode: str | None = None
+    ) -> WriteResult:
         """Replaces the whole table with `data`."""
-        return self._write("insert_overwrite_table", data, target_file_size)
+        return self._write("insert_overwrite_table", data, target_file_size, 0, schema_mode)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 
 use crate::error::{Error, Result};
 
+pub mod evolve;
+
 pub const COMMIT_TIME: &str = "_hoodie_commit_time";
 pub const COMMIT_SEQNO: &str = "_hoodie_commit_seqno";
 pub const RECORD_KEY: &str = "_hoodie_record_key";
@@ -120,7 +122,7 @@ pub fn normalize(schema: &Schema) -> Result<SchemaRef> {
     Ok(Arc::new(Schema::new(fields)))
 }
 
-fn normalize_field(f: &Field) -> Result<Field> {
+pub(crate) fn normalize_field(f: &Field) -> Result<Field> {
     let t = normalize_type(f.name(), f.data_type())?;
     Ok(Field::new(f.name(), t, f.is_nullable()))
 }
@@ -383,9 +385,10 @@ fn decimal_size(precision: u8) -> usize {
     (1..=16).find(|n| 10f64.powi(precision as i32) < 2f64.powi(8 * *n as i32 - 1)).unwrap_or(16)
 }
 
-/// Makes a batch of an older file (or a log block) match the table schema: columns by name, cast
-/// where types differ (only where every value survives: a value the cast would change is an error,
-/// never a null or a rounded value), absent columns as nulls.
+/// Makes a batch of an older file (or a log block) match the table schema: columns by name, types
+/// the schema evolved by promotion cast as Apache Hudi reads them, other differences cast only
+/// where every value survives (a value the cast would change is an error, never a null or a
+/// rounded value), absent columns and struct fields as nulls (see [`evolve::project`]).
 pub fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     if batch.schema() == *schema {
         return Ok(batch.clone());
@@ -394,8 +397,7 @@ pub fn align(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
         .fields()
         .iter()
         .map(|f| match batch.column_by_name(f.name()) {
-            Some(c) if c.data_type() == f.data_type() => Ok(c.clone()),
-            Some(c) => cast_exact(c, f.data_type(), f.name()),
+            Some(c) => evolve::project(c, f.data_type(), f.name()),
             None => Ok(new_null_array(f.data_type(), batch.num_rows())),
         })
         .collect::<Result<Vec<_>>>()?;
@@ -457,13 +459,14 @@ pub fn conform_known(batch: &RecordBatch, target: &SchemaRef) -> Result<RecordBa
 /// A column of a write's input as the table field `to`: the kinds must agree, and every value
 /// must survive the cast.
 fn cast_input(c: &ArrayRef, to: &Field) -> Result<ArrayRef> {
-    if c.data_type() == to.data_type() {
-        return Ok(c.clone());
-    }
-    if !same_kind(c.data_type(), to.data_type()) {
-        return Err(mismatch(to.name(), c.data_type(), to.data_type(), "different kinds of value"));
-    }
-    cast_exact(c, to.data_type(), to.name())
+    // Nested columns field by field by name (struct fields the input lacks are null: the table
+    // evolved past it, see `evolve`), leaves exactly.
+    evolve::walk(c, to.data_type(), to.name(), &|c, to, column| {
+        if !same_kind(c.data_type(), to) {
+            return Err(mismatch(column, c.data_type(), to, "different kinds of value"));
+        }
+        cast_exact(c, to, column)
+    })
 }
 
 /// Whether values of type `from` may be stored in a column of type `to` at all (their exactness is

@@ -264,6 +264,14 @@ impl Timeline {
     }
 }
 
+/// Whether `error` is a timeline file gone between listing the timeline and reading it: archived
+/// (or rolled back) by another process meanwhile. A table service that meets it starts again on
+/// the timeline as it is then.
+pub(crate) fn archived_meanwhile(error: &crate::error::Error) -> bool {
+    matches!(error, crate::error::Error::Storage { path, source: object_store::Error::NotFound { .. } }
+        if path.starts_with(".hoodie/") && !path.starts_with(".hoodie/oxlake/"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

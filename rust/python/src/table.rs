@@ -217,7 +217,7 @@ impl PyTable {
     // ---- writes ---------------------------------------------------------------------------
 
     /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).
-    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0))]
+    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict"))]
     fn write(
         &self,
         py: Python<'_>,
@@ -225,11 +225,17 @@ impl PyTable {
         data: Bound<'_, PyAny>,
         target_file_size: Option<u64>,
         conflict_retries: u32,
+        schema_mode: &str,
     ) -> PyResult<WriteSummary> {
         let op = WriteOperation::parse(operation)
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
+        let schema_mode = oxlake::schema::evolve::SchemaMode::parse(schema_mode).map_err(crate::errors::to_py)?;
         let batches = import_batches(&data)?;
-        let config = WriteConfig { conflict_retries, ..WriteConfig::default().with_target_file_size(target_file_size) };
+        let config = WriteConfig {
+            conflict_retries,
+            schema_mode,
+            ..WriteConfig::default().with_target_file_size(target_file_size)
+        };
         let inner = self.inner.clone();
         let r = run(py, async move {
             let mut t = inner.lock().await;

@@ -52,6 +52,11 @@ pub(crate) struct Footprint {
     key_hashes: Option<BTreeSet<u64>>,
     /// Partitions the written keys fall in.
     key_partitions: BTreeSet<String>,
+    /// Evolves the table's schema: meets every other pending write, so that of two overlapping
+    /// commits the later one records the schema with this one's change (see
+    /// `Transaction::reconcile_schema`).
+    #[serde(default)]
+    pub(crate) evolves_schema: bool,
 }
 
 impl Footprint {
@@ -68,6 +73,7 @@ impl Footprint {
             replaces: !metadata.partition_to_replace_file_ids.is_empty(),
             key_hashes,
             key_partitions: keys.written.iter().filter(|(_, _, k)| !k.is_empty()).map(|(p, _, _)| p.clone()).collect(),
+            evolves_schema: false,
         }
     }
 
@@ -155,7 +161,7 @@ pub(crate) async fn check_intents(table: &Table, time: &str, ours: &Footprint) -
         }
         let Some(bytes) = storage.get_opt(&intent_path(&other)).await? else { continue };
         let theirs: Footprint = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(intent_path(&other), e))?;
-        if !ours.meets(&theirs) {
+        if !ours.meets(&theirs) && !ours.evolves_schema && !theirs.evolves_schema {
             continue;
         }
         let pending = table.timeline().pending().find(|i| i.time == other).cloned();

@@ -102,6 +102,8 @@ pub struct Transaction {
     services: HashSet<String>,
     /// The attempt at this instant time (see [`fate`]): rollbacks of earlier attempts finished.
     epoch: u32,
+    /// The table's schema when the write began: a commit recording another evolves it.
+    schema_at_begin: arrow::datatypes::SchemaRef,
     heartbeat: Option<JoinHandle<()>>,
 }
 
@@ -182,7 +184,8 @@ impl Transaction {
         let epoch = fate::current_epoch(table, &time).await?;
         let heartbeat = Some(spawn_heartbeat(storage.clone(), time, table.options().heartbeat_interval));
         let services = services_seen(table);
-        let tx = Transaction { instant: requested, seen, services, epoch, heartbeat };
+        let schema_at_begin = table.data_schema();
+        let tx = Transaction { instant: requested, seen, services, epoch, schema_at_begin, heartbeat };
         let inflight = tx.instant.with_state(State::Inflight);
         let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
         table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
@@ -210,7 +213,8 @@ impl Transaction {
         let epoch = fate::current_epoch(table, time).await?;
         let heartbeat = Some(spawn_heartbeat(storage.clone(), time.to_string(), table.options().heartbeat_interval));
         let services = services_seen(table);
-        let tx = Transaction { instant: requested, seen, services, epoch, heartbeat };
+        let schema_at_begin = table.data_schema();
+        let tx = Transaction { instant: requested, seen, services, epoch, schema_at_begin, heartbeat };
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         Ok(tx)
     }
@@ -225,7 +229,15 @@ impl Transaction {
         let heartbeat =
             Some(spawn_heartbeat(storage.clone(), requested.time.clone(), table.options().heartbeat_interval));
         let services = services_seen(table);
-        let tx = Transaction { instant: requested.with_state(State::Requested), seen, services, epoch, heartbeat };
+        let schema_at_begin = table.data_schema();
+        let tx = Transaction {
+            instant: requested.with_state(State::Requested),
+            seen,
+            services,
+            epoch,
+            schema_at_begin,
+            heartbeat,
+        };
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         failpoint("after-inflight");
         Ok(tx)
@@ -258,7 +270,8 @@ impl Transaction {
         let epoch = fate::current_epoch(table, &instant.time).await?;
         let heartbeat = Some(spawn_heartbeat(storage, instant.time.clone(), table.options().heartbeat_interval));
         // Cleans since the hand-over are not known: every completed one counts as possibly later.
-        Ok(Transaction { instant, seen: token.seen, services: HashSet::new(), epoch, heartbeat })
+        let schema_at_begin = table.data_schema();
+        Ok(Transaction { instant, seen: token.seen, services: HashSet::new(), epoch, schema_at_begin, heartbeat })
     }
 
     /// The attempt at this instant time: 0 unless earlier attempts were rolled back (a compaction
@@ -296,6 +309,11 @@ impl Transaction {
             let e = self.lost_to_service(table, e).await;
             return Err(self.fail(table, e).await);
         }
+        let reconciled = match self.reconcile_schema(table, metadata).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail(table, e).await),
+        };
+        let metadata = reconciled.as_ref().unwrap_or(metadata);
         if self.instant.action != Action::Indexing {
             let added: Vec<FileInfo> = metadata
                 .write_stats()
@@ -473,7 +491,8 @@ impl Transaction {
         keys: &crate::metadata::KeyChanges,
     ) -> Result<()> {
         let time = self.instant.time.as_str();
-        let footprint = conflicts::Footprint::of(metadata, keys);
+        let mut footprint = conflicts::Footprint::of(metadata, keys);
+        footprint.evolves_schema = metadata.arrow_schema()?.is_some_and(|s| s != self.schema_at_begin);
         // The metadata table's deltacommits only append log files, each its own: they never
         // overlap (its writers are serialized by the data table's commits).
         let appends_only = table.is_metadata_table() && self.instant.action == Action::DeltaCommit;
@@ -507,6 +526,41 @@ impl Transaction {
                 }
             }
         }
+    }
+
+    /// The schema this commit records, once its checks passed: the table's as the latest commit
+    /// left it, with this write's evolution (`schema::evolve`) on top. `None`: `metadata` records
+    /// it already (or records none: the metadata table's commits). A write that evolves the schema
+    /// conflicts with a later instant that completed first (that one's schema lacks the change,
+    /// and the latest commit's schema is the table's); overlapping pending commits were ordered by
+    /// [`conflicts::check_intents`] (a schema-evolving footprint meets every other).
+    async fn reconcile_schema(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<CommitMetadata>> {
+        let Some(mine) = metadata.arrow_schema()? else { return Ok(None) };
+        if table.is_metadata_table() {
+            return Ok(None);
+        }
+        let committed = crate::table::committed_schema(table.storage(), table.timeline())
+            .await?
+            .unwrap_or_else(|| self.schema_at_begin.clone());
+        if mine == committed {
+            return Ok(None);
+        }
+        let time = self.instant.time.clone();
+        let cfg = table.config();
+        let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
+        let merged = crate::schema::evolve::evolve(&committed, &mine, crate::schema::evolve::SchemaMode::Merge, &fixed)
+            .map_err(|e| Error::CommitConflict {
+                instant: time.clone(),
+                detail: format!("another commit changed the schema meanwhile: {e}"),
+            })?;
+        if merged != committed
+            && let Some(later) = table.timeline().completed_data().find(|i| i.time > time)
+        {
+            return Err(conflict(&later.time, "completed first without this write's schema change"));
+        }
+        let mut out = metadata.clone();
+        out.set_schema(&merged, &cfg.name)?;
+        Ok(Some(out))
     }
 
     async fn stop_heartbeat(&mut self, storage: &Storage) -> Result<()> {

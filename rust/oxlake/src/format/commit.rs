@@ -67,6 +67,21 @@ impl CommitMetadata {
 
     /// Key of the writer schema in `extraMetadata`.
     pub const SCHEMA_KEY: &'static str = "schema";
+    /// Key of oxlake's exact Arrow schema of the table as this commit leaves it (base64 IPC).
+    pub const ARROW_SCHEMA_KEY: &'static str = "oxlake.arrow.schema";
+
+    /// Records `schema` (no meta fields) as the table's schema after this commit: Apache Hudi's
+    /// Avro writer schema and oxlake's exact Arrow schema.
+    pub fn set_schema(&mut self, schema: &arrow::datatypes::Schema, table_name: &str) -> crate::error::Result<()> {
+        self.extra_metadata.insert(Self::SCHEMA_KEY.into(), crate::schema::to_avro(schema, table_name)?);
+        self.extra_metadata.insert(Self::ARROW_SCHEMA_KEY.into(), crate::schema::encode_arrow_schema(schema));
+        Ok(())
+    }
+
+    /// The Arrow schema this commit records, if it records one.
+    pub fn arrow_schema(&self) -> crate::error::Result<Option<arrow::datatypes::SchemaRef>> {
+        self.extra_metadata.get(Self::ARROW_SCHEMA_KEY).map(|t| crate::schema::decode_arrow_schema(t)).transpose()
+    }
 
     /// Parses layout-1 JSON metadata; an empty file gives empty metadata (a requested instant).
     pub fn from_json(path: &str, bytes: &[u8]) -> Result<Self> {

@@ -125,6 +125,7 @@ impl Table {
         // Marked before the timeline is listed a last time: a writer that claimed a time at or
         // before the cutoff and creates its requested file after that listing sees the marker
         // and takes a later time (`commit::claim_with`). Markers are pruned with claim markers.
+        crate::commit::failpoint("archive-before-mark");
         let marker = format!("{}/{}_{cutoff}", crate::commit::ARCHIVING_DIR, crate::format::instant::now());
         self.storage().put(&marker, Bytes::new()).await?;
         let file = write_archive_file(self, &blocks).await?;
@@ -133,12 +134,17 @@ impl Table {
         // instant claimed before the cutoff (a writer slow between its claim and its requested
         // file). Then nothing is deleted; the archive's entries of instants still active are
         // ignored by readers, and the next run archives them again.
+        let chosen_from = self.timeline().clone();
         self.reload().await?;
-        let blocked = self
-            .timeline()
-            .instants()
-            .iter()
-            .find(|i| i.time.as_str() <= cutoff.as_str() && (!i.is_completed() || i.action == Action::Savepoint));
+        // Also an instant at or before the cutoff that was not on the timeline the choice was
+        // made from, even completed since: a writer that claimed its time before the cutoff,
+        // then created its requested file (before this archival's marker, so it went on) and
+        // completed, all between the choice and this listing. Archiving past it would leave it
+        // active after archived commits, whose files would then read as uncommitted.
+        let blocked = self.timeline().instants().iter().find(|i| {
+            i.time.as_str() <= cutoff.as_str()
+                && (!i.is_completed() || i.action == Action::Savepoint || !chosen_from.instants().contains(i))
+        });
         if let Some(b) = blocked.cloned() {
             log::info!(
                 "{}: archival stopped: {} {} {} appeared at or before {cutoff}",

@@ -134,6 +134,16 @@ impl Table {
 
     /// [`Table::clean`], counting the files deleted on `progress`.
     pub async fn clean_with(&mut self, policy: CleanPolicy, progress: Option<Arc<Progress>>) -> Result<CleanResult> {
+        match self.clean_once(policy, progress.clone()).await {
+            Err(e) if crate::timeline::archived_meanwhile(&e) => {
+                log::info!("{}: clean: {e}; again on the timeline as it is now", self.uri());
+                self.clean_once(policy, progress).await
+            }
+            other => other,
+        }
+    }
+
+    async fn clean_once(&mut self, policy: CleanPolicy, progress: Option<Arc<Progress>>) -> Result<CleanResult> {
         self.reload().await?;
         crate::commit::rollback_failed(self).await?;
         let mut result = CleanResult::default();

@@ -239,6 +239,16 @@ struct JavaSliceInfo {
 impl Table {
     /// Rewrites small file groups into fewer, sorted ones (see the module docs).
     pub async fn cluster(&mut self, config: &ClusteringConfig) -> Result<ClusteringResult> {
+        match self.cluster_once(config).await {
+            Err(e) if crate::timeline::archived_meanwhile(&e) => {
+                log::info!("{}: clustering: {e}; again on the timeline as it is now", self.uri());
+                self.cluster_once(config).await
+            }
+            other => other,
+        }
+    }
+
+    async fn cluster_once(&mut self, config: &ClusteringConfig) -> Result<ClusteringResult> {
         self.reload().await?;
         crate::commit::rollback_failed(self).await?;
         let schema = self.data_schema();
@@ -262,9 +272,7 @@ impl Table {
         };
         crate::commit::failpoint("cluster-before-commit");
         let mut metadata = CommitMetadata { operation_type: Some(CLUSTER.into()), ..Default::default() };
-        metadata
-            .extra_metadata
-            .insert(CommitMetadata::SCHEMA_KEY.into(), crate::schema::to_avro(&schema, &self.config().name)?);
+        metadata.set_schema(&schema, &self.config().name)?;
         let mut result = ClusteringResult::default();
         for (partition, id) in plan.file_groups() {
             metadata.partition_to_replace_file_ids.entry(partition).or_default().push(id);

@@ -177,6 +177,16 @@ impl Table {
     /// Compacts merge-on-read file slices: executes pending compaction plans, then schedules and
     /// executes a new one over every slice with enough log files. Returns what was compacted.
     pub async fn compact(&mut self, config: &CompactionConfig) -> Result<CompactionResult> {
+        match self.compact_once(config).await {
+            Err(e) if crate::timeline::archived_meanwhile(&e) => {
+                log::info!("{}: compaction: {e}; again on the timeline as it is now", self.uri());
+                self.compact_once(config).await
+            }
+            other => other,
+        }
+    }
+
+    async fn compact_once(&mut self, config: &CompactionConfig) -> Result<CompactionResult> {
         if self.config().table_type != TableType::MergeOnRead {
             return Err(Error::invalid_arg("compact", "only merge-on-read tables have log files to compact"));
         }
@@ -345,9 +355,7 @@ async fn execute(
         Err(e) => return Err(tx.fail(table, e).await),
     };
     let mut metadata = CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
-    metadata
-        .extra_metadata
-        .insert(CommitMetadata::SCHEMA_KEY.into(), crate::schema::to_avro(&table.data_schema(), &table.config().name)?);
+    metadata.set_schema(&table.data_schema(), &table.config().name)?;
     for (partition, stat) in stats {
         result.records += stat.num_writes as u64;
         metadata.partition_to_write_stats.entry(partition).or_default().push(stat);

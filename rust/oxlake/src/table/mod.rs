@@ -23,6 +23,9 @@ use fs_view::{FileGroupId, FileSystemView};
 
 /// oxlake's own property holding the exact Arrow schema of the data (base64 Arrow IPC).
 pub const ARROW_SCHEMA_KEY: &str = "oxlake.table.arrow.schema";
+/// Set once a write evolved the table's schema: from then on the schema is the one the latest
+/// commit records (see [`committed_schema`]), and `ARROW_SCHEMA_KEY` the one the table was created with.
+pub const SCHEMA_EVOLVED_KEY: &str = "oxlake.table.schema.evolved";
 
 /// How a process works with a table; nothing here is stored in the table.
 #[derive(Clone, Debug)]
@@ -114,6 +117,13 @@ impl Table {
         if timeline == self.timeline {
             return Ok(());
         }
+        if !self.config.raw.contains_key(SCHEMA_EVOLVED_KEY) && !self.is_metadata_table() {
+            // Another process may have evolved the schema since this one read the properties.
+            let config = parse_properties(&self.storage, self.storage.get_opt(PROPERTIES_FILE).await?)?;
+            if config.raw.contains_key(SCHEMA_EVOLVED_KEY) {
+                self.config = config;
+            }
+        }
         self.data_schema = resolve_schema(&self.storage, &self.config, &timeline).await?;
         self.timeline = timeline;
         self.metadata = MetadataCache::default();
@@ -149,6 +159,12 @@ impl Table {
     /// The data columns (no meta fields).
     pub fn data_schema(&self) -> SchemaRef {
         self.data_schema.clone()
+    }
+
+    /// Sets the schema a write in progress writes its files with (evolved from the table's, see
+    /// `schema::evolve`); the next reload takes the committed one again.
+    pub(crate) fn set_write_schema(&mut self, schema: SchemaRef) {
+        self.data_schema = schema;
     }
 
     /// The schema of the base files and of reads: meta fields, then the data columns.
@@ -315,6 +331,11 @@ fn parse_properties(storage: &Storage, text: Option<Bytes>) -> Result<TableConfi
 }
 
 async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<SchemaRef> {
+    if config.raw.contains_key(SCHEMA_EVOLVED_KEY)
+        && let Some(schema) = committed_schema(storage, timeline).await?
+    {
+        return Ok(schema);
+    }
     if let Some(text) = config.raw.get(ARROW_SCHEMA_KEY) {
         return schema::decode_arrow_schema(text);
     }
@@ -334,6 +355,20 @@ async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Time
         Some(avro) => schema::normalize(schema::from_avro(avro)?.as_ref()),
         None => Err(Error::unsupported(format!("{}: no schema (no data file and no create schema)", storage.uri()))),
     }
+}
+
+/// The schema recorded by the latest completed commit that records one (oxlake's Arrow schema in
+/// its extra metadata, [`crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY`]): the schema of
+/// a table whose writes evolve it. A rollback or restore of an evolving commit takes its schema
+/// back with it.
+pub(crate) async fn committed_schema(storage: &Storage, timeline: &Timeline) -> Result<Option<SchemaRef>> {
+    for instant in timeline.completed_data().collect::<Vec<_>>().into_iter().rev() {
+        let meta = timeline.commit_metadata(storage, instant).await?;
+        if let Some(text) = meta.extra_metadata.get(crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY) {
+            return schema::decode_arrow_schema(text).map(Some);
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

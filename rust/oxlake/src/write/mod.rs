@@ -24,6 +24,7 @@ use crate::format::commit::CommitMetadata;
 use crate::format::instant::Action;
 use crate::keys::{KeySpec, Partitions};
 use crate::schema;
+use crate::schema::evolve::SchemaMode;
 use crate::table::Table;
 
 pub use base_file::base_file_properties;
@@ -140,7 +141,7 @@ impl Table {
         config: &WriteConfig,
     ) -> Result<WriteResult> {
         self.check_writable()?;
-        let Some(incoming) = prepare(self, op, batches)? else {
+        let Some(incoming) = prepare(self, op, batches, config.schema_mode)? else {
             if op != WriteOperation::InsertOverwriteTable {
                 return Ok(WriteResult::default());
             }
@@ -182,6 +183,10 @@ impl Table {
         config: &WriteConfig,
     ) -> Result<WriteResult> {
         let tx = self.begin_write(op).await?;
+        let incoming = match self.adopt_write_schema(op, incoming).await {
+            Ok(incoming) => incoming,
+            Err(e) => return Err(tx.fail(self, e).await),
+        };
         let files = match self.write_files_in(op, incoming.as_ref(), tx.time(), config).await {
             Ok(files) => files,
             Err(e) => {
@@ -194,6 +199,42 @@ impl Table {
             self.compact_inline(config).await;
         }
         Ok(result)
+    }
+
+    /// The schema this write writes its files with: its input's (checked and evolved against the
+    /// table as it was then, see `keyed`), reconciled with the table's as it is now that the
+    /// write's instant is claimed (another write may have evolved it meanwhile: columns the input
+    /// lacks are null in its rows). An evolving write marks the table's properties first (see
+    /// `table::SCHEMA_EVOLVED_KEY`), so that every reader resolves the schema from the commits.
+    async fn adopt_write_schema(
+        &mut self,
+        op: WriteOperation,
+        incoming: Option<Arc<Incoming>>,
+    ) -> Result<Option<Arc<Incoming>>> {
+        let Some(incoming) = incoming else { return Ok(None) };
+        let (current, mine) = (self.data_schema(), incoming.batch.schema());
+        if op == WriteOperation::Delete || mine == current {
+            return Ok(Some(incoming));
+        }
+        let cfg = self.config();
+        let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
+        let target = schema::evolve::evolve(&current, &mine, SchemaMode::Merge, &fixed)?;
+        if target != current && !self.config().raw.contains_key(crate::table::SCHEMA_EVOLVED_KEY) {
+            self.set_properties(&[(crate::table::SCHEMA_EVOLVED_KEY, Some("true"))]).await?;
+        }
+        let incoming = if target == mine {
+            incoming
+        } else {
+            let batch = schema::conform(&incoming.batch, &target)?;
+            Arc::new(Incoming {
+                batch,
+                keys: incoming.keys.clone(),
+                partitions: incoming.partitions.clone(),
+                ordering: incoming.ordering.clone(),
+            })
+        };
+        self.set_write_schema(target);
+        Ok(Some(incoming))
     }
 
     // ---- a write in three calls, for writers spread over processes (Spark) -----------------
@@ -222,7 +263,7 @@ impl Table {
         if !self.timeline().pending().any(|i| i.time == instant && i.action == op.action(self.config().table_type)) {
             return Err(Error::invalid_arg("instant", format!("{instant} is not a pending write of this table")));
         }
-        let incoming = prepare(self, op, batches)?.map(Arc::new);
+        let incoming = prepare(self, op, batches, config.schema_mode)?.map(Arc::new);
         if incoming.is_none() && op != WriteOperation::InsertOverwriteTable {
             return Ok(WrittenFiles::default());
         }
@@ -237,7 +278,7 @@ impl Table {
     pub async fn route(&mut self, op: WriteOperation, batches: Vec<RecordBatch>) -> Result<Vec<String>> {
         self.reload().await?;
         self.check_writable()?;
-        let Some(all) = keyed(self, op, batches)? else { return Ok(Vec::new()) };
+        let Some(all) = keyed(self, op, batches, SchemaMode::Merge)? else { return Ok(Vec::new()) };
         let (keys, partitions) = (all.keys.clone(), all.partitions.clone());
         // (partition, key) -> file id of the group holding the key.
         let mut groups: hashbrown::HashMap<(String, String), String> = hashbrown::HashMap::new();
@@ -305,9 +346,7 @@ impl Table {
             return Err(tx.fail(self, e).await);
         }
         let mut metadata = CommitMetadata { operation_type: Some(op.hudi_name().to_string()), ..Default::default() };
-        metadata
-            .extra_metadata
-            .insert(CommitMetadata::SCHEMA_KEY.into(), schema::to_avro(&self.data_schema(), &self.config().name)?);
+        metadata.set_schema(&self.data_schema(), &self.config().name)?;
         let mut result = WriteResult::default();
         let mut keys = crate::metadata::KeyChanges::default();
         let mut entries = Vec::new();
@@ -434,12 +473,12 @@ async fn write_partition_markers(table: &Table, instant: &str, plan: &plan::Writ
 }
 
 /// Checks and keys the input; `None` when it holds no rows.
-fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Result<Option<Incoming>> {
-    keyed(table, op, batches)?.map(dedup).transpose()
+fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: SchemaMode) -> Result<Option<Incoming>> {
+    keyed(table, op, batches, mode)?.map(dedup).transpose()
 }
 
 /// The input checked against the table and keyed, every row kept.
-fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Result<Option<Incoming>> {
+fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: SchemaMode) -> Result<Option<Incoming>> {
     let Some(first) = batches.first() else { return Ok(None) };
     let source_schema = first.schema();
     let data_schema = table.data_schema();
@@ -463,9 +502,13 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>) -> Result
         {
             return Err(Error::invalid_data(format!("ordering column `{name}` is missing")));
         }
-        let conformed: Vec<RecordBatch> =
-            batches.iter().map(|b| schema::conform(b, &data_schema)).collect::<Result<_>>()?;
-        concat_batches(&data_schema, &conformed)?
+        // The schema this write leaves the table with (see `schema::evolve`); the table adopts it
+        // when the write commits.
+        let cfg = table.config();
+        let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
+        let target = schema::evolve::evolve(&data_schema, &source_schema, mode, &fixed)?;
+        let conformed: Vec<RecordBatch> = batches.iter().map(|b| schema::conform(b, &target)).collect::<Result<_>>()?;
+        concat_batches(&target, &conformed)?
     };
     if batch.num_rows() == 0 {
         return Ok(None);

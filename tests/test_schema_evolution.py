@@ -1,0 +1,342 @@
+"""Schema evolution on write (issue 24, part 1 and the reads of part 3): `schema_mode="merge"`
+adds nullable columns (nested too) and widens types by Apache Hudi's rules; without it the
+table's schema stays and every difference is a typed error; reads project files written under
+older schemas onto the latest one; concurrent writes never lose an evolution."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import oxlake
+import pyarrow as pa
+import pytest
+from conftest import hudi_read, rows
+
+TYPES = ["copy_on_write", "merge_on_read"]
+
+BASE = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("city", pa.string()),
+        pa.field("n", pa.int32()),
+        pa.field("ts", pa.int64()),
+    ]
+)
+
+
+def make(path: str, table_type: str, schema: pa.Schema = BASE) -> oxlake.Table:
+    return oxlake.create_table(
+        path, schema, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+    )
+
+
+def batch(ids: list[int], ts: int = 1, **columns: Any) -> pa.Table:
+    data: dict[str, Any] = {"id": ids, "city": ["sf" if i % 2 else "nyc" for i in ids], "ts": [ts] * len(ids)}
+    data.update(columns)
+    return pa.table(data)
+
+
+def files_digest(path: str) -> dict[str, str]:
+    """Every file of the table and its content hash: "the table is left as it was"."""
+    out = {}
+    for p in sorted(Path(path).rglob("*")):
+        if p.is_file() and ".heartbeat" not in p.parts:
+            out[str(p.relative_to(path))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+def latest(t: oxlake.Table, columns: list[str]) -> list[dict[str, Any]]:
+    return sorted(oxlake.Table(t.uri).to_arrow(columns=columns).to_pylist(), key=lambda r: r["id"])
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+def test_strict_writes_refuse_every_difference_and_leave_the_table_as_it_was(
+    table_path: str, table_type: str
+) -> None:
+    t = make(table_path, table_type)
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
+    before = files_digest(table_path)
+    cases = [
+        (batch([3], n=pa.array([3], pa.int32()), extra=["x"]), "`extra`"),  # a new column
+        (batch([3]), "`n`"),  # a table column missing
+        (batch([3], n=["3"]), "`n`"),  # string into int: not a promotion the other way
+        (batch([3], n=pa.array([1 << 40], pa.int64())), "`n`"),  # wider values that do not fit
+    ]
+    for data, column in cases:
+        with pytest.raises(oxlake.SchemaMismatchError, match=column):
+            t.upsert(data)
+    assert files_digest(table_path) == before
+    # Narrower input that fits is stored in the table's type (no evolution needed).
+    t.upsert(batch([3], n=pa.array([3], pa.int8())))
+    assert oxlake.Table(table_path).schema.field("n").type == pa.int32()
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+def test_merge_refuses_what_apache_hudi_refuses_and_leaves_the_table_as_it_was(
+    table_path: str, table_type: str
+) -> None:
+    t = make(table_path, table_type)
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
+    before = files_digest(table_path)
+    cases = [
+        (batch([3], n=pa.array([True])), "`n`"),  # int -> bool
+        (
+            pa.table({"id": ["3"], "city": ["sf"], "ts": [1], "n": pa.array([3], pa.int32())}),
+            "`id`",
+        ),  # key type
+        (
+            pa.table({"id": [3], "city": [7], "ts": [1], "n": pa.array([3], pa.int32())}),
+            "`city`",
+        ),  # partition
+    ]
+    for data, column in cases:
+        with pytest.raises(oxlake.SchemaMismatchError, match=column):
+            t.upsert(data, schema_mode="merge")
+    not_null = pa.schema(
+        [*batch([3], n=pa.array([3], pa.int32())).schema, pa.field("req", pa.int64(), False)]
+    )
+    with pytest.raises(oxlake.SchemaMismatchError, match="not nullable"):
+        t.upsert(
+            pa.table(
+                {"id": [3], "city": ["sf"], "ts": [1], "n": pa.array([3], pa.int32()), "req": [1]}, not_null
+            ),
+            schema_mode="merge",
+        )
+    with pytest.raises(oxlake.InvalidArgumentError, match="schema_mode"):
+        t.upsert(batch([3], n=pa.array([3], pa.int32())), schema_mode="evolve")
+    assert files_digest(table_path) == before
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+def test_added_and_widened_columns_read_at_every_instant(table_path: str, table_type: str) -> None:
+    t = make(table_path, table_type)
+    first = t.insert(batch([1, 2, 3, 4], n=pa.array([1, 2, 3, 4], pa.int32()))).instant
+    # Add a column and widen n to int64 with a value only int64 holds; update key 1 too.
+    second = t.upsert(
+        batch([1, 5], ts=2, n=pa.array([10, 1 << 40], pa.int64()), note=["u1", "n5"]), schema_mode="merge"
+    ).instant
+    # Widen again (int64 -> double), a value above 2**53 in the older files stays readable.
+    third = t.upsert(batch([6], ts=3, n=pa.array([0.5]), note=["n6"]), schema_mode="merge").instant
+    # A later strict write without the new column fails; with merge it is null in its rows.
+    with pytest.raises(oxlake.SchemaMismatchError, match="`note`"):
+        t.upsert(batch([2], ts=4, n=pa.array([2.5])))
+    fourth = t.upsert(batch([2], ts=4, n=pa.array([2.5])), schema_mode="merge").instant
+    t = oxlake.Table(table_path)
+    assert t.schema.field("n").type == pa.float64() and t.schema.field("note").type == pa.string()
+    expected = {
+        1: (10.0, "u1"),
+        2: (2.5, None),
+        3: (3.0, None),
+        4: (4.0, None),
+        5: (float(1 << 40), "n5"),
+        6: (0.5, "n6"),
+    }
+    got = {r["id"]: (r["n"], r["note"]) for r in t.to_arrow(columns=["id", "n", "note"]).to_pylist()}
+    assert got == expected
+    # Time travel: the rows of each instant, projected onto the latest schema.
+    as_first = {r["id"]: (r["n"], r["note"]) for r in t.to_arrow(as_of=first).to_pylist()}
+    assert as_first == {i: (float(i), None) for i in [1, 2, 3, 4]}
+    as_second = {r["id"]: r["n"] for r in t.to_arrow(as_of=second).to_pylist()}
+    assert as_second == {1: 10.0, 2: 2.0, 3: 3.0, 4: 4.0, 5: float(1 << 40)}
+    # Incremental: what each commit wrote.
+    inc = {r["id"]: r["n"] for r in t.to_arrow(query="incremental", start=second, end=third).to_pylist()}
+    assert inc == {6: 0.5}
+    inc = {r["id"]: r["note"] for r in t.to_arrow(query="incremental", start=third, end=fourth).to_pylist()}
+    assert inc == {2: None}
+    changes = t.to_arrow(query="changes", start=first).to_pylist()
+    assert {r["id"] for r in changes} == {1, 2, 5, 6}
+    if table_type == "merge_on_read":
+        t.compact()
+        t = oxlake.Table(table_path)
+        got_after = {
+            r["id"]: (r["n"], r["note"]) for r in t.to_arrow(columns=["id", "n", "note"]).to_pylist()
+        }
+        assert got_after == expected
+        ro = {r["id"]: r["n"] for r in t.to_arrow(query="read_optimized").to_pylist()}
+        assert ro == {k: v[0] for k, v in expected.items()}
+    # Clustering rewrites every group into the latest schema; the rows stay.
+    t.cluster()
+    assert {r["id"]: (r["n"], r["note"]) for r in oxlake.Table(table_path).to_arrow().to_pylist()} == expected
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+def test_hudi_rs_reads_a_table_with_an_added_column(table_path: str, table_type: str) -> None:
+    t = make(table_path, table_type)
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
+    t.upsert(batch([3, 1], ts=2, n=pa.array([3, 5], pa.int32()), note=["c", "u"]), schema_mode="merge")
+    ours = rows(oxlake.Table(table_path).to_arrow())
+    theirs = rows(hudi_read(table_path))
+    assert [r["note"] for r in ours] == ["u", None, "c"]
+    assert theirs == ours
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+def test_nested_fields_are_added_inside_structs_and_lists(table_path: str, table_type: str) -> None:
+    point = pa.struct([("x", pa.int32())])
+    schema = pa.schema(
+        [
+            *BASE,
+            pa.field("p", point),
+            pa.field("ps", pa.list_(point)),
+        ]
+    )
+    t = make(table_path, table_type, schema)
+    t.insert(
+        pa.table(
+            {
+                "id": [1],
+                "city": ["sf"],
+                "n": pa.array([1], pa.int32()),
+                "ts": [1],
+                "p": pa.array([{"x": 1}], point),
+                "ps": pa.array([[{"x": 2}]], pa.list_(point)),
+            },
+            schema,
+        )
+    )
+    wider = pa.struct([("x", pa.int64()), ("label", pa.string())])
+    t.upsert(
+        pa.table(
+            {
+                "id": [2],
+                "city": ["nyc"],
+                "n": pa.array([2], pa.int32()),
+                "ts": [2],
+                "p": pa.array([{"x": 1 << 40, "label": "a"}], wider),
+                "ps": pa.array([[{"x": 5, "label": "b"}]], pa.list_(wider)),
+            }
+        ),
+        schema_mode="merge",
+    )
+    t = oxlake.Table(table_path)
+    assert t.schema.field("p").type == wider
+    got = {r["id"]: r for r in t.to_arrow(columns=["id", "p", "ps"]).to_pylist()}
+    assert got[1]["p"] == {"x": 1, "label": None}
+    assert got[1]["ps"] == [{"x": 2, "label": None}]
+    assert got[2]["p"] == {"x": 1 << 40, "label": "a"}
+    # A write without the nested field (the older struct) fills it with null.
+    t.upsert(
+        pa.table(
+            {
+                "id": [1],
+                "city": ["sf"],
+                "n": pa.array([1], pa.int32()),
+                "ts": [3],
+                "p": pa.array([{"x": 7}], point),
+                "ps": pa.array([[{"x": 8}]], pa.list_(point)),
+            },
+            schema,
+        ),
+        schema_mode="merge",
+    )
+    got = {r["id"]: r for r in oxlake.Table(table_path).to_arrow(columns=["id", "p"]).to_pylist()}
+    assert got[1]["p"] == {"x": 7, "label": None}
+
+
+def test_rolling_back_an_evolving_commit_takes_its_schema_back(table_path: str) -> None:
+    t = make(table_path, "copy_on_write")
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
+    evolved = t.upsert(batch([3], ts=2, n=pa.array([3], pa.int32()), note=["c"]), schema_mode="merge")
+    assert "note" in oxlake.Table(table_path).schema.names
+    t.rollback(evolved.instant)
+    t = oxlake.Table(table_path)
+    assert "note" not in t.schema.names
+    assert sorted(t.to_arrow().column("id").to_pylist()) == [1, 2]
+    # Strict writes follow the schema as it is again.
+    t.upsert(batch([4], ts=3, n=pa.array([4], pa.int32())))
+
+
+def test_a_write_that_began_before_an_evolution_keeps_the_added_column(
+    table_path: str, tmp_path: Path
+) -> None:
+    """A writer paused before its commit while another write adds a column: whichever completes
+    last, the table's schema keeps the column and every row."""
+    from conftest import run_paused
+
+    t = make(table_path, "copy_on_write")
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
+    code = (
+        "import sys, oxlake, pyarrow as pa; t = oxlake.Table(sys.argv[1]); "
+        "t.upsert(pa.table({'id': [7], 'city': ['sf'], 'ts': [5], 'n': pa.array([7], pa.int32())}))"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
+    try:
+        t.upsert(batch([4], ts=2, n=pa.array([4], pa.int32()), note=["d"]), schema_mode="merge")
+    finally:
+        (tmp_path / "resume").touch()
+        out = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+    got = {r["id"]: r["note"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "note"]).to_pylist()}
+    assert got == {1: None, 2: None, 4: "d", 7: None}
+
+
+def test_an_evolution_that_a_later_commit_overtook_is_a_conflict_then_retried(
+    table_path: str, tmp_path: Path
+) -> None:
+    """The evolving writer is the slow one: a later instant completes first with the old schema.
+    Committing the evolution then would hide it (the latest commit's schema is the table's): it
+    is a conflict, and a retry lands it."""
+    from conftest import run_paused
+
+    t = make(table_path, "merge_on_read")
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
+    code = (
+        "import sys, oxlake, pyarrow as pa; t = oxlake.Table(sys.argv[1]); "
+        "t.upsert(pa.table({'id': [7], 'city': ['sf'], 'ts': [5], 'n': pa.array([7], pa.int32()), "
+        "'note': ['g']}), schema_mode='merge', conflict_retries=2)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
+    try:
+        t.upsert(batch([4], ts=2, n=pa.array([4], pa.int32())))
+    finally:
+        (tmp_path / "resume").touch()
+        out = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+    got = {r["id"]: r["note"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "note"]).to_pylist()}
+    assert got == {1: None, 2: None, 4: None, 7: "g"}
+
+
+def test_column_stats_never_prune_a_file_whose_column_was_widened_to_text(table_path: str) -> None:
+    """Column stats of a file written when `n` was an int hold its bounds as ints: compared as
+    text after `n` became a string they would order "100" before "50" and prune a file holding
+    50. Pruning must never drop a matching row."""
+    t = make(table_path, "copy_on_write")
+    t.build_metadata()
+    t.insert(batch([1, 3, 5], n=pa.array([5, 50, 100], pa.int32())))
+    t.upsert(batch([7], ts=2, n=["abc"]), schema_mode="merge")
+    t = oxlake.Table(table_path)
+    assert t.schema.field("n").type == pa.string()
+    got = t.to_arrow(filter=[("n", "=", "50")]).column("id").to_pylist()
+    assert got == [3]
+    got = sorted(t.to_arrow(filter="n > '1'").column("id").to_pylist())
+    assert got == [1, 3, 5, 7]
+
+
+def test_a_map_whose_values_would_evolve_is_refused_naming_the_column(table_path: str) -> None:
+    """DataFusion's Parquet reader casts the structs and lists of older files, not their maps:
+    until oxlake projects maps itself, evolving a map's values is refused before anything is
+    written (never a read that fails later)."""
+    point = pa.struct([("x", pa.int32())])
+    schema = pa.schema([*BASE, pa.field("m", pa.map_(pa.string(), point))])
+    t = make(table_path, "copy_on_write", schema)
+    m = pa.array([[("k", {"x": 3})]], pa.map_(pa.string(), point))
+    t.insert(pa.table({"id": [1], "city": ["sf"], "n": pa.array([1], pa.int32()), "ts": [1], "m": m}, schema))
+    before = files_digest(table_path)
+    wider = pa.struct([("x", pa.int32()), ("label", pa.string())])
+    data = pa.table(
+        {
+            "id": [2],
+            "city": ["sf"],
+            "n": pa.array([2], pa.int32()),
+            "ts": [2],
+            "m": pa.array([[("k", {"x": 1, "label": "a"})]], pa.map_(pa.string(), wider)),
+        }
+    )
+    with pytest.raises(oxlake.SchemaMismatchError, match="`m`.*map"):
+        t.upsert(data, schema_mode="merge")
+    assert files_digest(table_path) == before
