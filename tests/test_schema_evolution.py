@@ -340,3 +340,146 @@ def test_a_map_whose_values_would_evolve_is_refused_naming_the_column(table_path
     with pytest.raises(oxlake.SchemaMismatchError, match="`m`.*map"):
         t.upsert(data, schema_mode="merge")
     assert files_digest(table_path) == before
+
+
+# -- the law: random evolving writes equal a model --------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+#: The widening steps of `v`: each write may move it one step on (never back).
+V_TYPES = [pa.int32(), pa.int64(), pa.float64(), pa.string()]
+
+step = st.one_of(
+    st.tuples(
+        st.just("upsert"),
+        st.lists(st.integers(0, 11), min_size=1, max_size=5, unique=True),
+        st.booleans(),  # with `v`
+        st.integers(0, 2),  # how many of the added columns the write carries (it may add one)
+        st.booleans(),  # widen `v` one step
+    ),
+    st.tuples(st.just("delete"), st.lists(st.integers(0, 11), min_size=1, max_size=3, unique=True)),
+    st.tuples(st.just("compact")),
+)
+
+
+def expected(
+    state: dict[int, dict[str, Any]], names: list[str], latest_v: pa.DataType | None
+) -> list[dict[str, Any]]:
+    """The rows of a model state as a read with the latest schema gives them."""
+    out = []
+    for i in sorted(state):
+        row = {c: state[i].get(c) for c in names}
+        if latest_v is not None and row["v"] is not None:
+            row["v"] = read_as(row["v"], state[i]["_v_type"], latest_v)
+        out.append(row)
+    return out
+
+
+def read_as(value: Any, written: pa.DataType, latest: pa.DataType) -> Any:
+    """A value written as `written` read as the promoted `latest` (Arrow's casts: a double as
+    text is its shortest round-trip form, as Python's repr)."""
+    if pa.types.is_string(latest):
+        return repr(float(value)) if pa.types.is_floating(written) else str(value)
+    if pa.types.is_floating(latest):
+        return float(value)
+    return value
+
+
+def as_type(value: int, t: pa.DataType) -> Any:
+    if pa.types.is_floating(t):
+        return float(value)
+    if pa.types.is_string(t):
+        return str(value)
+    return value
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(step, min_size=1, max_size=8))
+def test_random_evolving_writes_equal_a_model(
+    tmp_path_factory: Any, table_type: str, steps: list[tuple]
+) -> None:
+    """Upserts whose schemas evolve (columns added, `v` widened int32 → int64 → double →
+    string, columns missing and so null), deletes and compactions: after every step the snapshot
+    equals the model (values as the latest type reads them), and each earlier instant's time
+    travel still gives that instant's rows."""
+    path = str(tmp_path_factory.mktemp("evolve") / "t")
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), False), pa.field("city", pa.string()), pa.field("ts", pa.int64())]
+    )
+    t = oxlake.create_table(
+        path, schema, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+    )
+    model: dict[int, dict[str, Any]] = {}
+    v_type: pa.DataType | None = None  # `v` is added by the first write that carries it
+    added: list[str] = []
+    history: list[tuple[str, dict[int, dict[str, Any]]]] = []
+    for n, s in enumerate(steps):
+        if s[0] == "upsert":
+            _, ids, with_v, extra, widen = s
+            columns: dict[str, Any] = {
+                "id": ids,
+                "city": ["sf" if i % 2 else "nyc" for i in ids],
+                "ts": [n] * len(ids),
+            }
+            if with_v:
+                if v_type is None:
+                    v_type = V_TYPES[0]
+                elif widen and V_TYPES.index(v_type) + 1 < len(V_TYPES):
+                    v_type = V_TYPES[V_TYPES.index(v_type) + 1]
+                columns["v"] = pa.array([as_type(i * 1000 + n, v_type) for i in ids], v_type)
+            if extra > len(added):
+                added.append(f"c{len(added)}")
+            for c in added[:extra]:
+                columns[c] = [f"{c}-{i}-{n}" for i in ids]
+            instant = t.upsert(pa.table(columns), schema_mode="merge").instant
+            for i in ids:
+                row = {
+                    k: (v[ids.index(i)] if isinstance(v, list) else v[ids.index(i)].as_py())
+                    for k, v in columns.items()
+                }
+                row["_v_type"] = v_type if with_v else None
+                model[i] = row
+        elif s[0] == "delete":
+            keys = pa.table({"id": s[1], "city": ["sf" if i % 2 else "nyc" for i in s[1]]})
+            instant = t.delete(keys).instant
+            for i in s[1]:
+                model.pop(i, None)
+        else:
+            if table_type == "merge_on_read":
+                t.compact()
+            continue
+        t = oxlake.Table(path)
+        names = [c for c in t.schema.names if not c.startswith("_hoodie_")]
+        latest_v = t.schema.field("v").type if "v" in names else None
+
+        got = sorted(t.to_arrow(columns=names).to_pylist(), key=lambda r: r["id"])
+        assert got == expected(model, names, latest_v), f"after step {n}: {s}"
+        if instant is not None:
+            history.append((instant, {k: dict(v) for k, v in model.items()}))
+        for at, state in history:
+            as_of = sorted(t.to_arrow(as_of=at, columns=names).to_pylist(), key=lambda r: r["id"])
+            assert as_of == expected(state, names, latest_v), f"as of {at} after step {n}"
+
+
+def test_an_evolved_table_whose_later_commits_are_another_engines_keeps_its_columns(table_path: str) -> None:
+    """Apache Hudi's own writer records only its Avro writer schema: when no active commit
+    records oxlake's exact schema any more, the schema is the created one evolved by the latest
+    commit's Avro schema (added columns stay visible), never silently the created one."""
+    import json
+
+    t = make(table_path, "copy_on_write")
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
+    t.upsert(batch([3], ts=2, n=pa.array([3], pa.int32()), note=["c"]), schema_mode="merge")
+    t.upsert(batch([4], ts=3, n=pa.array([4], pa.int32()), note=["d"]))
+    commits = sorted(Path(table_path, ".hoodie").glob("*.commit"))
+    # The latest commit as Java writes it: walking back finds the schema in the one before.
+    for i, path in enumerate(reversed(commits)):
+        meta = json.loads(path.read_text())
+        meta["extraMetadata"].pop("oxlake.arrow.schema")
+        path.write_text(json.dumps(meta))
+        names = oxlake.Table(table_path).schema.names
+        assert "note" in names, f"after stripping {i + 1} commits: {names}"
+    got = {r["id"]: r["note"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "note"]).to_pylist()}
+    assert got == {1: None, 2: None, 3: "c", 4: "d"}

@@ -536,10 +536,15 @@ impl Transaction {
     /// [`conflicts::check_intents`] (a schema-evolving footprint meets every other).
     async fn reconcile_schema(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<CommitMetadata>> {
         let Some(mine) = metadata.arrow_schema()? else { return Ok(None) };
-        if table.is_metadata_table() {
+        // A table whose schema never evolved, and a write that does not evolve it: nothing to
+        // read (the check's reloads re-read the properties, so an evolution that completed
+        // before this commit's last look has set the flag; one still pending met this commit's
+        // intent, see above).
+        let evolved = table.config().raw.contains_key(crate::table::SCHEMA_EVOLVED_KEY);
+        if table.is_metadata_table() || (!evolved && mine == self.schema_at_begin) {
             return Ok(None);
         }
-        let committed = crate::table::committed_schema(table.storage(), table.timeline())
+        let committed = crate::table::committed_schema(table.storage(), table.config(), table.timeline())
             .await?
             .unwrap_or_else(|| self.schema_at_begin.clone());
         if mine == committed {

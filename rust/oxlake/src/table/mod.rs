@@ -117,8 +117,10 @@ impl Table {
         if timeline == self.timeline {
             return Ok(());
         }
-        if !self.config.raw.contains_key(SCHEMA_EVOLVED_KEY) && !self.is_metadata_table() {
-            // Another process may have evolved the schema since this one read the properties.
+        // A commit completed since: another process may have evolved the schema, which it marks
+        // in the properties first (see `SCHEMA_EVOLVED_KEY`); they are read again until then.
+        let completed_since = timeline.completed_data().any(|i| !self.timeline.instants().contains(i));
+        if completed_since && !self.config.raw.contains_key(SCHEMA_EVOLVED_KEY) && !self.is_metadata_table() {
             let config = parse_properties(&self.storage, self.storage.get_opt(PROPERTIES_FILE).await?)?;
             if config.raw.contains_key(SCHEMA_EVOLVED_KEY) {
                 self.config = config;
@@ -332,7 +334,7 @@ fn parse_properties(storage: &Storage, text: Option<Bytes>) -> Result<TableConfi
 
 async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<SchemaRef> {
     if config.raw.contains_key(SCHEMA_EVOLVED_KEY)
-        && let Some(schema) = committed_schema(storage, timeline).await?
+        && let Some(schema) = committed_schema(storage, config, timeline).await?
     {
         return Ok(schema);
     }
@@ -357,18 +359,38 @@ async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Time
     }
 }
 
-/// The schema recorded by the latest completed commit that records one (oxlake's Arrow schema in
-/// its extra metadata, [`crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY`]): the schema of
-/// a table whose writes evolve it. A rollback or restore of an evolving commit takes its schema
-/// back with it.
-pub(crate) async fn committed_schema(storage: &Storage, timeline: &Timeline) -> Result<Option<SchemaRef>> {
+/// The table's schema as its commits record it: the latest completed commit that records
+/// oxlake's exact Arrow schema ([`crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY`]; else
+/// the created one, `ARROW_SCHEMA_KEY`), evolved by the Avro writer schemas of the later commits
+/// that record only that (Apache Hudi's own writer: its added columns stay visible). A rollback
+/// or restore of an evolving commit takes its schema back with it. `None`: nothing to start from.
+pub(crate) async fn committed_schema(
+    storage: &Storage,
+    config: &TableConfig,
+    timeline: &Timeline,
+) -> Result<Option<SchemaRef>> {
+    let mut later: Vec<String> = Vec::new();
+    let mut base = None;
     for instant in timeline.completed_data().collect::<Vec<_>>().into_iter().rev() {
         let meta = timeline.commit_metadata(storage, instant).await?;
         if let Some(text) = meta.extra_metadata.get(crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY) {
-            return schema::decode_arrow_schema(text).map(Some);
+            base = Some(schema::decode_arrow_schema(text)?);
+            break;
+        }
+        if let Some(avro) = meta.schema() {
+            later.push(avro.to_string());
         }
     }
-    Ok(None)
+    let created = config.raw.get(ARROW_SCHEMA_KEY).map(|t| schema::decode_arrow_schema(t)).transpose()?;
+    let Some(mut out) = base.or(created) else { return Ok(None) };
+    for avro in later.iter().rev() {
+        let writer = schema::normalize(schema::from_avro(avro)?.as_ref())?;
+        // A writer schema whose types Arrow spells differently (time zones) adds nothing.
+        if let Ok(evolved) = schema::evolve::evolve(&out, &writer, schema::evolve::SchemaMode::Merge, &[]) {
+            out = evolved;
+        }
+    }
+    Ok(Some(out))
 }
 
 #[cfg(test)]
