@@ -46,7 +46,8 @@ def build(uri: str, options: dict[str, str] | None, commits: int, archive: bool,
     t = oxlake.create_table(uri, schema, record_key="id", ordering_field="ts", storage_options=options)
     if metadata:
         t.build_metadata()
-    t.set_archival(20, 30, inline=archive)
+    if not archive:
+        t.set_archival(20, 30, inline=False)
     start = time.perf_counter()
     for n in range(commits):
         ids = [n % 1000, 1000 + n]

@@ -318,8 +318,8 @@ class Table:
     def set_archival(self, min_commits: int, max_commits: int, *, inline: bool = True) -> None:
         """How many commits the active timeline keeps (`hoodie.keep.min.commits` /
         `hoodie.keep.max.commits` in `hoodie.properties`), and whether every commit of a write
-        archives inline, as Apache Hudi's writers do (`oxlake.archive.inline=true`; with
-        `inline=False`, the default for tables never set, only `archive()` does)."""
+        archives inline, as Apache Hudi's writers do (the default; with `inline=False`, stored as
+        `oxlake.archive.inline=false`, only `archive()` does)."""
         _native.set_archival(self._t, min_commits, max_commits, inline)
 
     def clean(

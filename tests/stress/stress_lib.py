@@ -108,6 +108,8 @@ def create(target: Target, regions: Iterable[str], **options: Any) -> tuple[oxla
         **options,
     )
     t.build_metadata(files_shards=2, column_stats_shards=1, bloom_filters_shards=1, record_index_shards=2)
+    # Archival inline after every commit (the default) and often: 8 commits past the last run.
+    t.set_archival(5, 8)
     initial = [
         {"id": region_base(r) + i, "region": r, "name": "initial", "ts": 0, "value": i}
         for r in regions

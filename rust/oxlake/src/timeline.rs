@@ -3,7 +3,7 @@
 //! Loading lists the timeline directory once. Each instant time appears once, in its most advanced
 //! state (a compaction requested at `t` and completed as `t.commit` is one completed instant).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,7 +12,7 @@ use crate::config::TableConfig;
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::instant::{Action, Instant, State};
-use crate::storage::Storage;
+use crate::storage::{FileInfo, Storage};
 
 /// The instants of one table, sorted by time.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -23,6 +23,21 @@ pub struct Timeline {
     /// With [`Timeline::with_archived`]: what archived instants recorded, by time and kind (their
     /// files are gone from the timeline directory).
     archived: Option<Arc<BTreeMap<(String, Action), serde_json::Value>>>,
+    /// Instant times oxlake rolled back ([`ROLLED_BACK_DIR`]): a file of one of them is never
+    /// committed, even once it is older than the active timeline.
+    rolled_back: Arc<BTreeSet<String>>,
+}
+
+/// oxlake's markers of the instant times it rolled back, one empty file `<time>` each, written
+/// before the rollback deletes anything. A writer frozen past its heartbeat may still write files
+/// of its instant after the rollback removed the others; once archival moves the timeline's start
+/// past that time, Apache Hudi's rule (a file older than the active timeline is committed) would
+/// show them. The marker keeps them hidden; an attempt completing at that time again removes it.
+pub const ROLLED_BACK_DIR: &str = ".hoodie/oxlake/rolled_back";
+
+/// The path of the marker of a time rolled back (see [`ROLLED_BACK_DIR`]).
+pub fn rolled_back_marker(time: &str) -> String {
+    format!("{ROLLED_BACK_DIR}/{time}")
 }
 
 /// One kind per instant: a compaction completes as a commit, a clustering as a replacecommit.
@@ -39,9 +54,17 @@ impl Timeline {
     /// Lists the timeline directory of a table.
     pub async fn load(storage: &Storage, config: &TableConfig) -> Result<Self> {
         let dir = config.timeline_dir();
-        let files = storage.list_dir(&dir).await?;
+        // One round trip: the markers are listed beside the timeline.
+        let (files, rolled_back) = futures::try_join!(storage.list_dir(&dir), storage.list_dir(ROLLED_BACK_DIR))?;
         let names = files.iter().map(|f| f.path.rsplit('/').next().unwrap_or(&f.path));
-        Ok(Self::from_file_names(names, dir, config.layout_version))
+        Ok(Self::from_file_names(names, dir, config.layout_version).with_rolled_back(&rolled_back))
+    }
+
+    /// This timeline knowing the times rolled back, from a listing of [`ROLLED_BACK_DIR`].
+    pub fn with_rolled_back(mut self, markers: &[FileInfo]) -> Self {
+        let times = markers.iter().filter_map(|f| f.path.rsplit('/').next()).filter(|n| n.len() >= 17);
+        self.rolled_back = Arc::new(times.map(str::to_string).collect());
+        self
     }
 
     /// Builds a timeline from file names (those that are not instants are ignored).
@@ -59,7 +82,7 @@ impl Timeline {
                 }
             }
         }
-        Timeline { instants: by_time.into_values().collect(), dir, layout, archived: None }
+        Timeline { instants: by_time.into_values().collect(), dir, layout, archived: None, rolled_back: Arc::default() }
     }
 
     /// This timeline with the archived instants added (their latest archived state; an instant
@@ -92,6 +115,7 @@ impl Timeline {
             dir: self.dir.clone(),
             layout: self.layout,
             archived: Some(Arc::new(details)),
+            rolled_back: self.rolled_back.clone(),
         }
     }
 
@@ -174,10 +198,11 @@ impl Timeline {
     }
 
     /// Whether a file written at instant `time` is visible: its instant completed, or it predates
-    /// the write timeline (archived, hence committed: `containsOrBeforeTimelineStarts`).
+    /// the write timeline (archived, hence committed: `containsOrBeforeTimelineStarts`) and was
+    /// not rolled back by oxlake ([`ROLLED_BACK_DIR`]).
     pub fn is_committed(&self, time: &str) -> bool {
         match self.instants_at(time) {
-            [] => self.write_timeline_start().is_some_and(|e| time < e),
+            [] => self.write_timeline_start().is_some_and(|e| time < e) && !self.rolled_back.contains(time),
             at => at.iter().any(|i| i.is_completed() && i.action != Action::Savepoint),
         }
     }
@@ -312,6 +337,29 @@ mod tests {
         assert!(!t.is_committed("20240103000000000"));
         assert!(!t.is_committed("20240102500000000"));
         assert!(t.is_committed("20240101000000000"), "older than the active timeline: archived");
+    }
+
+    #[tokio::test]
+    async fn a_time_rolled_back_is_never_committed_even_once_archived_past() {
+        let s = Storage::in_memory("t").unwrap();
+        let config = TableConfig::new_v6(&crate::config::CreateOptions {
+            name: "t".into(),
+            table_type: crate::config::TableType::CopyOnWrite,
+            record_key_fields: vec!["id".into()],
+            partition_fields: Vec::new(),
+            ordering_field: None,
+            hive_style: false,
+            inline_compaction: None,
+        })
+        .unwrap();
+        for name in ["20240102000000000.commit", "20240103000000000.commit"] {
+            s.put(&format!("{}/{name}", config.timeline_dir()), Bytes::new()).await.unwrap();
+        }
+        s.put(&rolled_back_marker("20240101000000000"), Bytes::new()).await.unwrap();
+        let t = Timeline::load(&s, &config).await.unwrap();
+        assert!(!t.is_committed("20240101000000000"), "a frozen writer's late file stays hidden");
+        assert!(t.is_committed("20240101500000000"), "archived commits are committed");
+        assert!(!t.with_archived(Vec::new()).is_committed("20240101000000000"));
     }
 
     #[test]

@@ -94,7 +94,7 @@ fn groups_conflict(a: &Footprint, b: &Footprint) -> bool {
     // A compaction and a log write on the same file group do not conflict: logs written after the
     // compaction was planned go to the compaction's new slice. A compaction and a clustering (which
     // replaces groups) do, and so do two compactions (each would replace the other's new slice;
-    // `services::slice_claims` keeps them from planning one slice twice).
+    // `commit::slice_claims` keeps them from planning one slice twice).
     if a.compacted != b.compacted && !(a.replaces || b.replaces) {
         return false;
     }
@@ -238,7 +238,7 @@ async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetada
         let name = path.rsplit('/').next().unwrap_or(path);
         let size = stat.file_size_in_bytes.max(0) as u64;
         let stored: Vec<String> = if BaseFileName::parse(name).is_some() {
-            let keys = crate::write::base_file_keys(table.storage(), path, size).await?;
+            let keys = crate::storage::record_keys(table.storage(), path, size).await?;
             keys.iter().flatten().map(str::to_string).collect()
         } else if let Some(name) = LogFileName::parse(name) {
             let log = LogFile { name, path: path.to_string(), size };
@@ -274,7 +274,7 @@ async fn stale_log(
     }
     // A pending compaction planned after this write began waits for it and takes its logs (see
     // `services::compaction`); one planned before it does not wait.
-    let mut compactions: Vec<(FileGroupId, String)> = crate::services::pending_compaction_groups(table)
+    let mut compactions: Vec<(FileGroupId, String)> = crate::table::pending::pending_compaction_groups(table)
         .await?
         .into_iter()
         .filter(|(_, c)| c.as_str() < time)

@@ -127,8 +127,22 @@ pub(crate) async fn roll_forward(
 ) -> Result<()> {
     let completed = Instant::new(target.time.clone(), action, State::Completed);
     let fate = Fate::Committed { action, metadata: metadata.clone() };
+    if epoch > 0 {
+        table.storage().delete(&crate::timeline::rolled_back_marker(&target.time)).await?;
+    }
+    // Completed by its writer and archived since this process saw it pending: creating the
+    // completed file again would leave it active among archived commits, whose files would
+    // then read as uncommitted. Archival deletes the pending files first, the completed last.
+    if !has_pending_files(table, target).await? {
+        return Ok(());
+    }
     if !table.timeline().create(table.storage(), &completed, metadata).await? {
         return Ok(()); // completed already, by its writer or another roll-forward
+    }
+    if !has_pending_files(table, target).await? {
+        // Archived between the look and the create (the create found the completed file gone).
+        table.storage().delete(&table.timeline().path_of(&completed)).await?;
+        return Ok(());
     }
     // A deliberate rollback overrules the record before it deletes the completed file: a create
     // that came after that delete must not stand.
@@ -138,6 +152,15 @@ pub(crate) async fn roll_forward(
     }
     log::info!("{}: completed {} {} for its writer, which had decided to commit", table.uri(), action, target.time);
     Ok(())
+}
+
+/// Whether the requested or inflight file of `target` is still on the timeline.
+async fn has_pending_files(table: &Table, target: &Instant) -> Result<bool> {
+    let timeline = table.timeline();
+    let requested = timeline.path_of(&target.with_state(State::Requested));
+    let inflight = timeline.path_of(&target.with_state(State::Inflight));
+    let (requested, inflight) = futures::try_join!(table.storage().head(&requested), table.storage().head(&inflight))?;
+    Ok(requested.is_some() || inflight.is_some())
 }
 
 /// Removes the fate records of instants older than `cutoff` (an instant time) that nothing runs

@@ -21,6 +21,7 @@
 
 mod conflicts;
 mod fate;
+pub(crate) mod slice_claims;
 
 use std::collections::HashSet;
 use std::time::{Duration, SystemTime};
@@ -60,7 +61,7 @@ pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
     let cutoff = chrono::Utc::now().naive_utc() - chrono::TimeDelta::from_std(CLAIMS_KEPT).unwrap_or_default();
     let cutoff = cutoff.format("%Y%m%d%H%M%S%3f").to_string();
     fate::prune(table, &cutoff).await?;
-    crate::services::slice_claims::prune(table, &cutoff).await?;
+    slice_claims::prune(table, &cutoff).await?;
     for dir in [CLAIMS_DIR, ARCHIVING_DIR] {
         for f in table.storage().list_dir(dir).await? {
             let name = f.path.rsplit('/').next().unwrap_or_default();
@@ -307,11 +308,11 @@ impl Transaction {
         failpoint("before-commit");
         if let Err(e) = self.check(table, metadata, keys).await {
             let e = self.lost_to_service(table, e).await;
-            return Err(self.fail(table, e).await);
+            return Err(self.fail_written(table, e, Some(metadata)).await);
         }
         let reconciled = match self.reconcile_schema(table, metadata).await {
             Ok(r) => r,
-            Err(e) => return Err(self.fail(table, e).await),
+            Err(e) => return Err(self.fail_written(table, e, Some(metadata)).await),
         };
         let metadata = reconciled.as_ref().unwrap_or(metadata);
         if self.instant.action != Action::Indexing {
@@ -331,7 +332,7 @@ impl Transaction {
             };
             let change = crate::metadata::Change { added: &added, deleted: &[], keys, entries };
             if let Err(e) = Box::pin(crate::metadata::sync(table, &self.instant.time, change)).await {
-                return Err(self.fail(table, e).await);
+                return Err(self.fail_written(table, e, Some(metadata)).await);
             }
             failpoint("after-metadata-sync");
         }
@@ -355,7 +356,12 @@ impl Transaction {
             decided => decided,
         };
         match decided {
-            Ok(d) if d == ours => {}
+            Ok(d) if d == ours => {
+                if self.epoch > 0 {
+                    // An attempt at a time rolled back before (the metadata table retries there).
+                    table.storage().delete(&crate::timeline::rolled_back_marker(&self.instant.time)).await?;
+                }
+            }
             Ok(fate::Fate::RolledBack { by }) => {
                 self.stop_heartbeat(table.storage()).await?;
                 // Files written after that rollback listed the table would be left behind, and
@@ -450,6 +456,13 @@ impl Transaction {
     /// Rolls the transaction back after `error` ended it, and returns `error` (a failed rollback
     /// is logged: the next writer finishes it).
     pub async fn fail(self, table: &mut Table, error: Error) -> Error {
+        self.fail_written(table, error, None).await
+    }
+
+    /// [`Transaction::fail`] of a write that wrote the files `written` reports: when another
+    /// process rolled it back while it ran, the files it wrote after that rollback listed the
+    /// table are removed here (nobody else knows of them).
+    async fn fail_written(self, table: &mut Table, error: Error, written: Option<&CommitMetadata>) -> Error {
         let instant = self.instant.clone();
         let epoch = self.epoch;
         match self.abort(table).await {
@@ -458,7 +471,15 @@ impl Transaction {
             // process, a slow store): a file it read was gone because of that rollback. The
             // write did not land; it is a conflict, retried like any other.
             Ok(false) => match fate::recorded(table.storage(), &instant.time, epoch).await {
-                Ok(Some(fate::Fate::RolledBack { by })) if by != instant.time && is_gone(&error) => {
+                Ok(Some(fate::Fate::RolledBack { by })) if by != instant.time => {
+                    if let Some(metadata) = written
+                        && let Err(e) = remove_reported_files(table.storage(), &instant.time, metadata).await
+                    {
+                        log::warn!("{}: files of the rolled back {} left behind: {e}", table.uri(), instant.time);
+                    }
+                    if !is_gone(&error) {
+                        return error;
+                    }
                     let detail = format!("this write was rolled back by another process (rollback {by}): {error}");
                     Error::CommitConflict { instant: by, detail }
                 }
@@ -759,7 +780,7 @@ async fn claim_checked(table: &Table, action: Action, plan: impl PlanFn) -> Resu
             );
             table.storage().delete(&path).await?;
             if action == Action::Compaction {
-                crate::services::slice_claims::release(table, &time, &path, &content).await?;
+                slice_claims::release(table, &time, &path, &content).await?;
             }
             last = Some(cutoff.get(..17).unwrap_or(&cutoff).to_string()).max(last);
             archived_past = true;
@@ -854,7 +875,7 @@ pub async fn rollback_completed(table: &mut Table, time: &str) -> Result<String>
     // leave no commit to start the timeline, and the archived commits' files would read as
     // uncommitted.
     let first = table.timeline().completed_data().next().map(|i| i.time.clone());
-    if first.as_deref() == Some(time.as_str()) && !crate::services::archive::archive_files(table).await?.is_empty() {
+    if first.as_deref() == Some(time.as_str()) && !crate::table::history::archive_files(table).await?.is_empty() {
         return Err(Error::invalid_arg(
             "instant",
             format!(
@@ -994,6 +1015,11 @@ async fn rollback_at(
                 return Ok(false);
             }
         }
+    }
+    if target.action != Action::Compaction {
+        // Files its writer may still write are never committed, however old (a compaction plan
+        // runs again at its time: its files are told apart by the timeline).
+        table.storage().put(&crate::timeline::rolled_back_marker(&target.time), Bytes::new()).await?;
     }
     failpoint("rollback-after-fate");
     // A rollback beats like a write: another process finishes it only once this one is gone.

@@ -2,8 +2,11 @@
 
 pub mod archived;
 pub mod avro;
+pub mod base_file;
 pub mod clean;
+pub mod clustering_plan;
 pub mod commit;
+pub mod compaction_plan;
 pub mod file_name;
 pub mod instant;
 pub mod log_block;

@@ -33,7 +33,6 @@ use crate::format::file_name::{BaseFileName, file_path};
 use crate::format::log_block::{DeleteRecord, LogBlock, OrderingVal};
 use crate::table::Table;
 use crate::table::fs_view::FileSlice;
-use crate::write::{WriteConfig, base_file_properties};
 
 /// Rows per row group of a metadata base file.
 const ROW_GROUP_ROWS: usize = 65_536;
@@ -227,8 +226,7 @@ pub(super) async fn write_base(
     let name = BaseFileName { file_id: file_id.clone(), write_token: "0-0-1".into(), instant: time.to_string() }.name();
     let rel = file_path(index.name(), &name);
     let sink = BufWriter::new(mdt.storage().object_store(), mdt.storage().path(&rel));
-    let config = WriteConfig { row_group_size: ROW_GROUP_ROWS, ..WriteConfig::default() };
-    let mut props = base_file_properties(&config)
+    let mut props = crate::format::base_file::writer_properties(ROW_GROUP_ROWS)
         .into_builder()
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_write_batch_size(PAGE_ROWS)

@@ -287,40 +287,6 @@ pub(crate) async fn archival_bound(data: &Table) -> Result<Option<String>> {
     Ok(Some(compaction.unwrap_or_else(|| "0".to_string())))
 }
 
-/// Archives the metadata table's own timeline past `config`, never at or after the earliest
-/// instant of the data timeline (its instants count only while the data instant of their time
-/// does, or lies before the data timeline: Apache Hudi's `getEarliestInstantForMetadataArchival`).
-pub(crate) async fn archive_metadata_timeline(
-    data: &Table,
-    config: crate::services::ArchiveConfig,
-) -> Result<Vec<Instant>> {
-    if !data.config().raw.contains_key(PARTITIONS_KEY) {
-        return Ok(Vec::new());
-    }
-    // Java's `getEarliestInstantForMetadataArchival`: the earlier of the data timeline's first
-    // commit, deltacommit or replacecommit (any state) and its first pending instant. Not its
-    // first instant of any action: cleans and rollbacks stay active for up to 30 runs of their
-    // own, which would hold the metadata timeline back by hundreds of commits.
-    let timeline = data.timeline();
-    let first_commit = timeline.instants().iter().find(|i| {
-        matches!(
-            i.action,
-            Action::Commit
-                | Action::DeltaCommit
-                | Action::ReplaceCommit
-                | Action::Compaction
-                | Action::Clustering
-                | Action::LogCompaction
-        )
-    });
-    let first_pending = timeline.instants().iter().find(|i| !i.is_completed());
-    let Some(earliest) = [first_commit, first_pending].into_iter().flatten().map(|i| i.time.clone()).min() else {
-        return Ok(Vec::new());
-    };
-    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
-    Ok(mdt.archive_before(config, Some(&earliest)).await?.archived)
-}
-
 /// Whether `table` advertises a metadata table keeping column stats, and bloom filters, of its
 /// data files.
 pub(crate) fn file_indexes(table: &Table) -> (bool, bool) {
@@ -329,7 +295,7 @@ pub(crate) fn file_indexes(table: &Table) -> (bool, bool) {
     (has(Index::ColumnStats), has(Index::BloomFilters))
 }
 
-fn metadata_uri(table: &Table) -> String {
+pub(crate) fn metadata_uri(table: &Table) -> String {
     format!("{}/{DIR}", table.uri().trim_end_matches('/'))
 }
 

@@ -264,7 +264,7 @@ async fn replaced_keys(data: &Table, groups: &[FileGroupId], added: &[FileInfo])
         let name = f.path.rsplit('/').next().unwrap_or(&f.path);
         let Some(base) = crate::format::file_name::BaseFileName::parse(name) else { continue };
         let partition = f.path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
-        let keys = crate::write::base_file_keys(data.storage(), &f.path, f.size).await?;
+        let keys = crate::storage::record_keys(data.storage(), &f.path, f.size).await?;
         changes.written.push((partition, base.file_id, keys));
     }
     // A damaged committed log block is an error: its keys would stay in the index otherwise.
@@ -273,7 +273,7 @@ async fn replaced_keys(data: &Table, groups: &[FileGroupId], added: &[FileInfo])
         let Some(slice) = view.get(id).and_then(|g| g.slices.values().next_back()) else { continue };
         let mut keys: BTreeSet<String> = BTreeSet::new();
         if let Some(base) = &slice.base {
-            let stored = crate::write::base_file_keys(data.storage(), &base.path, base.size).await?;
+            let stored = crate::storage::record_keys(data.storage(), &base.path, base.size).await?;
             keys.extend(stored.iter().flatten().map(str::to_string));
         }
         keys.extend(crate::log::record_keys(data.storage(), &slice.logs, Some(&committed)).await?.into_keys());
@@ -327,7 +327,7 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     }
     let known: BTreeSet<String> = mdt.timeline().instants().iter().map(|i| i.time.clone()).collect();
     // The plan names no file group: writers never wait for this compaction (it gives way).
-    let plan = Bytes::from(crate::services::CompactionPlan::default().to_avro()?);
+    let plan = Bytes::from(crate::format::compaction_plan::CompactionPlan::default().to_avro()?);
     let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time, plan).await?;
     let mut metadata = commit_metadata("COMPACT")?;
     metadata.compacted = true;

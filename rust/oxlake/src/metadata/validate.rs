@@ -43,7 +43,7 @@ impl Table {
         let listed: BTreeMap<String, Bytes> = listed.into_iter().map(|(p, s)| (p, Bytes(s))).collect();
         // A clean in progress (one whose cleaner died is finished by the next clean) has deleted
         // some of its files already; they leave the index when it completes.
-        let cleaning = self.files_being_cleaned().await?;
+        let cleaning = crate::table::pending::pending_clean_files(self).await?;
         let gone = |path: &str, present: bool| !present && cleaning.contains(path);
         let mut indexed: BTreeMap<String, Bytes> =
             mdt.files().await?.into_iter().map(|f| (f.path, Bytes(f.size))).collect();
@@ -112,16 +112,6 @@ impl Table {
             });
         }
         Ok(report)
-    }
-
-    /// The files that pending cleans plan to delete.
-    async fn files_being_cleaned(&self) -> Result<std::collections::HashSet<String>> {
-        let mut out = std::collections::HashSet::new();
-        for clean in self.timeline().pending().filter(|i| i.action == crate::format::instant::Action::Clean) {
-            let plan = crate::services::clean::read_plan(self, clean).await?;
-            out.extend(plan.files_to_delete);
-        }
-        Ok(out)
     }
 
     /// Whether a data file holds anything committed: a base file of a committed instant, a log

@@ -29,7 +29,6 @@ use crate::format::instant::{Instant, normalize_time};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroup, FileGroupId, FileSlice, LogFile};
 pub use filter::{Filter, Op, Predicate};
-pub(crate) use named::decoding;
 pub use provider::HudiTableProvider;
 
 /// Which rows a scan returns.

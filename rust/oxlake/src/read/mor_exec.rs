@@ -210,7 +210,7 @@ impl GroupState {
             if let Some(base) = cur.base.as_mut() {
                 let path = cur.slice.base.as_ref().map_or("", |b| b.0.as_str());
                 // The Parquet decoder panics on some damaged footers: an error naming the file.
-                let next = super::named::decoding(path, base.next().map(Ok)).await?;
+                let next = crate::storage::decoding(path, base.next().map(Ok)).await?;
                 match next {
                     Some(batch) => {
                         let batch = match batch {

@@ -9,11 +9,11 @@
 
 use std::panic::AssertUnwindSafe;
 
-use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 
 use crate::error::{Error, Result};
-use crate::storage::{ParquetFile, Storage};
+use crate::storage::{ParquetFile, Storage, decoding, panic_message};
 
 /// Bytes of base files decoded again to find a damaged one; past this the error is returned as
 /// it came, with the number of files it may concern.
@@ -43,25 +43,6 @@ where
             Err(name_failure(&storage, &files, err).await.into())
         }
     })
-}
-
-/// The message of a caught panic.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    match (payload.downcast_ref::<&str>(), payload.downcast_ref::<String>()) {
-        (Some(s), _) => (*s).to_string(),
-        (_, Some(s)) => s.clone(),
-        _ => "a panic without a message".to_string(),
-    }
-}
-
-/// `fut`'s result, or a [`Error::CorruptTable`] naming `path` if a decoder panicked inside it.
-pub(crate) async fn decoding<T>(path: &str, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-    match AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(r) => r,
-        Err(panic) => {
-            Err(Error::corrupt(path, format!("the Parquet decoder failed: {}", panic_message(panic.as_ref()))))
-        }
-    }
 }
 
 /// The error of a failed scan of `files`, naming the file it concerns where it did not.

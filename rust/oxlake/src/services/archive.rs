@@ -16,8 +16,6 @@
 //! first: an instant never reads as pending once archived, and whatever was deleted is older than
 //! what remains (files older than the active timeline count as committed).
 
-use std::collections::BTreeSet;
-
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
@@ -26,13 +24,13 @@ use crate::format::file_name::LogFileName;
 use crate::format::instant::{Action, Instant, State};
 use crate::format::log_block::LogBlock;
 use crate::table::Table;
+pub use crate::table::history::{archive_dir, archive_files, read_archived};
 
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
 pub const MIN_COMMITS_KEY: &str = "hoodie.keep.min.commits";
 pub const MAX_COMMITS_KEY: &str = "hoodie.keep.max.commits";
-/// oxlake's own: `true` archives inline after every commit of a write (off by default: the
-/// concurrency stress test with writers frozen past their heartbeat still loses rows now and
-/// then with it on; `archive()` archives on demand).
+/// oxlake's own: `false` stops archiving inline after every commit of a write (on by default, as
+/// in Apache Hudi; `archive()` then archives on demand).
 pub const INLINE_KEY: &str = "oxlake.archive.inline";
 const DEFAULT_MIN_COMMITS: usize = 20;
 const DEFAULT_MAX_COMMITS: usize = 30;
@@ -88,7 +86,7 @@ impl Table {
         self.reload().await?;
         self.check_changeable()?;
         let result = self.archive_before(config, None).await?;
-        crate::metadata::archive_metadata_timeline(self, config).await?;
+        archive_metadata_timeline(self, config).await?;
         Ok(result)
     }
 
@@ -175,26 +173,8 @@ impl Table {
         self.reload().await?;
         self.check_changeable()?;
         let (min, max) = (config.min_commits.to_string(), config.max_commits.to_string());
-        let inline = if inline { Some("true") } else { None };
+        let inline = if inline { None } else { Some("false") };
         self.set_properties(&[(MIN_COMMITS_KEY, Some(&min)), (MAX_COMMITS_KEY, Some(&max)), (INLINE_KEY, inline)]).await
-    }
-
-    /// This table with its archived instants on its timeline ([`Timeline::with_archived`]): for
-    /// queries that reach before the active timeline, and `timeline(include_archived=True)`.
-    pub async fn with_archived_timeline(&self) -> Result<Table> {
-        if self.timeline().has_archived() {
-            return Ok(self.clone());
-        }
-        let states = read_archived(self).await?;
-        let mut merged = self.clone();
-        merged.set_timeline(self.timeline().with_archived(states));
-        Ok(merged)
-    }
-
-    /// Whether a query as of `time` (or from it) reaches before the active write timeline, where
-    /// archived instants may be.
-    pub fn reaches_archive(&self, time: &str) -> bool {
-        !self.timeline().has_archived() && self.timeline().write_timeline_start().is_some_and(|s| time < s)
     }
 
     /// Apache Hudi 0.14's choice (`getCommitInstantsToArchive`, `getCleanInstantsToArchive`),
@@ -315,18 +295,6 @@ async fn latest_clean_retains(table: &Table) -> Result<Option<String>> {
     .or(Some(clean.time.clone())))
 }
 
-/// The archive folder of a table, relative to its root.
-pub fn archive_dir(table: &Table) -> String {
-    let folder = table
-        .config()
-        .raw
-        .get(crate::config::keys::ARCHIVELOG_FOLDER)
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .unwrap_or(archived::DEFAULT_FOLDER);
-    format!(".hoodie/{folder}")
-}
-
 /// Writes `blocks` as the next archive file (`.commits_.archive.<n+1>_1-0-1`): a new version, as
 /// Java does on stores without append.
 async fn write_archive_file(table: &Table, blocks: &[LogBlock]) -> Result<String> {
@@ -353,38 +321,33 @@ async fn write_archive_file(table: &Table, blocks: &[LogBlock]) -> Result<String
     Err(Error::CommitConflict { instant: String::new(), detail: format!("no free archive file version in {dir}") })
 }
 
-/// The archive files of a table: version and path.
-pub async fn archive_files(table: &Table) -> Result<Vec<(u32, String)>> {
-    let dir = archive_dir(table);
-    let mut out: Vec<(u32, String)> = table
-        .storage()
-        .list_dir(&dir)
-        .await?
-        .into_iter()
-        .filter_map(|f| archive_version(f.path.rsplit('/').next()?).map(|v| (v, f.path.clone())))
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
-/// The version of an archive file name `.commits_.archive.<version>_<token>` (Java globs
-/// `.commits_.archive*` and orders by this number).
-fn archive_version(name: &str) -> Option<u32> {
-    let prefix = format!(".{}_.{}.", archived::FILE_ID, archived::EXTENSION);
-    let (version, token) = name.strip_prefix(&prefix)?.split_once('_')?;
-    (!token.is_empty()).then_some(())?;
-    version.parse().ok()
-}
-
-/// Every archived state, oldest first, each (time, action, state) once.
-pub async fn read_archived(table: &Table) -> Result<Vec<archived::ArchivedState>> {
-    let mut out = Vec::new();
-    for (_, path) in archive_files(table).await? {
-        let data = table.storage().get(&path).await?;
-        out.extend(archived::read_file(&path, &data)?);
+/// Archives the metadata table's own timeline past `config`, never at or after the earliest
+/// instant of the data timeline (its instants count only while the data instant of their time
+/// does, or lies before the data timeline: Apache Hudi's `getEarliestInstantForMetadataArchival`).
+async fn archive_metadata_timeline(data: &Table, config: ArchiveConfig) -> Result<Vec<Instant>> {
+    if !data.config().raw.contains_key(crate::metadata::PARTITIONS_KEY) {
+        return Ok(Vec::new());
     }
-    let mut seen = BTreeSet::new();
-    out.retain(|s| seen.insert((s.instant.time.clone(), s.instant.action, s.instant.state)));
-    out.sort_by(|a, b| (&a.instant.time, a.instant.state).cmp(&(&b.instant.time, b.instant.state)));
-    Ok(out)
+    // Java's `getEarliestInstantForMetadataArchival`: the earlier of the data timeline's first
+    // commit, deltacommit or replacecommit (any state) and its first pending instant. Not its
+    // first instant of any action: cleans and rollbacks stay active for up to 30 runs of their
+    // own, which would hold the metadata timeline back by hundreds of commits.
+    let timeline = data.timeline();
+    let first_commit = timeline.instants().iter().find(|i| {
+        matches!(
+            i.action,
+            Action::Commit
+                | Action::DeltaCommit
+                | Action::ReplaceCommit
+                | Action::Compaction
+                | Action::Clustering
+                | Action::LogCompaction
+        )
+    });
+    let first_pending = timeline.instants().iter().find(|i| !i.is_completed());
+    let Some(earliest) = [first_commit, first_pending].into_iter().flatten().map(|i| i.time.clone()).min() else {
+        return Ok(Vec::new());
+    };
+    let mut mdt = Table::open(&crate::metadata::metadata_uri(data), data.options().clone()).await?;
+    Ok(mdt.archive_before(config, Some(&earliest)).await?.archived)
 }

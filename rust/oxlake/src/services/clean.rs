@@ -7,7 +7,6 @@
 //! of the retained commits reads.
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::ops::Bound;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -16,11 +15,11 @@ use crate::error::{Error, Result};
 use crate::format::clean::{
     self, ActionInstant, CleanFileInfo, CleanMetadata, CleanPartitionMetadata, CleanerPlan, Stored,
 };
-use crate::format::file_name::{self, BaseFileName, LogFileName};
+use crate::format::file_name;
 use crate::format::instant::{Action, Instant, State};
 use crate::services::progress::{self, Progress};
 use crate::table::Table;
-use crate::table::fs_view::{FileGroupId, FileSlice, FileSystemView};
+use crate::table::fs_view::{FileGroupId, FileSlice};
 
 /// What the cleaner keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -174,11 +173,6 @@ impl Table {
     }
 }
 
-/// The plan of the clean `instant`.
-pub(crate) async fn read_plan(table: &Table, instant: &Instant) -> Result<CleanPlan> {
-    Ok(load_plan(table, instant).await?.0)
-}
-
 /// The plan of the clean `instant` (Java's Avro, oxlake's Avro, or the JSON of earlier oxlake
 /// versions), and what its `.clean.inflight` holds: the plan in Avro, as Java writes it.
 async fn load_plan(table: &Table, instant: &Instant) -> Result<(CleanPlan, Bytes)> {
@@ -313,61 +307,4 @@ async fn plan(table: &Table, policy: CleanPolicy) -> Result<CleanPlan> {
 
 fn slice_files(s: &FileSlice) -> Vec<String> {
     s.base.iter().map(|b| b.path.clone()).chain(s.logs.iter().map(|l| l.path.clone())).collect()
-}
-
-impl Table {
-    /// Fails when a clean has deleted a file that the snapshot as of `time` reads: a time-travel
-    /// read, an incremental window ending at `time`, or a rollback back to `time` would otherwise
-    /// return a table with rows missing. `view` and `replaced` are the table's current file groups
-    /// and the groups replaced as of `time`. Cleans written by Apache Hudi are read too.
-    pub async fn check_not_cleaned(
-        &self,
-        arg: &str,
-        time: &str,
-        view: &FileSystemView,
-        replaced: &HashSet<FileGroupId>,
-    ) -> Result<()> {
-        let timeline = self.timeline();
-        let cleans: Vec<&Instant> =
-            timeline.instants().iter().filter(|i| i.action == Action::Clean && i.is_completed()).collect();
-        if cleans.is_empty() || self.savepoints().iter().any(|s| s == time) {
-            return Ok(());
-        }
-        for clean in cleans {
-            let deleted = match timeline.clean_metadata(self.storage(), clean).await? {
-                Stored::Avro(m) => m.files(),
-                Stored::Legacy(p) => p.files_to_delete,
-            };
-            for file in &deleted {
-                let (partition, name) = file.rsplit_once('/').unwrap_or(("", file.as_str()));
-                let slice = BaseFileName::parse(name)
-                    .map(|b| (b.file_id, b.instant))
-                    .or_else(|| LogFileName::parse(name).map(|l| (l.file_id, l.instant)));
-                let Some((file_id, base_instant)) = slice else { continue };
-                let id = (partition.to_string(), file_id);
-                if base_instant.as_str() > time || replaced.contains(&id) {
-                    continue;
-                }
-                // The deleted slice was the one read as of `time` unless a later one (still there)
-                // starts at or before `time`.
-                let later = view.get(&id).is_some_and(|g| {
-                    g.slices
-                        .range::<str, _>((Bound::Excluded(base_instant.as_str()), Bound::Included(time)))
-                        .next()
-                        .is_some()
-                });
-                if !later {
-                    return Err(Error::invalid_arg(
-                        arg,
-                        format!(
-                            "{time} is no longer readable: clean {} deleted {file}, which the table as of {time} \
-                             reads (retain more commits, or savepoint the instants to keep)",
-                            clean.time
-                        ),
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
 }

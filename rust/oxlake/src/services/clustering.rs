@@ -21,21 +21,19 @@ use datafusion::logical_expr::{Expr, SortExpr};
 use futures::{StreamExt, TryStreamExt};
 use object_store::buffered::BufWriter;
 use parquet::arrow::AsyncArrowWriter;
-use serde::{Deserialize, Serialize};
 
 use crate::commit::Transaction;
 use crate::error::{Error, Result};
 use crate::format::commit::{CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName, new_file_id};
-use crate::format::instant::{Action, Instant, State};
-use crate::format::{avro, plans};
+use crate::format::instant::Action;
 use crate::read::{HudiTableProvider, PlannedFile, PlannedSlice, ScanPlan};
 use crate::schema::FILE_NAME;
 use crate::services::progress::{self, Progress};
 use crate::storage::Storage;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, LogFile};
-use crate::write::{WriteConfig, base_file_properties};
+use crate::write::WriteConfig;
 
 /// `operationType` of a clustering replacecommit (Apache Hudi's name).
 const CLUSTER: &str = "CLUSTER";
@@ -71,95 +69,8 @@ impl Default for ClusteringConfig {
     }
 }
 
-/// One input file slice of a clustering group.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusteringSlice {
-    pub file_id: String,
-    pub base_instant_time: String,
-    /// `(path, size)` of the base file, relative to the table root.
-    pub data_file: Option<(String, u64)>,
-    pub delta_file_paths: Vec<String>,
-}
-
-/// Slices of one partition rewritten together into one sorted run of files.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusteringGroup {
-    pub partition_path: String,
-    pub slices: Vec<ClusteringSlice>,
-}
-
-/// The plan stored in `t.replacecommit.requested`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusteringPlan {
-    pub operation_type: String,
-    pub sort_columns: Vec<String>,
-    pub input_groups: Vec<ClusteringGroup>,
-    pub version: u32,
-}
-
-/// The execution strategy Java runs a sorted clustering plan with, and its sort-columns parameter.
-const SORT_STRATEGY: &str = "org.apache.hudi.client.clustering.run.strategy.SparkSortAndSizeExecutionStrategy";
-const SORT_COLUMNS_PARAM: &str = "hoodie.clustering.plan.strategy.sort.columns";
-
-impl ClusteringPlan {
-    /// The `HoodieRequestedReplaceMetadata` Java reads from `t.replacecommit.requested`
-    /// (`ClusteringUtils.getClusteringPlan`): slices name files by full path (an empty
-    /// `dataFilePath` for a slice without a base file), as `ClusteringPlanStrategy` does; each
-    /// group's output count estimated from its size and `target_file_size`.
-    pub fn to_avro(&self, table_uri: &str, target_file_size: u64) -> Result<Vec<u8>> {
-        let full = |rel: &str| crate::format::file_name::full_path(table_uri, rel);
-        let groups: Vec<serde_json::Value> = self
-            .input_groups
-            .iter()
-            .map(|g| {
-                let bytes: u64 = g.slices.iter().filter_map(|s| s.data_file.as_ref().map(|d| d.1)).sum();
-                let outputs = bytes.div_ceil(target_file_size.max(1)).max(1);
-                let slices: Vec<serde_json::Value> = g
-                    .slices
-                    .iter()
-                    .map(|s| {
-                        serde_json::json!({
-                            "dataFilePath": s.data_file.as_ref().map_or(String::new(), |d| full(&d.0)),
-                            "deltaFilePaths": s.delta_file_paths.iter().map(|p| full(p)).collect::<Vec<_>>(),
-                            "fileId": s.file_id,
-                            "partitionPath": g.partition_path,
-                            "version": 1,
-                        })
-                    })
-                    .collect();
-                serde_json::json!({
-                    "slices": slices,
-                    "metrics": {},
-                    "numOutputFileGroups": i32::try_from(outputs).unwrap_or(i32::MAX),
-                    "version": 1,
-                })
-            })
-            .collect();
-        let mut params = serde_json::Map::new();
-        if !self.sort_columns.is_empty() {
-            params.insert(SORT_COLUMNS_PARAM.into(), self.sort_columns.join(",").into());
-        }
-        let request = serde_json::json!({
-            "operationType": self.operation_type,
-            "clusteringPlan": {
-                "inputGroups": groups,
-                "strategy": { "strategyClassName": SORT_STRATEGY, "strategyParams": params, "version": 1 },
-                "extraMetadata": {},
-                "version": self.version,
-            },
-            "version": 1,
-        });
-        avro::write_container(plans::REPLACE_REQUEST_SCHEMA, &[request])
-    }
-
-    /// The file groups the plan rewrites.
-    pub fn file_groups(&self) -> impl Iterator<Item = FileGroupId> + '_ {
-        self.input_groups.iter().flat_map(|g| g.slices.iter().map(|s| (g.partition_path.clone(), s.file_id.clone())))
-    }
-}
+pub use crate::format::clustering_plan::{ClusteringGroup, ClusteringPlan, ClusteringSlice};
+pub use crate::table::pending::pending_clustering_groups;
 
 /// What a clustering did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -169,71 +80,6 @@ pub struct ClusteringResult {
     pub replaced_file_groups: usize,
     pub new_file_groups: usize,
     pub records: u64,
-}
-
-/// The file groups of every pending clustering (writers keep their inserts out of them).
-pub async fn pending_clustering_groups(table: &Table) -> Result<HashSet<FileGroupId>> {
-    let mut out = HashSet::new();
-    let pending: Vec<Instant> =
-        table.timeline().pending().filter(|i| i.action == Action::ReplaceCommit).cloned().collect();
-    for instant in pending {
-        let path = table.timeline().path_of(&instant.with_state(State::Requested));
-        let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
-        out.extend(planned_file_groups(&path, &bytes)?);
-    }
-    Ok(out)
-}
-
-/// The file groups a requested replacecommit will rewrite: those of its clustering plan, as
-/// Apache Hudi and oxlake write it (an Avro `HoodieRequestedReplaceMetadata`) or as earlier oxlake
-/// versions wrote it (JSON).
-/// Insert-overwrite requests hold no plan (oxlake's are empty, Apache Hudi's have no
-/// `clusteringPlan`): they rewrite nothing a writer must avoid.
-fn planned_file_groups(path: &str, bytes: &[u8]) -> Result<Vec<FileGroupId>> {
-    if bytes.is_empty() {
-        return Ok(Vec::new());
-    }
-    if !avro::is_container(bytes) {
-        let plan: ClusteringPlan =
-            serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("clustering plan: {e}")))?;
-        return Ok(plan.file_groups().collect());
-    }
-    let request: JavaReplaceRequest = avro::read_timeline_record(path, bytes)?;
-    Ok(request
-        .clustering_plan
-        .into_iter()
-        .flat_map(|p| p.input_groups)
-        .flat_map(|g| g.slices)
-        .map(|s| (s.partition_path, s.file_id))
-        .collect())
-}
-
-/// `HoodieRequestedReplaceMetadata`, Apache Hudi's replacecommit request (the fields oxlake uses).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JavaReplaceRequest {
-    clustering_plan: Option<JavaClusteringPlan>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JavaClusteringPlan {
-    #[serde(default)]
-    input_groups: Vec<JavaClusteringGroup>,
-}
-
-#[derive(Deserialize)]
-struct JavaClusteringGroup {
-    #[serde(default)]
-    slices: Vec<JavaSliceInfo>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JavaSliceInfo {
-    file_id: String,
-    #[serde(default)]
-    partition_path: String,
 }
 
 impl Table {
@@ -489,7 +335,11 @@ impl RollingWriter {
         let file_name = name.name();
         let rel = if self.partition.is_empty() { file_name.clone() } else { format!("{}/{file_name}", self.partition) };
         let sink = BufWriter::new(self.storage.object_store(), self.storage.path(&rel));
-        let writer = AsyncArrowWriter::try_new(sink, self.schema.clone(), Some(base_file_properties(&self.config)))?;
+        let writer = AsyncArrowWriter::try_new(
+            sink,
+            self.schema.clone(),
+            Some(crate::format::base_file::writer_properties(self.config.row_group_size)),
+        )?;
         Ok(OpenFile { writer, file_id, file_name, rel, rows: 0 })
     }
 
@@ -530,6 +380,9 @@ fn with_file_name(batch: &RecordBatch, file_name: &str) -> Result<RecordBatch> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::avro;
+    use crate::format::clustering_plan::SORT_COLUMNS_PARAM;
+    use crate::format::clustering_plan::planned_file_groups;
     use crate::test_support::corpus_file;
 
     fn groups(table: &str, path: &str) -> Vec<FileGroupId> {

@@ -3,7 +3,6 @@
 //! merged records, and completes `c` as a commit. Writers keep writing meanwhile: a log written after
 //! `c` was planned is named with `c` and joins the new slice.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -12,141 +11,22 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::buffered::BufWriter;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::file::properties::WriterProperties;
-use serde::{Deserialize, Serialize};
 
 use crate::commit::Transaction;
 use crate::config::TableType;
 use crate::error::{Error, Result};
 use crate::format::commit::{CommitMetadata, WriteStat};
-use crate::format::file_name::{BaseFileName, LogFileName, file_path, planned_file_path};
+use crate::format::file_name::{BaseFileName, LogFileName, file_path};
 use crate::format::instant::{Action, Instant, State};
-use crate::format::{avro, plans};
 use crate::read::mor_exec::{MergeContext, MergeOnReadExec, SliceScan};
 use crate::services::progress::{self, Progress};
 use crate::storage::Storage;
 use crate::table::Table;
-use crate::table::fs_view::{FileGroupId, LogFile};
-use crate::write::{WriteConfig, base_file_properties};
+use crate::table::fs_view::LogFile;
+use crate::write::WriteConfig;
 
-/// One slice to compact.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CompactionOperation {
-    pub partition_path: String,
-    pub file_id: String,
-    /// The base instant of the slice compacted.
-    pub base_instant_time: String,
-    /// The base file, relative to the table root (`None`: a log-only slice).
-    pub data_file_path: Option<String>,
-    pub delta_file_paths: Vec<String>,
-}
-
-/// The plan stored in `c.compaction.requested`.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct CompactionPlan {
-    pub operations: Vec<CompactionOperation>,
-    pub version: u32,
-}
-
-/// `CompactionUtils.LATEST_COMPACTION_METADATA_VERSION`: operations name files by their names.
-const PLAN_VERSION: u32 = 2;
-
-impl CompactionPlan {
-    /// The `HoodieCompactionPlan` Java reads (version 2: file names, not paths), as an Avro
-    /// container; [`CompactionPlan::parse`] reads it back into table-relative paths.
-    pub fn to_avro(&self) -> Result<Vec<u8>> {
-        let name = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
-        let operations: Vec<serde_json::Value> = self
-            .operations
-            .iter()
-            .map(|op| {
-                serde_json::json!({
-                    "baseInstantTime": op.base_instant_time,
-                    "deltaFilePaths": op.delta_file_paths.iter().map(|p| name(p)).collect::<Vec<_>>(),
-                    "dataFilePath": op.data_file_path.as_deref().map(name),
-                    "fileId": op.file_id,
-                    "partitionPath": op.partition_path,
-                    "metrics": {},
-                })
-            })
-            .collect();
-        let plan = serde_json::json!({ "operations": operations, "version": PLAN_VERSION });
-        avro::write_container(plans::COMPACTION_PLAN_SCHEMA, &[plan])
-    }
-
-    /// Reads a plan as Apache Hudi writes it (an Avro container holding a `HoodieCompactionPlan`,
-    /// version 1 with paths or 2 with names), as oxlake writes it (the same), or as earlier oxlake
-    /// versions wrote it (JSON with table-relative paths).
-    pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
-        if !avro::is_container(bytes) {
-            return serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("compaction plan: {e}")));
-        }
-        let plan: JavaCompactionPlan = avro::read_timeline_record(path, bytes)?;
-        let operations = plan
-            .operations
-            .into_iter()
-            .map(|op| CompactionOperation {
-                data_file_path: op.data_file_path.map(|f| planned_file_path(&op.partition_path, &f)),
-                delta_file_paths: op
-                    .delta_file_paths
-                    .iter()
-                    .map(|f| planned_file_path(&op.partition_path, f))
-                    .collect(),
-                partition_path: op.partition_path,
-                file_id: op.file_id,
-                base_instant_time: op.base_instant_time,
-            })
-            .collect();
-        Ok(CompactionPlan { operations, version: plan.version.unwrap_or(1) })
-    }
-}
-
-/// `HoodieCompactionPlan`, the Avro record of Apache Hudi's compaction plans (the fields oxlake uses).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JavaCompactionPlan {
-    #[serde(default)]
-    operations: Vec<JavaCompactionOperation>,
-    version: Option<u32>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct JavaCompactionOperation {
-    base_instant_time: String,
-    #[serde(default)]
-    delta_file_paths: Vec<String>,
-    data_file_path: Option<String>,
-    file_id: String,
-    #[serde(default)]
-    partition_path: String,
-}
-
-/// Reads the plan of a compaction instant.
-pub async fn read_plan(table: &Table, time: &str) -> Result<CompactionPlan> {
-    let instant = crate::format::instant::Instant::new(time, Action::Compaction, State::Requested);
-    let path = table.timeline().path_of(&instant);
-    CompactionPlan::parse(&path, &table.storage().get(&path).await?)
-}
-
-/// The file groups of every pending compaction, with the compaction's instant: new logs of those
-/// groups are named with it.
-pub async fn pending_compaction_groups(table: &Table) -> Result<HashMap<FileGroupId, String>> {
-    let mut out = HashMap::new();
-    let pending: Vec<String> =
-        table.timeline().pending().filter(|i| i.action == Action::Compaction).map(|i| i.time.clone()).collect();
-    for time in pending {
-        // A plan removed since the timeline was read gave way (the metadata table's compactions
-        // do): it has no slice to write into.
-        let path = table.timeline().path_of(&Instant::new(time.clone(), Action::Compaction, State::Requested));
-        let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
-        for op in CompactionPlan::parse(&path, &bytes)?.operations {
-            out.insert((op.partition_path, op.file_id), time.clone());
-        }
-    }
-    Ok(out)
-}
+pub use crate::format::compaction_plan::{CompactionOperation, CompactionPlan};
+pub use crate::table::pending::{pending_compaction_groups, read_compaction_plan as read_plan};
 
 /// How compaction chooses its slices.
 #[derive(Clone, Debug)]
@@ -228,7 +108,7 @@ impl Table {
                 // Beats while it takes slices: another compactor takes this one for gone only
                 // once it stops (see `slice_claims`).
                 let _beat = crate::commit::TaskHeartbeat::start(table, time).await?;
-                let operations = crate::services::slice_claims::take(table, time, wanted.operations).await?;
+                let operations = crate::commit::slice_claims::take(table, time, wanted.operations).await?;
                 if operations.is_empty() {
                     return Ok(None);
                 }
@@ -384,7 +264,7 @@ async fn write_compacted(
     futures::stream::iter(ops)
         .map(|(index, op)| {
             let (ctx, task, storage) = (ctx.clone(), task.clone(), storage.clone());
-            let props = base_file_properties(&config.write);
+            let props = crate::format::base_file::writer_properties(config.write.row_group_size);
             let progress = config.progress.clone();
             async move {
                 let slice = SliceScan {
@@ -464,6 +344,7 @@ pub(crate) async fn write_stream(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::avro;
     use crate::test_support::corpus_file;
 
     #[test]

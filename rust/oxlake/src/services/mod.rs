@@ -9,7 +9,6 @@ pub mod clustering;
 pub mod compaction;
 pub mod progress;
 pub mod restore;
-pub(crate) mod slice_claims;
 
 pub use archive::{ArchiveConfig, ArchiveResult};
 pub use clean::{CleanPlan, CleanPolicy, CleanResult};

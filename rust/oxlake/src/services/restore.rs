@@ -63,16 +63,6 @@ impl Table {
         self.reload().await
     }
 
-    /// The savepointed instants, oldest first.
-    pub fn savepoints(&self) -> Vec<String> {
-        self.timeline()
-            .instants()
-            .iter()
-            .filter(|i| i.action == Action::Savepoint && i.is_completed())
-            .map(|i| i.time.clone())
-            .collect()
-    }
-
     /// Restores the table to the savepoint at `time`: every data instant completed after it is
     /// rolled back. Returns the restore instant.
     pub async fn restore(&mut self, time: &str) -> Result<String> {

@@ -8,6 +8,7 @@
 //! [`faults::FaultStore`], which injects the faults and latency the tests ask for.
 
 pub mod faults;
+mod parquet_read;
 mod retry;
 
 use std::collections::HashMap;
@@ -22,6 +23,7 @@ use object_store::path::{Path, PathPart};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 
 use self::faults::FaultStore;
+pub(crate) use self::parquet_read::{decoding, panic_message, record_keys};
 
 /// Listings of partition folders run at once by [`Storage::list_table`].
 const LISTINGS_AT_ONCE: usize = 16;

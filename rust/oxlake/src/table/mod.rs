@@ -2,6 +2,8 @@
 //! operation (`Table::scan`, `Table::write`, `Table::rollback_failed`).
 
 pub mod fs_view;
+pub mod history;
+pub mod pending;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -74,13 +76,18 @@ impl Table {
     /// whole, as the metadata table is.
     pub async fn open_listed(uri: &str, options: TableOptions) -> Result<(Self, Vec<FileInfo>)> {
         let storage = Storage::open(uri, &options.storage_options)?;
-        let (properties, timeline_files, files) =
-            futures::try_join!(storage.get_opt(PROPERTIES_FILE), storage.list_dir(".hoodie"), storage.list_table())?;
+        let (properties, timeline_files, files, rolled_back) = futures::try_join!(
+            storage.get_opt(PROPERTIES_FILE),
+            storage.list_dir(".hoodie"),
+            storage.list_table(),
+            storage.list_dir(crate::timeline::ROLLED_BACK_DIR)
+        )?;
         let config = parse_properties(&storage, properties)?;
         let dir = config.timeline_dir();
         let timeline_files = if dir == ".hoodie" { timeline_files } else { storage.list_dir(&dir).await? };
         let names = timeline_files.iter().filter_map(|f| f.path.rsplit('/').next());
-        let timeline = Timeline::from_file_names(names, config.timeline_dir(), config.layout_version);
+        let timeline = Timeline::from_file_names(names, config.timeline_dir(), config.layout_version)
+            .with_rolled_back(&rolled_back);
         let data_schema = resolve_schema(&storage, &config, &timeline).await?;
         let table = Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() };
         Ok((table, files))

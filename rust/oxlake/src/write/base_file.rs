@@ -13,9 +13,7 @@ use futures::{FutureExt, StreamExt};
 use object_store::buffered::BufWriter;
 use parquet::arrow::AsyncArrowWriter;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
-use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
-use parquet::schema::types::ColumnPath;
 use tokio::sync::Semaphore;
 
 use super::Incoming;
@@ -23,7 +21,7 @@ use super::plan::{FileWork, TaskId, WriteConfig};
 use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
 use crate::format::file_name::BaseFileName;
-use crate::schema::{COMMIT_SEQNO, RECORD_KEY};
+use crate::schema::RECORD_KEY;
 use crate::storage::{ParquetFile, Storage};
 use crate::table::Table;
 
@@ -55,18 +53,6 @@ pub(super) struct Context {
     pub file_indexes: (bool, bool),
 }
 
-/// How base files are written (by writes, compaction and clustering alike).
-pub fn base_file_properties(config: &WriteConfig) -> WriterProperties {
-    WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
-        // Sequence numbers and record keys are unique per row: dictionary pages would only be
-        // built to be thrown away.
-        .set_column_dictionary_enabled(ColumnPath::from(COMMIT_SEQNO), false)
-        .set_column_dictionary_enabled(ColumnPath::from(RECORD_KEY), false)
-        .set_max_row_group_row_count(Some(config.row_group_size))
-        .build()
-}
-
 /// Writes every planned file, `config.parallelism` at a time.
 pub(crate) async fn write_all(
     table: &Table,
@@ -86,7 +72,7 @@ pub(crate) async fn write_all(
         incoming: incoming.cloned(),
         ordering_field,
         table_name: table.config().name.clone(),
-        props: base_file_properties(config),
+        props: crate::format::base_file::writer_properties(config.row_group_size),
         task: config.task,
         file_indexes: crate::metadata::file_indexes(table),
     });
@@ -141,8 +127,8 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
         let named = |e: parquet::errors::ParquetError| Error::from(e).in_file(&old.path);
         let reader = ParquetFile::open(&ctx.storage, &old.path, old.size);
         let open = async { ParquetRecordBatchStreamBuilder::new(reader).await.and_then(|b| b.build()).map_err(named) };
-        let mut stream = crate::read::decoding(&old.path, open).await?;
-        while let Some(batch) = crate::read::decoding(&old.path, stream.next().map(Ok)).await? {
+        let mut stream = crate::storage::decoding(&old.path, open).await?;
+        while let Some(batch) = crate::storage::decoding(&old.path, stream.next().map(Ok)).await? {
             let batch = crate::schema::align(&batch.map_err(named)?, &ctx.schema)?;
             let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat, &mut matched)?;
             if kept.num_rows() > 0 {

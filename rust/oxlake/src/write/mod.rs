@@ -27,8 +27,6 @@ use crate::schema;
 use crate::schema::evolve::SchemaMode;
 use crate::table::Table;
 
-pub use base_file::base_file_properties;
-pub(crate) use plan::base_file_keys;
 pub use plan::{TaskId, WriteConfig};
 
 /// What a write does with its records.
@@ -381,13 +379,12 @@ impl Table {
         Ok(result)
     }
 
-    /// Inline archival, as Apache Hudi archives after every commit, on tables with
-    /// `oxlake.archive.inline=true` (`Table::set_archival`): once the active timeline holds more
-    /// commits than the table keeps (`hoodie.keep.max.commits`), the oldest are archived. The
-    /// write has landed by then: a failed archival is logged, and the next commit tries again.
-    /// Off by default: the concurrency stress test still loses rows now and then with it on.
+    /// Inline archival, as Apache Hudi archives after every commit (off with
+    /// `oxlake.archive.inline=false`, see `Table::set_archival`): once the active timeline holds
+    /// more commits than the table keeps (`hoodie.keep.max.commits`), the oldest are archived.
+    /// The write has landed by then: a failed archival is logged, and the next commit tries again.
     async fn archive_inline(&mut self) {
-        if self.config().raw.get(crate::services::archive::INLINE_KEY).is_none_or(|v| v.trim() != "true") {
+        if self.config().raw.get(crate::services::archive::INLINE_KEY).is_some_and(|v| v.trim() == "false") {
             return;
         }
         let config = match crate::services::ArchiveConfig::of(self) {

@@ -22,7 +22,6 @@ use parquet::arrow::AsyncArrowWriter;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::WrittenFiles;
-use super::base_file::base_file_properties;
 use super::plan::{TaskId, WriteConfig};
 use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
@@ -92,7 +91,7 @@ async fn merge_group(
         let path = stat.path.as_deref().ok_or_else(|| Error::invalid_data("a write stat without a path"))?;
         let reader = ParquetFile::open(table.storage(), path, stat.file_size_in_bytes.max(0) as u64);
         let read = async { Ok(ParquetRecordBatchStreamBuilder::new(reader).await?.build()?.try_collect().await?) };
-        let batches: Vec<RecordBatch> = crate::read::decoding(path, read).await.map_err(|e| e.in_file(path))?;
+        let batches: Vec<RecordBatch> = crate::storage::decoding(path, read).await.map_err(|e| e.in_file(path))?;
         let batches = batches.iter().map(|b| crate::schema::align(b, &schema)).collect::<Result<Vec<_>>>()?;
         files.push(concat_batches(&schema, &batches)?);
     }
@@ -113,7 +112,11 @@ async fn merge_group(
 
     let rel = file_path(partition, &name);
     let sink = BufWriter::new(table.storage().object_store(), table.storage().path(&rel));
-    let mut writer = AsyncArrowWriter::try_new(sink, schema, Some(base_file_properties(config)))?;
+    let mut writer = AsyncArrowWriter::try_new(
+        sink,
+        schema,
+        Some(crate::format::base_file::writer_properties(config.row_group_size)),
+    )?;
     writer.write(&batch).await?;
     writer.close().await?;
     let size = table.storage().head(&rel).await?.map(|m| m.size).unwrap_or_default() as i64;

@@ -145,9 +145,10 @@ pub(crate) async fn plan(
     if let Some(latest) = &latest {
         let view = table.file_system_view().await?;
         let replaced = table.replaced_file_groups(latest).await?;
-        let compacting = if mor { crate::services::pending_compaction_groups(table).await? } else { HashMap::new() };
+        let compacting =
+            if mor { crate::table::pending::pending_compaction_groups(table).await? } else { HashMap::new() };
         // Inserts stay out of groups a clustering is rewriting (they would fail its commit).
-        let clustering = crate::services::pending_clustering_groups(table).await?;
+        let clustering = crate::table::pending::pending_clustering_groups(table).await?;
         for (g, s) in view.slices_as_of(latest, &replaced) {
             let Some(base) = &s.base else { continue };
             live.entry(g.partition.clone()).or_default().push(base.clone());
@@ -547,7 +548,7 @@ async fn lookup(
 /// column.
 async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
     // The Parquet reader does not know which file it decodes: its errors are named here.
-    let keys = crate::read::decoding(&file.path, matching_keys_of(storage, file, index)).await;
+    let keys = crate::storage::decoding(&file.path, matching_keys_of(storage, file, index)).await;
     keys.map_err(|e| e.in_file(&file.path))
 }
 
@@ -568,30 +569,4 @@ async fn matching_keys_of(storage: &Storage, file: &BaseFile, index: &KeyIndex) 
         hits.extend(strings.iter().flatten().filter_map(|k| index.get(k).map(|r| (k.to_string(), r))));
     }
     Ok(hits)
-}
-
-/// Every record key of a base file, reading only the key column.
-pub(crate) async fn base_file_keys(storage: &Storage, path: &str, size: u64) -> Result<StringArray> {
-    crate::read::decoding(path, base_file_keys_of(storage, path, size)).await.map_err(|e| e.in_file(path))
-}
-
-async fn base_file_keys_of(storage: &Storage, path: &str, size: u64) -> Result<StringArray> {
-    let reader = ParquetFile::open(storage, path, size);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
-    let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
-    let mut stream = builder.with_projection(mask).build()?;
-    let mut parts = Vec::new();
-    while let Some(batch) = stream.next().await {
-        parts.push(arrow::compute::cast(batch?.column(0), &arrow::datatypes::DataType::Utf8)?);
-    }
-    let refs: Vec<&dyn Array> = parts.iter().map(|a| a.as_ref()).collect();
-    let all = if refs.is_empty() {
-        Arc::new(StringArray::from(Vec::<&str>::new())) as _
-    } else {
-        arrow::compute::concat(&refs)?
-    };
-    all.as_any()
-        .downcast_ref::<StringArray>()
-        .cloned()
-        .ok_or_else(|| Error::corrupt(path, "record key column is not a string"))
 }

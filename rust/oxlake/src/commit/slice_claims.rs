@@ -16,8 +16,8 @@ use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::error::Result;
+use crate::format::compaction_plan::{CompactionOperation, CompactionPlan};
 use crate::format::instant::{Action, Instant, State};
-use crate::services::compaction::{CompactionOperation, CompactionPlan};
 use crate::table::Table;
 
 const DIR: &str = ".hoodie/oxlake/compacting";
@@ -89,7 +89,7 @@ async fn orphaned(table: &Table, owner: &str, op: &CompactionOperation) -> Resul
         Some(bytes) => bytes,
         None => {
             // The owner beats from before it takes slices until its plan is written.
-            if !crate::commit::is_expired(table, &requested).await? {
+            if !super::is_expired(table, &requested).await? {
                 return Ok(false); // its plan may still come
             }
             let closed = Bytes::from(CompactionPlan::default().to_avro()?);

@@ -1,0 +1,146 @@
+//! What of a table's past is still there: its savepoints, its archived timeline (read where a
+//! query reaches before the active one), and whether a clean removed files a snapshot reads.
+
+use std::collections::{BTreeSet, HashSet};
+use std::ops::Bound;
+
+use crate::error::{Error, Result};
+use crate::format::archived;
+use crate::format::clean::Stored;
+use crate::format::file_name::{BaseFileName, LogFileName};
+use crate::format::instant::{Action, Instant};
+use crate::table::Table;
+use crate::table::fs_view::{FileGroupId, FileSystemView};
+
+impl Table {
+    /// The savepointed instants, oldest first.
+    pub fn savepoints(&self) -> Vec<String> {
+        self.timeline()
+            .instants()
+            .iter()
+            .filter(|i| i.action == Action::Savepoint && i.is_completed())
+            .map(|i| i.time.clone())
+            .collect()
+    }
+
+    /// This table with its archived instants on its timeline ([`crate::timeline::Timeline::with_archived`]):
+    /// for queries that reach before the active timeline, and `timeline(include_archived=True)`.
+    pub async fn with_archived_timeline(&self) -> Result<Table> {
+        if self.timeline().has_archived() {
+            return Ok(self.clone());
+        }
+        let states = read_archived(self).await?;
+        let mut merged = self.clone();
+        merged.set_timeline(self.timeline().with_archived(states));
+        Ok(merged)
+    }
+
+    /// Whether a query as of `time` (or from it) reaches before the active write timeline, where
+    /// archived instants may be.
+    pub fn reaches_archive(&self, time: &str) -> bool {
+        !self.timeline().has_archived() && self.timeline().write_timeline_start().is_some_and(|s| time < s)
+    }
+
+    /// Fails when a clean has deleted a file that the snapshot as of `time` reads: a time-travel
+    /// read, an incremental window ending at `time`, or a rollback back to `time` would otherwise
+    /// return a table with rows missing. `view` and `replaced` are the table's current file groups
+    /// and the groups replaced as of `time`. Cleans written by Apache Hudi are read too.
+    pub async fn check_not_cleaned(
+        &self,
+        arg: &str,
+        time: &str,
+        view: &FileSystemView,
+        replaced: &HashSet<FileGroupId>,
+    ) -> Result<()> {
+        let timeline = self.timeline();
+        let cleans: Vec<&Instant> =
+            timeline.instants().iter().filter(|i| i.action == Action::Clean && i.is_completed()).collect();
+        if cleans.is_empty() || self.savepoints().iter().any(|s| s == time) {
+            return Ok(());
+        }
+        for clean in cleans {
+            let deleted = match timeline.clean_metadata(self.storage(), clean).await? {
+                Stored::Avro(m) => m.files(),
+                Stored::Legacy(p) => p.files_to_delete,
+            };
+            for file in &deleted {
+                let (partition, name) = file.rsplit_once('/').unwrap_or(("", file.as_str()));
+                let slice = BaseFileName::parse(name)
+                    .map(|b| (b.file_id, b.instant))
+                    .or_else(|| LogFileName::parse(name).map(|l| (l.file_id, l.instant)));
+                let Some((file_id, base_instant)) = slice else { continue };
+                let id = (partition.to_string(), file_id);
+                if base_instant.as_str() > time || replaced.contains(&id) {
+                    continue;
+                }
+                // The deleted slice was the one read as of `time` unless a later one (still there)
+                // starts at or before `time`.
+                let later = view.get(&id).is_some_and(|g| {
+                    g.slices
+                        .range::<str, _>((Bound::Excluded(base_instant.as_str()), Bound::Included(time)))
+                        .next()
+                        .is_some()
+                });
+                if !later {
+                    return Err(Error::invalid_arg(
+                        arg,
+                        format!(
+                            "{time} is no longer readable: clean {} deleted {file}, which the table as of {time} \
+                             reads (retain more commits, or savepoint the instants to keep)",
+                            clean.time
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The archive folder of a table, relative to its root.
+pub fn archive_dir(table: &Table) -> String {
+    let folder = table
+        .config()
+        .raw
+        .get(crate::config::keys::ARCHIVELOG_FOLDER)
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .unwrap_or(archived::DEFAULT_FOLDER);
+    format!(".hoodie/{folder}")
+}
+
+/// The archive files of a table: version and path.
+pub async fn archive_files(table: &Table) -> Result<Vec<(u32, String)>> {
+    let dir = archive_dir(table);
+    let mut out: Vec<(u32, String)> = table
+        .storage()
+        .list_dir(&dir)
+        .await?
+        .into_iter()
+        .filter_map(|f| archive_version(f.path.rsplit('/').next()?).map(|v| (v, f.path.clone())))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// The version of an archive file name `.commits_.archive.<version>_<token>` (Java globs
+/// `.commits_.archive*` and orders by this number).
+fn archive_version(name: &str) -> Option<u32> {
+    let prefix = format!(".{}_.{}.", archived::FILE_ID, archived::EXTENSION);
+    let (version, token) = name.strip_prefix(&prefix)?.split_once('_')?;
+    (!token.is_empty()).then_some(())?;
+    version.parse().ok()
+}
+
+/// Every archived state, oldest first, each (time, action, state) once.
+pub async fn read_archived(table: &Table) -> Result<Vec<archived::ArchivedState>> {
+    let mut out = Vec::new();
+    for (_, path) in archive_files(table).await? {
+        let data = table.storage().get(&path).await?;
+        out.extend(archived::read_file(&path, &data)?);
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|s| seen.insert((s.instant.time.clone(), s.instant.action, s.instant.state)));
+    out.sort_by(|a, b| (&a.instant.time, a.instant.state).cmp(&(&b.instant.time, b.instant.state)));
+    Ok(out)
+}
