@@ -49,10 +49,11 @@ fuzz:
 	rust/fuzz/run $(FUZZ_SECONDS)
 
 lint: develop
+	$(PY) rust/tools/module_graph.py
 	cargo fmt --all -- --check
 	cargo clippy --release --all-targets -p oxlake -p oxlake-python -- -D warnings
-	$(VENV)/bin/ruff check python tests benches
-	$(VENV)/bin/ruff format --check python tests benches
+	$(VENV)/bin/ruff check python tests benches rust/tools
+	$(VENV)/bin/ruff format --check python tests benches rust/tools
 	$(VENV)/bin/mypy python/oxlake
 
 bench: develop

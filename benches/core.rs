@@ -12,7 +12,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::TryStreamExt;
 use oxlake::keys::KeySpec;
 use oxlake::timeline::Timeline;
-use oxlake::{CreateOptions, ScanOptions, Table, TableOptions, TableType, WriteConfig, WriteOperation};
+use oxlake::{CreateOptions, ScanOptions, Table, TableType, WriteConfig, WriteOperation};
 
 const ROWS: usize = 200_000;
 
@@ -50,7 +50,9 @@ async fn new_table(dir: &std::path::Path) -> Table {
         inline_compaction: None,
     };
     let uri = dir.join(format!("t{}", rand_suffix()));
-    Table::create(uri.to_str().expect("utf-8 path"), TableOptions::default(), opts, schema()).await.expect("create")
+    Table::create(uri.to_str().expect("utf-8 path"), oxlake::services::default_options(), opts, schema())
+        .await
+        .expect("create")
 }
 
 fn rand_suffix() -> u128 {

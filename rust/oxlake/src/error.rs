@@ -11,40 +11,74 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// No table at `uri` (no `.hoodie/hoodie.properties`).
     #[error("no table at {uri}: {reason}")]
-    TableNotFound { uri: String, reason: String },
+    TableNotFound {
+        /// Table root URI that was opened.
+        uri: String,
+        /// Why no table was found there.
+        reason: String,
+    },
 
     /// `create` found a table already there.
     #[error("a table already exists at {uri}")]
-    TableExists { uri: String },
+    TableExists {
+        /// Table root URI.
+        uri: String,
+    },
 
     /// The data handed to a write does not match the table schema.
     #[error("schema mismatch: {detail}")]
-    SchemaMismatch { detail: String },
+    SchemaMismatch {
+        /// Which columns or types differ.
+        detail: String,
+    },
 
     /// The data is well-typed but violates a rule of the table (null key, missing column...).
     #[error("invalid data: {detail}")]
-    InvalidData { detail: String },
+    InvalidData {
+        /// The rule violated and where.
+        detail: String,
+    },
 
     /// An argument of an API call is not valid (unknown option, bad filter...).
     #[error("invalid argument `{name}`: {detail}")]
-    InvalidArgument { name: String, detail: String },
+    InvalidArgument {
+        /// Name of the argument.
+        name: String,
+        /// What is wrong with its value.
+        detail: String,
+    },
 
     /// Another writer claimed or changed what this write needed.
     #[error("commit conflict at instant {instant}: {detail}")]
-    CommitConflict { instant: String, detail: String },
+    CommitConflict {
+        /// Instant time the conflict is about: this write's or the other writer's.
+        instant: String,
+        /// What the other writer claimed or changed.
+        detail: String,
+    },
 
     /// A table file could not be understood.
     #[error("corrupt table file {path}: {detail}")]
-    CorruptTable { path: String, detail: String },
+    CorruptTable {
+        /// Path of the file.
+        path: String,
+        /// What could not be understood.
+        detail: String,
+    },
 
     /// The table uses a feature oxlake does not implement.
     #[error("unsupported: {feature}")]
-    Unsupported { feature: String },
+    Unsupported {
+        /// The feature, as shown to the user.
+        feature: String,
+    },
 
     /// The object store failed (after retries for transient errors).
     #[error("storage error on {path}: {source}")]
     Storage {
+        /// Path of the object concerned.
         path: String,
+        /// The object store's error.
         #[source]
         source: object_store::Error,
     },

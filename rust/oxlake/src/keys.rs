@@ -17,14 +17,19 @@ use arrow::datatypes::DataType;
 use crate::config::TableConfig;
 use crate::error::{Error, Result};
 
+/// Complex-key placeholder for a null value.
 pub const NULL_KEY: &str = "__null__";
+/// Complex-key placeholder for an empty value.
 pub const EMPTY_KEY: &str = "__empty__";
+/// Partition path segment of a null or empty partition value.
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
 /// The partitions of a batch: distinct paths, and the index of its path for every row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Partitions {
+    /// Distinct partition paths of the batch.
     pub paths: Vec<String>,
+    /// For every row, the index of its path in `paths`.
     pub ids: Vec<u32>,
 }
 
@@ -38,15 +43,20 @@ impl Partitions {
 /// How a table derives keys and partition paths from a record.
 #[derive(Clone, Debug)]
 pub struct KeySpec {
+    /// Record key fields (`hoodie.table.recordkey.fields`).
     pub record_key_fields: Vec<String>,
+    /// Partition fields (`hoodie.table.partition.fields`); empty for a non-partitioned table.
     pub partition_fields: Vec<String>,
+    /// Whether keys are `f1:v1,f2:v2` (complex) rather than the bare value.
     pub complex_keys: bool,
+    /// `hoodie.datasource.write.hive_style_partitioning`: path segments are `field=value`.
     pub hive_style: bool,
     /// `hoodie.datasource.write.partitionpath.urlencode`: partition values are escaped in paths.
     pub url_encode: bool,
 }
 
 impl KeySpec {
+    /// The key spec of a table's configuration.
     pub fn from_config(cfg: &TableConfig) -> Self {
         KeySpec {
             record_key_fields: cfg.record_key_fields.clone(),

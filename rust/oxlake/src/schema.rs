@@ -15,10 +15,15 @@ use crate::error::{Error, Result};
 
 pub mod evolve;
 
+/// Meta field: instant time of the commit that wrote the record.
 pub const COMMIT_TIME: &str = "_hoodie_commit_time";
+/// Meta field: sequence number of the record within its commit (`<instant>_<writer>_<n>`).
 pub const COMMIT_SEQNO: &str = "_hoodie_commit_seqno";
+/// Meta field: the record key.
 pub const RECORD_KEY: &str = "_hoodie_record_key";
+/// Meta field: the partition path of the record.
 pub const PARTITION_PATH: &str = "_hoodie_partition_path";
+/// Meta field: name of the file the record was written to.
 pub const FILE_NAME: &str = "_hoodie_file_name";
 
 /// The five meta fields, first in every base file, in this order.

@@ -1,8 +1,5 @@
 //! Python bindings of oxlake: `oxlake._native`. Bindings only; all logic lives in the `oxlake`
 //! crate. The Pythonic API (`oxlake.Table`, `oxlake.create_table`) wraps this module.
-// The futures of writes are deep (a commit syncs the metadata table, which commits in turn):
-// proving them `Send + Sync` takes more than the default 128 levels.
-#![recursion_limit = "256"]
 
 mod arrow_ffi;
 mod distributed;

@@ -30,6 +30,8 @@ fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_int
     Ok(TableOptions {
         storage_options: storage_options.unwrap_or_default(),
         heartbeat_interval: Duration::from_secs_f64(heartbeat_interval),
+        // The metadata table kept in step, index pruning, inline table services.
+        extensions: oxlake::services::hooks::extensions(),
     })
 }
 

@@ -25,11 +25,11 @@ use arrow::array::Array;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
+use super::change::KeyChanges;
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::Instant;
-use crate::metadata::KeyChanges;
 use crate::storage::Storage;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, LogFile};

@@ -17,33 +17,59 @@ pub const PROPERTIES_FILE: &str = ".hoodie/hoodie.properties";
 
 /// The keys oxlake reads or writes.
 pub mod keys {
+    /// Table name.
     pub const NAME: &str = "hoodie.table.name";
+    /// Table type: `COPY_ON_WRITE` or `MERGE_ON_READ`.
     pub const TYPE: &str = "hoodie.table.type";
+    /// Table version (6, 8 or 9 are supported).
     pub const VERSION: &str = "hoodie.table.version";
+    /// Timeline layout version: 1 for table version 6, 2 for later versions.
     pub const LAYOUT_VERSION: &str = "hoodie.timeline.layout.version";
+    /// Comma-separated record key fields.
     pub const RECORD_KEY_FIELDS: &str = "hoodie.table.recordkey.fields";
+    /// Comma-separated partition fields.
     pub const PARTITION_FIELDS: &str = "hoodie.table.partition.fields";
+    /// The ordering (precombine) field, before table version 9.
     pub const PRECOMBINE_FIELD: &str = "hoodie.table.precombine.field";
+    /// Comma-separated ordering fields, table version 9 and later; replaces the precombine field.
     pub const ORDERING_FIELDS: &str = "hoodie.table.ordering.fields";
+    /// Whether partition directories are named `field=value`.
     pub const HIVE_STYLE: &str = "hoodie.datasource.write.hive_style_partitioning";
+    /// Whether partition values are URL-encoded in partition paths.
     pub const URL_ENCODE: &str = "hoodie.datasource.write.partitionpath.urlencode";
+    /// Whether partition columns are left out of the data files (`true` is not supported).
     pub const DROP_PARTITION_COLUMNS: &str = "hoodie.datasource.write.drop.partition.columns";
+    /// Base file format; only `PARQUET` is supported.
     pub const BASE_FILE_FORMAT: &str = "hoodie.table.base.file.format";
+    /// Timezone of instant times: `UTC` or `LOCAL`.
     pub const TIMEZONE: &str = "hoodie.table.timeline.timezone";
+    /// Fully qualified Java class name of the key generator.
     pub const KEYGEN_CLASS: &str = "hoodie.table.keygenerator.class";
+    /// Key generator type (e.g. `SIMPLE`, `COMPLEX`); takes precedence over the class name.
     pub const KEYGEN_TYPE: &str = "hoodie.table.keygenerator.type";
+    /// Java payload class, used to infer the merge mode of older tables.
     pub const PAYLOAD_CLASS: &str = "hoodie.compaction.payload.class";
+    /// Explicit merge mode: `EVENT_TIME_ORDERING`, `COMMIT_TIME_ORDERING` or `CUSTOM`.
     pub const MERGE_MODE: &str = "hoodie.record.merge.mode";
+    /// Merge strategy id (table version 8 and later).
     pub const MERGE_STRATEGY_ID: &str = "hoodie.record.merge.strategy.id";
+    /// Whether the `_hoodie_*` meta fields are written into data files.
     pub const POPULATE_META_FIELDS: &str = "hoodie.populate.meta.fields";
+    /// Database name, part of the table checksum.
     pub const DATABASE_NAME: &str = "hoodie.database.name";
+    /// Checksum of the database and table names.
     pub const CHECKSUM: &str = "hoodie.table.checksum";
+    /// Directory of the archived timeline, relative to `.hoodie`.
     pub const ARCHIVELOG_FOLDER: &str = "hoodie.archivelog.folder";
+    /// Directory of the active timeline under `.hoodie` (timeline layout 2; default `timeline`).
     pub const TIMELINE_PATH: &str = "hoodie.timeline.path";
+    /// Avro schema the table was created with.
     pub const CREATE_SCHEMA: &str = "hoodie.table.create.schema";
     /// Apache Hudi's metadata table: the partitions it holds (built and being built), and the switch.
     pub const METADATA_PARTITIONS: &str = "hoodie.table.metadata.partitions";
+    /// Metadata table partitions still being built.
     pub const METADATA_PARTITIONS_INFLIGHT: &str = "hoodie.table.metadata.partitions.inflight";
+    /// Whether the metadata table is enabled.
     pub const METADATA_ENABLE: &str = "hoodie.metadata.enable";
     /// oxlake's own: compact a merge-on-read table after this many deltacommits (unset: never inline).
     pub const INLINE_COMPACTION: &str = "oxlake.compaction.inline.max.delta.commits";
@@ -58,7 +84,9 @@ const COMMIT_TIME_STRATEGY: &str = "ce9acb64-bde0-424c-9b91-f6ebba25356d";
 /// Copy-on-write or merge-on-read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TableType {
+    /// `COPY_ON_WRITE`: updates rewrite base files.
     CopyOnWrite,
+    /// `MERGE_ON_READ`: updates go to log files, merged on read and by compaction.
     MergeOnRead,
 }
 
@@ -119,18 +147,31 @@ pub enum KeyGenerator {
 /// The parsed, validated `hoodie.properties`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TableConfig {
+    /// `hoodie.table.name`.
     pub name: String,
+    /// `hoodie.table.type`.
     pub table_type: TableType,
+    /// `hoodie.table.version`: 6, 8 or 9.
     pub version: u32,
+    /// `hoodie.timeline.layout.version`: 1 for table version 6, 2 otherwise.
     pub layout_version: u32,
+    /// `hoodie.table.recordkey.fields`; empty if the file does not name them.
     pub record_key_fields: Vec<String>,
+    /// `hoodie.table.partition.fields`; empty for a non-partitioned table.
     pub partition_fields: Vec<String>,
+    /// The ordering field (`hoodie.table.ordering.fields` or `hoodie.table.precombine.field`), if any.
     pub ordering_field: Option<String>,
+    /// `hoodie.datasource.write.hive_style_partitioning`: partition directories named `field=value`.
     pub hive_style: bool,
+    /// `hoodie.datasource.write.partitionpath.urlencode`: partition values URL-encoded in paths.
     pub url_encode: bool,
+    /// The key generator, from `hoodie.table.keygenerator.type` or `hoodie.table.keygenerator.class`.
     pub key_generator: KeyGenerator,
+    /// How versions of one record are merged, explicit or inferred from the payload class or strategy id.
     pub merge_mode: MergeMode,
+    /// `hoodie.populate.meta.fields`: whether data files carry the `_hoodie_*` meta fields.
     pub populate_meta_fields: bool,
+    /// Whether instant times are UTC (`hoodie.table.timeline.timezone` is not `LOCAL`).
     pub timezone_utc: bool,
     /// Merge-on-read: writers compact after this many deltacommits since the last compaction.
     pub inline_compaction: Option<u32>,
@@ -141,11 +182,17 @@ pub struct TableConfig {
 /// What a caller chooses when creating a table; everything else is derived.
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
+    /// Table name (`hoodie.table.name`).
     pub name: String,
+    /// Copy-on-write or merge-on-read.
     pub table_type: TableType,
+    /// Record key fields; at least one.
     pub record_key_fields: Vec<String>,
+    /// Partition fields; empty for a non-partitioned table.
     pub partition_fields: Vec<String>,
+    /// Ordering field: with one, the merge mode is event time, otherwise commit time.
     pub ordering_field: Option<String>,
+    /// Whether partition directories are named `field=value`.
     pub hive_style: bool,
     /// See [`TableConfig::inline_compaction`].
     pub inline_compaction: Option<u32>,

@@ -33,6 +33,7 @@ use crate::format::{clean, plans, rollback};
 pub const DEFAULT_FOLDER: &str = "archived";
 /// File id and extension of archive files: `.commits_.archive.<version>_<token>`.
 pub const FILE_ID: &str = "commits";
+/// Extension of archive files; see [`FILE_ID`].
 pub const EXTENSION: &str = "archive";
 /// `HoodieLogFormat.UNKNOWN_WRITE_TOKEN`, the token of every archive file.
 pub const WRITE_TOKEN: &str = "1-0-1";
@@ -115,7 +116,9 @@ pub struct StateFile<'a> {
     /// The action its file is named with (`compaction` for a requested or inflight compaction,
     /// `commit` once it completed).
     pub action: Action,
+    /// The state the file is of.
     pub state: State,
+    /// The file's content.
     pub bytes: &'a [u8],
 }
 
@@ -207,7 +210,9 @@ pub fn block(entries: &[Json]) -> Result<LogBlock> {
 /// One archived state of an instant, with its details (the entry's metadata field as JSON).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ArchivedState {
+    /// The instant: time, action and state (`commitTime`, `actionType`, `actionState`).
     pub instant: Instant,
+    /// The entry's metadata field (e.g. `hoodieCommitMetadata`), `None` where the entry has none.
     pub details: Option<Json>,
 }
 

@@ -22,6 +22,7 @@ pub struct Decoder<'a> {
 }
 
 impl<'a> Decoder<'a> {
+    /// A decoder at the start of `buf`.
     pub fn new(buf: &'a [u8]) -> Self {
         Decoder { buf, pos: 0 }
     }
@@ -31,6 +32,7 @@ impl<'a> Decoder<'a> {
         self.pos
     }
 
+    /// Whether every byte has been consumed.
     pub fn is_empty(&self) -> bool {
         self.pos >= self.buf.len()
     }
@@ -39,6 +41,7 @@ impl<'a> Decoder<'a> {
         Error::invalid_data(format!("avro: {what} at byte {}", self.pos))
     }
 
+    /// The next `n` bytes, as they are.
     pub fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len()).ok_or_else(|| self.err("truncated"))?;
         let out = &self.buf[self.pos..end];
@@ -46,6 +49,7 @@ impl<'a> Decoder<'a> {
         Ok(out)
     }
 
+    /// A `long`: a zig-zag varint of at most 10 bytes.
     pub fn long(&mut self) -> Result<i64> {
         let mut value: u64 = 0;
         for shift in (0..64).step_by(7) {
@@ -58,19 +62,23 @@ impl<'a> Decoder<'a> {
         Err(self.err("varint longer than 10 bytes"))
     }
 
+    /// An `int`: a `long` that must fit 32 bits.
     pub fn int(&mut self) -> Result<i32> {
         i32::try_from(self.long()?).map_err(|_| self.err("int out of range"))
     }
 
+    /// A `boolean`: one byte, non-zero for true.
     pub fn boolean(&mut self) -> Result<bool> {
         Ok(self.take(1)?[0] != 0)
     }
 
+    /// A `float`: 4 bytes, little-endian.
     pub fn float(&mut self) -> Result<f32> {
         let b = self.take(4)?;
         Ok(f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 
+    /// A `double`: 8 bytes, little-endian.
     pub fn double(&mut self) -> Result<f64> {
         let b = self.take(8)?;
         let mut a = [0u8; 8];
@@ -78,12 +86,14 @@ impl<'a> Decoder<'a> {
         Ok(f64::from_le_bytes(a))
     }
 
+    /// `bytes`: a `long` length, then that many bytes.
     pub fn bytes(&mut self) -> Result<&'a [u8]> {
         let n = self.long()?;
         let n = usize::try_from(n).map_err(|_| self.err("negative length"))?;
         self.take(n)
     }
 
+    /// A `string`: as `bytes`, which must be UTF-8.
     pub fn string(&mut self) -> Result<&'a str> {
         let b = self.bytes()?;
         std::str::from_utf8(b).map_err(|_| self.err("string is not UTF-8"))
@@ -102,10 +112,12 @@ impl<'a> Decoder<'a> {
 /// Appends Avro primitives to a buffer.
 #[derive(Default)]
 pub struct Encoder {
+    /// The encoded bytes so far.
     pub buf: Vec<u8>,
 }
 
 impl Encoder {
+    /// Appends a `long` as a zig-zag varint.
     pub fn long(&mut self, v: i64) {
         let mut z = ((v << 1) ^ (v >> 63)) as u64;
         loop {
@@ -119,23 +131,28 @@ impl Encoder {
         }
     }
 
+    /// Appends a `boolean` as one byte, 1 for true.
     pub fn boolean(&mut self, v: bool) {
         self.buf.push(u8::from(v));
     }
 
+    /// Appends a `float`, 4 bytes little-endian.
     pub fn float(&mut self, v: f32) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    /// Appends a `double`, 8 bytes little-endian.
     pub fn double(&mut self, v: f64) {
         self.buf.extend_from_slice(&v.to_le_bytes());
     }
 
+    /// Appends `bytes`: the length as a `long`, then the bytes.
     pub fn bytes(&mut self, v: &[u8]) {
         self.long(v.len() as i64);
         self.buf.extend_from_slice(v);
     }
 
+    /// Appends a `string`: its UTF-8 bytes as `bytes`.
     pub fn string(&mut self, v: &str) {
         self.bytes(v.as_bytes());
     }
@@ -572,6 +589,7 @@ pub struct DatumReader {
 }
 
 impl DatumReader {
+    /// A reader of datums written with `writer_schema` (a record schema, as JSON) into batches of `target`.
     pub fn new(writer_schema: &str, target: SchemaRef) -> Result<Self> {
         let json: Json =
             serde_json::from_str(writer_schema).map_err(|e| Error::invalid_data(format!("avro schema: {e}")))?;

@@ -57,8 +57,11 @@ pub const VERSION: i32 = 2;
 /// name, `COMPLETED`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ActionInstant {
+    /// Instant time.
     pub timestamp: String,
+    /// Action name, e.g. `commit`.
     pub action: String,
+    /// State name, e.g. `COMPLETED`.
     pub state: String,
 }
 
@@ -66,8 +69,10 @@ pub struct ActionInstant {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CleanFileInfo {
+    /// Full path of the file to delete (scheme and table root included).
     #[serde(default)]
     pub file_path: Option<String>,
+    /// Whether the file is a bootstrap base file, outside the table (unsupported).
     #[serde(default)]
     pub is_bootstrap_base_file: Option<bool>,
 }
@@ -76,18 +81,24 @@ pub struct CleanFileInfo {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CleanerPlan {
+    /// The earliest instant the clean retains, if its policy sets one.
     #[serde(default)]
     pub earliest_instant_to_retain: Option<ActionInstant>,
+    /// Instant time of the last completed commit when the clean was planned.
     #[serde(default)]
     pub last_completed_commit_timestamp: String,
+    /// `HoodieCleaningPolicy` name, e.g. `KEEP_LATEST_COMMITS`.
     pub policy: String,
     /// Version 1: file names per partition (deprecated, Java writes an empty map).
     #[serde(default)]
     pub files_to_be_deleted_per_partition: Option<BTreeMap<String, Vec<String>>>,
+    /// Plan version: 1 names files in `filesToBeDeletedPerPartition`, 2 in `filePathsToBeDeletedPerPartition`.
     #[serde(default)]
     pub version: Option<i32>,
+    /// Version 2: the files to delete per partition path.
     #[serde(default)]
     pub file_paths_to_be_deleted_per_partition: Option<BTreeMap<String, Vec<CleanFileInfo>>>,
+    /// Partition paths deleted as a whole (oxlake writes none).
     #[serde(default)]
     pub partitions_to_be_deleted: Option<Vec<String>>,
 }
@@ -96,14 +107,20 @@ pub struct CleanerPlan {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CleanPartitionMetadata {
+    /// Partition path, relative to the table root.
     pub partition_path: String,
+    /// `HoodieCleaningPolicy` name of the clean.
     pub policy: String,
+    /// File names the clean set out to delete.
     #[serde(default)]
     pub delete_path_patterns: Vec<String>,
+    /// File names deleted.
     #[serde(default)]
     pub success_delete_files: Vec<String>,
+    /// File names that could not be deleted.
     #[serde(default)]
     pub failed_delete_files: Vec<String>,
+    /// Whether the whole partition was deleted.
     #[serde(default)]
     pub is_partition_deleted: Option<bool>,
 }
@@ -112,17 +129,25 @@ pub struct CleanPartitionMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CleanMetadata {
+    /// Instant time of the clean.
     pub start_clean_time: String,
+    /// Time the clean took, in milliseconds.
     pub time_taken_in_millis: i64,
+    /// Number of files deleted.
     pub total_files_deleted: i32,
+    /// Instant time of the earliest commit retained; empty if none.
     #[serde(default)]
     pub earliest_commit_to_retain: String,
+    /// Instant time of the last completed commit when the clean was planned.
     #[serde(default)]
     pub last_completed_commit_timestamp: String,
+    /// Per partition path, what was deleted there.
     #[serde(default)]
     pub partition_metadata: BTreeMap<String, CleanPartitionMetadata>,
+    /// Metadata version ([`VERSION`]).
     #[serde(default)]
     pub version: Option<i32>,
+    /// Per partition path, the bootstrap base files deleted (oxlake writes none).
     #[serde(default)]
     pub bootstrap_partition_metadata: Option<BTreeMap<String, CleanPartitionMetadata>>,
 }
@@ -132,15 +157,20 @@ pub struct CleanMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LegacyPlan {
+    /// oxlake's lower-case policy name, e.g. `keep_latest_commits`.
     pub policy: String,
+    /// Instant time of the earliest instant retained, if any.
     pub earliest_instant_to_retain: Option<String>,
+    /// Table-relative paths of the files to delete.
     pub files_to_delete: Vec<String>,
 }
 
 /// What a clean file holds, whichever way it was written.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Stored<T> {
+    /// An Avro container, as Java and current oxlake versions write.
     Avro(T),
+    /// The JSON plan of earlier oxlake versions.
     Legacy(LegacyPlan),
 }
 

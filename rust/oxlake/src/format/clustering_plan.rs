@@ -12,10 +12,13 @@ use crate::format::{avro, plans};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusteringSlice {
+    /// File id of the file group.
     pub file_id: String,
+    /// Instant time of the slice's base instant.
     pub base_instant_time: String,
     /// `(path, size)` of the base file, relative to the table root.
     pub data_file: Option<(String, u64)>,
+    /// Paths of the slice's log files, relative to the table root.
     pub delta_file_paths: Vec<String>,
 }
 
@@ -23,7 +26,9 @@ pub struct ClusteringSlice {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusteringGroup {
+    /// Partition path of the slices.
     pub partition_path: String,
+    /// The slices, rewritten together.
     pub slices: Vec<ClusteringSlice>,
 }
 
@@ -31,9 +36,13 @@ pub struct ClusteringGroup {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClusteringPlan {
+    /// `WriteOperationType` name of the replacecommit: `CLUSTER`.
     pub operation_type: String,
+    /// Columns the output is sorted by; empty for no sort.
     pub sort_columns: Vec<String>,
+    /// The groups of slices to rewrite (`HoodieClusteringPlan.inputGroups`).
     pub input_groups: Vec<ClusteringGroup>,
+    /// `HoodieClusteringPlan.version`.
     pub version: u32,
 }
 

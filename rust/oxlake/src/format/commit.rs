@@ -13,11 +13,16 @@ use crate::error::{Error, Result};
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct CommitMetadata {
+    /// Per partition path, the files written (`partitionToWriteStats`).
     pub partition_to_write_stats: BTreeMap<String, Vec<WriteStat>>,
+    /// Per partition path, the file ids replaced (replacecommits: `partitionToReplaceFileIds`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub partition_to_replace_file_ids: BTreeMap<String, Vec<String>>,
+    /// Whether the commit is a compaction.
     pub compacted: bool,
+    /// Free-form key-value pairs (`extraMetadata`), e.g. the writer schema under [`Self::SCHEMA_KEY`].
     pub extra_metadata: BTreeMap<String, String>,
+    /// `WriteOperationType` name, e.g. `UPSERT`, `COMPACT`.
     pub operation_type: Option<String>,
 }
 
@@ -25,32 +30,48 @@ pub struct CommitMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 pub struct WriteStat {
+    /// File id of the file group written.
     pub file_id: String,
     /// `<partition>/<file>`, or `<file>` for a non-partitioned table.
     pub path: Option<String>,
     /// `"null"` for a new file, else the instant of the base file it replaces.
     pub prev_commit: Option<String>,
+    /// Records written.
     pub num_writes: i64,
+    /// Records deleted.
     pub num_deletes: i64,
+    /// Records updated.
     pub num_update_writes: i64,
+    /// Records inserted.
     pub num_inserts: i64,
+    /// Bytes written.
     pub total_write_bytes: i64,
+    /// Records that failed to write.
     pub total_write_errors: i64,
+    /// Partition path, relative to the table root.
     pub partition_path: Option<String>,
+    /// Size of the file written, in bytes; with `logOffset`, the bytes this write appended.
     pub file_size_in_bytes: i64,
+    /// Log files: name of the base file of the slice appended to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub base_file: Option<String>,
+    /// Log files: names of the log files written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_files: Option<Vec<String>>,
+    /// Log files: version of the log file written.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_version: Option<i64>,
     /// Where in the log file this write's blocks start (Apache Hudi appends to log files;
     /// `fileSizeInBytes` then counts the bytes this write added).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub log_offset: Option<i64>,
+    /// Log records written.
     pub total_log_records: i64,
+    /// Log blocks written.
     pub total_log_blocks: i64,
+    /// Corrupt log blocks found.
     pub total_corrupt_log_block: i64,
+    /// Rollback blocks written.
     pub total_rollback_blocks: i64,
 }
 

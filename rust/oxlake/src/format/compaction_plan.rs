@@ -13,12 +13,15 @@ use crate::format::{avro, plans};
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionOperation {
+    /// Partition path of the slice.
     pub partition_path: String,
+    /// File id of the file group.
     pub file_id: String,
     /// The base instant of the slice compacted.
     pub base_instant_time: String,
     /// The base file, relative to the table root (`None`: a log-only slice).
     pub data_file_path: Option<String>,
+    /// The slice's log files, relative to the table root.
     pub delta_file_paths: Vec<String>,
 }
 
@@ -26,7 +29,9 @@ pub struct CompactionOperation {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CompactionPlan {
+    /// The slices to compact.
     pub operations: Vec<CompactionOperation>,
+    /// `HoodieCompactionPlan.version`.
     pub version: u32,
 }
 

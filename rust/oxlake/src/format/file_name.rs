@@ -29,8 +29,11 @@ pub fn full_path(table_uri: &str, rel: &str) -> String {
 /// A parsed base file name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BaseFileName {
+    /// File id of the file group.
     pub file_id: String,
+    /// Write token: `<taskPartitionId>-<stageId>-<taskAttemptId>`.
     pub write_token: String,
+    /// Instant time of the commit that wrote the file.
     pub instant: String,
 }
 
@@ -55,11 +58,15 @@ impl BaseFileName {
 /// A parsed log file name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct LogFileName {
+    /// File id of the file group.
     pub file_id: String,
     /// Base instant (v6) or deltacommit instant (v8+).
     pub instant: String,
+    /// Extension: `log`, or `archive` for an archive file.
     pub extension: String,
+    /// Version of the log file within the file group and instant, from 1.
     pub version: u32,
+    /// Write token: `<taskPartitionId>-<stageId>-<taskAttemptId>`.
     pub write_token: String,
 }
 

@@ -17,16 +17,27 @@ const TIME_FORMAT: &str = "%Y%m%d%H%M%S%3f";
 /// What an instant does to the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
+    /// `commit`: a write to a copy-on-write table, or a completed compaction.
     Commit,
+    /// `deltacommit`: a write to a merge-on-read table.
     DeltaCommit,
+    /// `replacecommit`: a write that replaces file groups (clustering, insert overwrite).
     ReplaceCommit,
+    /// `compaction`: a pending compaction; it completes as a `commit`.
     Compaction,
+    /// `logcompaction`: a pending log compaction; it completes as a `deltacommit`.
     LogCompaction,
+    /// `clustering`: a pending clustering (table version 8 and later); it completes as a `replacecommit`.
     Clustering,
+    /// `clean`: deletes file slices no longer retained.
     Clean,
+    /// `rollback`: undoes a failed or pending write.
     Rollback,
+    /// `savepoint`: pins an instant against cleaning and archiving.
     Savepoint,
+    /// `restore`: rolls the table back to a savepoint.
     Restore,
+    /// `indexing`: builds a metadata table index.
     Indexing,
 }
 
@@ -83,8 +94,11 @@ impl fmt::Display for Action {
 /// Where an instant is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum State {
+    /// Planned: the `.requested` file exists.
     Requested,
+    /// Started: the `.inflight` file exists.
     Inflight,
+    /// Done: the completed file exists.
     Completed,
 }
 
@@ -103,7 +117,9 @@ impl fmt::Display for State {
 pub struct Instant {
     /// Requested time, `yyyyMMddHHmmssSSS`.
     pub time: String,
+    /// What the instant does.
     pub action: Action,
+    /// Where the instant is in its life.
     pub state: State,
     /// Completion time (layout 2 completed instants only).
     pub completion: Option<String>,
@@ -158,6 +174,7 @@ impl Instant {
         Instant { state, ..self.clone() }
     }
 
+    /// Whether the instant is completed.
     pub fn is_completed(&self) -> bool {
         self.state == State::Completed
     }

@@ -26,12 +26,19 @@ const CONTENT_VERSION: i32 = 3;
 /// What a block holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BlockType {
+    /// A command block, e.g. a rollback of earlier blocks.
     Command,
+    /// A block of deleted keys.
     Delete,
+    /// A damaged block.
     Corrupt,
+    /// Records as Avro datums.
     AvroData,
+    /// Records as an HFile (metadata table).
     HFileData,
+    /// Records as a Parquet file.
     ParquetData,
+    /// Change data capture records.
     CdcData,
 }
 
@@ -49,14 +56,23 @@ impl BlockType {
 /// Header and footer keys, by their ordinal in Apache Hudi's `HeaderMetadataType`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum HeaderKey {
+    /// `INSTANT_TIME`: the instant that wrote the block.
     InstantTime,
+    /// `TARGET_INSTANT_TIME`: the instant a command block acts on.
     TargetInstantTime,
+    /// `SCHEMA`: the Avro schema of the records, as JSON.
     Schema,
+    /// `COMMAND_BLOCK_TYPE`: what a command block does (see [`ROLLBACK_COMMAND`]).
     CommandBlockType,
+    /// `COMPACTED_BLOCK_TIMES`: the instants of the blocks a log compaction merged.
     CompactedBlockTimes,
+    /// `RECORD_POSITIONS`: the positions in the base file of the block's records.
     RecordPositions,
+    /// `BLOCK_IDENTIFIER`: identifies a block appended more than once by retried tasks.
     BlockIdentifier,
+    /// `IS_PARTIAL`: whether the records hold only the updated columns.
     IsPartial,
+    /// `BASE_FILE_INSTANT_TIME_OF_RECORD_POSITIONS`: the base file the record positions refer to.
     BaseFileInstantTimeOfRecordPositions,
 }
 
@@ -85,10 +101,12 @@ impl HeaderKey {
 pub struct Header(Vec<(HeaderKey, String)>);
 
 impl Header {
+    /// The value of `key`, if present.
     pub fn get(&self, key: &HeaderKey) -> Option<&String> {
         self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
+    /// Whether `key` is present.
     pub fn contains_key(&self, key: &HeaderKey) -> bool {
         self.get(key).is_some()
     }
@@ -117,9 +135,13 @@ pub const ROLLBACK_COMMAND: &str = "0";
 /// One block of a log file.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LogBlock {
+    /// What the block holds.
     pub block_type: BlockType,
+    /// Header entries.
     pub header: Header,
+    /// Footer entries (usually none).
     pub footer: Header,
+    /// The content bytes, as the block type defines them.
     pub content: Bytes,
 }
 
@@ -175,8 +197,22 @@ impl LogBlock {
 /// A block as found in a file: decoded, or a damaged span to skip.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Parsed {
-    Block { offset: usize, block: LogBlock },
-    Corrupt { offset: usize, len: usize, reason: String },
+    /// A block that parsed.
+    Block {
+        /// Byte offset of the block in the file.
+        offset: usize,
+        /// The block.
+        block: LogBlock,
+    },
+    /// A damaged span, up to the next magic or the end of the file.
+    Corrupt {
+        /// Byte offset of the span in the file.
+        offset: usize,
+        /// Length of the span, in bytes.
+        len: usize,
+        /// Why the span did not parse as a block.
+        reason: String,
+    },
 }
 
 /// Parses every block of a log file's bytes.
@@ -284,17 +320,29 @@ fn parse_block_at(data: &Bytes, pos: usize) -> std::result::Result<(LogBlock, us
 /// TimestampMicros]` wrappers, each encoded as its bare value.
 #[derive(Clone, Debug, PartialEq)]
 pub enum OrderingVal {
+    /// No ordering value.
     Null,
+    /// A `boolean`.
     Boolean(bool),
+    /// An `int`.
     Int(i32),
+    /// A `long`.
     Long(i64),
+    /// A `float`.
     Float(f32),
+    /// A `double`.
     Double(f64),
+    /// `bytes`.
     Bytes(Vec<u8>),
+    /// A `string`.
     String(String),
+    /// A date: days since the Unix epoch.
     Date(i32),
+    /// A decimal: the unscaled value's big-endian two's-complement bytes.
     Decimal(Vec<u8>),
+    /// A time of day, in microseconds since midnight.
     TimeMicros(i64),
+    /// A timestamp, in microseconds since the Unix epoch.
     TimestampMicros(i64),
 }
 
@@ -398,8 +446,11 @@ impl OrderingVal {
 /// One record of a delete block.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeleteRecord {
+    /// The record key.
     pub record_key: Option<String>,
+    /// The partition path.
     pub partition_path: Option<String>,
+    /// The ordering value of the delete (`orderingVal`).
     pub ordering: OrderingVal,
 }
 

@@ -111,7 +111,9 @@ pub const SAVEPOINT_SCHEMA: &str = concat!(
 /// `BaseRollbackPlanActionExecutor.LATEST_ROLLBACK_PLAN_VERSION`, `TimelineMetadataUtils`'
 /// metadata version, `RestorePlanActionExecutor.RESTORE_PLAN_VERSION_2`.
 pub const ROLLBACK_PLAN_VERSION: i32 = 1;
+/// `HoodieRollbackMetadata`, `HoodieRestoreMetadata` and `HoodieSavepointMetadata` version.
 pub const METADATA_VERSION: i32 = 1;
+/// `HoodieRestorePlan` version.
 pub const RESTORE_PLAN_VERSION: i32 = 2;
 
 fn with_namespace(record: &str) -> String {
@@ -123,7 +125,9 @@ fn with_namespace(record: &str) -> String {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InstantInfo {
+    /// Instant time.
     pub commit_time: String,
+    /// Action name, e.g. `deltacommit`; empty in restore plans of earlier oxlake versions.
     pub action: String,
 }
 
@@ -131,14 +135,18 @@ pub struct InstantInfo {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackRequest {
+    /// Partition path of the file group.
     pub partition_path: String,
+    /// File id of the file group.
     #[serde(default)]
     pub file_id: Option<String>,
+    /// The file group's base instant before the write (the write stat's `prevCommit`); `None` if new.
     #[serde(default)]
     pub latest_base_instant: Option<String>,
     /// Full paths.
     #[serde(default)]
     pub files_to_be_deleted: Vec<String>,
+    /// Log files to mark with a rollback block: full path to size in bytes.
     #[serde(default)]
     pub log_blocks_to_be_deleted: Option<BTreeMap<String, i64>>,
 }
@@ -148,9 +156,12 @@ pub struct RollbackRequest {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackPlan {
+    /// The instant rolled back.
     pub instant_to_rollback: InstantInfo,
+    /// One request per file group the instant wrote to (`RollbackRequests`).
     #[serde(default, rename = "RollbackRequests")]
     pub rollback_requests: Option<Vec<RollbackRequest>>,
+    /// Plan version ([`ROLLBACK_PLAN_VERSION`]).
     #[serde(default)]
     pub version: Option<i32>,
     /// oxlake's own: the target had completed (a rollback of a commit rather than of a failed
@@ -163,15 +174,18 @@ pub struct RollbackPlan {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackPartitionMetadata {
+    /// Partition path, relative to the table root.
     pub partition_path: String,
     /// Full paths, as the plan named them.
     #[serde(default)]
     pub success_delete_files: Vec<String>,
+    /// Full paths of the files that could not be deleted.
     #[serde(default)]
     pub failed_delete_files: Vec<String>,
     /// Log files a rollback command block was written to, with their sizes.
     #[serde(default)]
     pub rollback_log_files: Option<BTreeMap<String, i64>>,
+    /// Log files the rolled back instant wrote, with their sizes (oxlake writes none).
     #[serde(default)]
     pub written_log_files: Option<BTreeMap<String, i64>>,
 }
@@ -181,16 +195,23 @@ pub struct RollbackPartitionMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RollbackMetadata {
+    /// Instant time of the rollback.
     pub start_rollback_time: String,
+    /// Time the rollback took, in milliseconds.
     #[serde(default)]
     pub time_taken_in_millis: i64,
+    /// Number of files deleted.
     #[serde(default)]
     pub total_files_deleted: i32,
+    /// Instant times rolled back.
     pub commits_rollback: Vec<String>,
+    /// Per partition path, what the rollback did there.
     #[serde(default)]
     pub partition_metadata: BTreeMap<String, RollbackPartitionMetadata>,
+    /// Metadata version ([`METADATA_VERSION`]).
     #[serde(default)]
     pub version: Option<i32>,
+    /// The instants rolled back, with their actions.
     #[serde(default)]
     pub instants_rollback: Vec<InstantInfo>,
 }
@@ -201,8 +222,10 @@ pub struct RollbackMetadata {
 pub struct RestorePlan {
     /// Newest first, the order they are rolled back in.
     pub instants_to_rollback: Vec<InstantInfo>,
+    /// Plan version ([`RESTORE_PLAN_VERSION`]).
     #[serde(default)]
     pub version: Option<i32>,
+    /// Instant time of the savepoint restored to.
     #[serde(default)]
     pub savepoint_to_restore_timestamp: Option<String>,
 }
@@ -219,15 +242,21 @@ struct LegacyRestorePlan {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RestoreMetadata {
+    /// Instant time of the restore.
     pub start_restore_time: String,
+    /// Time the restore took, in milliseconds.
     pub time_taken_in_millis: i64,
+    /// Instant times rolled back, newest first.
     pub instants_to_rollback: Vec<String>,
     /// Each instant rolled back → the metadata of its rollback.
     pub hoodie_restore_metadata: BTreeMap<String, Vec<RollbackMetadata>>,
+    /// Metadata version ([`METADATA_VERSION`]).
     #[serde(default)]
     pub version: Option<i32>,
+    /// The instants rolled back, with their actions.
     #[serde(default)]
     pub restore_instant_info: Vec<InstantInfo>,
+    /// Free-form key-value pairs (oxlake writes none).
     #[serde(default)]
     pub extra_metadata: Option<BTreeMap<String, String>>,
 }
@@ -236,6 +265,7 @@ pub struct RestoreMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SavepointPartitionMetadata {
+    /// Partition path, relative to the table root.
     pub partition_path: String,
     /// File names (base and log files of the snapshot's slices).
     pub savepoint_data_file: Vec<String>,
@@ -245,11 +275,15 @@ pub struct SavepointPartitionMetadata {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SavepointMetadata {
+    /// Who created the savepoint (oxlake writes `oxlake`).
     pub savepointed_by: String,
     /// Unix milliseconds.
     pub savepointed_at: i64,
+    /// Free-form comment.
     pub comments: String,
+    /// Per partition path, the files the savepoint keeps.
     pub partition_metadata: BTreeMap<String, SavepointPartitionMetadata>,
+    /// Metadata version ([`METADATA_VERSION`]).
     #[serde(default)]
     pub version: Option<i32>,
 }
@@ -270,6 +304,7 @@ fn decode<T: serde::de::DeserializeOwned>(path: &str, bytes: &[u8]) -> Result<T>
 }
 
 impl RollbackPlan {
+    /// The Avro container Java writes for this plan.
     pub fn to_avro(&self) -> Result<Vec<u8>> {
         encode(&ROLLBACK_PLAN_SCHEMA, self)
     }
@@ -281,6 +316,7 @@ impl RollbackPlan {
 }
 
 impl RollbackMetadata {
+    /// The Avro container Java writes for this record.
     pub fn to_avro(&self) -> Result<Vec<u8>> {
         encode(&ROLLBACK_METADATA_SCHEMA, self)
     }
@@ -292,6 +328,7 @@ impl RollbackMetadata {
 }
 
 impl RestorePlan {
+    /// The Avro container Java writes for this plan.
     pub fn to_avro(&self) -> Result<Vec<u8>> {
         encode(&RESTORE_PLAN_SCHEMA, self)
     }
@@ -318,6 +355,7 @@ impl RestorePlan {
 }
 
 impl RestoreMetadata {
+    /// The Avro container Java writes for this record.
     pub fn to_avro(&self) -> Result<Vec<u8>> {
         encode(&RESTORE_METADATA_SCHEMA, self)
     }
@@ -329,6 +367,7 @@ impl RestoreMetadata {
 }
 
 impl SavepointMetadata {
+    /// The Avro container Java writes for this record.
     pub fn to_avro(&self) -> Result<Vec<u8>> {
         encode(SAVEPOINT_SCHEMA, self)
     }

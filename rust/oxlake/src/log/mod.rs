@@ -51,6 +51,7 @@ pub struct Admission {
 }
 
 impl Admission {
+    /// Admits the blocks of instants up to \`upper\` that \`timeline\` shows committed.
     pub fn new(upper: impl Into<String>, timeline: Arc<Timeline>) -> Self {
         Admission { upper: upper.into(), timeline, committed: Arc::default() }
     }
@@ -69,10 +70,13 @@ impl Admission {
 /// One log file as a completed instant's write stat describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommittedLog {
+    /// Partition path of the file group.
     pub partition: String,
+    /// File id of the file group.
     pub file_id: String,
     /// The byte after the instant's last block (`logOffset` + `fileSizeInBytes`).
     pub end: u64,
+    /// Instant time of the write.
     pub instant: String,
 }
 
@@ -207,9 +211,19 @@ async fn fetch_log_stats(
 #[derive(Debug)]
 pub enum LogContent {
     /// Records of a data block, in the table schema.
-    Records { instant: String, batch: RecordBatch },
+    Records {
+        /// Instant time of the block (its \`INSTANT_TIME\` header).
+        instant: String,
+        /// The records.
+        batch: RecordBatch,
+    },
     /// Keys deleted by a delete block.
-    Deletes { instant: String, records: Vec<DeleteRecord> },
+    Deletes {
+        /// Instant time of the block (its \`INSTANT_TIME\` header).
+        instant: String,
+        /// The deleted keys.
+        records: Vec<DeleteRecord>,
+    },
 }
 
 /// One block with where it came from (for messages).

@@ -8,7 +8,7 @@
 //! in it is: the rows a merge returns come from those files, so when none of their rows can pass
 //! a filter, no merged row can either (whatever the ordering rules).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt64Array};
@@ -24,10 +24,10 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::bloom_filter::Sbbf;
-use serde::{Deserialize, Serialize};
 
 use super::entries::{binaries, strings};
 use super::{Index, MetadataTable, Select};
+pub use crate::commit::change::{ColumnStats, FileEntry, FileStats};
 use crate::error::{Error, Result};
 use crate::format::file_name::BaseFileName;
 use crate::read::{Filter, PlannedSlice};
@@ -37,52 +37,6 @@ use crate::table::Table;
 
 /// False positive rate of the bloom filters.
 const BLOOM_FPP: f64 = 0.01;
-
-/// The statistics of one data file.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileStats {
-    /// Records the file holds.
-    pub rows: u64,
-    /// Per column: bounds (as text, cast back to the column's type for pruning) and nulls.
-    /// Columns of other types, or without statistics, are absent.
-    pub columns: BTreeMap<String, ColumnStats>,
-}
-
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ColumnStats {
-    pub min: Option<String>,
-    pub max: Option<String>,
-    pub nulls: u64,
-}
-
-/// What the indexes hold of one data file (it travels from a distributed write's tasks to the
-/// commit as JSON, the bitset as base64).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct FileEntry {
-    pub stats: Option<FileStats>,
-    /// The bloom filter's bitset.
-    #[serde(with = "base64_bytes")]
-    pub bloom: Option<Vec<u8>>,
-}
-
-/// Optional bytes as a base64 string in JSON.
-mod base64_bytes {
-    use base64::Engine as _;
-    use base64::engine::general_purpose::STANDARD;
-    use serde::{Deserialize, Deserializer, Serializer};
-
-    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
-        match bytes {
-            Some(b) => s.serialize_some(&STANDARD.encode(b)),
-            None => s.serialize_none(),
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
-        let text: Option<String> = Option::deserialize(d)?;
-        text.map(|t| STANDARD.decode(t).map_err(serde::de::Error::custom)).transpose()
-    }
-}
 
 /// Types whose bounds survive a round trip through text and order as their values do.
 fn has_bounds(t: &DataType) -> bool {

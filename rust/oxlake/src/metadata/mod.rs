@@ -28,6 +28,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
+use std::any::Any;
+
 use crate::commit::Transaction;
 use crate::config::{CreateOptions, PROPERTIES_FILE, TableType};
 use crate::error::{Error, Result};
@@ -40,14 +42,14 @@ use crate::table::Table;
 use crate::table::fs_view::FileSystemView;
 
 pub use entries::{KEY_SEPARATOR, record_index_key};
-pub use file_index::{ColumnStats, FileStats};
+pub use file_index::{ColumnStats, FileEntry, FileStats};
 pub(crate) use reader::Select;
 pub use record_index::KeyChanges;
-pub(crate) use sync::{Change, KeySource, sync};
+pub(crate) use sync::sync;
 pub use validate::ValidationReport;
 
 /// Where the metadata table lives, relative to the data table's root.
-pub const DIR: &str = ".hoodie/oxlake/metadata";
+pub const DIR: &str = crate::table::METADATA_TABLE_DIR;
 /// The data table property naming the indexes the metadata table keeps.
 pub const PARTITIONS_KEY: &str = "oxlake.metadata.partitions";
 /// The index of data files (always kept).
@@ -63,13 +65,18 @@ const BUILT_PENDING_KEY: &str = "oxlake.metadata.built.pending";
 /// The indexes of the metadata table, each a partition of it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Index {
+    /// Every committed data file, by partition, with its size.
     Files,
+    /// Per data file: rows, and min, max and nulls of each comparable column.
     ColumnStats,
+    /// Per data file: a bloom filter of its record keys.
     BloomFilters,
+    /// Record key and partition to the file group holding the record.
     RecordIndex,
 }
 
 impl Index {
+    /// Every index, in the order of their partitions.
     pub const ALL: [Index; 4] = [Index::Files, Index::ColumnStats, Index::BloomFilters, Index::RecordIndex];
 
     /// The partition name (Apache Hudi's names for the same indexes).
@@ -82,6 +89,7 @@ impl Index {
         }
     }
 
+    /// The index of a partition name.
     pub fn parse(name: &str) -> Option<Index> {
         Index::ALL.into_iter().find(|i| i.name() == name.trim())
     }
@@ -149,7 +157,12 @@ fn changes_files(i: &Instant) -> bool {
 impl Table {
     /// The metadata table, when the table advertises one; opened once per state of the table.
     pub async fn metadata_table(&self) -> Result<Option<Arc<MetadataTable>>> {
-        self.metadata_cache().get_or_try_init(|| open(self)).await.cloned()
+        let opened = self
+            .derived_cache()
+            .get_or_try_init(|| async { Ok::<_, Error>(open(self).await?.map(|m| m as Arc<dyn Any + Send + Sync>)) })
+            .await?;
+        // Only this module fills the cache, always with a metadata table.
+        Ok(opened.clone().and_then(|m| m.downcast::<MetadataTable>().ok()))
     }
 
     /// The metadata table when readers may use it (advertised, readable and fresh); else `None`,
@@ -226,7 +239,7 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     if Index::parse(advertised.split(',').next().unwrap_or_default()) != Some(Index::Files) {
         return Ok(None);
     }
-    let (mut mdt, files) = Table::open_listed(&metadata_uri(data), data.options().clone()).await?;
+    let (mut mdt, files) = Table::open_listed(&metadata_uri(data), data.options().bare()).await?;
     let mut shards = BTreeMap::new();
     for name in advertised.split(',') {
         let index =
@@ -276,7 +289,7 @@ pub(crate) async fn archival_bound(data: &Table) -> Result<Option<String>> {
     if !data.config().raw.contains_key(PARTITIONS_KEY) {
         return Ok(None);
     }
-    let mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let mdt = Table::open(&metadata_uri(data), data.options().bare()).await?;
     let compaction = mdt
         .timeline()
         .instants()
@@ -409,7 +422,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         inline_compaction: None,
     };
     let mut mdt =
-        match Table::create(&metadata_uri(data), data.options().clone(), create, entries::record_schema()).await {
+        match Table::create(&metadata_uri(data), data.options().bare(), create, entries::record_schema()).await {
             Ok(mdt) => mdt,
             // Written into between the check above and the create: the same yield.
             Err(Error::InvalidArgument { detail, .. }) if detail.contains("is not empty") => {

@@ -11,11 +11,11 @@ use arrow::array::{Array, RecordBatch, StringArray};
 use datafusion::common::ScalarValue;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::TryStreamExt;
-use serde::{Deserialize, Serialize};
 
 use super::entries::{RecordEntries, record_key_of, shard_of, strings};
 use super::reader::BaseRead;
 use super::{Index, MetadataTable, Select};
+pub use crate::commit::change::KeyChanges;
 use crate::error::{Error, Result};
 use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::keys::KeySpec;
@@ -24,57 +24,6 @@ use crate::read::{Filter, Op, Predicate, QueryType, ScanOptions};
 use crate::schema::{COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, FileSlice};
-
-/// The record keys a write put into file groups and the ones it deleted.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct KeyChanges {
-    /// Keys written (inserted or updated) into a file group: partition, file id, keys.
-    pub written: Vec<(String, String, StringArray)>,
-    /// Keys deleted from a partition.
-    pub deleted: Vec<(String, StringArray)>,
-}
-
-/// [`KeyChanges`] as it travels between processes (a distributed write's tasks report theirs).
-#[derive(Serialize, Deserialize)]
-struct KeyChangesText {
-    written: Vec<(String, String, Vec<String>)>,
-    deleted: Vec<(String, Vec<String>)>,
-}
-
-fn texts(a: &StringArray) -> Vec<String> {
-    a.iter().map(|k| k.unwrap_or_default().to_string()).collect()
-}
-
-impl Serialize for KeyChanges {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        KeyChangesText {
-            written: self.written.iter().map(|(p, f, k)| (p.clone(), f.clone(), texts(k))).collect(),
-            deleted: self.deleted.iter().map(|(p, k)| (p.clone(), texts(k))).collect(),
-        }
-        .serialize(s)
-    }
-}
-
-impl<'de> Deserialize<'de> for KeyChanges {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let t = KeyChangesText::deserialize(d)?;
-        Ok(KeyChanges {
-            written: t.written.into_iter().map(|(p, f, k)| (p, f, StringArray::from(k))).collect(),
-            deleted: t.deleted.into_iter().map(|(p, k)| (p, StringArray::from(k))).collect(),
-        })
-    }
-}
-
-impl KeyChanges {
-    pub fn extend(&mut self, other: KeyChanges) {
-        self.written.extend(other.written);
-        self.deleted.extend(other.deleted);
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.written.is_empty() && self.deleted.is_empty()
-    }
-}
 
 /// The file id named by a record's `_hoodie_file_name` (a base file name, a log file name, or
 /// the file id itself, as log records carry).

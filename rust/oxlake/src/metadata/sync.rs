@@ -14,37 +14,12 @@ use futures::StreamExt;
 use super::entries::{self, BLOCK_ROWS, Entries, RecordEntries, record_index_key, shard_of, strings};
 use super::{Index, MetadataTable, Select, commit_metadata, file_entries, metadata_uri};
 use crate::commit::Transaction;
+use crate::commit::change::{Change, KeyChanges, KeySource};
 use crate::error::{Error, Result};
 use crate::format::instant::{Action, Instant, State};
 use crate::storage::FileInfo;
 use crate::table::Table;
 use crate::table::fs_view::FileGroupId;
-
-use super::record_index::KeyChanges;
-
-/// Where the record index learns which keys an instant moved.
-#[derive(Debug)]
-pub(crate) enum KeySource<'a> {
-    /// The instant moved no key (compaction, clean).
-    Unchanged,
-    /// The writer says which.
-    Reported(&'a KeyChanges),
-    /// A clustering or an insert overwrite: every key of the replaced groups left them, every
-    /// key of the new base files is there now (read from the files).
-    Replaced(Vec<FileGroupId>),
-    /// A rollback of the instant `target`, which had completed or not.
-    RolledBack { target: &'a str, was_completed: bool },
-}
-
-/// What an instant of the data table changed.
-#[derive(Debug)]
-pub(crate) struct Change<'a> {
-    pub added: &'a [FileInfo],
-    pub deleted: &'a [String],
-    pub keys: KeySource<'a>,
-    /// Entries of added files that their writers computed (the others are read back).
-    pub entries: &'a [(String, super::file_index::FileEntry)],
-}
 
 /// Records `change`, made by the data instant `time`, in the metadata table. Nothing to do
 /// without a metadata table; a stale one is left stale (readers list storage until it is built
@@ -77,7 +52,7 @@ pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result
         return Ok(());
     }
     compact_if_due(data, &current, time).await?;
-    let mut mdt = match Table::open(&metadata_uri(data), data.options().clone()).await {
+    let mut mdt = match Table::open(&metadata_uri(data), data.options().bare()).await {
         Ok(mdt) => mdt,
         // Cleared since it was opened above: another writer builds it again. That build counts
         // this instant as missing (it was pending when the build began, or is later than it).
@@ -321,7 +296,7 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
         return Ok(());
     }
     let time = format!("{}001", &latest[..latest.len().min(17)]);
-    let mut mdt = Table::open(&metadata_uri(data), data.options().clone()).await?;
+    let mut mdt = Table::open(&metadata_uri(data), data.options().bare()).await?;
     if !mdt.timeline().instants_at(&time).is_empty() {
         return Ok(());
     }

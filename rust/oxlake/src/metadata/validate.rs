@@ -22,6 +22,7 @@ pub struct ValidationReport {
 }
 
 impl ValidationReport {
+    /// Whether the metadata table exists, misses no instant and matches storage and the data.
     pub fn ok(&self) -> bool {
         self.present && self.missing_instants.is_empty() && self.differences.is_empty()
     }

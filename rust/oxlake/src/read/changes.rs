@@ -42,7 +42,9 @@ pub struct ChangePlan {
     pub before: ScanPlan,
     /// The touched groups as of `end`.
     pub after: ScanPlan,
+    /// Start of the window, exclusive: an instant time (all zeros when the query gives none).
     pub start: String,
+    /// End of the window, inclusive: an instant time (the latest completed commit when the query gives none).
     pub end: String,
 }
 

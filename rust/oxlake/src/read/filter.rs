@@ -21,7 +21,9 @@ pub enum Filter {
 /// `column op value`.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Predicate {
+    /// Column name.
     pub column: String,
+    /// Comparison operator.
     pub op: Op,
     /// One value, or several for `In` and `NotIn`.
     pub values: Vec<ScalarValue>,
@@ -30,13 +32,21 @@ pub struct Predicate {
 /// Comparison operators of predicates.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// `=`.
     Eq,
+    /// `!=`.
     NotEq,
+    /// `<`.
     Lt,
+    /// `<=`.
     LtEq,
+    /// `>`.
     Gt,
+    /// `>=`.
     GtEq,
+    /// `in`: equal to one of the values.
     In,
+    /// `not in`: equal to none of the values.
     NotIn,
 }
 

@@ -27,6 +27,7 @@ use crate::log::LogContent;
 /// How one slice's records are merged.
 #[derive(Clone, Debug)]
 pub struct MergeSpec {
+    /// How two versions of one record are reconciled.
     pub mode: MergeMode,
     /// Index of `_hoodie_record_key` in the merged batches.
     pub key: usize,
@@ -127,6 +128,7 @@ impl LogSide {
         self.bytes
     }
 
+    /// Whether the log side holds no records and no deletes.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty() && self.batches.is_empty()
     }

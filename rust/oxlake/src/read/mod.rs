@@ -13,6 +13,7 @@ pub mod merge;
 pub mod mor_exec;
 mod named;
 pub mod provider;
+pub mod pruner;
 pub mod splits;
 
 use std::collections::HashSet;
@@ -47,6 +48,7 @@ pub enum QueryType {
 }
 
 impl QueryType {
+    /// Parses `snapshot`, `read_optimized`, `incremental` or `changes`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "snapshot" => Ok(QueryType::Snapshot),
@@ -66,9 +68,11 @@ impl QueryType {
 pub struct ScanOptions {
     /// Columns to return, in this order (all by default).
     pub columns: Option<Vec<String>>,
+    /// Rows to keep; also prunes file slices by their statistics.
     pub filter: Option<Filter>,
     /// Snapshot as of this instant time (time travel).
     pub as_of: Option<String>,
+    /// Which query (snapshot by default).
     pub query: QueryType,
     /// Incremental window start (exclusive); the beginning of time by default.
     pub start: Option<String>,
@@ -87,17 +91,24 @@ pub const DEFAULT_MEMORY_LIMIT: usize = 1 << 30;
 /// A base file selected by planning.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedFile {
+    /// Its partition path.
     pub partition: String,
+    /// Relative to the table root.
     pub path: String,
+    /// Bytes.
     pub size: u64,
 }
 
 /// A file slice selected by planning: its base file and the log files read over it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlannedSlice {
+    /// The partition path of its file group.
     pub partition: String,
+    /// The file id of its file group.
     pub file_id: String,
+    /// Its base file (`None`: a log-only slice, or a read-optimized query's slice without one).
     pub base: Option<PlannedFile>,
+    /// The log files merged over the base, oldest first.
     pub logs: Vec<LogFile>,
 }
 
@@ -107,6 +118,7 @@ impl PlannedSlice {
         self.base.as_ref().map_or(0, |b| b.size) + self.logs.iter().map(|l| l.size).sum::<u64>()
     }
 
+    /// Its file group.
     pub fn group_id(&self) -> FileGroupId {
         (self.partition.clone(), self.file_id.clone())
     }
@@ -138,6 +150,7 @@ pub enum CommitWindow {
 /// come from.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct ScanPlan {
+    /// The file slices read.
     pub slices: Vec<PlannedSlice>,
     /// Log blocks of later instants are not read.
     pub upper: String,
@@ -311,7 +324,7 @@ impl Table {
     pub async fn plan_scan_pruned(&self, opts: &ScanOptions) -> Result<ScanPlan> {
         let mut plan = self.plan_scan(opts).await?;
         if let Some(filter) = &opts.filter {
-            plan.slices = self.prune_by_indexes(plan.slices, filter).await?;
+            plan.slices = pruner::prune(self, plan.slices, filter).await?;
         }
         Ok(plan)
     }

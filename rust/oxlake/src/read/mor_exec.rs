@@ -41,10 +41,13 @@ use crate::table::fs_view::LogFile;
 /// One file slice to merge.
 #[derive(Clone, Debug)]
 pub struct SliceScan {
+    /// Partition path of the file group.
     pub partition: String,
+    /// File id of the file group.
     pub file_id: String,
     /// `(path, size)` of the base file; `None` for a log-only slice.
     pub base: Option<(String, u64)>,
+    /// The slice's log files.
     pub logs: Vec<LogFile>,
 }
 
@@ -58,7 +61,9 @@ impl SliceScan {
 /// What every slice of a scan shares.
 #[derive(Clone, Debug)]
 pub struct MergeContext {
+    /// The table's storage.
     pub storage: Storage,
+    /// URL of the object store, for DataFusion's Parquet reader of base files.
     pub store_url: ObjectStoreUrl,
     /// The full table schema (meta fields first).
     pub table_schema: SchemaRef,
@@ -66,10 +71,13 @@ pub struct MergeContext {
     pub scan_columns: Vec<usize>,
     /// Output columns, as indices into the scanned columns.
     pub output: Vec<usize>,
+    /// How the slice's records are merged.
     pub spec: MergeSpec,
+    /// Which log blocks the merge reads.
     pub admission: Admission,
     /// A predicate on key and partition columns only, safe below the merge.
     pub base_predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// Options of the Parquet reader of base files.
     pub parquet_options: datafusion::config::TableParquetOptions,
 }
 
@@ -107,6 +115,7 @@ pub struct MergeOnReadExec {
 }
 
 impl MergeOnReadExec {
+    /// A plan reading each group of slices as one output partition, with the columns of `ctx.output`.
     pub fn try_new(groups: Vec<Vec<SliceScan>>, ctx: MergeContext) -> Result<Self> {
         let scanned = ctx.table_schema.project(&ctx.scan_columns)?;
         let schema = Arc::new(scanned.project(&ctx.output)?);

@@ -52,6 +52,7 @@ pub struct HudiTableProvider {
 }
 
 impl HudiTableProvider {
+    /// A provider reading the slices of `plan` from `table`.
     pub fn try_new(table: &Table, plan: ScanPlan) -> Result<Self> {
         let url = table.storage().store_url();
         let store_url = ObjectStoreUrl::parse(&url[..url::Position::BeforePath]).map_err(Error::from)?;

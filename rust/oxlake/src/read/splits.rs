@@ -43,10 +43,12 @@ impl Split {
         }
     }
 
+    /// The split as JSON, for a worker.
     pub fn to_json(&self) -> Result<Vec<u8>> {
         serde_json::to_vec(self).map_err(Error::invalid_data)
     }
 
+    /// Parses a split serialized with [`Split::to_json`].
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
         serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("split", e))
     }

@@ -27,6 +27,7 @@ pub enum SchemaMode {
 }
 
 impl SchemaMode {
+    /// Parses the Python-facing spelling: `strict` or `merge`.
     pub fn parse(s: &str) -> Result<Self> {
         match s {
             "strict" => Ok(SchemaMode::Strict),

@@ -28,6 +28,7 @@ pub use crate::table::history::{archive_dir, archive_files, read_archived};
 
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
 pub const MIN_COMMITS_KEY: &str = "hoodie.keep.min.commits";
+/// See [`MIN_COMMITS_KEY`].
 pub const MAX_COMMITS_KEY: &str = "hoodie.keep.max.commits";
 /// oxlake's own: `false` stops archiving inline after every commit of a write (on by default, as
 /// in Apache Hudi; `archive()` then archives on demand).
@@ -38,7 +39,9 @@ const DEFAULT_MAX_COMMITS: usize = 30;
 /// How many commits the active timeline keeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArchiveConfig {
+    /// Commits an archival leaves active (`hoodie.keep.min.commits`, 20).
     pub min_commits: usize,
+    /// Commits past which the timeline is archived (`hoodie.keep.max.commits`, 30).
     pub max_commits: usize,
 }
 
@@ -348,6 +351,6 @@ async fn archive_metadata_timeline(data: &Table, config: ArchiveConfig) -> Resul
     let Some(earliest) = [first_commit, first_pending].into_iter().flatten().map(|i| i.time.clone()).min() else {
         return Ok(Vec::new());
     };
-    let mut mdt = Table::open(&crate::metadata::metadata_uri(data), data.options().clone()).await?;
+    let mut mdt = Table::open(&crate::metadata::metadata_uri(data), data.options().bare()).await?;
     Ok(mdt.archive_before(config, Some(&earliest)).await?.archived)
 }

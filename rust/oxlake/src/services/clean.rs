@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::commit::change::{Change, KeySource};
 use crate::error::{Error, Result};
 use crate::format::clean::{
     self, ActionInstant, CleanFileInfo, CleanMetadata, CleanPartitionMetadata, CleanerPlan, Stored,
@@ -121,7 +122,9 @@ impl CleanPlan {
 /// What a clean did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CleanResult {
+    /// The clean instant, `None` when nothing was to be deleted.
     pub instant: Option<String>,
+    /// The files deleted, relative to the table root.
     pub deleted: Vec<String>,
 }
 
@@ -235,13 +238,8 @@ async fn execute(
         progress::advance(progress, 1);
     }
     crate::commit::failpoint("clean-after-delete");
-    let change = crate::metadata::Change {
-        added: &[],
-        deleted: &plan.files_to_delete,
-        keys: crate::metadata::KeySource::Unchanged,
-        entries: &[],
-    };
-    Box::pin(crate::metadata::sync(table, &requested.time, change)).await?;
+    let change = Change { added: &[], deleted: &plan.files_to_delete, keys: KeySource::Unchanged, entries: &[] };
+    crate::commit::hook::before_complete(table, &requested.time, change).await?;
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let record = plan.metadata(&requested.time, millis)?;
     table.timeline().create(storage, &requested.with_state(State::Completed), record).await?;

@@ -77,8 +77,11 @@ pub use crate::table::pending::pending_clustering_groups;
 pub struct ClusteringResult {
     /// The replacecommit, `None` when no partition had file groups worth rewriting.
     pub instant: Option<String>,
+    /// File groups rewritten.
     pub replaced_file_groups: usize,
+    /// File groups written.
     pub new_file_groups: usize,
+    /// Records rewritten.
     pub records: u64,
 }
 

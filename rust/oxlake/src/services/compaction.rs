@@ -33,6 +33,7 @@ pub use crate::table::pending::{pending_compaction_groups, read_compaction_plan 
 pub struct CompactionConfig {
     /// Slices with at least this many log files are compacted (1: every slice with logs).
     pub min_log_files: usize,
+    /// How the new base files are written.
     pub write: WriteConfig,
     /// Counts file groups compacted, for a caller that shows progress.
     pub progress: Option<Arc<Progress>>,
@@ -49,7 +50,9 @@ impl Default for CompactionConfig {
 pub struct CompactionResult {
     /// Compaction instants completed by this call (pending plans first, then a new one).
     pub instants: Vec<String>,
+    /// File slices compacted.
     pub file_groups: usize,
+    /// Records written into the new base files.
     pub records: u64,
 }
 

@@ -7,6 +7,7 @@ pub mod archive;
 pub mod clean;
 pub mod clustering;
 pub mod compaction;
+pub mod hooks;
 pub mod progress;
 pub mod restore;
 
@@ -14,4 +15,5 @@ pub use archive::{ArchiveConfig, ArchiveResult};
 pub use clean::{CleanPlan, CleanPolicy, CleanResult};
 pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending_clustering_groups};
 pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};
+pub use hooks::{Hooks, default_options};
 pub use progress::Progress;

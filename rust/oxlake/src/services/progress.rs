@@ -14,6 +14,7 @@ pub struct Progress {
 }
 
 impl Progress {
+    /// Nothing planned, nothing done.
     pub fn new() -> Self {
         Self::default()
     }
@@ -26,6 +27,7 @@ impl Progress {
         }
     }
 
+    /// Counts `n` more units done.
     pub fn advance(&self, n: u64) {
         self.done.fetch_add(n, Ordering::Relaxed);
     }

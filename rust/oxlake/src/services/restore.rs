@@ -102,7 +102,7 @@ impl Table {
         let requested = crate::commit::claim(self, Action::Restore, |_| Ok(bytes.clone())).await?;
         finish(self, &requested, &plan, &progress).await?;
         // The rollbacks of a restore leave a record index stale (see `metadata::sync`).
-        Box::pin(crate::metadata::catch_up(self)).await?;
+        crate::commit::hook::catch_up(self).await?;
         Ok(requested.time)
     }
 }

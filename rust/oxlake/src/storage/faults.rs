@@ -39,11 +39,17 @@ use crate::error::{Error, Result};
 /// The kinds of store calls a rule can name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call {
+    /// Listings.
     List,
+    /// Reads of an object or of byte ranges.
     Get,
+    /// Metadata reads (`head`).
     Head,
+    /// Other writes: plain puts, multipart uploads, copies and renames.
     Put,
+    /// Writes that fail if the object exists (`PutMode::Create`).
     PutIfAbsent,
+    /// Deletes.
     Delete,
 }
 
@@ -197,7 +203,9 @@ pub fn install(spec: &str) -> Result<()> {
 /// What the installed plan has seen so far: calls per kind, and failures injected.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct FaultCounts {
+    /// Calls seen, by kind name.
     pub calls: Vec<(&'static str, u64)>,
+    /// Failures injected.
     pub injected: u64,
 }
 
@@ -293,6 +301,7 @@ pub struct FaultStore {
 }
 
 impl FaultStore {
+    /// Wraps `inner`.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
         FaultStore { inner }
     }

@@ -12,17 +12,22 @@ use crate::timeline::Timeline;
 /// A base file of a file slice.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BaseFile {
+    /// The parsed file name.
     pub name: BaseFileName,
     /// Path relative to the table root.
     pub path: String,
+    /// Size in bytes.
     pub size: u64,
 }
 
 /// A log file of a file slice.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct LogFile {
+    /// The parsed file name.
     pub name: LogFileName,
+    /// Path relative to the table root.
     pub path: String,
+    /// Size in bytes.
     pub size: u64,
 }
 
@@ -31,14 +36,18 @@ pub struct LogFile {
 pub struct FileSlice {
     /// Instant of the base file (or of the first log file for a log-only slice).
     pub base_instant: String,
+    /// The base file; `None` for a log-only slice.
     pub base: Option<BaseFile>,
+    /// Log files on top of the base file, in log order.
     pub logs: Vec<LogFile>,
 }
 
 /// All slices of one file id in one partition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileGroup {
+    /// Partition path, relative to the table root.
     pub partition: String,
+    /// File id of the group.
     pub file_id: String,
     /// Slices by base instant.
     pub slices: BTreeMap<String, FileSlice>,
@@ -53,6 +62,7 @@ impl FileGroup {
         self.slices.range(..=as_of.to_string()).next_back().map(|(_, s)| s)
     }
 
+    /// The group's `(partition, file id)`.
     pub fn id(&self) -> FileGroupId {
         (self.partition.clone(), self.file_id.clone())
     }

@@ -1,6 +1,7 @@
 //! The table: its storage, configuration, timeline and schema, the entry object of every
 //! operation (`Table::scan`, `Table::write`, `Table::rollback_failed`).
 
+pub mod extensions;
 pub mod fs_view;
 pub mod history;
 pub mod pending;
@@ -12,15 +13,14 @@ use std::time::Duration;
 use arrow::datatypes::{DataType, SchemaRef};
 use bytes::Bytes;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
-use tokio::sync::OnceCell;
 
 use crate::config::{CreateOptions, PROPERTIES_FILE, TableConfig, keys};
 use crate::error::{Error, Result};
 use crate::format::instant::{Action, Instant};
-use crate::metadata::MetadataTable;
 use crate::schema;
 use crate::storage::{FileInfo, ParquetFile, Storage};
 use crate::timeline::Timeline;
+use extensions::{DerivedCache, Extensions, FileIndex};
 use fs_view::{FileGroupId, FileSystemView};
 
 /// oxlake's own property holding the exact Arrow schema of the data (base64 Arrow IPC).
@@ -28,6 +28,9 @@ pub const ARROW_SCHEMA_KEY: &str = "oxlake.table.arrow.schema";
 /// Set once a write evolved the table's schema: from then on the schema is the one the latest
 /// commit records (see [`committed_schema`]), and `ARROW_SCHEMA_KEY` the one the table was created with.
 pub const SCHEMA_EVOLVED_KEY: &str = "oxlake.table.schema.evolved";
+
+/// Where oxlake keeps a table's metadata table, relative to the data table's root.
+pub const METADATA_TABLE_DIR: &str = ".hoodie/oxlake/metadata";
 
 /// How a process works with a table; nothing here is stored in the table.
 #[derive(Clone, Debug)]
@@ -37,11 +40,26 @@ pub struct TableOptions {
     /// How often a writer refreshes its heartbeat. A pending instant whose heartbeat is older than
     /// three intervals belongs to a crashed writer and is rolled back by the next one.
     pub heartbeat_interval: Duration,
+    /// What the layers above lend this table (see [`extensions`]): the metadata table kept in
+    /// step, index pruning, inline table services. None by default.
+    pub extensions: Extensions,
 }
 
 impl Default for TableOptions {
     fn default() -> Self {
-        TableOptions { storage_options: HashMap::new(), heartbeat_interval: Duration::from_secs(10) }
+        TableOptions {
+            storage_options: HashMap::new(),
+            heartbeat_interval: Duration::from_secs(10),
+            extensions: Extensions::default(),
+        }
+    }
+}
+
+impl TableOptions {
+    /// These options without extensions: for the metadata table, which keeps no metadata
+    /// table of its own.
+    pub fn bare(&self) -> TableOptions {
+        TableOptions { extensions: Extensions::default(), ..self.clone() }
     }
 }
 
@@ -53,12 +71,10 @@ pub struct Table {
     timeline: Timeline,
     data_schema: SchemaRef,
     options: TableOptions,
-    /// The metadata table opened at this state (shared by clones; dropped when the state changes).
-    metadata: MetadataCache,
+    /// What an extension derived from this state (the metadata table opened at it), shared by
+    /// clones, dropped when the state changes.
+    derived: DerivedCache,
 }
-
-/// Where [`Table::metadata_table`] keeps the metadata table it opened.
-pub(crate) type MetadataCache = Arc<OnceCell<Option<Arc<MetadataTable>>>>;
 
 impl Table {
     /// Opens an existing table.
@@ -67,7 +83,7 @@ impl Table {
         let config = parse_properties(&storage, storage.get_opt(PROPERTIES_FILE).await?)?;
         let timeline = Timeline::load(&storage, &config).await?;
         let data_schema = resolve_schema(&storage, &config, &timeline).await?;
-        Ok(Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() })
+        Ok(Table { storage, config, timeline, data_schema, options, derived: DerivedCache::default() })
     }
 
     /// Opens the table together with a listing of its files (see [`Storage::list_table`]):
@@ -89,7 +105,7 @@ impl Table {
         let timeline = Timeline::from_file_names(names, config.timeline_dir(), config.layout_version)
             .with_rolled_back(&rolled_back);
         let data_schema = resolve_schema(&storage, &config, &timeline).await?;
-        let table = Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() };
+        let table = Table { storage, config, timeline, data_schema, options, derived: DerivedCache::default() };
         Ok((table, files))
     }
 
@@ -115,7 +131,7 @@ impl Table {
             return Err(Error::TableExists { uri: storage.uri().to_string() });
         }
         let timeline = Timeline::from_file_names([], config.timeline_dir(), config.layout_version);
-        Ok(Table { storage, config, timeline, data_schema, options, metadata: MetadataCache::default() })
+        Ok(Table { storage, config, timeline, data_schema, options, derived: DerivedCache::default() })
     }
 
     /// Reloads the timeline (and the schema, which may have changed with it).
@@ -135,22 +151,26 @@ impl Table {
         }
         self.data_schema = resolve_schema(&self.storage, &self.config, &timeline).await?;
         self.timeline = timeline;
-        self.metadata = MetadataCache::default();
+        self.derived = DerivedCache::default();
         Ok(())
     }
 
+    /// The store the table lives in, rooted at the table.
     pub fn storage(&self) -> &Storage {
         &self.storage
     }
 
+    /// Its `hoodie.properties`, as of the last (re)load.
     pub fn config(&self) -> &TableConfig {
         &self.config
     }
 
+    /// Its active timeline, as of the last (re)load.
     pub fn timeline(&self) -> &Timeline {
         &self.timeline
     }
 
+    /// How this process opened it.
     pub fn options(&self) -> &TableOptions {
         &self.options
     }
@@ -162,7 +182,7 @@ impl Table {
 
     /// Whether this is a metadata table (ours, under a data table's `.hoodie/oxlake/metadata`).
     pub fn is_metadata_table(&self) -> bool {
-        self.uri().trim_end_matches('/').ends_with(crate::metadata::DIR)
+        self.uri().trim_end_matches('/').ends_with(METADATA_TABLE_DIR)
     }
 
     /// The data columns (no meta fields).
@@ -181,28 +201,32 @@ impl Table {
         schema::with_meta_fields(&self.data_schema)
     }
 
-    /// The committed file groups: from the metadata table's `files` index when it is fresh, else
-    /// from one listing of storage.
+    /// The committed file groups: from the table's [`FileIndex`] (the metadata table's `files`
+    /// partition) when it has a fresh one, else from one listing of storage.
     pub async fn file_system_view(&self) -> Result<FileSystemView> {
         let partitioned = self.config.is_partitioned();
-        // Boxed: the metadata table is a table too (its own view lists storage).
-        if let Some(mdt) = Box::pin(self.fresh_metadata_table()).await {
-            match Box::pin(mdt.files()).await {
-                Ok(files) => return Ok(FileSystemView::from_files(files, &self.timeline, partitioned)),
-                Err(e) => log::warn!("{}: metadata table unreadable, listing storage: {e}", self.uri()),
-            }
+        if let Some(index) = self.extension::<Arc<dyn FileIndex>>()
+            && let Some(files) = index.files(self).await
+        {
+            return Ok(FileSystemView::from_files(files, &self.timeline, partitioned));
         }
         FileSystemView::load(&self.storage, &self.timeline, partitioned).await
     }
 
-    pub(crate) fn metadata_cache(&self) -> &MetadataCache {
-        &self.metadata
+    /// The implementation of `T` the opener lent this table (see [`extensions`]).
+    pub fn extension<T: std::any::Any + Send + Sync + Clone>(&self) -> Option<T> {
+        self.options.extensions.get::<T>()
+    }
+
+    /// What an extension derived from this state of the table (see [`extensions`]).
+    pub(crate) fn derived_cache(&self) -> &DerivedCache {
+        &self.derived
     }
 
     /// Keeps only the instants `keep` accepts (the metadata table's reader rules).
     pub(crate) fn restrict_timeline(&mut self, keep: impl Fn(&Instant) -> bool) {
         self.timeline.retain(keep);
-        self.metadata = MetadataCache::default();
+        self.derived = DerivedCache::default();
     }
 
     /// Sets (or with `None` removes) lines of `hoodie.properties`, keeping every other line as
@@ -219,12 +243,12 @@ impl Table {
     /// Puts `timeline` (this table's, with more instants: see `services::archive`) in place.
     pub(crate) fn set_timeline(&mut self, timeline: Timeline) {
         self.timeline = timeline;
-        self.metadata = MetadataCache::default();
+        self.derived = DerivedCache::default();
     }
 
     pub(crate) fn replace_config(&mut self, config: TableConfig) {
         self.config = config;
-        self.metadata = MetadataCache::default();
+        self.derived = DerivedCache::default();
     }
 
     /// File groups replaced by completed replacecommits up to `as_of`.

@@ -8,6 +8,7 @@
 //! in parallel, inside a [`Transaction`], and commits them as one instant.
 
 mod base_file;
+pub mod inline;
 mod log_file;
 mod overlaps;
 mod plan;
@@ -83,8 +84,11 @@ impl WriteOperation {
 pub struct WriteResult {
     /// The committed instant, `None` when there was nothing to write.
     pub instant: Option<String>,
+    /// Records inserted.
     pub num_inserts: u64,
+    /// Records updated.
     pub num_updates: u64,
+    /// Records deleted.
     pub num_deletes: u64,
     /// Files written, relative to the table root.
     pub files: Vec<String>,
@@ -94,7 +98,9 @@ pub struct WriteResult {
 /// replaces (insert overwrite), by partition.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WrittenFiles {
+    /// File ids replaced, by partition (insert overwrite).
     pub replaced: std::collections::BTreeMap<String, Vec<String>>,
+    /// `(partition, stat)` of each file written.
     pub stats: Vec<(String, crate::format::commit::WriteStat)>,
     /// The record keys the files took and the ones they deleted (for the record index).
     #[serde(default)]
@@ -106,10 +112,12 @@ pub struct WrittenFiles {
 }
 
 impl WrittenFiles {
+    /// As a task sends them to the driver.
     pub fn to_json(&self) -> Result<Vec<u8>> {
         serde_json::to_vec(self).map_err(Error::invalid_data)
     }
 
+    /// As the driver receives them from a task.
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
         serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("written files", e))
     }
@@ -194,7 +202,7 @@ impl Table {
         };
         let result = self.commit_write(tx, op, vec![files], false).await?;
         if op.action(self.config().table_type) == Action::DeltaCommit && result.instant.is_some() {
-            self.compact_inline(config).await;
+            inline::compact(self, config).await;
         }
         Ok(result)
     }
@@ -375,53 +383,8 @@ impl Table {
         }
         let instant = tx.commit_with_keys(self, &metadata, &keys, &entries).await?;
         result.instant = Some(instant.time);
-        self.archive_inline().await;
+        inline::archive(self).await;
         Ok(result)
-    }
-
-    /// Inline archival, as Apache Hudi archives after every commit (off with
-    /// `oxlake.archive.inline=false`, see `Table::set_archival`): once the active timeline holds
-    /// more commits than the table keeps (`hoodie.keep.max.commits`), the oldest are archived.
-    /// The write has landed by then: a failed archival is logged, and the next commit tries again.
-    async fn archive_inline(&mut self) {
-        if self.config().raw.get(crate::services::archive::INLINE_KEY).is_some_and(|v| v.trim() == "false") {
-            return;
-        }
-        let config = match crate::services::ArchiveConfig::of(self) {
-            Ok(c) => c,
-            Err(e) => return log::warn!("archival skipped (the write landed): {e}"),
-        };
-        if self.timeline().completed_data().count() <= config.max_commits {
-            return;
-        }
-        match self.archive(config).await {
-            Ok(r) if !r.archived.is_empty() => log::info!("archived {} instants", r.archived.len()),
-            Ok(_) => {}
-            Err(e) => log::warn!("archival failed (the write landed): {e}"),
-        }
-    }
-
-    /// Inline compaction: after a deltacommit, compacts when the table is configured to and enough
-    /// deltacommits landed since the last compaction. The write has landed by then, so a failed
-    /// compaction does not fail it: it is logged, and its plan (if scheduled) runs next time.
-    async fn compact_inline(&mut self, config: &WriteConfig) {
-        let Some(every) = self.config().inline_compaction else { return };
-        // On a merge-on-read table every completed `commit` is a compaction.
-        let since = self
-            .timeline()
-            .completed_data()
-            .rev()
-            .take_while(|i| i.action != Action::Commit)
-            .filter(|i| i.action == Action::DeltaCommit)
-            .count();
-        if since < every as usize {
-            return;
-        }
-        let compaction = crate::services::CompactionConfig { min_log_files: 1, write: config.clone(), progress: None };
-        match self.compact(&compaction).await {
-            Ok(r) => log::info!("inline compaction after {since} deltacommits: {:?}", r.instants),
-            Err(e) => log::warn!("inline compaction after {since} deltacommits failed (the write landed): {e}"),
-        }
     }
 }
 

@@ -48,7 +48,9 @@ pub struct WriteConfig {
 /// `<file index>-<task>-<attempt>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TaskId {
+    /// The task's number (Spark's partition id).
     pub task: u32,
+    /// Its attempt (Spark's attempt number), from 1.
     pub attempt: u64,
 }
 

@@ -6,7 +6,7 @@ use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::prelude::SessionContext;
 use futures::TryStreamExt;
-use oxlake::{CreateOptions, Filter, ScanOptions, Table, TableOptions, TableType, WriteConfig, WriteOperation};
+use oxlake::{CreateOptions, Filter, ScanOptions, Table, TableType, WriteConfig, WriteOperation};
 
 fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
@@ -39,7 +39,9 @@ async fn create(dir: &tempfile::TempDir) -> Table {
         hive_style: true,
         inline_compaction: None,
     };
-    Table::create(dir.path().join("t").to_str().unwrap(), TableOptions::default(), opts, schema()).await.unwrap()
+    Table::create(dir.path().join("t").to_str().unwrap(), oxlake::services::default_options(), opts, schema())
+        .await
+        .unwrap()
 }
 
 async fn ids(table: &Table, opts: ScanOptions) -> Vec<i64> {
@@ -164,7 +166,9 @@ async fn filters_prune_row_groups() {
         inline_compaction: None,
     };
     let mut t =
-        Table::create(dir.path().join("t").to_str().unwrap(), TableOptions::default(), opts, schema()).await.unwrap();
+        Table::create(dir.path().join("t").to_str().unwrap(), oxlake::services::default_options(), opts, schema())
+            .await
+            .unwrap();
     let ids: Vec<i64> = (0..100_000).collect();
     let config = WriteConfig { row_group_size: 1_000, ..WriteConfig::default() };
     t.write(WriteOperation::Insert, vec![batch(&ids, 1)], &config).await.unwrap();

@@ -1,0 +1,525 @@
+//! A write in progress ([`Transaction`]): begin, conflict check, the hook, the fate record,
+//! completion; or failure and rollback of itself.
+
+use std::collections::HashSet;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::task::JoinHandle;
+
+use super::claims::{PlanFn, claim_checked, ready};
+use super::heartbeat::{HeartbeatWatch, heartbeat_path, spawn_heartbeat, write_heartbeat};
+use super::rollback::{Undo, is_gone, remove_reported_files, rollback, rollback_at, rollback_failed};
+use super::{change, conflicts, failpoint, fate, hook};
+use crate::error::{Error, Result};
+use crate::format::commit::CommitMetadata;
+use crate::format::instant::{Action, Instant, State};
+use crate::storage::{FileInfo, Storage};
+use crate::table::Table;
+use crate::table::fs_view::FileGroupId;
+
+/// A write in progress: an instant claimed on the timeline and its heartbeat.
+#[derive(Debug)]
+pub struct Transaction {
+    instant: Instant,
+    /// The completed data instants when the write began; anything completed later is checked.
+    seen: HashSet<String>,
+    /// The completed cleans when the write began: a data file gone since was removed by one.
+    services: HashSet<String>,
+    /// The attempt at this instant time (see [`fate`]): rollbacks of earlier attempts finished.
+    epoch: u32,
+    /// The table's schema when the write began: a commit recording another evolves it.
+    schema_at_begin: arrow::datatypes::SchemaRef,
+    heartbeat: Option<JoinHandle<()>>,
+}
+
+#[derive(Serialize)]
+pub(super) struct HandOver<'a> {
+    time: String,
+    action: &'a str,
+    seen: &'a HashSet<String>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct HandOverOwned {
+    time: String,
+    action: String,
+    seen: HashSet<String>,
+}
+
+impl Transaction {
+    /// Rolls back crashed writes, then claims a new instant for `action` and marks it inflight.
+    pub async fn begin(table: &mut Table, action: Action) -> Result<Self> {
+        Self::begin_with(table, action, |_| Ok(Bytes::new())).await
+    }
+
+    /// [`Transaction::begin`] with the requested file holding a plan made for the claimed time
+    /// (compaction, clustering, clean).
+    pub async fn begin_with(
+        table: &mut Table,
+        action: Action,
+        plan: impl Fn(&str) -> Result<Bytes> + Send + Sync,
+    ) -> Result<Self> {
+        let tx = Self::begin_planned(table, action, |_, time| ready(plan(time).map(Some))).await?;
+        tx.ok_or_else(|| Error::invalid_data("a plan came out empty"))
+    }
+
+    /// [`Transaction::begin_with`] with a plan made once the instant time is claimed (see
+    /// [`claim_with`]); `None` when the plan came out empty (no instant is created).
+    pub async fn begin_planned(table: &mut Table, action: Action, plan: impl PlanFn) -> Result<Option<Self>> {
+        table.reload().await?;
+        rollback_failed(table).await?;
+        if action != Action::Indexing {
+            hook::catch_up(table).await?;
+        }
+        let storage = table.storage().clone();
+        let Some((requested, archived_past)) = claim_checked(table, action, plan).await? else { return Ok(None) };
+        if archived_past {
+            // What this write saw is partly archived: it checks conflicts against the rest.
+            table.reload().await?;
+        }
+        let time = requested.time.clone();
+        // The heartbeat follows the claim: a writer that lost the race for `time` must not touch
+        // the winner's heartbeat. Until it exists, the requested file's own age stands in for it
+        // (see `is_expired`).
+        write_heartbeat(&storage, &time).await?;
+        failpoint("after-requested");
+        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let epoch = fate::current_epoch(table, &time).await?;
+        let heartbeat = Some(spawn_heartbeat(storage.clone(), time, table.options().heartbeat_interval));
+        let services = services_seen(table);
+        let schema_at_begin = table.data_schema();
+        let tx = Transaction { instant: requested, seen, services, epoch, schema_at_begin, heartbeat };
+        let inflight = tx.instant.with_state(State::Inflight);
+        let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
+        table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
+        failpoint("after-inflight");
+        Ok(Some(tx))
+    }
+
+    /// Claims the instant `time` (not a new one) for `action`, its requested file holding `plan`:
+    /// the metadata table's commits carry the time of the data instant they belong to. Fails when
+    /// `time` is taken.
+    pub async fn begin_at(table: &mut Table, action: Action, time: &str, plan: Bytes) -> Result<Self> {
+        table.reload().await?;
+        let storage = table.storage().clone();
+        let requested = Instant::new(time, action, State::Requested);
+        if !table.timeline().instants_at(time).is_empty() {
+            return Err(Error::CommitConflict { instant: time.to_string(), detail: "the instant is taken".into() });
+        }
+        // `time` belongs to this writer (it holds the data instant of that time): a create that
+        // finds the file there is its own earlier attempt whose answer was lost.
+        if !table.timeline().create(&storage, &requested, plan).await? {
+            log::info!("{}: the requested file of {time} was there already: an earlier attempt's", table.uri());
+        }
+        write_heartbeat(&storage, time).await?;
+        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let epoch = fate::current_epoch(table, time).await?;
+        let heartbeat = Some(spawn_heartbeat(storage.clone(), time.to_string(), table.options().heartbeat_interval));
+        let services = services_seen(table);
+        let schema_at_begin = table.data_schema();
+        let tx = Transaction { instant: requested, seen, services, epoch, schema_at_begin, heartbeat };
+        table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
+        Ok(tx)
+    }
+
+    /// Takes up a requested instant whose plan is already on the timeline (a compaction scheduled
+    /// earlier, or one whose failed run was rolled back): heartbeat, then inflight.
+    pub async fn resume(table: &mut Table, requested: &Instant) -> Result<Self> {
+        let storage = table.storage().clone();
+        write_heartbeat(&storage, &requested.time).await?;
+        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let epoch = fate::current_epoch(table, &requested.time).await?;
+        let heartbeat =
+            Some(spawn_heartbeat(storage.clone(), requested.time.clone(), table.options().heartbeat_interval));
+        let services = services_seen(table);
+        let schema_at_begin = table.data_schema();
+        let tx = Transaction {
+            instant: requested.with_state(State::Requested),
+            seen,
+            services,
+            epoch,
+            schema_at_begin,
+            heartbeat,
+        };
+        table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
+        failpoint("after-inflight");
+        Ok(tx)
+    }
+
+    /// What another process needs to finish this transaction ([`Transaction::take_over`]): a
+    /// distributed write whose driver-side steps run in different processes (Spark's data source
+    /// API plans a write in one Python worker and commits it in another).
+    pub fn hand_over(&self) -> Result<Vec<u8>> {
+        let token = HandOver { time: self.instant.time.clone(), action: self.instant.action.name(), seen: &self.seen };
+        serde_json::to_vec(&token).map_err(Error::invalid_data)
+    }
+
+    /// Takes up a transaction handed over by [`Transaction::hand_over`] (its instant still
+    /// pending), with its own heartbeat from now on.
+    pub async fn take_over(table: &mut Table, token: &[u8]) -> Result<Self> {
+        let token: HandOverOwned = serde_json::from_slice(token).map_err(|e| Error::invalid_arg("transaction", e))?;
+        table.reload().await?;
+        let Some(pending) =
+            table.timeline().pending().find(|i| i.time == token.time && i.action.name() == token.action)
+        else {
+            return Err(Error::invalid_arg(
+                "transaction",
+                format!("{} is not a pending write of this table", token.time),
+            ));
+        };
+        let instant = pending.with_state(State::Requested);
+        let storage = table.storage().clone();
+        write_heartbeat(&storage, &instant.time).await?;
+        let epoch = fate::current_epoch(table, &instant.time).await?;
+        let heartbeat = Some(spawn_heartbeat(storage, instant.time.clone(), table.options().heartbeat_interval));
+        // Cleans since the hand-over are not known: every completed one counts as possibly later.
+        let schema_at_begin = table.data_schema();
+        Ok(Transaction { instant, seen: token.seen, services: HashSet::new(), epoch, schema_at_begin, heartbeat })
+    }
+
+    /// The attempt at this instant time: 0 unless earlier attempts were rolled back (a compaction
+    /// plan runs again at its time). Files an attempt names must differ from earlier attempts'.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// The instant time of this write.
+    /// The instant time claimed.
+    pub fn time(&self) -> &str {
+        &self.instant.time
+    }
+
+    /// The action of the instant.
+    pub fn action(&self) -> Action {
+        self.instant.action
+    }
+
+    /// Checks for conflicts and makes the write visible. On a conflict the write is rolled back.
+    pub async fn commit(self, table: &mut Table, metadata: &CommitMetadata) -> Result<Instant> {
+        self.commit_with_keys(table, metadata, &change::KeyChanges::default(), &[]).await
+    }
+
+    /// [`Transaction::commit`] of a write that moved record keys (`keys`: what the record index
+    /// learns; clusterings and insert overwrites are read back from their files instead), with
+    /// the file-level index `entries` its writers computed (other files are read back).
+    pub async fn commit_with_keys(
+        mut self,
+        table: &mut Table,
+        metadata: &CommitMetadata,
+        keys: &change::KeyChanges,
+        entries: &[(String, change::FileEntry)],
+    ) -> Result<Instant> {
+        failpoint("before-commit");
+        if let Err(e) = self.check(table, metadata, keys).await {
+            let e = self.lost_to_service(table, e).await;
+            return Err(self.fail_written(table, e, Some(metadata)).await);
+        }
+        let reconciled = match self.reconcile_schema(table, metadata).await {
+            Ok(r) => r,
+            Err(e) => return Err(self.fail_written(table, e, Some(metadata)).await),
+        };
+        let metadata = reconciled.as_ref().unwrap_or(metadata);
+        if self.instant.action != Action::Indexing {
+            let added: Vec<FileInfo> = metadata
+                .write_stats()
+                .filter_map(|(_, s)| {
+                    let path = s.path.clone()?;
+                    Some(FileInfo { path, size: s.file_size_in_bytes.max(0) as u64 })
+                })
+                .collect();
+            let replaced: Vec<FileGroupId> =
+                metadata.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())).collect();
+            let keys = match self.instant.action {
+                Action::Compaction => change::KeySource::Unchanged,
+                Action::Clustering | Action::ReplaceCommit => change::KeySource::Replaced(replaced),
+                _ => change::KeySource::Reported(keys),
+            };
+            let change = change::Change { added: &added, deleted: &[], keys, entries };
+            if let Err(e) = hook::before_complete(table, &self.instant.time, change).await {
+                return Err(self.fail_written(table, e, Some(metadata)).await);
+            }
+            failpoint("after-metadata-sync");
+        }
+        // A compaction completes as a commit (a clustering as a replacecommit).
+        let completed = match self.instant.action {
+            Action::Compaction => Instant::new(self.instant.time.clone(), Action::Commit, State::Completed),
+            Action::Clustering => Instant::new(self.instant.time.clone(), Action::ReplaceCommit, State::Completed),
+            _ => self.instant.with_state(State::Completed),
+        };
+        let json = Bytes::from(metadata.to_json()?);
+        // A process that took this writer for dead (no heartbeat for three intervals: a paused
+        // process, a slow store) may be rolling it back: the fate record decides which of the two
+        // goes on, whatever the timing.
+        let ours = fate::Fate::Committed { action: completed.action, metadata: json.clone() };
+        let decided = match fate::decide(table.storage(), &self.instant.time, self.epoch, ours.clone()).await {
+            // A store failure leaves it unknown whether the record was written: look again.
+            Err(e) => match fate::recorded(table.storage(), &self.instant.time, self.epoch).await {
+                Ok(Some(recorded)) => Ok(recorded),
+                _ => Err(e),
+            },
+            decided => decided,
+        };
+        match decided {
+            Ok(d) if d == ours => {
+                if self.epoch > 0 {
+                    // An attempt at a time rolled back before (the metadata table retries there).
+                    table.storage().delete(&crate::timeline::rolled_back_marker(&self.instant.time)).await?;
+                }
+            }
+            Ok(fate::Fate::RolledBack { by }) => {
+                self.stop_heartbeat(table.storage()).await?;
+                // Files written after that rollback listed the table would be left behind, and
+                // so would the intent published after it withdrew the intents.
+                remove_reported_files(table.storage(), &self.instant.time, metadata).await?;
+                conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
+                let detail = format!("this write was rolled back by another process (rollback {by})");
+                return Err(Error::CommitConflict { instant: by, detail });
+            }
+            Ok(fate::Fate::Committed { .. }) => {
+                self.stop_heartbeat(table.storage()).await?;
+                let detail = "the instant was completed by another writer".into();
+                return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
+            }
+            // Undecided: nothing is visible, roll back as after any failure.
+            Err(e) => return Err(self.fail(table, e).await),
+        }
+        failpoint("after-fate");
+        // From here the write is committed: a rollback that comes now completes it instead (a file
+        // found there is that roll-forward, of the same metadata).
+        if let Err(e) = table.timeline().create(table.storage(), &completed, json).await {
+            // The completed file could not be written (a roll-forward may have written it). If it
+            // is not there, the decision is taken back, so that the error means "not committed"
+            // (a caller that retries an insert must not find it landed later).
+            let there = table.storage().head(&table.timeline().path_of(&completed)).await.ok().flatten().is_some();
+            if !there {
+                // Taken back first with a plain put (the conditional creates may be what fails),
+                // then rolled back; a rollback that cannot run now is finished by the next writer.
+                let time = self.instant.time.clone();
+                let pending = self.instant.with_state(State::Inflight);
+                let how = Undo::Deliberate { was_completed: false };
+                let retracted = fate::overrule(table.storage(), &time, self.epoch, &time).await;
+                let undone = match retracted {
+                    Ok(()) => rollback_at(table, &pending, None, how, Some(self.epoch)).await.map(drop),
+                    Err(e) => Err(e),
+                };
+                if let Err(undo) = undone {
+                    log::error!(
+                        "{}: {} {} could not be completed nor taken back ({undo}): the next writer completes it",
+                        table.uri(),
+                        self.instant.action,
+                        self.instant.time
+                    );
+                }
+                self.stop_heartbeat(table.storage()).await.ok();
+                return Err(e);
+            }
+        }
+        // A deliberate rollback of this instant (by a process that saw it completed after a
+        // roll-forward) overrules the record before it deletes the completed file: a create that
+        // came after that delete must not stand.
+        if !fate::still(table.storage(), &self.instant.time, self.epoch, &ours).await? {
+            table.storage().delete(&table.timeline().path_of(&completed)).await?;
+            self.stop_heartbeat(table.storage()).await?;
+            let detail = "this write was rolled back by another process as it completed".into();
+            return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
+        }
+        failpoint("after-commit");
+        self.stop_heartbeat(table.storage()).await?;
+        conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
+        table.reload().await?;
+        Ok(completed)
+    }
+
+    /// `error` as the conflict it is when it is a data file gone while this write read it and a
+    /// table service completed since the write began (a compaction, clustering or clean removed
+    /// or replaced what the write planned against): a conflict is retried (`conflict_retries`),
+    /// a storage error is not.
+    pub async fn lost_to_service(&self, table: &mut Table, error: Error) -> Error {
+        let gone = match &error {
+            Error::Storage { path, source: object_store::Error::NotFound { .. } } => path.clone(),
+            _ => return error,
+        };
+        if gone.starts_with(".hoodie/") || table.reload().await.is_err() {
+            return error;
+        }
+        let timeline = table.timeline();
+        let service = timeline.instants().iter().filter(|i| i.is_completed()).find(|i| match i.action {
+            Action::Clean => !self.services.contains(&i.time),
+            Action::Commit | Action::ReplaceCommit => !self.seen.contains(&i.time) && i.time != self.instant.time,
+            _ => false,
+        });
+        match service {
+            Some(s) => Error::CommitConflict {
+                instant: s.time.clone(),
+                detail: format!("{} {} removed or replaced {gone} while this write read it", s.action, s.time),
+            },
+            None => error,
+        }
+    }
+
+    /// Rolls the transaction back after `error` ended it, and returns `error` (a failed rollback
+    /// is logged: the next writer finishes it).
+    pub async fn fail(self, table: &mut Table, error: Error) -> Error {
+        self.fail_written(table, error, None).await
+    }
+
+    /// [`Transaction::fail`] of a write that wrote the files `written` reports: when another
+    /// process rolled it back while it ran, the files it wrote after that rollback listed the
+    /// table are removed here (nobody else knows of them).
+    async fn fail_written(self, table: &mut Table, error: Error, written: Option<&CommitMetadata>) -> Error {
+        let instant = self.instant.clone();
+        let epoch = self.epoch;
+        match self.abort(table).await {
+            Ok(true) => error,
+            // Another process took this write for failed and rolled it back while it ran (a paused
+            // process, a slow store): a file it read was gone because of that rollback. The
+            // write did not land; it is a conflict, retried like any other.
+            Ok(false) => match fate::recorded(table.storage(), &instant.time, epoch).await {
+                Ok(Some(fate::Fate::RolledBack { by })) if by != instant.time => {
+                    if let Some(metadata) = written
+                        && let Err(e) = remove_reported_files(table.storage(), &instant.time, metadata).await
+                    {
+                        log::warn!("{}: files of the rolled back {} left behind: {e}", table.uri(), instant.time);
+                    }
+                    if !is_gone(&error) {
+                        return error;
+                    }
+                    let detail = format!("this write was rolled back by another process (rollback {by}): {error}");
+                    Error::CommitConflict { instant: by, detail }
+                }
+                _ => error,
+            },
+            Err(rollback_err) => {
+                log::error!("rollback of the failed {} {} also failed: {rollback_err}", instant.action, instant.time);
+                error
+            }
+        }
+    }
+
+    /// Rolls this write back (its files and its pending instant) and records a rollback instant.
+    /// Returns whether it did: `false` when another process decided the instant's fate first.
+    pub async fn abort(mut self, table: &mut Table) -> Result<bool> {
+        table.reload().await?;
+        let pending = self.instant.with_state(State::Inflight);
+        let result = rollback_at(table, &pending, None, Undo::Failed, Some(self.epoch)).await;
+        self.stop_heartbeat(table.storage()).await?;
+        result
+    }
+
+    /// Decides whether this write may complete: publishes its footprint, then waits for earlier
+    /// overlapping writes that are committing, and fails with [`Error::CommitConflict`] when a
+    /// write completed since this one began, or a later one committing now, overlaps it.
+    async fn check(&self, table: &mut Table, metadata: &CommitMetadata, keys: &change::KeyChanges) -> Result<()> {
+        let time = self.instant.time.as_str();
+        let mut footprint = conflicts::Footprint::of(metadata, keys);
+        footprint.evolves_schema = metadata.arrow_schema()?.is_some_and(|s| s != self.schema_at_begin);
+        // The metadata table's deltacommits only append log files, each its own: they never
+        // overlap (its writers are serialized by the data table's commits).
+        let appends_only = table.is_metadata_table() && self.instant.action == Action::DeltaCommit;
+        if !appends_only {
+            conflicts::publish_intent(table.storage(), time, &footprint).await?;
+            failpoint("after-intent");
+        }
+        let mut watch = HeartbeatWatch::default();
+        loop {
+            table.reload().await?;
+            let (seen, compare) = (&self.seen, if appends_only { None } else { Some(&footprint) });
+            if let Some(other) = conflicts::find_conflict(table, time, seen, metadata, keys, compare).await? {
+                return Err(conflict(&other, "completed since this write began"));
+            }
+            if appends_only {
+                return Ok(());
+            }
+            match conflicts::check_intents(table, time, &footprint).await? {
+                conflicts::Verdict::Clear => return Ok(()),
+                conflicts::Verdict::GiveWay(other) => return Err(conflict(&other, "is committing")),
+                conflicts::Verdict::Gone(other) => {
+                    log::info!("{time}: the overlapping write {} is gone: deciding its fate first", other.time);
+                    rollback(table, &other, None, Undo::Failed).await?;
+                }
+                conflicts::Verdict::Wait(other) => {
+                    log::debug!("{time}: waiting for the overlapping commit of {other}");
+                    if let Some(p) = table.timeline().pending().find(|i| i.time == other).cloned() {
+                        watch.check(table, &p, &format!("commit {time}")).await?;
+                    }
+                    conflicts::pause().await;
+                }
+            }
+        }
+    }
+
+    /// The schema this commit records, once its checks passed: the table's as the latest commit
+    /// left it, with this write's evolution (`schema::evolve`) on top. `None`: `metadata` records
+    /// it already (or records none: the metadata table's commits). A write that evolves the schema
+    /// conflicts with a later instant that completed first (that one's schema lacks the change,
+    /// and the latest commit's schema is the table's); overlapping pending commits were ordered by
+    /// [`conflicts::check_intents`] (a schema-evolving footprint meets every other).
+    async fn reconcile_schema(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<CommitMetadata>> {
+        let Some(mine) = metadata.arrow_schema()? else { return Ok(None) };
+        // A table whose schema never evolved, and a write that does not evolve it: nothing to
+        // read (the check's reloads re-read the properties, so an evolution that completed
+        // before this commit's last look has set the flag; one still pending met this commit's
+        // intent, see above).
+        let evolved = table.config().raw.contains_key(crate::table::SCHEMA_EVOLVED_KEY);
+        if table.is_metadata_table() || (!evolved && mine == self.schema_at_begin) {
+            return Ok(None);
+        }
+        let committed = crate::table::committed_schema(table.storage(), table.config(), table.timeline())
+            .await?
+            .unwrap_or_else(|| self.schema_at_begin.clone());
+        if mine == committed {
+            return Ok(None);
+        }
+        let time = self.instant.time.clone();
+        let cfg = table.config();
+        let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
+        let merged = crate::schema::evolve::evolve(&committed, &mine, crate::schema::evolve::SchemaMode::Merge, &fixed)
+            .map_err(|e| Error::CommitConflict {
+                instant: time.clone(),
+                detail: format!("another commit changed the schema meanwhile: {e}"),
+            })?;
+        if merged != committed
+            && let Some(later) = table.timeline().completed_data().find(|i| i.time > time)
+        {
+            return Err(conflict(&later.time, "completed first without this write's schema change"));
+        }
+        let mut out = metadata.clone();
+        out.set_schema(&merged, &cfg.name)?;
+        Ok(Some(out))
+    }
+
+    async fn stop_heartbeat(&mut self, storage: &Storage) -> Result<()> {
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+        storage.delete(&heartbeat_path(&self.instant.time)).await
+    }
+}
+
+impl Drop for Transaction {
+    fn drop(&mut self) {
+        // A transaction dropped without commit or abort (an error, a cancelled call) stops beating,
+        // so that the next writer can roll it back once the heartbeat expires.
+        if let Some(h) = self.heartbeat.take() {
+            h.abort();
+        }
+    }
+}
+
+pub(super) fn services_seen(table: &Table) -> HashSet<String> {
+    table
+        .timeline()
+        .instants()
+        .iter()
+        .filter(|i| i.is_completed() && i.action == Action::Clean)
+        .map(|i| i.time.clone())
+        .collect()
+}
+
+pub(super) fn conflict(other: &str, what: &str) -> Error {
+    Error::CommitConflict {
+        instant: other.to_string(),
+        detail: format!("instant {other} {what} and touched the same file groups or record keys"),
+    }
+}

@@ -1,0 +1,137 @@
+//! What the layers below the services ask of them and of the metadata table (see
+//! `table::extensions`): [`Hooks`] keeps the metadata table in step with every commit
+//! ([`CommitHook`]), lists and prunes through it ([`FileIndex`], [`SlicePruner`]), finishes
+//! interrupted restores and runs the inline table services ([`InlineServices`]).
+//! [`default_options`] lends them to a table; the metadata table itself is opened without them.
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+
+use super::{ArchiveConfig, CompactionConfig};
+use crate::commit::change::Change;
+use crate::commit::hook::CommitHook;
+use crate::error::Result;
+use crate::format::instant::Action;
+use crate::read::pruner::SlicePruner;
+use crate::read::{Filter, PlannedSlice};
+use crate::storage::FileInfo;
+use crate::table::extensions::{Extensions, FileIndex};
+use crate::table::{Table, TableOptions};
+use crate::write::WriteConfig;
+use crate::write::inline::InlineServices;
+
+/// The metadata table and the table services, for the layers below.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Hooks;
+
+/// The extensions every table oxlake opens for its users carries.
+pub fn extensions() -> Extensions {
+    Extensions::default()
+        .with::<Arc<dyn CommitHook>>(Arc::new(Hooks))
+        .with::<Arc<dyn FileIndex>>(Arc::new(Hooks))
+        .with::<Arc<dyn SlicePruner>>(Arc::new(Hooks))
+        .with::<Arc<dyn InlineServices>>(Arc::new(Hooks))
+}
+
+/// [`TableOptions::default`] with [`extensions`]: how users' tables are opened.
+pub fn default_options() -> TableOptions {
+    TableOptions { extensions: extensions(), ..TableOptions::default() }
+}
+
+impl CommitHook for Hooks {
+    fn before_complete<'a>(&'a self, table: &'a Table, time: &'a str, change: Change<'a>) -> BoxFuture<'a, Result<()>> {
+        crate::metadata::sync(table, time, change).boxed()
+    }
+
+    fn catch_up<'a>(&'a self, table: &'a mut Table) -> BoxFuture<'a, Result<()>> {
+        crate::metadata::catch_up(table).boxed()
+    }
+
+    fn recover<'a>(&'a self, table: &'a mut Table) -> BoxFuture<'a, Result<()>> {
+        super::restore::finish_interrupted(table).boxed()
+    }
+}
+
+impl FileIndex for Hooks {
+    fn files<'a>(&'a self, table: &'a Table) -> BoxFuture<'a, Option<Vec<FileInfo>>> {
+        async move {
+            let mdt = table.fresh_metadata_table().await?;
+            match mdt.files().await {
+                Ok(files) => Some(files),
+                Err(e) => {
+                    log::warn!("{}: metadata table unreadable, listing storage: {e}", table.uri());
+                    None
+                }
+            }
+        }
+        .boxed()
+    }
+}
+
+impl SlicePruner for Hooks {
+    fn prune<'a>(
+        &'a self,
+        table: &'a Table,
+        slices: Vec<PlannedSlice>,
+        filter: &'a Filter,
+    ) -> BoxFuture<'a, Result<Vec<PlannedSlice>>> {
+        table.prune_by_indexes(slices, filter).boxed()
+    }
+}
+
+impl InlineServices for Hooks {
+    fn archive<'a>(&'a self, table: &'a mut Table) -> BoxFuture<'a, ()> {
+        archive_inline(table).boxed()
+    }
+
+    fn compact<'a>(&'a self, table: &'a mut Table, config: &'a WriteConfig) -> BoxFuture<'a, ()> {
+        compact_inline(table, config).boxed()
+    }
+}
+
+/// Inline archival, as Apache Hudi archives after every commit (off with
+/// `oxlake.archive.inline=false`, see `Table::set_archival`): once the active timeline holds
+/// more commits than the table keeps (`hoodie.keep.max.commits`), the oldest are archived.
+/// The write has landed by then: a failed archival is logged, and the next commit tries again.
+async fn archive_inline(table: &mut Table) {
+    if table.config().raw.get(super::archive::INLINE_KEY).is_some_and(|v| v.trim() == "false") {
+        return;
+    }
+    let config = match ArchiveConfig::of(table) {
+        Ok(c) => c,
+        Err(e) => return log::warn!("archival skipped (the write landed): {e}"),
+    };
+    if table.timeline().completed_data().count() <= config.max_commits {
+        return;
+    }
+    match table.archive(config).await {
+        Ok(r) if !r.archived.is_empty() => log::info!("archived {} instants", r.archived.len()),
+        Ok(_) => {}
+        Err(e) => log::warn!("archival failed (the write landed): {e}"),
+    }
+}
+
+/// Inline compaction: after a deltacommit, compacts when the table is configured to and enough
+/// deltacommits landed since the last compaction. The write has landed by then, so a failed
+/// compaction does not fail it: it is logged, and its plan (if scheduled) runs next time.
+async fn compact_inline(table: &mut Table, config: &WriteConfig) {
+    let Some(every) = table.config().inline_compaction else { return };
+    // On a merge-on-read table every completed `commit` is a compaction.
+    let since = table
+        .timeline()
+        .completed_data()
+        .rev()
+        .take_while(|i| i.action != Action::Commit)
+        .filter(|i| i.action == Action::DeltaCommit)
+        .count();
+    if since < every as usize {
+        return;
+    }
+    let compaction = CompactionConfig { min_log_files: 1, write: config.clone(), progress: None };
+    match table.compact(&compaction).await {
+        Ok(r) => log::info!("inline compaction after {since} deltacommits: {:?}", r.instants),
+        Err(e) => log::warn!("inline compaction after {since} deltacommits failed (the write landed): {e}"),
+    }
+}
