@@ -339,3 +339,247 @@ fn in_pass(batch: &RecordBatch, key: usize, (pass, passes): (u32, u32)) -> Resul
         .collect();
     Ok(filter_record_batch(batch, &mask)?)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The merge node over real merge-on-read tables: which version of a record a scan returns,
+    //! and the same rows when the log side does not fit the memory budget.
+
+    use arrow::array::Int64Array;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use futures::TryStreamExt;
+
+    use super::*;
+    use crate::config::{CreateOptions, TableType};
+    use crate::read::ScanOptions;
+    use crate::table::{Table, TableOptions};
+    use crate::write::{WriteConfig, WriteOperation};
+
+    /// `(id, ts, v)`, as a scan returns them.
+    type Row = (i64, Option<i64>, String);
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("ts", DataType::Int64, true),
+            Field::new("v", DataType::Utf8, true),
+        ]))
+    }
+
+    fn batch(rows: &[(i64, Option<i64>, &str)]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
+                Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A non-partitioned merge-on-read table keyed by `id`, event-time ordered by `ordering`.
+    async fn table(dir: &std::path::Path, ordering: Option<&str>) -> Table {
+        let create = CreateOptions {
+            name: "t".into(),
+            table_type: TableType::MergeOnRead,
+            record_key_fields: vec!["id".into()],
+            partition_fields: vec![],
+            ordering_field: ordering.map(String::from),
+            hive_style: true,
+            inline_compaction: None,
+        };
+        Table::create(dir.join("t").to_str().unwrap(), TableOptions::default(), create, schema()).await.unwrap()
+    }
+
+    async fn write(t: &mut Table, op: WriteOperation, rows: &[(i64, Option<i64>, &str)]) {
+        t.write(op, vec![batch(rows)], &WriteConfig::default()).await.unwrap();
+    }
+
+    /// The `(id, ts, v)` of every row, sorted; fails on a key returned twice.
+    fn rows_of(batches: &[RecordBatch]) -> Vec<Row> {
+        let mut out = Vec::new();
+        for b in batches {
+            let id = b.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+            let ts = b.column_by_name("ts").unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+            let v = b.column_by_name("v").unwrap().as_any().downcast_ref::<StringArray>().unwrap();
+            for i in 0..b.num_rows() {
+                out.push((id.value(i), ts.is_valid(i).then(|| ts.value(i)), v.value(i).to_string()));
+            }
+        }
+        out.sort();
+        let mut ids: Vec<i64> = out.iter().map(|r| r.0).collect();
+        ids.dedup();
+        assert_eq!(ids.len(), out.len(), "a key returned twice: {out:?}");
+        out
+    }
+
+    async fn scan(t: &Table, opts: &ScanOptions) -> Vec<Row> {
+        let batches: Vec<RecordBatch> = t.scan(opts).await.unwrap().try_collect().await.unwrap();
+        rows_of(&batches)
+    }
+
+    fn row(id: i64, ts: i64, v: &str) -> Row {
+        (id, Some(ts), v.to_string())
+    }
+
+    /// The slices of the latest snapshot that have log files (what the merge node reads).
+    async fn slices_with_logs(t: &Table) -> Vec<crate::read::PlannedSlice> {
+        let plan = t.plan_scan(&ScanOptions::default()).await.unwrap();
+        plan.slices.into_iter().filter(|s| !s.logs.is_empty()).collect()
+    }
+
+    #[tokio::test]
+    async fn event_time_keeps_the_greatest_ordering_value_and_applies_deletes() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), Some("ts")).await;
+        let base: Vec<(i64, Option<i64>, &str)> = vec![
+            (1, Some(10), "a1"),
+            (2, Some(10), "a2"),
+            (3, Some(10), "a3"),
+            (4, Some(10), "a4"),
+            (5, Some(10), "a5"),
+        ];
+        write(&mut t, WriteOperation::Insert, &[base.as_slice(), &[(7, Some(10), "a7")]].concat()).await;
+        // 1: a lower ordering value loses; 2: an equal one wins; 3: a higher one wins, and a later
+        // log version with a lower value than the earlier log version loses to it.
+        write(
+            &mut t,
+            WriteOperation::Upsert,
+            &[(1, Some(9), "lower"), (2, Some(10), "equal"), (3, Some(11), "higher")],
+        )
+        .await;
+        write(&mut t, WriteOperation::Upsert, &[(3, Some(10), "later-lower")]).await;
+        // 4: a delete without an ordering value removes the key; 5: one with a lower value loses.
+        write(&mut t, WriteOperation::Delete, &[(4, None, "x"), (5, Some(9), "x")]).await;
+        // 6: a key new to the table.
+        write(&mut t, WriteOperation::Upsert, &[(6, Some(1), "new")]).await;
+        assert!(!slices_with_logs(&t).await.is_empty(), "the upserts went to log files");
+        let expected = vec![
+            row(1, 10, "a1"),
+            row(2, 10, "equal"),
+            row(3, 11, "higher"),
+            row(5, 10, "a5"),
+            row(6, 1, "new"),
+            row(7, 10, "a7"), // untouched by the logs: passes through
+        ];
+        assert_eq!(scan(&t, &ScanOptions::default()).await, expected);
+        // A later version with a greater value still wins over one that lost before.
+        write(&mut t, WriteOperation::Upsert, &[(1, Some(12), "higher-later")]).await;
+        let rows = scan(&t, &ScanOptions::default()).await;
+        assert_eq!(rows[0], row(1, 12, "higher-later"));
+        assert_eq!(rows[1..], expected[1..]);
+    }
+
+    #[tokio::test]
+    async fn commit_time_ordering_lets_the_latest_commit_win() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), None).await;
+        write(&mut t, WriteOperation::Insert, &[(1, Some(10), "a1"), (2, Some(10), "a2"), (3, Some(10), "a3")]).await;
+        write(&mut t, WriteOperation::Insert, &[(4, Some(10), "a4")]).await;
+        // The ordering column is just data: lower values win when they come later.
+        write(&mut t, WriteOperation::Upsert, &[(1, Some(5), "second")]).await;
+        write(&mut t, WriteOperation::Upsert, &[(1, Some(0), "third")]).await;
+        write(&mut t, WriteOperation::Delete, &[(2, Some(99), "x"), (4, Some(99), "x")]).await;
+        // A write after a delete brings the key back.
+        write(&mut t, WriteOperation::Upsert, &[(4, Some(1), "back")]).await;
+        assert!(!slices_with_logs(&t).await.is_empty(), "the upserts went to log files");
+        assert_eq!(
+            scan(&t, &ScanOptions::default()).await,
+            vec![row(1, 0, "third"), row(3, 10, "a3"), row(4, 1, "back")]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_log_only_slice_returns_the_latest_log_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), Some("ts")).await;
+        write(&mut t, WriteOperation::Insert, &[(1, Some(10), "a1"), (2, Some(10), "a2"), (3, Some(10), "a3")]).await;
+        write(&mut t, WriteOperation::Upsert, &[(1, Some(9), "lower"), (2, Some(11), "b2")]).await;
+        write(&mut t, WriteOperation::Upsert, &[(2, Some(10), "c2"), (1, Some(9), "equal")]).await;
+        write(&mut t, WriteOperation::Delete, &[(3, None, "x")]).await;
+        let slices = slices_with_logs(&t).await;
+        assert_eq!(slices.len(), 1);
+        let upper = t.plan_scan(&ScanOptions::default()).await.unwrap().upper;
+        // The slice's logs alone, as a slice without a base file: keys that live only in the logs.
+        let s = &slices[0];
+        let scan =
+            SliceScan { partition: s.partition.clone(), file_id: s.file_id.clone(), base: None, logs: s.logs.clone() };
+        let exec = MergeOnReadExec::try_new(vec![vec![scan]], MergeContext::all_columns(&t, &upper).unwrap()).unwrap();
+        let session = crate::read::session(&t, Some(1), None).unwrap();
+        let batches = datafusion::physical_plan::collect(Arc::new(exec), session.task_ctx()).await.unwrap();
+        // 1: the later of two equal values; 2: the greater value; 3: only a delete, no row.
+        assert_eq!(rows_of(&batches), vec![row(1, 9, "equal"), row(2, 11, "b2")]);
+    }
+
+    #[tokio::test]
+    async fn a_log_side_over_the_memory_budget_is_merged_in_passes_to_the_same_rows() {
+        const N: i64 = 3000;
+        const BUDGET: usize = 128 << 10;
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), Some("ts")).await;
+        let pad = "x".repeat(200);
+        let base: Vec<(i64, Option<i64>, String)> = (0..N).map(|i| (i, Some(10), format!("base-{i}-{pad}"))).collect();
+        let as_batch = |rows: &[(i64, Option<i64>, String)]| {
+            let r: Vec<(i64, Option<i64>, &str)> = rows.iter().map(|(a, b, c)| (*a, *b, c.as_str())).collect();
+            batch(&r)
+        };
+        t.write(WriteOperation::Insert, vec![as_batch(&base)], &WriteConfig::default()).await.unwrap();
+        // Every even key updated (odd ones with a losing ordering value), every tenth deleted.
+        let updates: Vec<(i64, Option<i64>, String)> =
+            (0..N).map(|i| (i, Some(if i % 2 == 0 { 11 } else { 9 }), format!("log-{i}-{pad}"))).collect();
+        t.write(WriteOperation::Upsert, vec![as_batch(&updates)], &WriteConfig::default()).await.unwrap();
+        let deletes: Vec<(i64, Option<i64>, String)> = (0..N).step_by(10).map(|i| (i, None, String::new())).collect();
+        t.write(WriteOperation::Delete, vec![as_batch(&deletes)], &WriteConfig::default()).await.unwrap();
+
+        // Even keys updated, odd ones kept, every tenth gone.
+        let expected: Vec<Row> = (0..N)
+            .filter(|i| i % 10 != 0)
+            .map(|i| match i % 2 {
+                0 => row(i, 11, &format!("log-{i}-{pad}")),
+                _ => row(i, 10, &format!("base-{i}-{pad}")),
+            })
+            .collect();
+
+        // The log side of the slice holds several times the budget (the only consumer of the pool).
+        let slices = slices_with_logs(&t).await;
+        assert_eq!(slices.len(), 1);
+        let plan = t.plan_scan(&ScanOptions::default()).await.unwrap();
+        let ctx = MergeContext::all_columns(&t, &plan.upper).unwrap();
+        let contents = log::read_slice(&ctx.storage, &slices[0].logs, &ctx.table_schema, &ctx.admission).await.unwrap();
+        let scanned = Arc::new(ctx.table_schema.project(&ctx.scan_columns).unwrap());
+        let mut side = LogSide::new(ctx.spec.clone(), &scanned).unwrap();
+        for c in contents {
+            side.add(c, &|b| Ok(b.project(&ctx.scan_columns)?)).unwrap();
+        }
+        assert!(side.memory_size() > 4 * BUDGET, "log side of {} bytes", side.memory_size());
+
+        // The node itself, with batches large enough to hold the base file whole: one pass streams
+        // the base once (its kept rows and its replaced ones, two batches); more passes stream it again.
+        let slice = SliceScan {
+            partition: slices[0].partition.clone(),
+            file_id: slices[0].file_id.clone(),
+            base: slices[0].base.as_ref().map(|b| (b.path.clone(), b.size)),
+            logs: slices[0].logs.clone(),
+        };
+        let mut outputs = Vec::new();
+        for limit in [None, Some(BUDGET)] {
+            let exec = MergeOnReadExec::try_new(vec![vec![slice.clone()]], ctx.clone()).unwrap();
+            let session = crate::read::session(&t, Some(1 << 20), limit).unwrap();
+            outputs.push(datafusion::physical_plan::collect(Arc::new(exec), session.task_ctx()).await.unwrap());
+        }
+        assert_eq!(outputs[0].len(), 2, "one pass");
+        assert!(outputs[1].len() >= 4, "several passes: {} batches", outputs[1].len());
+        assert_eq!(rows_of(&outputs[0]), expected);
+        assert_eq!(rows_of(&outputs[1]), expected);
+
+        // The same through a whole scan.
+        let unbounded = scan(&t, &ScanOptions::default()).await;
+        assert_eq!(unbounded, expected);
+        let bounded = scan(&t, &ScanOptions { memory_limit: Some(BUDGET), ..ScanOptions::default() }).await;
+        assert_eq!(bounded, expected);
+        // Small batches too: the passes' base and log batches are split further.
+        let small = ScanOptions { memory_limit: Some(BUDGET), batch_size: Some(100), ..ScanOptions::default() };
+        assert_eq!(scan(&t, &small).await, expected);
+    }
+}

@@ -358,3 +358,178 @@ impl TableProvider for HudiTableProvider {
         Ok(plan)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The provider under DataFusion SQL over a partitioned merge-on-read table: projection,
+    //! filters that must not see stale base rows, and partition pruning.
+
+    use arrow::array::Int64Array;
+    use arrow::datatypes::DataType;
+    use datafusion::execution::context::SessionContext;
+    use datafusion::physical_plan::displayable;
+
+    use super::*;
+    use crate::config::{CreateOptions, TableType as HudiTableType};
+    use crate::read::ScanOptions;
+    use crate::table::TableOptions;
+    use crate::write::{WriteConfig, WriteOperation};
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("city", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+        ]))
+    }
+
+    /// `(id, city, v)`.
+    type Row = (i64, &'static str, i64);
+
+    fn batch(rows: &[Row]) -> RecordBatch {
+        RecordBatch::try_new(
+            schema(),
+            vec![
+                Arc::new(Int64Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
+                Arc::new(StringArray::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
+                Arc::new(Int64Array::from(rows.iter().map(|r| r.2).collect::<Vec<_>>())),
+            ],
+        )
+        .unwrap()
+    }
+
+    /// A merge-on-read table partitioned by `city` whose latest state is
+    /// `(1, a, 15) (3, a, 30) (4, b, 45) (5, b, 50) (6, b, 60) (7, c, 70)`: partitions `a` and `b`
+    /// have log files (an update in each, a delete in `a`), `c` is a base file alone.
+    async fn table(dir: &std::path::Path) -> Table {
+        let create = CreateOptions {
+            name: "t".into(),
+            table_type: HudiTableType::MergeOnRead,
+            record_key_fields: vec!["id".into()],
+            partition_fields: vec!["city".into()],
+            ordering_field: None,
+            hive_style: true,
+            inline_compaction: None,
+        };
+        let uri = dir.join("t");
+        let mut t = Table::create(uri.to_str().unwrap(), TableOptions::default(), create, schema()).await.unwrap();
+        let writes: [(WriteOperation, &[Row]); 4] = [
+            (
+                WriteOperation::Insert,
+                &[(1, "a", 10), (2, "a", 20), (3, "a", 30), (4, "b", 40), (5, "b", 50), (6, "b", 60)],
+            ),
+            (WriteOperation::Upsert, &[(1, "a", 15), (4, "b", 45)]),
+            (WriteOperation::Delete, &[(2, "a", 20)]),
+            (WriteOperation::Insert, &[(7, "c", 70)]),
+        ];
+        for (op, rows) in writes {
+            t.write(op, vec![batch(rows)], &WriteConfig::default()).await.unwrap();
+        }
+        t
+    }
+
+    /// A session with the table's snapshot registered as `t`, and the provider.
+    async fn register(t: &Table) -> (SessionContext, Arc<HudiTableProvider>) {
+        let ctx = crate::read::session(t, None, None).unwrap();
+        let provider = Arc::new(t.provider(&ScanOptions::default()).await.unwrap());
+        ctx.register_table("t", provider.clone()).unwrap();
+        (ctx, provider)
+    }
+
+    /// The values of an integer column over all batches, in order.
+    fn ints(batches: &[RecordBatch], name: &str) -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let c = b.column_by_name(name).unwrap().as_any().downcast_ref::<Int64Array>().unwrap();
+                c.values().to_vec()
+            })
+            .collect()
+    }
+
+    async fn sql(ctx: &SessionContext, query: &str) -> Vec<RecordBatch> {
+        ctx.sql(query).await.unwrap().collect().await.unwrap()
+    }
+
+    async fn plan_text(ctx: &SessionContext, query: &str) -> String {
+        let plan = ctx.sql(query).await.unwrap().create_physical_plan().await.unwrap();
+        displayable(plan.as_ref()).indent(true).to_string()
+    }
+
+    #[tokio::test]
+    async fn sql_projection_and_filters_return_the_merged_rows_and_only_the_projected_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(dir.path()).await;
+        let (ctx, _) = register(&t).await;
+        let batches = sql(&ctx, "SELECT v, id FROM t WHERE v > 20 ORDER BY id").await;
+        let names: Vec<String> = batches[0].schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["v", "id"]);
+        assert_eq!(ints(&batches, "id"), [3, 4, 5, 6, 7]);
+        assert_eq!(ints(&batches, "v"), [30, 45, 50, 60, 70]);
+        // A filter on a data column sees merged rows only: not the replaced base row of 1, nor the
+        // deleted 2.
+        assert!(ints(&sql(&ctx, "SELECT id FROM t WHERE v = 10 OR v = 20 OR v = 40").await, "id").is_empty());
+        assert_eq!(ints(&sql(&ctx, "SELECT id FROM t WHERE v < 20").await, "id"), [1]);
+        // Filters on the key (pushed below the merge) return the merged version.
+        let batches = sql(&ctx, "SELECT id, v FROM t WHERE id IN (1, 2, 4) ORDER BY id").await;
+        assert_eq!(ints(&batches, "id"), [1, 4]);
+        assert_eq!(ints(&batches, "v"), [15, 45]);
+        let batches = sql(&ctx, "SELECT v FROM t WHERE _hoodie_record_key = '4'").await;
+        assert_eq!(ints(&batches, "v"), [45]);
+    }
+
+    #[tokio::test]
+    async fn the_provider_scan_projects_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(dir.path()).await;
+        let (ctx, provider) = register(&t).await;
+        let state = ctx.state();
+        let full = provider.schema();
+        let projection = vec![full.index_of("v").unwrap(), full.index_of("id").unwrap()];
+        let plan = provider.scan(&state, Some(&projection), &[], None).await.unwrap();
+        let names: Vec<String> = plan.schema().fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["v", "id"]);
+        let batches = datafusion::physical_plan::collect(plan, ctx.task_ctx()).await.unwrap();
+        assert!(batches.iter().all(|b| b.num_columns() == 2));
+        let mut rows: Vec<(i64, i64)> = ints(&batches, "id").into_iter().zip(ints(&batches, "v")).collect();
+        rows.sort();
+        assert_eq!(rows, [(1, 15), (3, 30), (4, 45), (5, 50), (6, 60), (7, 70)]);
+    }
+
+    #[tokio::test]
+    async fn a_filter_on_the_partition_column_prunes_slices() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = table(dir.path()).await;
+        let (ctx, provider) = register(&t).await;
+        let state = ctx.state();
+        let mut partitions: Vec<&str> = provider.slices().iter().map(|s| s.partition.as_str()).collect();
+        partitions.sort();
+        assert_eq!(partitions, ["city=a", "city=b", "city=c"]);
+        let kept = |filters: Vec<Expr>| -> Vec<String> {
+            let mut p: Vec<String> =
+                provider.prune_partitions(&state, &filters).unwrap().iter().map(|s| s.partition.clone()).collect();
+            p.sort();
+            p
+        };
+        assert_eq!(kept(vec![col("city").eq(lit("a"))]), ["city=a"]);
+        assert_eq!(kept(vec![col("city").in_list(vec![lit("b"), lit("c")], false)]), ["city=b", "city=c"]);
+        assert_eq!(kept(vec![col("city").eq(lit("zz"))]), Vec::<String>::new());
+        // A filter on another column, or one mixing columns, prunes nothing.
+        assert_eq!(kept(vec![col("v").gt(lit(0i64))]), ["city=a", "city=b", "city=c"]);
+        assert_eq!(kept(vec![col("city").eq(lit("a")).or(col("v").eq(lit(70i64)))]), ["city=a", "city=b", "city=c"]);
+
+        // Through SQL: the merge node reads the slices of the selected partitions only.
+        let all = plan_text(&ctx, "SELECT id FROM t").await;
+        assert!(all.contains("MergeOnReadExec: slices=2"), "{all}");
+        let a = plan_text(&ctx, "SELECT id FROM t WHERE city = 'a'").await;
+        assert!(a.contains("MergeOnReadExec: slices=1"), "{a}");
+        let c = plan_text(&ctx, "SELECT id FROM t WHERE city = 'c'").await;
+        assert!(!c.contains("MergeOnReadExec") && c.contains("DataSourceExec"), "{c}");
+        let none = plan_text(&ctx, "SELECT id FROM t WHERE city = 'zz'").await;
+        assert!(!none.contains("MergeOnReadExec") && !none.contains("DataSourceExec"), "{none}");
+        let batches = sql(&ctx, "SELECT id, v FROM t WHERE city = 'a' ORDER BY id").await;
+        assert_eq!((ints(&batches, "id"), ints(&batches, "v")), (vec![1, 3], vec![15, 30]));
+        assert_eq!(ints(&sql(&ctx, "SELECT id FROM t WHERE city = 'c'").await, "id"), [7]);
+        assert!(sql(&ctx, "SELECT id FROM t WHERE city = 'zz'").await.iter().all(|b| b.num_rows() == 0));
+    }
+}

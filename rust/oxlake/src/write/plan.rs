@@ -572,3 +572,181 @@ async fn matching_keys_of(storage: &Storage, file: &BaseFile, index: &KeyIndex) 
     }
     Ok(hits)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The planner's routing: which file group each incoming row goes to, as a base-file
+    //! rewrite, a log, or a new group, on both table types and beside pending services.
+
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::config::{CreateOptions, TableType};
+    use crate::format::compaction_plan::{CompactionOperation, CompactionPlan};
+    use crate::format::file_name::BaseFileName;
+    use crate::format::instant::{Action, Instant, State};
+    use crate::schema::evolve::SchemaMode;
+    use crate::table::TableOptions;
+
+    fn schema() -> SchemaRef {
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("city", DataType::Utf8, true)]))
+    }
+
+    fn rows(rows: &[(i64, &str)]) -> RecordBatch {
+        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+        let cities: Vec<&str> = rows.iter().map(|r| r.1).collect();
+        RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(cities))])
+            .unwrap()
+    }
+
+    async fn table(dir: &std::path::Path, table_type: TableType) -> Table {
+        let create = CreateOptions {
+            name: "t".into(),
+            table_type,
+            record_key_fields: vec!["id".into()],
+            partition_fields: vec!["city".into()],
+            ordering_field: None,
+            hive_style: true,
+            inline_compaction: None,
+        };
+        Table::create(dir.join("t").to_str().unwrap(), TableOptions::default(), create, schema()).await.unwrap()
+    }
+
+    /// The plan of `op` with `input` on the table as it is.
+    async fn planned(t: &Table, op: WriteOperation, input: &[(i64, &str)]) -> WritePlan {
+        let incoming = super::super::prepare(t, op, vec![rows(input)], SchemaMode::Strict).unwrap().unwrap();
+        plan(t, op, Some(&Arc::new(incoming)), &WriteConfig::default()).await.unwrap()
+    }
+
+    /// Where one work goes: (partition, existing group or "new", updated or deleted keys,
+    /// inserted rows, the log's base instant if a log).
+    type Route = (String, String, Vec<String>, usize, Option<String>);
+
+    /// The route of each work, sorted.
+    fn routes(plan: &WritePlan) -> Vec<Route> {
+        let mut out: Vec<_> = plan
+            .work
+            .iter()
+            .map(|w| {
+                let mut keys: Vec<String> = w.changes.keys().cloned().collect();
+                keys.sort();
+                let group = if w.old.is_some() { w.file_id.clone() } else { "new".into() };
+                (w.partition.clone(), group, keys, w.inserts.len(), w.log.as_ref().map(|l| l.base_instant.clone()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    async fn write(t: &mut Table, op: WriteOperation, input: &[(i64, &str)]) -> String {
+        t.write(op, vec![rows(input)], &WriteConfig::default()).await.unwrap().instant.unwrap()
+    }
+
+    fn group_of(t_files: &[String], partition: &str) -> String {
+        let path = t_files.iter().find(|f| f.starts_with(&format!("{partition}/"))).unwrap();
+        BaseFileName::parse(path.rsplit('/').next().unwrap()).unwrap().file_id
+    }
+
+    #[tokio::test]
+    async fn copy_on_write_rewrites_the_group_holding_a_key_and_fills_small_files_with_new_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), TableType::CopyOnWrite).await;
+        let config = WriteConfig::default();
+        let files = t.write(WriteOperation::Insert, vec![rows(&[(1, "a"), (2, "b")])], &config).await.unwrap().files;
+        let (a, b) = (group_of(&files, "city=a"), group_of(&files, "city=b"));
+        let p = planned(&t, WriteOperation::Upsert, &[(1, "a"), (3, "a"), (4, "c")]).await;
+        // Key 1 updates group a, which takes the new key 3 too (a small file); key 4 starts a
+        // group in a partition of its own. Group b is untouched.
+        assert_eq!(
+            routes(&p),
+            vec![
+                ("city=a".into(), a.clone(), vec!["1".into()], 1, None),
+                ("city=c".into(), "new".into(), vec![], 1, None),
+            ]
+        );
+        assert!(!routes(&p).iter().any(|r| r.1 == b));
+        let d = planned(&t, WriteOperation::Delete, &[(2, "b"), (9, "b")]).await;
+        assert_eq!(routes(&d), vec![("city=b".into(), b, vec!["2".into()], 0, None)], "absent keys plan nothing");
+        assert!(d.work.iter().all(|w| w.deletes));
+    }
+
+    #[tokio::test]
+    async fn merge_on_read_logs_changes_on_their_slice_and_puts_new_keys_in_new_groups() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), TableType::MergeOnRead).await;
+        let first = write(&mut t, WriteOperation::Insert, &[(1, "a"), (2, "a")]).await;
+        let p = planned(&t, WriteOperation::Upsert, &[(1, "a"), (3, "a")]).await;
+        let r = routes(&p);
+        assert_eq!(r.len(), 2, "{r:?}");
+        let (update, insert) = (&r[0], &r[1]);
+        assert_eq!((update.2.clone(), update.3, update.4.clone()), (vec!["1".to_string()], 0, Some(first.clone())));
+        // A new key never goes to a log (Java's default index reads base files only), nor into
+        // the existing group (a rewrite would have to fold in its logs).
+        assert_eq!((insert.1.as_str(), insert.3, insert.4.clone()), ("new", 1, None));
+        // The next log of the slice comes after the one written now.
+        write(&mut t, WriteOperation::Upsert, &[(2, "a")]).await;
+        let p = planned(&t, WriteOperation::Upsert, &[(2, "a")]).await;
+        assert_eq!(p.work[0].log.as_ref().map(|l| l.after_version), Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_log_for_a_group_being_compacted_is_named_with_the_compaction() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), TableType::MergeOnRead).await;
+        let first = write(&mut t, WriteOperation::Insert, &[(1, "a")]).await;
+        write(&mut t, WriteOperation::Upsert, &[(1, "a")]).await;
+        let view = t.file_system_view().await.unwrap();
+        let g = view.groups().next().unwrap();
+        let s = g.slices.values().next_back().unwrap();
+        // A compaction of that slice planned (requested) after the last commit.
+        let time = crate::format::instant::now();
+        let op = CompactionOperation {
+            partition_path: g.partition.clone(),
+            file_id: g.file_id.clone(),
+            base_instant_time: first.clone(),
+            data_file_path: s.base.as_ref().map(|b| b.path.clone()),
+            delta_file_paths: s.logs.iter().map(|l| l.path.clone()).collect(),
+        };
+        let requested = Instant::new(time.clone(), Action::Compaction, State::Requested);
+        let bytes = Bytes::from(CompactionPlan { operations: vec![op], version: 2 }.to_avro().unwrap());
+        assert!(t.timeline().create(t.storage(), &requested, bytes).await.unwrap());
+        t.reload().await.unwrap();
+        let p = planned(&t, WriteOperation::Upsert, &[(1, "a")]).await;
+        let log = p.work[0].log.clone().unwrap();
+        assert_eq!((log.base_instant, log.after_version), (time, 0), "the new slice the compaction starts");
+    }
+
+    #[tokio::test]
+    async fn inserts_stay_out_of_groups_a_clustering_is_rewriting() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), TableType::CopyOnWrite).await;
+        let config = WriteConfig::default();
+        let files = t.write(WriteOperation::Insert, vec![rows(&[(1, "a")])], &config).await.unwrap().files;
+        let a = group_of(&files, "city=a");
+        let p = planned(&t, WriteOperation::Insert, &[(2, "a")]).await;
+        assert_eq!(routes(&p), vec![("city=a".into(), a.clone(), vec![], 1, None)], "a small file takes it");
+        // A clustering of that group requested (JSON, as earlier oxlake versions wrote it).
+        let plan = crate::format::clustering_plan::ClusteringPlan {
+            operation_type: "CLUSTER".into(),
+            sort_columns: vec![],
+            input_groups: vec![crate::format::clustering_plan::ClusteringGroup {
+                partition_path: "city=a".into(),
+                slices: vec![crate::format::clustering_plan::ClusteringSlice {
+                    file_id: a.clone(),
+                    base_instant_time: String::new(),
+                    data_file: None,
+                    delta_file_paths: vec![],
+                }],
+            }],
+            version: 1,
+        };
+        let requested = Instant::new(crate::format::instant::now(), Action::ReplaceCommit, State::Requested);
+        let bytes = Bytes::from(serde_json::to_vec(&plan).unwrap());
+        assert!(t.timeline().create(t.storage(), &requested, bytes).await.unwrap());
+        t.reload().await.unwrap();
+        let p = planned(&t, WriteOperation::Insert, &[(2, "a")]).await;
+        assert_eq!(routes(&p), vec![("city=a".into(), "new".into(), vec![], 1, None)]);
+    }
+}
