@@ -1,7 +1,14 @@
 //! Test helpers: the shared compatibility corpus of tables Apache Hudi wrote.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+
+use crate::config::{CreateOptions, TableType};
+use crate::table::{Table, TableOptions};
 
 /// The shared folder: `$OXLAKE_SHARED`, else `../shared` beside the project, else `/work/shared`.
 pub(crate) fn shared_dir() -> PathBuf {
@@ -23,4 +30,38 @@ pub(crate) fn corpus_file(zip: &str, path: &str) -> Vec<u8> {
     let mut out = Vec::new();
     entry.read_to_end(&mut out).expect("readable");
     out
+}
+
+/// The schema of the small tables of unit tests: the key `id`, the partition column `city`.
+pub(crate) fn id_city_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("city", DataType::Utf8, true)]))
+}
+
+/// Rows of [`id_city_schema`].
+pub(crate) fn id_city_rows(rows: &[(i64, &str)]) -> RecordBatch {
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    let cities: Vec<&str> = rows.iter().map(|r| r.1).collect();
+    RecordBatch::try_new(id_city_schema(), vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(cities))])
+        .expect("rows of the schema")
+}
+
+/// Rows keyed `ids`: even ones in city `a`, odd ones in city `b`.
+pub(crate) fn by_parity(ids: &[i64]) -> RecordBatch {
+    let rows: Vec<(i64, &str)> = ids.iter().map(|&i| (i, if i % 2 == 0 { "a" } else { "b" })).collect();
+    id_city_rows(&rows)
+}
+
+/// A table of [`id_city_schema`] at `dir/t`: hive-style partitions by `city`, no ordering field.
+pub(crate) async fn id_city_table(dir: &Path, table_type: TableType, options: TableOptions) -> Table {
+    let create = CreateOptions {
+        name: "t".into(),
+        table_type,
+        record_key_fields: vec!["id".into()],
+        partition_fields: vec!["city".into()],
+        ordering_field: None,
+        hive_style: true,
+        inline_compaction: None,
+    };
+    let uri = dir.join("t");
+    Table::create(uri.to_str().expect("a UTF-8 path"), options, create, id_city_schema()).await.expect("created")
 }

@@ -62,17 +62,16 @@ mod tests {
 
     use std::sync::Mutex;
 
-    use arrow::array::{Int64Array, RecordBatch, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
     use futures::FutureExt;
 
     use super::*;
     use crate::commit::change::KeySource;
-    use crate::config::{CreateOptions, TableType};
+    use crate::config::TableType;
     use crate::error::Error;
     use crate::format::instant::Action;
     use crate::table::TableOptions;
     use crate::table::extensions::Extensions;
+    use crate::test_support::{by_parity, id_city_table};
     use crate::write::{WriteConfig, WriteOperation};
 
     /// Records every call, with whether the instant's completed file existed then; refuses the
@@ -134,32 +133,9 @@ mod tests {
         }
     }
 
-    fn schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("city", DataType::Utf8, true)]))
-    }
-
-    fn rows(ids: &[i64]) -> RecordBatch {
-        let cities: Vec<&str> = ids.iter().map(|i| if i % 2 == 0 { "a" } else { "b" }).collect();
-        RecordBatch::try_new(
-            schema(),
-            vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(cities))],
-        )
-        .unwrap()
-    }
-
     async fn table(dir: &std::path::Path, hook: Arc<Recording>) -> Table {
-        let create = CreateOptions {
-            name: "t".into(),
-            table_type: TableType::CopyOnWrite,
-            record_key_fields: vec!["id".into()],
-            partition_fields: vec!["city".into()],
-            ordering_field: None,
-            hive_style: true,
-            inline_compaction: None,
-        };
         let extensions = Extensions::default().with::<Arc<dyn CommitHook>>(hook);
-        let options = TableOptions { extensions, ..TableOptions::default() };
-        Table::create(dir.join("t").to_str().unwrap(), options, create, schema()).await.unwrap()
+        id_city_table(dir, TableType::CopyOnWrite, TableOptions { extensions, ..TableOptions::default() }).await
     }
 
     fn parquet_files(dir: &std::path::Path) -> usize {
@@ -176,7 +152,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let hook = Arc::new(Recording::default());
         let mut t = table(dir.path(), hook.clone()).await;
-        let result = t.write(WriteOperation::Insert, vec![rows(&[1, 2, 3])], &WriteConfig::default()).await.unwrap();
+        let result =
+            t.write(WriteOperation::Insert, vec![by_parity(&[1, 2, 3])], &WriteConfig::default()).await.unwrap();
         let time = result.instant.unwrap();
         // Catch-up as the writer begins; the completion with the two files (one per partition)
         // and the keys of each, while the instant was still pending.
@@ -189,7 +166,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let hook = Arc::new(Recording { refuse: true, ..Recording::default() });
         let mut t = table(dir.path(), hook.clone()).await;
-        let err = t.write(WriteOperation::Insert, vec![rows(&[1, 2])], &WriteConfig::default()).await.unwrap_err();
+        let err = t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap_err();
         assert!(matches!(err, Error::InvalidData { .. }), "{err}");
         t.reload().await.unwrap();
         // Nothing completed, nothing pending; the files are gone; a rollback records it, and told
@@ -209,8 +186,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let hook = Arc::new(Recording::default());
         let mut t = table(dir.path(), hook.clone()).await;
-        t.write(WriteOperation::Insert, vec![rows(&[1, 2])], &WriteConfig::default()).await.unwrap();
-        let second = t.write(WriteOperation::Upsert, vec![rows(&[1])], &WriteConfig::default()).await.unwrap();
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let second = t.write(WriteOperation::Upsert, vec![by_parity(&[1])], &WriteConfig::default()).await.unwrap();
         let second = second.instant.unwrap();
         let before = hook.calls().len();
         let rollback = crate::commit::rollback_completed(&mut t, &second).await.unwrap();
@@ -228,7 +205,7 @@ mod tests {
         let hook = Arc::new(Recording::default());
         let mut t = table(dir.path(), hook.clone()).await;
         for _ in 0..3 {
-            t.write(WriteOperation::Upsert, vec![rows(&[1])], &WriteConfig::default()).await.unwrap();
+            t.write(WriteOperation::Upsert, vec![by_parity(&[1])], &WriteConfig::default()).await.unwrap();
         }
         let before = hook.calls().len();
         let cleaned = t.clean(crate::services::CleanPolicy::KeepLatestFileVersions(1)).await.unwrap();
@@ -245,7 +222,7 @@ mod tests {
         let hook = Arc::new(Recording::default());
         let t = table(dir.path(), hook.clone()).await;
         let mut bare = Table::open(t.uri(), t.options().bare()).await.unwrap();
-        bare.write(WriteOperation::Insert, vec![rows(&[1])], &WriteConfig::default()).await.unwrap();
+        bare.write(WriteOperation::Insert, vec![by_parity(&[1])], &WriteConfig::default()).await.unwrap();
         assert!(hook.calls().is_empty());
         assert_eq!(bare.timeline().completed_data().count(), 1);
     }

@@ -365,40 +365,15 @@ mod tests {
     //! clean, rollback) reaches the `files` index and the record index before the data instant
     //! completes, and a table opened without the hook leaves it stale, never wrong.
 
-    use arrow::array::{Int64Array, RecordBatch, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-
     use super::*;
-    use crate::config::{CreateOptions, TableType};
+    use crate::config::TableType;
     use crate::metadata::MetadataConfig;
     use crate::services::CleanPolicy;
+    use crate::test_support::{by_parity, id_city_table};
     use crate::write::{WriteConfig, WriteOperation};
 
-    fn schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("city", DataType::Utf8, true)]))
-    }
-
-    fn rows(ids: &[i64]) -> RecordBatch {
-        let cities: Vec<&str> = ids.iter().map(|i| if i % 2 == 0 { "a" } else { "b" }).collect();
-        RecordBatch::try_new(
-            schema(),
-            vec![Arc::new(Int64Array::from(ids.to_vec())), Arc::new(StringArray::from(cities))],
-        )
-        .unwrap()
-    }
-
     async fn table(dir: &std::path::Path, table_type: TableType) -> Table {
-        let create = CreateOptions {
-            name: "t".into(),
-            table_type,
-            record_key_fields: vec!["id".into()],
-            partition_fields: vec!["city".into()],
-            ordering_field: None,
-            hive_style: true,
-            inline_compaction: None,
-        };
-        let options = crate::services::default_options();
-        let mut t = Table::create(dir.join("t").to_str().unwrap(), options, create, schema()).await.unwrap();
+        let mut t = id_city_table(dir, table_type, crate::services::default_options()).await;
         t.build_metadata(MetadataConfig::default()).await.unwrap();
         t
     }
@@ -424,13 +399,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = table(dir.path(), TableType::CopyOnWrite).await;
         let config = WriteConfig::default();
-        t.write(WriteOperation::Insert, vec![rows(&[1, 2])], &config).await.unwrap();
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &config).await.unwrap();
         assert_eq!(indexed(&t).await, stored(&t).await);
-        let second = t.write(WriteOperation::Upsert, vec![rows(&[1])], &config).await.unwrap().instant.unwrap();
+        let second = t.write(WriteOperation::Upsert, vec![by_parity(&[1])], &config).await.unwrap().instant.unwrap();
         assert_eq!(indexed(&t).await.len(), 3, "a rewrite adds a file; the old one stays until a clean");
         crate::commit::rollback_completed(&mut t, &second).await.unwrap();
         assert_eq!(indexed(&t).await, stored(&t).await, "the rolled back file left the index");
-        t.write(WriteOperation::Upsert, vec![rows(&[1])], &config).await.unwrap();
+        t.write(WriteOperation::Upsert, vec![by_parity(&[1])], &config).await.unwrap();
         let cleaned = t.clean(CleanPolicy::KeepLatestFileVersions(1)).await.unwrap();
         assert_eq!(cleaned.deleted.len(), 1);
         assert_eq!(indexed(&t).await, stored(&t).await, "the cleaned file left the index");
@@ -443,9 +418,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = table(dir.path(), TableType::MergeOnRead).await;
         let config = WriteConfig::default();
-        t.write(WriteOperation::Insert, vec![rows(&[1, 2, 3])], &config).await.unwrap();
-        t.write(WriteOperation::Upsert, vec![rows(&[2, 4])], &config).await.unwrap();
-        t.write(WriteOperation::Delete, vec![rows(&[3])], &config).await.unwrap();
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2, 3])], &config).await.unwrap();
+        t.write(WriteOperation::Upsert, vec![by_parity(&[2, 4])], &config).await.unwrap();
+        t.write(WriteOperation::Delete, vec![by_parity(&[3])], &config).await.unwrap();
         let report = t.validate_metadata().await.unwrap();
         assert!(report.ok(), "{:?}", report.differences);
         assert_eq!(indexed(&t).await, stored(&t).await);
@@ -456,15 +431,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = table(dir.path(), TableType::CopyOnWrite).await;
         let config = WriteConfig::default();
-        t.write(WriteOperation::Insert, vec![rows(&[1])], &config).await.unwrap();
+        t.write(WriteOperation::Insert, vec![by_parity(&[1])], &config).await.unwrap();
         let mut bare = Table::open(t.uri(), t.options().bare()).await.unwrap();
-        bare.write(WriteOperation::Insert, vec![rows(&[2])], &config).await.unwrap();
+        bare.write(WriteOperation::Insert, vec![by_parity(&[2])], &config).await.unwrap();
         // Readers ignore it (they list storage) rather than miss the bare commit's file.
         assert!(bare.fresh_metadata_table().await.is_none());
         assert_eq!(bare.file_system_view().await.unwrap().groups().count(), 2);
         // The next writer with the hook catches it up.
         t.reload().await.unwrap();
-        t.write(WriteOperation::Insert, vec![rows(&[3])], &config).await.unwrap();
+        t.write(WriteOperation::Insert, vec![by_parity(&[3])], &config).await.unwrap();
         assert_eq!(indexed(&t).await, stored(&t).await);
         assert!(t.validate_metadata().await.unwrap().ok());
     }

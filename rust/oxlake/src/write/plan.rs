@@ -578,45 +578,24 @@ mod tests {
     //! The planner's routing: which file group each incoming row goes to, as a base-file
     //! rewrite, a log, or a new group, on both table types and beside pending services.
 
-    use arrow::array::{Int64Array, RecordBatch, StringArray};
-    use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
     use bytes::Bytes;
 
     use super::*;
-    use crate::config::{CreateOptions, TableType};
+    use crate::config::TableType;
     use crate::format::compaction_plan::{CompactionOperation, CompactionPlan};
     use crate::format::file_name::BaseFileName;
     use crate::format::instant::{Action, Instant, State};
     use crate::schema::evolve::SchemaMode;
     use crate::table::TableOptions;
-
-    fn schema() -> SchemaRef {
-        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false), Field::new("city", DataType::Utf8, true)]))
-    }
-
-    fn rows(rows: &[(i64, &str)]) -> RecordBatch {
-        let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
-        let cities: Vec<&str> = rows.iter().map(|r| r.1).collect();
-        RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from(ids)), Arc::new(StringArray::from(cities))])
-            .unwrap()
-    }
+    use crate::test_support::{id_city_rows, id_city_table};
 
     async fn table(dir: &std::path::Path, table_type: TableType) -> Table {
-        let create = CreateOptions {
-            name: "t".into(),
-            table_type,
-            record_key_fields: vec!["id".into()],
-            partition_fields: vec!["city".into()],
-            ordering_field: None,
-            hive_style: true,
-            inline_compaction: None,
-        };
-        Table::create(dir.join("t").to_str().unwrap(), TableOptions::default(), create, schema()).await.unwrap()
+        id_city_table(dir, table_type, TableOptions::default()).await
     }
 
     /// The plan of `op` with `input` on the table as it is.
     async fn planned(t: &Table, op: WriteOperation, input: &[(i64, &str)]) -> WritePlan {
-        let incoming = super::super::prepare(t, op, vec![rows(input)], SchemaMode::Strict).unwrap().unwrap();
+        let incoming = super::super::prepare(t, op, vec![id_city_rows(input)], SchemaMode::Strict).unwrap().unwrap();
         plan(t, op, Some(&Arc::new(incoming)), &WriteConfig::default()).await.unwrap()
     }
 
@@ -641,7 +620,7 @@ mod tests {
     }
 
     async fn write(t: &mut Table, op: WriteOperation, input: &[(i64, &str)]) -> String {
-        t.write(op, vec![rows(input)], &WriteConfig::default()).await.unwrap().instant.unwrap()
+        t.write(op, vec![id_city_rows(input)], &WriteConfig::default()).await.unwrap().instant.unwrap()
     }
 
     fn group_of(t_files: &[String], partition: &str) -> String {
@@ -654,7 +633,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = table(dir.path(), TableType::CopyOnWrite).await;
         let config = WriteConfig::default();
-        let files = t.write(WriteOperation::Insert, vec![rows(&[(1, "a"), (2, "b")])], &config).await.unwrap().files;
+        let files =
+            t.write(WriteOperation::Insert, vec![id_city_rows(&[(1, "a"), (2, "b")])], &config).await.unwrap().files;
         let (a, b) = (group_of(&files, "city=a"), group_of(&files, "city=b"));
         let p = planned(&t, WriteOperation::Upsert, &[(1, "a"), (3, "a"), (4, "c")]).await;
         // Key 1 updates group a, which takes the new key 3 too (a small file); key 4 starts a
@@ -723,7 +703,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut t = table(dir.path(), TableType::CopyOnWrite).await;
         let config = WriteConfig::default();
-        let files = t.write(WriteOperation::Insert, vec![rows(&[(1, "a")])], &config).await.unwrap().files;
+        let files = t.write(WriteOperation::Insert, vec![id_city_rows(&[(1, "a")])], &config).await.unwrap().files;
         let a = group_of(&files, "city=a");
         let p = planned(&t, WriteOperation::Insert, &[(2, "a")]).await;
         assert_eq!(routes(&p), vec![("city=a".into(), a.clone(), vec![], 1, None)], "a small file takes it");
