@@ -17,9 +17,10 @@ from oxlake.pipeline.compilers import (
     FunctionCompiler,
     InputPartition,
     MapGroupCompiler,
+    PipelineDefinitionError,
     compiler,
 )
-from oxlake.pipeline.driver import Driver, LayerReport, PipelineDefinitionError, RunReport, TaskReport
+from oxlake.pipeline.driver import Driver, LayerReport, RunReport, TaskReport
 
 __all__ = [
     "ADDED",

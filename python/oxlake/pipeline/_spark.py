@@ -1,9 +1,9 @@
 """The Spark side of the pipeline: the functions that run in tasks (`mapInArrow`), grouping of
-rows by key inside a task, and the one-commit writer of a catalog."""
+rows by key inside a task, the adapters running table functions (`rules`) there, and the
+one-commit writer of a catalog."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
-from oxlake.pipeline import _payload
+from oxlake.pipeline import _payload, rules
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
 from oxlake.table import Table
 
@@ -31,7 +31,7 @@ DIRECT_INPUT = f"{OUT_KEY}, {INPUT}"
 WRITE = "op string, layer string, partition string, payload binary, checksum string"
 ROWS = f"task string, {WRITE}, compiled boolean"
 
-#: Arrow schemas of the tables an incremental run holds on the driver.
+#: The Arrow schema of the pieces an incremental map-group task holds on the driver.
 PIECES = pa.schema(
     [
         *((c, pa.string()) for c in ("out_layer", "out_partition", "catalog", "layer", "partition")),
@@ -39,16 +39,10 @@ PIECES = pa.schema(
         ("value", pa.binary()),
     ]
 )
-SUMMED = pa.schema(
-    [("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary()), ("checksum", pa.string())]
-)
 
 #: Struct types of structured layers: of a task's inputs by (catalog, layer), of the output by layer.
 InputTypes = Mapping[tuple[str, str], pa.StructType]
 OutputTypes = Mapping[str, pa.StructType]
-
-_IN_KEYS = ["catalog", "layer", "partition"]
-_OUT_KEYS = ["out_layer", "out_partition"]
 
 
 def ship(task: Compiler) -> None:
@@ -137,29 +131,39 @@ def on_table(
     return run
 
 
-def summed(fn: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:
-    """CANDIDATE rows → SUMMED rows: an empty payload becomes null, the checksum is the SHA-256
-    of the payload (hex; null for null), as the publisher's decision compares them."""
+def per_batch(
+    fn: Callable[[pa.Table], pa.Table],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A function of an Arrow table as a `mapInArrow` function, applied to each batch."""
 
-    def run(table: pa.Table) -> pa.Table:
-        return checksummed(fn(table))
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            yield from fn(pa.Table.from_batches([batch])).to_batches()
 
     return run
 
 
-def checksummed(t: pa.Table) -> pa.Table:
-    """CANDIDATE rows (layer, partition, payload) with their checksums (SUMMED rows)."""
-    payloads = [p or None for p in t.column("payload").to_pylist()]
-    sums = [hashlib.sha256(p).hexdigest() if p is not None else None for p in payloads]
-    return pa.table(
-        [
-            t.column("layer"),
-            t.column("partition"),
-            pa.array(payloads, pa.binary()),
-            pa.array(sums, pa.string()),
-        ],
-        schema=SUMMED,
-    )
+def per_task(
+    fn: Callable[[pa.Table], pa.Table],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A function of an Arrow table as a `mapInArrow` function, applied once to all of a task's
+    rows (whole groups, after a repartition by their key)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        table = _rows(batches)
+        if table is not None:
+            yield from fn(table).to_batches()
+
+    return run
+
+
+def summed(fn: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]:
+    """`fn` (returning CANDIDATES rows) with its rows checksummed where it runs (SUMMED rows)."""
+
+    def run(table: pa.Table) -> pa.Table:
+        return rules.checksummed(fn(table))
+
+    return run
 
 
 def encoded(structured: OutputTypes) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -204,7 +208,7 @@ def _inputs(rows: pa.Table, types: InputTypes) -> list[InputPartition]:
     """INPUT rows as the compiler sees them: structured payloads decoded."""
     items = []
     for cat, layer, part, payload in zip(
-        *(rows.column(x).to_pylist() for x in [*_IN_KEYS, "payload"]), strict=True
+        *(rows.column(x).to_pylist() for x in [*rules.IN_KEYS, "payload"]), strict=True
     ):
         type = types.get((cat, layer))
         value = _payload.decode(payload, type) if type is not None and payload is not None else payload
@@ -235,8 +239,8 @@ def output_keys(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            cols = {c: batch.column(c).to_pylist() for c in _IN_KEYS}
-            out: dict[str, list[Any]] = {c: [] for c in _OUT_KEYS + _IN_KEYS}
+            cols = {c: batch.column(c).to_pylist() for c in rules.IN_KEYS}
+            out: dict[str, list[Any]] = {c: [] for c in rules.OUT_KEYS + rules.IN_KEYS}
             take: list[int] = []
             for i, (cat, layer, part) in enumerate(
                 zip(cols["catalog"], cols["layer"], cols["partition"], strict=True)
@@ -265,18 +269,15 @@ def _per_output(
     """Rows holding every row of each of their output keys → one CANDIDATE row per output key,
     built by `build(layer, partition, rows sorted by order)`."""
 
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        table = _rows(batches)
-        if table is None:
-            return
+    def run(table: pa.Table) -> pa.Table:
         layers, parts, payloads = [], [], []
-        for (out_layer, out_part), rows in groups(table, _OUT_KEYS, order):
+        for (out_layer, out_part), rows in groups(table, rules.OUT_KEYS, order):
             layers.append(out_layer)
             parts.append(out_part)
             payloads.append(build(out_layer, out_part, rows))
-        yield _candidates(layers, parts, payloads, out_types)
+        return pa.Table.from_batches([_candidates(layers, parts, payloads, out_types)])
 
-    return run
+    return per_task(run)
 
 
 def compile_direct(
@@ -287,7 +288,7 @@ def compile_direct(
     def build(layer: str, partition: str, rows: pa.Table) -> Any:
         return task.compile(layer, partition, _inputs(rows, types))
 
-    return _per_output(_IN_KEYS, build, out_types)
+    return _per_output(rules.IN_KEYS, build, out_types)
 
 
 def map_pieces(
@@ -297,7 +298,7 @@ def map_pieces(
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            out: dict[str, list[Any]] = {c: [] for c in [*_OUT_KEYS, *_IN_KEYS, "seq", "value"]}
+            out: dict[str, list[Any]] = {c: [] for c in [*rules.OUT_KEYS, *rules.IN_KEYS, "seq", "value"]}
             for item in _inputs(pa.Table.from_batches([batch]), types):
                 for seq, (out_layer, out_part, value) in enumerate(task.map(item)):
                     keys = (out_layer, out_part, item.catalog, item.layer, item.partition, seq, value)
@@ -319,7 +320,7 @@ def reduce_pieces(
     def build(layer: str, partition: str, rows: pa.Table) -> Any:
         return task.reduce(layer, partition, rows.column("value").to_pylist())
 
-    return _per_output([*_IN_KEYS, "seq"], build, out_types)
+    return _per_output([*rules.IN_KEYS, "seq"], build, out_types)
 
 
 def _candidates(

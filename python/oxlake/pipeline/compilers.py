@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from oxlake import __version__
+from oxlake import __version__, _native
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -35,6 +35,11 @@ Payload = bytes | dict[str, Any] | None
 
 #: The layout of the state layer's rows (part of every fingerprint: a new layout runs in full).
 STATE_FORMAT = 2
+
+
+class PipelineDefinitionError(_native.InvalidArgumentError):
+    """A pipeline that cannot run: two tasks produce one layer, a task reads an output layer no
+    earlier task produces, an unknown catalog, a reserved layer."""
 
 
 @dataclass(frozen=True, order=True)

@@ -1,11 +1,12 @@
 """The driver: checks a pipeline before any work, decides per task between a full and an
-incremental run, compiles on Spark, and publishes every task's output, its state and the input
-versions used in ONE commit of the output catalog (DESIGN.md §7)."""
+incremental run and between the driver path (`driver_path`) and the Spark path (`spark_path`),
+and publishes every task's output, its state and the input versions used in ONE commit of the
+output catalog (DESIGN.md §7); the reports of a run."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
 from typing import TYPE_CHECKING
@@ -13,22 +14,14 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from oxlake import _native
-from oxlake.pipeline import _payload, _spark
+from oxlake.pipeline import _spark, rules
 from oxlake.pipeline.catalog import STATE_LAYER, Catalog
-from oxlake.pipeline.compilers import Compiler, DirectCompiler, FunctionCompiler, MapGroupCompiler
+from oxlake.pipeline.compilers import Compiler, DirectCompiler, MapGroupCompiler, PipelineDefinitionError
+from oxlake.pipeline.driver_path import DriverPath, TooLarge
+from oxlake.pipeline.spark_path import SparkPath
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-
-
-class _TooLarge(Exception):
-    """An incremental task would hold more input partitions on the driver than allowed."""
-
-
-class PipelineDefinitionError(_native.InvalidArgumentError):
-    """A pipeline that cannot run: two tasks produce one layer, a task reads an output layer no
-    earlier task produces, an unknown catalog, a reserved layer."""
+    from pyspark.sql import DataFrame, SparkSession
 
 
 @dataclass
@@ -212,25 +205,25 @@ def check(tasks: Sequence[Compiler], inputs: set[str], output_name: str) -> dict
 
 
 class _Run:
-    """One run's tasks: their candidate rows against the published state, in order.
+    """One run's tasks: their candidate rows decided against the published state, in order,
+    then published in ONE commit.
 
-    A full run scans its inputs and the published rows of its layers, as Spark DataFrames. An
-    incremental run works from keys, on the driver: the input partitions changed since the
-    recorded versions, the output partitions they affect, the inputs feeding those (from the
-    compiler's inverse or the recorded graph) and only those published rows, read by key; Spark
-    runs the compilers over what was read, one stage per step without a shuffle, and the
-    decided rows come back as Arrow tables (an incremental run that needs nothing else is
-    written from the driver, without a Spark job)."""
+    An incremental task whose compiler names its inputs by key (a map-group task, a direct task
+    with an inverse) runs on the driver path, from keys (`DriverPath`); any other task, or one
+    whose change reaches more input partitions than the driver may hold, runs on the Spark path
+    (`SparkPath`). The decided rows of the driver path are Arrow tables: a run of only those
+    writes its commit from the driver, without a Spark job."""
 
     def __init__(self, driver: Driver, requested: dict[str, str | None]) -> None:
         self.d, self.requested = driver, requested
         self.spark = driver.spark
         self.out_types = driver.output.structured
-        self.rows: list[DataFrame | pa.Table] = []  # ROWS of each task (Arrow: a keyed task)
+        self.rows: list[DataFrame | pa.Table] = []  # ROWS of each task (Arrow: from the driver path)
         self.reports: dict[str, TaskReport] = {}
         self.full_layers: set[str] = set()
         self.layer_rows: dict[str, DataFrame | pa.Table] = {}  # output layer -> its ROWS this run
-        self._changes: dict[tuple[str, tuple[str, ...], str | None, str | None], pa.Table] = {}
+        self.on_spark = SparkPath(driver, requested, self.layer_rows)
+        self.here = DriverPath(driver, requested, self.layer_rows, self.on_spark)
 
     def types(self, task: Compiler) -> dict[tuple[str, str], pa.StructType]:
         """The struct types of the task's structured input layers."""
@@ -240,172 +233,6 @@ class _Run:
             if layer in c.structured:
                 out[(catalog, layer)] = c.structured[layer]
         return out
-
-    # ---- the output catalog, as published and as this run leaves it -------------------------
-
-    def published(self, layers: Sequence[str], task: str | None = None, payload: bool = False) -> DataFrame:
-        """layer, partition, `old` checksum (and with `payload` the payload as bytes) of the
-        published rows of `layers`, and of the state rows of `task` (scanned)."""
-        from pyspark.sql import functions as F
-
-        snap = self.d.output.snapshot(
-            layers=[*layers, STATE_LAYER] if task else list(layers), spark=self.spark, with_state=True
-        )
-        if payload and set(self.out_types) & set(layers):
-            snap = snap.mapInArrow(_spark.encoded(self.out_types), _spark.ROW)
-        scope = F.col("layer").isin(list(layers))
-        if task:
-            mine = (F.col("partition") == task) | F.col("partition").startswith(f"{task}|")
-            scope = scope | ((F.col("layer") == STATE_LAYER) & mine)
-        old = F.col("checksum").alias("old")
-        columns: list[Column | str] = ["layer", "partition", *(["payload"] if payload else []), old]
-        return snap.filter(scope).select(*columns)
-
-    def published_keys(self, keys: Iterable[tuple[str, str]]) -> pa.Table:
-        """layer, partition, checksum of the published rows of `keys` (read by key)."""
-        return self.d.output.read(keys, columns=["checksum"])
-
-    def layer_frame(self, layer: str) -> DataFrame:
-        """The ROWS of an output layer this run, as a DataFrame."""
-        rows = self.layer_rows[layer]
-        return _spark.frame(self.spark, rows, _spark.ROWS) if isinstance(rows, pa.Table) else rows
-
-    def layer_changes(self, layer: str) -> DataFrame:
-        """partition, payload (null: deleted) of what this run changes in an output layer."""
-        from pyspark.sql import functions as F
-
-        rows = self.layer_frame(layer)
-        return rows.filter(F.col("op").isin("upsert", "delete")).select("partition", "payload")
-
-    def layer_changes_here(self, layer: str) -> pa.Table:
-        """`layer_changes` on the driver."""
-        rows = self.layer_rows[layer]
-        if not isinstance(rows, pa.Table):
-            return _spark.collect(self.layer_changes(layer))
-        return rows.filter(_member(rows.column("op"), pa.array(["upsert", "delete"]))).select(
-            ["partition", "payload"]
-        )
-
-    def layer_state(self, layer: str) -> DataFrame:
-        """partition, payload of an output layer after this run."""
-        from pyspark.sql import functions as F
-
-        kept = (
-            self.published([layer], payload=True)
-            .select("partition", "payload")
-            .join(self.layer_changes(layer).select("partition"), "partition", "left_anti")
-        )
-        upserts = self.layer_frame(layer).filter(F.col("op") == "upsert").select("partition", "payload")
-        return kept.unionByName(upserts)
-
-    def graph(
-        self, task: Compiler, side: str, keys: Iterable[tuple[str, ...]]
-    ) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
-        """Recorded edges of a map-group task, read by key: for `side` "in" the outputs each
-        input partition fed, for "out" the inputs each output partition was fed by."""
-        by_name = {_graph_name(task, side, key): key for key in keys}
-        t = self.d.output.read([(STATE_LAYER, n) for n in by_name], columns=["payload"])
-        return {
-            by_name[n]: [tuple(x) for x in json.loads(p)]
-            for n, p in zip(t.column("partition").to_pylist(), t.column("payload").to_pylist(), strict=True)
-            if p
-        }
-
-    # ---- inputs -------------------------------------------------------------------------------
-
-    def snapshot(self, task: Compiler, keys_only: bool = False) -> DataFrame:
-        """Every input partition of the task at the requested versions (INPUT rows, scanned)."""
-        from pyspark.sql import functions as F
-
-        parts = []
-        for name, layers in task.inputs.items():
-            if name == self.d.output_name:
-                for layer in layers:
-                    df = self.layer_state(layer).select(F.lit(layer).alias("layer"), "partition", "payload")
-                    parts.append(df.select(F.lit(name).alias("catalog"), "*"))
-            elif self.requested[name] is not None:
-                catalog = self.d.inputs[name]
-                snap = catalog.snapshot(self.requested[name], layers, spark=self.spark)
-                if set(catalog.structured) & set(layers):
-                    snap = snap.mapInArrow(_spark.encoded(catalog.structured), _spark.ROW)
-                parts.append(snap.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
-        if not parts:
-            return self.spark.createDataFrame([], _spark.INPUT)
-        df = reduce(lambda a, b: a.unionByName(b), parts)
-        return df.select("catalog", "layer", "partition", *([] if keys_only else ["payload"]))
-
-    def changes(self, task: Compiler, state: dict[str, object]) -> pa.Table:
-        """The input partitions changed since the recorded versions (INPUT rows, payload null
-        when removed), on the driver."""
-
-        recorded: dict[str, str] = state["inputs"]  # type: ignore[assignment]
-        parts = []
-        for name, layers in task.inputs.items():
-            if name == self.d.output_name:
-                for layer in layers:
-                    ch = self.layer_changes_here(layer)
-                    parts.append(
-                        _input_rows(name, ch.add_column(0, "layer", pa.array([layer] * ch.num_rows)), {})
-                    )
-            elif recorded[name] != self.requested[name]:
-                key = (name, tuple(layers), recorded[name], self.requested[name])
-                if key not in self._changes:  # tasks reading the same range share one read
-                    catalog = self.d.inputs[name]
-                    ch = catalog.changes(recorded[name], self.requested[name], layers)
-                    self._changes[key] = _input_rows(name, ch, catalog.structured)
-                parts.append(self._changes[key])
-        return _concat(parts)
-
-    def fetch(self, task: Compiler, keys: Iterable[tuple[str, str, str]]) -> pa.Table:
-        """The input partitions of `keys` at the requested versions (INPUT rows), read by key."""
-        from pyspark.sql import functions as F
-
-        by_catalog: dict[str, set[tuple[str, str]]] = {}
-        for catalog, layer, partition in keys:
-            by_catalog.setdefault(catalog, set()).add((layer, partition))
-        parts = []
-        for name, pairs in sorted(by_catalog.items()):
-            if name == self.d.output_name:
-                for layer in sorted({layer for layer, _ in pairs}):
-                    wanted = pa.table({"partition": sorted(p for x, p in pairs if x == layer)})
-                    if isinstance(self.layer_rows[layer], pa.Table):
-                        parts.append(_input_rows(name, self._layer_read_here(layer, wanted), {}))
-                        continue
-                    df = self.layer_state(layer).join(
-                        _spark.frame(self.spark, wanted, "partition string"), "partition", "left_semi"
-                    )
-                    df = df.select(
-                        F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"
-                    )
-                    parts.append(_spark.collect(df))
-            elif self.requested[name] is not None:
-                source = self.d.inputs[name]
-                structs = sorted({layer for layer, _ in pairs} & set(source.structured))
-                read = source.read(pairs, self.requested[name], columns=["payload", *structs])
-                parts.append(_input_rows(name, read, source.structured))
-        return _concat(parts)
-
-    def _layer_read_here(self, layer: str, wanted: pa.Table) -> pa.Table:
-        """layer, partition, payload (bytes) of the `wanted` partitions of an output layer as
-        this run leaves it (published, read by key, overlaid with this run's changes)."""
-        structs = [layer] if layer in self.out_types else []
-        read = self.d.output.read(
-            [(layer, p) for p in wanted.column("partition").to_pylist()], columns=["payload", *structs]
-        )
-        published = pa.table(
-            {"partition": read.column("partition"), "payload": _payload.payloads(read, self.out_types)}
-        )
-        changes = self.layer_changes_here(layer)
-        changes = changes.filter(_member(changes.column("partition"), wanted.column("partition")))
-        kept = published.filter(
-            pc.invert(_member(published.column("partition"), changes.column("partition")))
-        )
-        rows = pa.concat_tables(
-            [kept, changes.filter(pc.is_valid(changes.column("payload"))).cast(kept.schema)]
-        )
-        return rows.add_column(0, "layer", pa.array([layer] * rows.num_rows, pa.string()))
-
-    # ---- compiling ----------------------------------------------------------------------------
 
     def task(self, task: Compiler, reason: str | None, state: dict[str, object] | None) -> None:
         incremental = state is not None and reason is None
@@ -417,14 +244,16 @@ class _Run:
         record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
         own = pa.table({"layer": [STATE_LAYER], "partition": [task.name], "payload": [record.encode()]})
         keyed = isinstance(task, MapGroupCompiler) or (isinstance(task, DirectCompiler) and task.invertible)
+        types = self.types(task)
         rows: DataFrame | pa.Table | None = None
         if incremental and keyed:
             try:
-                rows = self._keyed(task, state, own)  # type: ignore[arg-type]
-            except _TooLarge as e:
+                rows = self.here.keyed(task, types, state, own)  # type: ignore[arg-type]
+            except TooLarge as e:
                 incremental, report.mode, report.reason = False, "full", str(e)
         if rows is None:
-            rows = self._scanned(task, incremental, state, own)
+            changed = self.here.changes(task, state) if incremental else None  # type: ignore[arg-type]
+            rows = self.on_spark.scanned(task, types, own, changed)
         if not incremental:
             self.full_layers |= set(task.outputs)
         self.rows.append(rows)
@@ -435,250 +264,6 @@ class _Run:
                 from pyspark.sql import functions as F
 
                 self.layer_rows[layer] = rows.filter(F.col("layer") == layer)
-
-    def _check_size(self, n: int) -> None:
-        """Refuses (`_TooLarge`) to hold more than the driver's limit of input partitions."""
-        if n > self.d.keyed_limit:
-            raise _TooLarge(
-                f"the change reaches {n:,} input partitions, more than an incremental run holds "
-                f"on the driver (keyed_limit={self.d.keyed_limit:,})"
-            )
-
-    def _keyed(self, task: Compiler, state: dict[str, object], own: pa.Table) -> pa.Table:
-        """An incremental task from keys, on the driver: its ROWS."""
-        graph = _STATE_ROWS.empty_table()
-        if isinstance(task, MapGroupCompiler):
-            compiled, graph, keys = self._map_group_keyed(task, state)
-        else:
-            compiled, keys = self._direct_keyed(task, state)  # type: ignore[arg-type]
-        states = _spark.checksummed(pa.concat_tables([own.cast(_STATE_ROWS), graph]))
-        flags = [
-            pa.array([True] * compiled.num_rows, pa.bool_()),
-            pa.array([False] * states.num_rows, pa.bool_()),
-        ]
-        candidates = pa.concat_tables([compiled, states]).append_column("compiled", pa.chunked_array(flags))
-        return _decide_here(task.name, candidates, self.published_keys(keys | {(STATE_LAYER, task.name)}))
-
-    def _scanned(
-        self, task: Compiler, incremental: bool, state: dict[str, object] | None, own: pa.Table
-    ) -> DataFrame:
-        """A task on Spark DataFrames (a full run, or an incremental direct task without an
-        inverse): its ROWS."""
-        from pyspark.sql import functions as F
-
-        graph: DataFrame | None = None
-        if isinstance(task, DirectCompiler):
-            if incremental:
-                candidates = self._direct_scanned(task, state)  # type: ignore[arg-type]
-            else:
-                candidates = self._direct_full(task)
-        elif isinstance(task, MapGroupCompiler):
-            candidates, graph = self._map_group_full(task)
-        elif isinstance(task, FunctionCompiler):
-            candidates = self._function(task)
-        else:
-            raise PipelineDefinitionError(
-                f"task {task.name!r}: {type(task).__name__} is not a known compiler"
-            )
-        own_state = _spark.frame(self.spark, own, _spark.CANDIDATE)
-        if graph is not None:
-            own_state = own_state.unionByName(graph)
-        compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(
-            own_state.withColumn("compiled", F.lit(False))
-        )
-        published = self.published(task.outputs, task.name)
-        return self._decide(task.name, compiled, published, full=not incremental)
-
-    def _decide(self, name: str, compiled: DataFrame, published: DataFrame, full: bool = False) -> DataFrame:
-        """Each candidate against what is published: upsert (new or different checksum),
-        delete (empty payload of a published key; and in a full run, every published key in
-        `published` not produced), unchanged, or none (empty and unpublished)."""
-        from pyspark.sql import functions as F
-
-        cand = compiled.withColumn(
-            "checksum", F.when(F.length("payload") > 0, F.sha2("payload", 256))
-        ).withColumn("payload", F.when(F.length("payload") > 0, F.col("payload")))
-        pub = published.select("layer", "partition", "old")
-        joined = cand.join(pub, ["layer", "partition"], "left")
-        op = (
-            F.when(F.col("checksum").isNull() & F.col("old").isNotNull(), "delete")
-            .when(F.col("checksum").isNull(), "none")
-            .when(F.col("old").isNull() | (F.col("checksum") != F.col("old")), "upsert")
-            .otherwise("unchanged")
-        )
-        rows = joined.select(
-            F.lit(name).alias("task"), op.alias("op"), "layer", "partition", "payload", "checksum", "compiled"
-        )
-        if full:
-            gone = pub.join(cand.select("layer", "partition"), ["layer", "partition"], "left_anti").select(
-                F.lit(name).alias("task"),
-                F.lit("delete").alias("op"),
-                "layer",
-                "partition",
-                F.lit(None).cast("binary").alias("payload"),
-                F.lit(None).cast("string").alias("checksum"),
-                F.lit(False).alias("compiled"),
-            )
-            rows = rows.unionByName(gone)
-        return rows
-
-    def _direct_full(self, task: DirectCompiler) -> DataFrame:
-        pieces = self.snapshot(task).mapInArrow(_spark.output_keys(task, True), _spark.DIRECT_INPUT)
-        return pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task, self.types(task), self.out_types), _spark.CANDIDATE
-        )
-
-    def _direct_keyed(
-        self, task: DirectCompiler, state: dict[str, object]
-    ) -> tuple[pa.Table, set[tuple[str, str]]]:
-        """SUMMED rows of the outputs of the changed inputs' keys, compiled from the inputs the
-        compiler's inverse names (read by key); and those outputs' keys."""
-        changed = self.changes(task, state)
-        affected = {out for key in _keys(changed) for out in task.output_keys(*key)}
-        declared = set(task.input_layers())
-        wanted = {key for out in affected for key in task.input_keys(*out) if key[:2] in declared}
-        self._check_size(changed.num_rows + len(wanted))
-        inputs = self.fetch(task, wanted)
-        out: dict[str, list[str]] = {"out_layer": [], "out_partition": []}
-        take: list[int] = []
-        for i, key in enumerate(_keys(inputs)):
-            for layer, partition in task.output_keys(*key):
-                if (layer, partition) in affected:
-                    out["out_layer"].append(layer)
-                    out["out_partition"].append(partition)
-                    take.append(i)
-        rows = inputs.take(pa.array(take, pa.int64()))
-        for n, (column, values) in enumerate(out.items()):
-            rows = rows.add_column(n, column, pa.array(values, pa.string()))
-        compile = _spark.compile_direct(task, self.types(task), self.out_types)
-        fn = _spark.summed(_spark.on_table(compile, _spark.SUMMED.remove(3)))
-        compiled = _spark.run_chunks(self.spark, rows, fn, _spark.SUMMED, group_by=_spark._OUT_KEYS)
-        return _with_vanished_here(affected, compiled), affected
-
-    def _direct_scanned(self, task: DirectCompiler, state: dict[str, object]) -> DataFrame:
-        """Outputs of the changed inputs' keys, compiled from the inputs found by mapping every
-        input key (the compiler has no inverse)."""
-        from pyspark.sql import functions as F
-
-        changed = _spark.frame(self.spark, self.changes(task, state), _spark.INPUT)
-        affected = (
-            changed.select(*_spark._IN_KEYS)
-            .mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
-            .select(F.col("out_layer").alias("layer"), F.col("out_partition").alias("partition"))
-            .distinct()
-        )
-        edges = self.snapshot(task, keys_only=True).mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
-        needed = edges.join(
-            affected.select(F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")),
-            _spark._OUT_KEYS,
-            "left_semi",
-        )
-        pieces = needed.join(self.snapshot(task), _spark._IN_KEYS).select(
-            *_spark._OUT_KEYS, *_spark._IN_KEYS, "payload"
-        )
-        compiled = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task, self.types(task), self.out_types), _spark.CANDIDATE
-        )
-        return self._with_vanished(affected, compiled)
-
-    @staticmethod
-    def _with_vanished(affected: DataFrame, compiled: DataFrame) -> DataFrame:
-        """The compiled outputs, plus an empty candidate for each affected output (layer,
-        partition) that no input feeds any more (so that a published one is deleted)."""
-        from pyspark.sql import functions as F
-
-        vanished = affected.join(compiled.select("layer", "partition"), ["layer", "partition"], "left_anti")
-        return compiled.unionByName(vanished.withColumn("payload", F.lit(None).cast("binary")))
-
-    def _map_group_full(self, task: MapGroupCompiler) -> tuple[DataFrame, DataFrame]:
-
-        pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task, self.types(task)), _spark.PIECE)
-        pieces = pieces.localCheckpoint()  # computed once, read by the reduce and the graph
-        out = pieces.repartition(*_spark._OUT_KEYS).mapInArrow(
-            _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
-        )
-        return out, self._graph_rows(task, pieces)
-
-    def _map_group_keyed(
-        self, task: MapGroupCompiler, state: dict[str, object]
-    ) -> tuple[pa.Table, pa.Table, set[tuple[str, str]]]:
-        """SUMMED rows of the outputs the changed inputs fed before (recorded graph) or feed
-        now (mapped), reduced from the changed inputs' pieces and the pieces of the unchanged
-        inputs that fed them; the task's graph rows of those inputs and outputs; every key
-        written."""
-        changed = self.changes(task, state)
-        changed_keys = set(_keys(changed))
-        live = changed.filter(pc.is_valid(changed.column("payload")))
-        mapper = _spark.on_table(_spark.map_pieces(task, self.types(task)), _spark.PIECES)
-        new_pieces = _spark.run_chunks(self.spark, live, mapper, _spark.PIECES)
-        affected = set(_out_keys(new_pieces))
-        for outs in self.graph(task, "in", changed_keys).values():
-            affected.update(outs)  # type: ignore[arg-type]
-        feeders = {i for ins in self.graph(task, "out", affected).values() for i in ins} - changed_keys
-        self._check_size(changed.num_rows + len(feeders))
-        fed = _spark.run_chunks(self.spark, self.fetch(task, feeders), mapper, _spark.PIECES)  # type: ignore[arg-type]
-        fed = fed.filter(pa.array([k in affected for k in _out_keys(fed)], pa.bool_()))
-        pieces = pa.concat_tables([new_pieces, fed])
-        reduce = _spark.reduce_pieces(task, self.out_types)
-        fn = _spark.summed(_spark.on_table(reduce, _spark.SUMMED.remove(3)))
-        compiled = _spark.run_chunks(self.spark, pieces, fn, _spark.SUMMED, group_by=_spark._OUT_KEYS)
-        graph = _graph_here(task, new_pieces, pieces, changed_keys, affected)
-        return _with_vanished_here(affected, compiled), graph, affected | set(_keys_of(graph))
-
-    def _graph_rows(self, task: MapGroupCompiler, pieces: DataFrame) -> DataFrame:
-        """State rows of the graph (CANDIDATE rows): per input partition the outputs it feeds,
-        per output partition the inputs feeding it (JSON lists)."""
-        from pyspark.sql import functions as F
-
-        def side(name: str, by: list[str], to: list[str]) -> DataFrame:
-            edges = pieces.select(*by, F.array(*to).alias("edge")).distinct()
-            grouped = edges.groupBy(*by).agg(F.sort_array(F.collect_list("edge")).alias("edges"))
-            key = F.concat_ws("|", F.lit(task.name), F.lit(name), *by)
-            return grouped.select(
-                F.lit(STATE_LAYER).alias("layer"),
-                key.alias("partition"),
-                F.to_json("edges").cast("binary").alias("payload"),
-            )
-
-        return side("in", _spark._IN_KEYS, _spark._OUT_KEYS).unionByName(
-            side("out", _spark._OUT_KEYS, _spark._IN_KEYS)
-        )
-
-    def _function(self, task: FunctionCompiler) -> DataFrame:
-        from pyspark.sql import functions as F
-
-        snap = self.snapshot(task)
-        types = self.types(task)
-        inputs = {}
-        for c, layer in task.input_layers():
-            df = snap.filter((F.col("catalog") == c) & (F.col("layer") == layer)).select(
-                "partition", "payload"
-            )
-            if (c, layer) in types:  # the function sees structured payloads as structs
-                df = df.mapInArrow(
-                    _spark.converted(types[(c, layer)], True), _spark.struct_rows(types[(c, layer)])
-                )
-            inputs[(c, layer)] = df
-        outputs = task.fn(inputs)
-        unknown = set(outputs) - set(task.outputs)
-        if unknown:
-            raise PipelineDefinitionError(f"task {task.name!r} returned undeclared layers {sorted(unknown)}")
-        parts = []
-        for layer, df in outputs.items():
-            if layer in self.out_types:
-                df = df.select(F.col("partition").cast("string"), "payload").mapInArrow(
-                    _spark.converted(self.out_types[layer], False), "partition string, payload binary"
-                )
-            parts.append(
-                df.select(
-                    F.lit(layer).alias("layer"),
-                    F.col("partition").cast("string"),
-                    F.col("payload").cast("binary"),
-                )
-            )
-        if not parts:
-            return self.spark.createDataFrame([], _spark.CANDIDATE)
-        return reduce(lambda a, b: a.unionByName(b), parts)
 
     # ---- publishing ---------------------------------------------------------------------------
 
@@ -693,8 +278,8 @@ class _Run:
                 self.reports[task.name].layers.setdefault(name, LayerReport())
         here = [r for r in self.rows if isinstance(r, pa.Table)]
         frames = [r for r in self.rows if not isinstance(r, pa.Table)]
-        local = pa.concat_tables(here) if here else _ROWS.empty_table()
-        writes = local.filter(_member(local.column("op"), pa.array(["upsert", "delete"])))
+        local = pa.concat_tables(here) if here else rules.ROWS.empty_table()
+        writes = rules.written(local)
         counts = local.group_by(["task", "layer", "op", "compiled"]).aggregate([("op", "count")])
         counted = [(r["task"], r["layer"], r["op"], r["compiled"], r["op_count"]) for r in counts.to_pylist()]
         rows = None
@@ -710,13 +295,13 @@ class _Run:
                     counted.append((r["task"], r["layer"], r["op"], r["compiled"], r["count"]))
             self._count(counted)
             instant = None
-            if not dry_run and any(op in ("upsert", "delete") for _, _, op, _, _ in counted):
+            if not dry_run and any(op in rules.WRITES for _, _, op, _, _ in counted):
                 columns = [c.split()[0] for c in _spark.WRITE.split(", ")]
                 uri, options = self.d.output.uri, self.d.output.storage_options
                 if rows is None:
                     instant = _spark.write_here(writes.select(columns), uri, options, self.out_types)
                 else:
-                    both = rows.filter(F.col("op").isin("upsert", "delete")).select(*columns)
+                    both = rows.filter(F.col("op").isin(*rules.WRITES)).select(*columns)
                     if writes.num_rows:
                         both = both.unionByName(
                             _spark.frame(self.spark, writes.select(columns), _spark.WRITE)
@@ -745,147 +330,3 @@ class _Run:
                 layer.deleted += n
             elif op == "unchanged":
                 layer.unchanged += n
-
-
-def _graph_name(task: Compiler, side: str, key: tuple[str, ...]) -> str:
-    """The state-layer partition of a map-group task's edges of one input ("in") or output
-    ("out") partition."""
-    return "|".join([task.name, side, *key])
-
-
-#: State rows of a task (its record, its graph): CANDIDATE rows.
-_STATE_ROWS = pa.schema([("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary())])
-
-_ROWS = pa.schema(
-    [
-        ("task", pa.string()),
-        ("op", pa.string()),
-        *_spark.SUMMED,
-        ("compiled", pa.bool_()),
-    ]
-)
-
-
-def _decide_here(name: str, candidates: pa.Table, published: pa.Table) -> pa.Table:
-    """`_Run._decide` of an incremental task on the driver: SUMMED candidates (with their
-    `compiled` flag) against the checksums published for them → ROWS."""
-    old = dict(
-        zip(
-            zip(
-                published.column("layer").to_pylist(), published.column("partition").to_pylist(), strict=True
-            ),
-            published.column("checksum").to_pylist(),
-            strict=True,
-        )
-    )
-    ops = []
-    for key, checksum in zip(_keys_of(candidates), candidates.column("checksum").to_pylist(), strict=True):
-        was = old.get(key)
-        if checksum is None:
-            ops.append("delete" if was is not None else "none")
-        else:
-            ops.append("upsert" if was != checksum else "unchanged")
-    n = candidates.num_rows
-    columns = [pa.array([name] * n, pa.string()), pa.array(ops, pa.string())]
-    columns += [candidates.column(c) for c in ["layer", "partition", "payload", "checksum", "compiled"]]
-    return pa.table(columns, schema=_ROWS)
-
-
-def _with_vanished_here(affected: set[tuple[str, str]], compiled: pa.Table) -> pa.Table:
-    """The compiled SUMMED rows, plus an empty one for each affected output no input feeds any
-    more (so that a published one is deleted)."""
-    gone = sorted(affected - set(_keys_of(compiled)))
-    empty = pa.table(
-        [
-            pa.array([k[0] for k in gone], pa.string()),
-            pa.array([k[1] for k in gone], pa.string()),
-            pa.nulls(len(gone), pa.binary()),
-            pa.nulls(len(gone), pa.string()),
-        ],
-        schema=_spark.SUMMED,
-    )
-    return pa.concat_tables([compiled, empty])
-
-
-def _graph_here(
-    task: MapGroupCompiler,
-    new_pieces: pa.Table,
-    pieces: pa.Table,
-    inputs: set[tuple[str, str, str]],
-    outputs: set[tuple[str, str]],
-) -> pa.Table:
-    """The graph's state rows of the changed `inputs` (the outputs each feeds now, from their
-    own pieces) and the affected `outputs` (the inputs feeding each now, from all pieces),
-    encoded as `_Run._graph_rows` does; empty (deleted) for those without edges now."""
-    feeds: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
-    for out, key in zip(_out_keys(new_pieces), _keys(new_pieces), strict=True):
-        feeds.setdefault(key, set()).add(out)
-    fed_by: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
-    for out, key in zip(_out_keys(pieces), _keys(pieces), strict=True):
-        fed_by.setdefault(out, set()).add(key)
-    names, payloads = [], []
-    sides: list[tuple[str, list[tuple[str, ...]], dict[tuple[str, ...], set[tuple[str, ...]]]]] = [
-        ("in", sorted(inputs), feeds),
-        ("out", sorted(outputs), fed_by),
-    ]
-    for side, keys, edges in sides:
-        for name in keys:
-            names.append(_graph_name(task, side, name))
-            mine = edges.get(name)
-            payloads.append(
-                json.dumps(sorted(mine), separators=(",", ":"), ensure_ascii=False).encode() if mine else None
-            )
-    return pa.table(
-        [
-            pa.array([STATE_LAYER] * len(names), pa.string()),
-            pa.array(names, pa.string()),
-            pa.array(payloads, pa.binary()),
-        ],
-        schema=_STATE_ROWS,
-    )
-
-
-def _out_keys(pieces: pa.Table) -> Iterator[tuple[str, str]]:
-    """The (layer, partition) output keys of PIECES rows."""
-    return zip(
-        pieces.column("out_layer").to_pylist(), pieces.column("out_partition").to_pylist(), strict=True
-    )
-
-
-def _keys_of(rows: pa.Table) -> Iterator[tuple[str, str]]:
-    """The (layer, partition) keys of catalog rows."""
-    return zip(rows.column("layer").to_pylist(), rows.column("partition").to_pylist(), strict=True)
-
-
-def _keys(inputs: pa.Table) -> Iterator[tuple[str, str, str]]:
-    """The (catalog, layer, partition) keys of INPUT rows."""
-    columns = [inputs.column(c).to_pylist() for c in _spark._IN_KEYS]
-    return zip(*columns, strict=True)
-
-
-def _input_rows(catalog: str, t: pa.Table, structured: Mapping[str, pa.StructType]) -> pa.Table:
-    """INPUT rows (catalog, layer, partition, payload as bytes) of a catalog's rows."""
-    return pa.table(
-        {
-            "catalog": pa.array([catalog] * t.num_rows, pa.string()),
-            "layer": t.column("layer"),
-            "partition": t.column("partition"),
-            "payload": _payload.payloads(t, structured),
-        }
-    )
-
-
-_INPUT_SCHEMA = pa.schema(
-    [("catalog", pa.string()), ("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary())]
-)
-
-
-def _member(values: pa.Array | pa.ChunkedArray, wanted: pa.Array | pa.ChunkedArray) -> pa.ChunkedArray:
-    """Whether each of `values` is among `wanted`."""
-    if isinstance(wanted, pa.ChunkedArray):
-        wanted = wanted.combine_chunks()
-    return pc.is_in(values, value_set=wanted)
-
-
-def _concat(parts: list[pa.Table]) -> pa.Table:
-    return pa.concat_tables([p.cast(_INPUT_SCHEMA) for p in parts]) if parts else _INPUT_SCHEMA.empty_table()

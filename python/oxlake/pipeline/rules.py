@@ -1,0 +1,124 @@
+"""The decision rules of a pipeline run, written once as pure Arrow functions of tables.
+
+The driver path applies them to `pa.Table`s (after `pa.Table.join`); the Spark path applies the
+same functions in its tasks through `mapInArrow` (after Spark's join or repartition by key),
+one batch or one task's rows at a time:
+
+- `checksummed`: a candidate's content (an empty payload is none) and its checksum;
+- `decide`: a candidate against the checksum published for its key → the operation;
+- `vanished`: the empty candidate of an output no input feeds any more (a published one is
+  deleted);
+- `graph_rows`: the state rows of a map-group task's graph, and `graph_name`, `edges` to read it;
+- `written`: the decided rows a commit writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from oxlake.pipeline.catalog import STATE_LAYER
+
+#: The key of a catalog row, of an input partition (INPUT rows), of an output (PIECE rows).
+KEYS = ["layer", "partition"]
+IN_KEYS = ["catalog", "layer", "partition"]
+OUT_KEYS = ["out_layer", "out_partition"]
+
+#: The operations a commit writes.
+WRITES = ("upsert", "delete")
+
+#: Candidate rows of an output or state partition (a null payload: no content).
+CANDIDATES = pa.schema([("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary())])
+#: Candidates with their checksums (`checksummed`).
+SUMMED = CANDIDATES.append(pa.field("checksum", pa.string()))
+#: Decided rows of a task (`decide`): what each candidate does to the catalog.
+ROWS = pa.schema([("task", pa.string()), ("op", pa.string()), *SUMMED, ("compiled", pa.bool_())])
+
+#: The sides of a map-group task's graph: the key columns of PIECE rows a graph row is named by,
+#: and those of the partitions it lists.
+SIDES = {"in": (IN_KEYS, OUT_KEYS), "out": (OUT_KEYS, IN_KEYS)}
+
+
+def checksummed(rows: pa.Table) -> pa.Table:
+    """`rows` (with a `payload` column and no `checksum`) with an empty payload made null and,
+    after `payload`, its `checksum`: the SHA-256 of the payload (hex; null for null)."""
+    payloads = [p or None for p in rows.column("payload").to_pylist()]
+    sums = [None if p is None else hashlib.sha256(p).hexdigest() for p in payloads]
+    at = rows.schema.get_field_index("payload")
+    rows = rows.set_column(at, "payload", pa.array(payloads, pa.binary()))
+    return rows.add_column(at + 1, "checksum", pa.array(sums, pa.string()))
+
+
+def decide(task: str, rows: pa.Table) -> pa.Table:
+    """ROWS of candidates joined to what is published for their keys.
+
+    Columns in: layer, partition, payload, checksum (null: no content), compiled (null: no
+    candidate, a published key only) and `old`, the published checksum (null: not published).
+    The op: upsert (content, not published or published with another checksum), unchanged
+    (content, published with this checksum), delete (no content, published), none (no content,
+    not published)."""
+    checksum, old = rows.column("checksum"), rows.column("old")
+    content, published = pc.is_valid(checksum), pc.is_valid(old)
+    differs = pc.or_kleene(pc.invert(published), pc.not_equal(checksum, old))
+    op = pc.if_else(
+        content, pc.if_else(differs, "upsert", "unchanged"), pc.if_else(published, "delete", "none")
+    )
+    columns = {"task": pa.repeat(task, rows.num_rows), "op": op}
+    columns |= {c: rows.column(c) for c in ["layer", "partition", "payload", "checksum"]}
+    columns["compiled"] = pc.fill_null(rows.column("compiled"), False)
+    return pa.table(columns, schema=ROWS)
+
+
+def vanished(keys: pa.Table, schema: pa.Schema = CANDIDATES) -> pa.Table:
+    """Rows of `schema` for the (layer, partition) `keys`, without content (every other column
+    null): the candidates of outputs no input feeds any more."""
+    n = keys.num_rows
+    return pa.table(
+        [keys.column(f.name) if f.name in KEYS else pa.nulls(n, f.type) for f in schema], schema=schema
+    )
+
+
+def graph_name(task: str, side: str, key: tuple[str, ...]) -> str:
+    """The state-layer partition of a map-group task's edges of one input ("in") or output
+    ("out") partition."""
+    return "|".join([task, side, *key])
+
+
+def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
+    """CANDIDATES rows (state layer) of one side of a map-group task's graph, from PIECE rows
+    holding every piece of each of their keys on that side: per input partition ("in") the
+    outputs it feeds, per output partition ("out") the inputs feeding it, as a sorted JSON list
+    of keys; in key order."""
+    by, to = SIDES[side]
+    edges: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for key, edge in zip(_tuples(pieces, by), _tuples(pieces, to), strict=True):
+        edges.setdefault(key, set()).add(edge)
+    keys = sorted(edges)
+    payloads = [
+        json.dumps(sorted(edges[k]), separators=(",", ":"), ensure_ascii=False).encode() for k in keys
+    ]
+    return pa.table(
+        [
+            pa.array([STATE_LAYER] * len(keys), pa.string()),
+            pa.array([graph_name(task, side, k) for k in keys], pa.string()),
+            pa.array(payloads, pa.binary()),
+        ],
+        schema=CANDIDATES,
+    )
+
+
+def edges(payload: bytes) -> list[tuple[str, ...]]:
+    """The keys a graph row's payload lists."""
+    return [tuple(key) for key in json.loads(payload)]
+
+
+def written(rows: pa.Table) -> pa.Table:
+    """The ROWS a commit writes (op upsert or delete)."""
+    return rows.filter(pc.is_in(rows.column("op"), value_set=pa.array(WRITES, pa.string())))
+
+
+def _tuples(rows: pa.Table, columns: list[str]) -> list[tuple[str, ...]]:
+    return list(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))

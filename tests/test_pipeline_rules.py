@@ -1,0 +1,307 @@
+"""The pipeline's decision rules (`oxlake.pipeline.rules`) on small hand-built Arrow tables,
+without Spark: checksums, the operation of each candidate, vanished outputs, a map-group task's
+graph rows; and the laws that let the Spark path apply them batch by batch."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from functools import partial
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from oxlake.pipeline import STATE_LAYER, _spark, rules
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def candidates(rows: list[tuple[str, bytes | None]], **columns: list[object]) -> pa.Table:
+    """CANDIDATES rows of layer "l" (partition, payload), with extra `columns`."""
+    t = pa.table(
+        {
+            "layer": pa.array(["l"] * len(rows), pa.string()),
+            "partition": pa.array([p for p, _ in rows], pa.string()),
+            "payload": pa.array([v for _, v in rows], pa.binary()),
+        }
+    )
+    for name, values in columns.items():
+        t = t.append_column(name, pa.array(values))
+    return t
+
+
+def joined(rows: list[tuple[str, bytes | None, bool | None, str | None]]) -> pa.Table:
+    """Candidates joined to what is published, as `decide` takes them: (partition, payload,
+    compiled, old) → with their checksums."""
+    t = candidates(
+        [(p, v) for p, v, _, _ in rows],
+        compiled=pa.array([c for _, _, c, _ in rows], pa.bool_()),
+        old=pa.array([o for _, _, _, o in rows], pa.string()),
+    )
+    return rules.checksummed(t)
+
+
+# ---- checksummed -------------------------------------------------------------------------------
+
+
+def test_checksummed_nulls_empty_payloads_and_keeps_other_columns() -> None:
+    t = rules.checksummed(candidates([("a", b"x"), ("b", b""), ("c", None)], compiled=[True, False, None]))
+    assert t.column_names == ["layer", "partition", "payload", "checksum", "compiled"]
+    assert t.column("payload").to_pylist() == [b"x", None, None]
+    assert t.column("checksum").to_pylist() == [sha(b"x"), None, None]
+    assert t.column("compiled").to_pylist() == [True, False, None]
+    assert rules.checksummed(candidates([])).schema == rules.SUMMED
+
+
+def test_checksummed_of_candidates_is_summed() -> None:
+    t = rules.checksummed(candidates([("a", b"\x00\xff")]))
+    assert t.schema == rules.SUMMED
+    assert t.to_pylist() == [
+        {"layer": "l", "partition": "a", "payload": b"\x00\xff", "checksum": sha(b"\x00\xff")}
+    ]
+
+
+# ---- decide ------------------------------------------------------------------------------------
+
+
+def ops(t: pa.Table) -> dict[str, str]:
+    return dict(zip(t.column("partition").to_pylist(), t.column("op").to_pylist(), strict=True))
+
+
+def test_decide_each_case() -> None:
+    t = rules.decide(
+        "T",
+        joined(
+            [
+                ("new", b"1", True, None),  # no published row
+                ("changed", b"2", True, sha(b"old")),
+                ("same", b"3", True, sha(b"3")),
+                ("emptied", b"", True, sha(b"4")),  # empty: no content, published → deleted
+                ("nothing", None, True, None),  # no content, not published
+                ("gone", None, None, sha(b"5")),  # published only (a full run's join)
+            ]
+        ),
+    )
+    assert t.schema == rules.ROWS
+    assert ops(t) == {
+        "new": "upsert",
+        "changed": "upsert",
+        "same": "unchanged",
+        "emptied": "delete",
+        "nothing": "none",
+        "gone": "delete",
+    }
+    by_partition = {r["partition"]: r for r in t.to_pylist()}
+    assert by_partition["gone"] == {
+        "task": "T",
+        "op": "delete",
+        "layer": "l",
+        "partition": "gone",
+        "payload": None,
+        "checksum": None,
+        "compiled": False,
+    }
+    assert by_partition["changed"]["payload"] == b"2" and by_partition["changed"]["checksum"] == sha(b"2")
+    assert by_partition["emptied"]["payload"] is None and by_partition["emptied"]["compiled"] is True
+    assert set(t.column("task").to_pylist()) == {"T"}
+
+
+def test_decide_keeps_the_compiled_flag_of_state_rows() -> None:
+    t = rules.decide("T", joined([("T", b"{}", False, None), ("T|in|c|l|p", b"[]", False, sha(b"[]"))]))
+    assert t.column("compiled").to_pylist() == [False, False]
+    assert t.column("op").to_pylist() == ["upsert", "unchanged"]
+
+
+def test_decide_of_nothing() -> None:
+    t = rules.decide("T", joined([]))
+    assert t.num_rows == 0 and t.schema == rules.ROWS
+
+
+def test_decide_of_a_published_row_without_a_checksum_is_as_unpublished() -> None:
+    t = rules.decide("T", joined([("a", b"1", True, None), ("b", None, True, None)]))
+    assert t.column("op").to_pylist() == ["upsert", "none"]
+
+
+def test_written_keeps_upserts_and_deletes() -> None:
+    t = rules.decide(
+        "T", joined([("u", b"1", True, None), ("s", b"2", True, sha(b"2")), ("d", None, True, sha(b"3"))])
+    )
+    assert rules.written(t).column("partition").to_pylist() == ["u", "d"]
+    assert rules.written(rules.ROWS.empty_table()).num_rows == 0
+
+
+# ---- vanished ----------------------------------------------------------------------------------
+
+
+def keys(pairs: list[tuple[str, str]]) -> pa.Table:
+    return pa.table(
+        {"layer": pa.array([k[0] for k in pairs], pa.string()), "partition": [k[1] for k in pairs]},
+        schema=pa.schema([("layer", pa.string()), ("partition", pa.string())]),
+    )
+
+
+def test_vanished_rows_have_no_content() -> None:
+    t = rules.vanished(keys([("l", "a"), ("m", "b")]))
+    assert t.schema == rules.CANDIDATES
+    assert t.to_pylist() == [
+        {"layer": "l", "partition": "a", "payload": None},
+        {"layer": "m", "partition": "b", "payload": None},
+    ]
+    summed = rules.vanished(keys([("l", "a")]), rules.SUMMED)
+    assert summed.schema == rules.SUMMED and summed.column("checksum").to_pylist() == [None]
+    assert rules.vanished(keys([])).num_rows == 0
+
+
+def test_a_vanished_output_is_deleted_when_published_else_nothing() -> None:
+    gone = rules.checksummed(rules.vanished(keys([("l", "was"), ("l", "never")])))
+    t = gone.append_column("compiled", pa.array([True, True])).append_column(
+        "old", pa.array([sha(b"x"), None], pa.string())
+    )
+    assert ops(rules.decide("T", t)) == {"was": "delete", "never": "none"}
+
+
+# ---- graph rows --------------------------------------------------------------------------------
+
+
+def pieces(edges: list[tuple[str, str, str, str, str]]) -> pa.Table:
+    """PIECE rows of (out_layer, out_partition, catalog, layer, partition) edges."""
+    columns = [*rules.OUT_KEYS, *rules.IN_KEYS]
+    data = {c: pa.array([e[i] for e in edges], pa.string()) for i, c in enumerate(columns)}
+    data["seq"] = pa.array(range(len(edges)), pa.int32())
+    data["value"] = pa.array([b"v"] * len(edges), pa.binary())
+    return pa.table(data, schema=_spark.PIECES)
+
+
+EDGES = [
+    ("o", "2", "c", "l", "a"),
+    ("o", "1", "c", "l", "a"),
+    ("o", "1", "c", "l", "a"),  # a second piece of the same edge
+    ("o", "1", "c", "l", "b"),
+]
+
+
+def test_graph_rows_of_each_side() -> None:
+    inputs = rules.graph_rows("T", "in", pieces(EDGES))
+    assert inputs.schema == rules.CANDIDATES
+    assert inputs.to_pylist() == [
+        {"layer": STATE_LAYER, "partition": "T|in|c|l|a", "payload": b'[["o","1"],["o","2"]]'},
+        {"layer": STATE_LAYER, "partition": "T|in|c|l|b", "payload": b'[["o","1"]]'},
+    ]
+    outputs = rules.graph_rows("T", "out", pieces(EDGES))
+    assert outputs.to_pylist() == [
+        {"layer": STATE_LAYER, "partition": "T|out|o|1", "payload": b'[["c","l","a"],["c","l","b"]]'},
+        {"layer": STATE_LAYER, "partition": "T|out|o|2", "payload": b'[["c","l","a"]]'},
+    ]
+    assert rules.edges(outputs.column("payload")[0].as_py()) == [("c", "l", "a"), ("c", "l", "b")]
+
+
+def test_graph_rows_of_no_pieces() -> None:
+    for side in rules.SIDES:
+        t = rules.graph_rows("T", side, pieces([]))
+        assert t.num_rows == 0 and t.schema == rules.CANDIDATES
+
+
+def test_graph_rows_keep_unicode_and_names_follow_graph_name() -> None:
+    t = rules.graph_rows("T", "out", pieces([("ö", "1", "c", "l", "ü/é")]))
+    assert t.column("partition").to_pylist() == [rules.graph_name("T", "out", ("ö", "1"))] == ["T|out|ö|1"]
+    payload = t.column("payload")[0].as_py()
+    assert payload == json.dumps([["c", "l", "ü/é"]], ensure_ascii=False, separators=(",", ":")).encode()
+    assert rules.edges(payload) == [("c", "l", "ü/é")]
+
+
+@pytest.mark.parametrize("side", sorted(rules.SIDES))
+def test_graph_rows_for_whole_groups_split_by_key(side: str) -> None:
+    """What the Spark path computes per task (whole groups) adds up to the graph of all."""
+    by, _ = rules.SIDES[side]
+    table = pieces(EDGES)
+    first = table.filter(pc.equal(table.column(by[-1]), table.column(by[-1])[0]))
+    rest = table.filter(pc.not_equal(table.column(by[-1]), table.column(by[-1])[0]))
+    parts = pa.concat_tables([rules.graph_rows("T", side, first), rules.graph_rows("T", side, rest)])
+    assert sorted(parts.to_pylist(), key=str) == sorted(
+        rules.graph_rows("T", side, table).to_pylist(), key=str
+    )
+
+
+# ---- laws --------------------------------------------------------------------------------------
+
+PAYLOADS = [None, b"", b"a", b"b"]
+OLD = [None, sha(b"a"), sha(b"b")]
+
+rows_strategy = st.lists(
+    st.tuples(
+        st.text(max_size=3),
+        st.sampled_from(PAYLOADS),
+        st.sampled_from([None, True, False]),
+        st.sampled_from(OLD),
+    ),
+    max_size=12,
+)
+
+
+def oracle(checksum: str | None, old: str | None) -> str:
+    """The operation of one candidate, as the driver path computed it before the rules."""
+    if checksum is None:
+        return "delete" if old is not None else "none"
+    return "upsert" if old != checksum else "unchanged"
+
+
+@given(rows_strategy)
+def test_decide_follows_the_row_oracle(rows: list[tuple[str, bytes | None, bool | None, str | None]]) -> None:
+    t = rules.decide("T", joined(rows))
+    expected = [oracle(sha(v) if v else None, o) for _, v, _, o in rows]
+    assert t.column("op").to_pylist() == expected
+    assert t.column("compiled").to_pylist() == [bool(c) for _, _, c, _ in rows]
+
+
+@given(rows_strategy, rows_strategy)
+def test_decide_of_a_concatenation_is_the_concatenation_of_decides(
+    a: list[tuple[str, bytes | None, bool | None, str | None]],
+    b: list[tuple[str, bytes | None, bool | None, str | None]],
+) -> None:
+    both = rules.decide("T", pa.concat_tables([joined(a), joined(b)]))
+    assert (
+        both.to_pylist()
+        == rules.decide("T", joined(a)).to_pylist() + rules.decide("T", joined(b)).to_pylist()
+    )
+
+
+@given(rows_strategy, st.integers(min_value=1, max_value=5))
+def test_decide_applied_per_batch_as_on_spark(
+    rows: list[tuple[str, bytes | None, bool | None, str | None]], size: int
+) -> None:
+    """The Spark path's `mapInArrow` (checksum, then decide, batch by batch) equals the rules
+    applied to the whole table, as the driver path does."""
+    t = candidates(
+        [(p, v) for p, v, _, _ in rows],
+        compiled=pa.array([c for _, _, c, _ in rows], pa.bool_()),
+        old=pa.array([o for _, _, _, o in rows], pa.string()),
+    )
+    fn = _spark.per_batch(lambda x: rules.decide("T", rules.checksummed(x)))
+    batches = list(fn(iter(t.to_batches(max_chunksize=size))))
+    got = pa.Table.from_batches(batches, rules.ROWS) if batches else rules.ROWS.empty_table()
+    assert got.to_pylist() == rules.decide("T", rules.checksummed(t)).to_pylist()
+
+
+edges_strategy = st.lists(
+    st.tuples(*(st.sampled_from(["x", "y", "é"]) for _ in range(5))),
+    max_size=10,
+)
+
+
+@given(edges_strategy, st.randoms())
+def test_graph_rows_ignore_the_order_and_repetition_of_pieces(
+    edges: list[tuple[str, str, str, str, str]], rnd: random.Random
+) -> None:
+    shuffled = edges + edges[: len(edges) // 2]
+    rnd.shuffle(shuffled)
+    for side in rules.SIDES:
+        graph = partial(rules.graph_rows, "T", side)
+        assert graph(pieces(shuffled)).to_pylist() == graph(pieces(edges)).to_pylist()
+        for row in graph(pieces(edges)).to_pylist():
+            listed = rules.edges(row["payload"])
+            assert listed == sorted(set(listed))
