@@ -6,11 +6,13 @@ older schemas onto the latest one; concurrent writes never lose an evolution."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
 
 import oxlake
+import oxlake.dask
 import pyarrow as pa
 import pytest
 from conftest import hudi_read, rows
@@ -136,11 +138,15 @@ def test_added_and_widened_columns_read_at_every_instant(table_path: str, table_
     }
     got = {r["id"]: (r["n"], r["note"]) for r in t.to_arrow(columns=["id", "n", "note"]).to_pylist()}
     assert got == expected
-    # Time travel: the rows of each instant, projected onto the latest schema.
-    as_first = {r["id"]: (r["n"], r["note"]) for r in t.to_arrow(as_of=first).to_pylist()}
-    assert as_first == {i: (float(i), None) for i in [1, 2, 3, 4]}
-    as_second = {r["id"]: r["n"] for r in t.to_arrow(as_of=second).to_pylist()}
-    assert as_second == {1: 10.0, 2: 2.0, 3: 3.0, 4: 4.0, 5: float(1 << 40)}
+    # Time travel: the rows of each instant, in the schema of that instant.
+    old = t.to_arrow(as_of=first)
+    assert old.schema == t.schema_as_of(first)
+    assert "note" not in old.schema.names and old.schema.field("n").type == pa.int32()
+    assert {r["id"]: r["n"] for r in old.to_pylist()} == {i: i for i in [1, 2, 3, 4]}
+    older = t.to_arrow(as_of=second)
+    assert older.schema.field("n").type == pa.int64()
+    as_second = {r["id"]: (r["n"], r["note"]) for r in older.to_pylist()}
+    assert as_second == {1: (10, "u1"), 2: (2, None), 3: (3, None), 4: (4, None), 5: (1 << 40, "n5")}
     # Incremental: what each commit wrote.
     inc = {r["id"]: r["n"] for r in t.to_arrow(query="incremental", start=second, end=third).to_pylist()}
     assert inc == {6: 0.5}
@@ -403,7 +409,7 @@ def test_random_evolving_writes_equal_a_model(
     """Upserts whose schemas evolve (columns added, `v` widened int32 → int64 → double →
     string, columns missing and so null), deletes and compactions: after every step the snapshot
     equals the model (values as the latest type reads them), and each earlier instant's time
-    travel still gives that instant's rows."""
+    travel still gives that instant's rows in that instant's schema."""
     path = str(tmp_path_factory.mktemp("evolve") / "t")
     schema = pa.schema(
         [pa.field("id", pa.int64(), False), pa.field("city", pa.string()), pa.field("ts", pa.int64())]
@@ -414,7 +420,7 @@ def test_random_evolving_writes_equal_a_model(
     model: dict[int, dict[str, Any]] = {}
     v_type: pa.DataType | None = None  # `v` is added by the first write that carries it
     added: list[str] = []
-    history: list[tuple[str, dict[int, dict[str, Any]]]] = []
+    history: list[tuple[str, dict[int, dict[str, Any]], list[str], pa.DataType | None]] = []
     for n, s in enumerate(steps):
         if s[0] == "upsert":
             _, ids, with_v, extra, widen = s
@@ -457,10 +463,10 @@ def test_random_evolving_writes_equal_a_model(
         got = sorted(t.to_arrow(columns=names).to_pylist(), key=lambda r: r["id"])
         assert got == expected(model, names, latest_v), f"after step {n}: {s}"
         if instant is not None:
-            history.append((instant, {k: dict(v) for k, v in model.items()}))
-        for at, state in history:
-            as_of = sorted(t.to_arrow(as_of=at, columns=names).to_pylist(), key=lambda r: r["id"])
-            assert as_of == expected(state, names, latest_v), f"as of {at} after step {n}"
+            history.append((instant, {k: dict(v) for k, v in model.items()}, names, latest_v))
+        for at, state, names_then, v_then in history:
+            as_of = sorted(t.to_arrow(as_of=at, columns=names_then).to_pylist(), key=lambda r: r["id"])
+            assert as_of == expected(state, names_then, v_then), f"as of {at} after step {n}"
 
 
 def test_an_evolved_table_whose_later_commits_are_another_engines_keeps_its_columns(table_path: str) -> None:
@@ -483,3 +489,259 @@ def test_an_evolved_table_whose_later_commits_are_another_engines_keeps_its_colu
         assert "note" in names, f"after stripping {i + 1} commits: {names}"
     got = {r["id"]: r["note"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "note"]).to_pylist()}
     assert got == {1: None, 2: None, 3: "c", 4: "d"}
+
+
+# --- Explicit evolution: `update_schema` (issue 24, part 2) ---------------------------------
+
+WIDE = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field("city", pa.string()),
+        pa.field("n", pa.int32()),
+        pa.field("x", pa.string()),
+        pa.field("ts", pa.int64()),
+    ]
+)
+
+
+def commit_file(path: str, instant: str) -> dict[str, Any]:
+    found = [
+        p for p in Path(path, ".hoodie").iterdir() if p.name.startswith(instant) and p.name.endswith("commit")
+    ]
+    assert len(found) == 1, found
+    return json.loads(found[0].read_text())
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+def test_renamed_dropped_and_moved_columns_are_read_by_id_at_every_instant(
+    table_path: str, table_type: str
+) -> None:
+    """Rename `n` → `amount` (and widen it), drop `x` and add a new `x`, move `amount` first:
+    files of every age read under the current names: the renamed column keeps its values, the
+    new `x` is null in older files (never the dropped column's values), through snapshots, time
+    travel, incremental queries, read-optimized reads, compaction or clustering, and reopening."""
+    t = make(table_path, table_type, WIDE)
+    first = t.insert(batch([1, 2, 3], n=pa.array([10, 20, 30], pa.int32()), x=["a", "b", "c"])).instant
+    second = t.upsert(batch([2], ts=2, n=pa.array([21], pa.int32()), x=["b2"])).instant
+    with t.update_schema() as u:
+        u.rename_column("n", "amount")
+        u.delete_column("x")
+        u.add_column("x", pa.string())
+        u.update_column("amount", pa.int64())
+        u.move_first("amount")
+    assert u.instant is not None
+    assert t.schema.names[5:] == ["amount", "id", "city", "ts", "x"]
+    assert t.schema.field("amount").type == pa.int64()
+    third = t.upsert(batch([3, 4], ts=3, amount=[300, 400], x=["new3", "new4"])).instant
+
+    # Time travel reads the columns of its instant, under their names then.
+    old, new = ["id", "n", "x"], ["id", "amount", "x"]
+    expected = {
+        first: (old, [(1, 10, "a"), (2, 20, "b"), (3, 30, "c")]),
+        second: (old, [(1, 10, "a"), (2, 21, "b2"), (3, 30, "c")]),
+        u.instant: (new, [(1, 10, None), (2, 21, None), (3, 30, None)]),
+        third: (new, [(1, 10, None), (2, 21, None), (3, 300, "new3"), (4, 400, "new4")]),
+    }
+
+    def as_rows(table: pa.Table, cols: list[str] = new) -> list[tuple]:
+        return sorted(tuple(r.values()) for r in table.select(cols).to_pylist())
+
+    def check(t: oxlake.Table) -> None:
+        assert as_rows(t.to_arrow()) == expected[third][1]
+        for instant, (cols, want) in expected.items():
+            assert t.schema_as_of(instant).names[5:] == (
+                ["id", "city", "n", "x", "ts"] if cols == old else ["amount", "id", "city", "ts", "x"]
+            )
+            assert as_rows(t.to_arrow(as_of=instant), cols) == want, instant
+        assert as_rows(t.to_arrow(query="incremental", start=u.instant)) == [
+            (3, 300, "new3"),
+            (4, 400, "new4"),
+        ]
+        assert as_rows(t.to_arrow(query="incremental", start=first, end=second)) == [(2, 21, None)]
+        assert sorted(t.to_arrow(filter=[("amount", ">=", 30)]).column("id").to_pylist()) == [3, 4]
+        assert sorted(t.to_arrow(filter="x IS NULL").column("id").to_pylist()) == [1, 2]
+        assert t.to_arrow(as_of=second, filter=[("n", "=", 21)]).column("x").to_pylist() == ["b2"]
+        dask = oxlake.dask.read(table_path, as_of=second).compute(scheduler="sync")
+        assert sorted(map(tuple, dask[old].itertuples(index=False))) == expected[second][1]
+        dask = oxlake.dask.read(table_path).compute(scheduler="sync")
+        assert list(dask.columns[5:]) == ["amount", "id", "city", "ts", "x"]
+        assert len(dask) == 4
+
+    check(t)
+    check(oxlake.Table(table_path))
+    if table_type == "merge_on_read":
+        t.compact(min_log_files=1)
+        assert as_rows(t.to_arrow(query="read_optimized")) == expected[third][1]
+    else:
+        t.cluster()
+    check(oxlake.Table(table_path))
+
+
+def test_schema_history_is_apache_hudi_internal_schema_json(table_path: str) -> None:
+    """`.hoodie/.schema/<instant>.schemacommit` holds every version, newest first, as
+    `SerDeHelper.toJson` writes them; each commit records its version as `latestSchema`. Ids:
+    meta fields 0-4, data columns from 5 in order; a renamed column keeps its id, a column
+    added again under a dropped one's name takes a fresh one."""
+    t = make(table_path, "copy_on_write", WIDE)
+    t.insert(batch([1], n=pa.array([1], pa.int32()), x=["a"]))
+    with t.update_schema() as u:
+        u.rename_column("n", "amount")
+        u.delete_column("x")
+        u.add_column("x", pa.string(), doc="the new x")
+    alter = u.instant
+    assert alter is not None
+    written = t.upsert(batch([2], ts=2, amount=[2], x=["b"])).instant
+    evolved = t.upsert(batch([3], ts=3, amount=[3], x=["c"], note=["z"]), schema_mode="merge").instant
+
+    meta = commit_file(table_path, alter)
+    assert meta["operationType"] == "ALTER_SCHEMA"
+    assert meta["partitionToWriteStats"] == {}
+    latest = json.loads(meta["extraMetadata"]["latestSchema"])
+    assert list(latest) == ["max_column_id", "version-id", "type", "fields"]
+    assert latest["version-id"] == int(alter) and latest["type"] == "record"
+    by_name = {f["name"]: f for f in latest["fields"]}
+    assert [f["id"] for f in latest["fields"][:5]] == [0, 1, 2, 3, 4]
+    assert by_name["amount"]["id"] == 7 and by_name["amount"]["type"] == "int"
+    assert by_name["x"]["id"] == 10 and by_name["x"]["doc"] == "the new x"
+    assert latest["max_column_id"] == 10
+    assert list(by_name["id"]) == ["id", "name", "optional", "type"]
+    assert json.loads(meta["extraMetadata"]["schema"])["fields"][2]["name"] == "amount"
+
+    # A plain write records the same version; an evolving one a new version with a new id.
+    assert json.loads(commit_file(table_path, written)["extraMetadata"]["latestSchema"]) == latest
+    newest = json.loads(commit_file(table_path, evolved)["extraMetadata"]["latestSchema"])
+    assert newest["version-id"] == int(evolved) and newest["max_column_id"] == 11
+    assert {f["name"]: f["id"] for f in newest["fields"]}["note"] == 11
+
+    history_files = sorted(Path(table_path, ".hoodie", ".schema").glob("*.schemacommit"))
+    assert [p.name.split(".")[0] for p in history_files] == [alter, written, evolved]
+    history = json.loads(history_files[-1].read_text())
+    assert [s["version-id"] for s in history["schemas"]] == [int(evolved), int(alter), 0]
+    assert [f["name"] for f in history["schemas"][-1]["fields"]][5:] == ["id", "city", "n", "x", "ts"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda u: u.rename_column("id", "key"), "`id`"),
+        (lambda u: u.delete_column("city"), "`city`"),
+        (lambda u: u.rename_column("ts", "t"), "`ts`"),
+        (lambda u: u.rename_column("n", "x"), "already exists"),
+        (lambda u: u.rename_column("n", "_hoodie_commit_time"), "cannot name"),
+        (lambda u: u.delete_column("nope"), "`nope`"),
+        (lambda u: u.update_column("n", pa.int8()), "`n`"),
+        (lambda u: u.update_column("x", pa.int64()), "`x`"),
+        (lambda u: u.add_column("n", pa.string()), "already exists"),
+        (lambda u: u.add_column(("x", "inner"), pa.string()), "not a struct"),
+        (lambda u: u.move_after("n", "nope"), "`nope`"),
+    ],
+)
+def test_refused_schema_changes_leave_the_table_as_it_was(table_path: str, change: Any, message: str) -> None:
+    t = make(table_path, "merge_on_read", WIDE)
+    t.insert(batch([1], n=pa.array([1], pa.int32()), x=["a"]))
+    before = files_digest(table_path)
+    with pytest.raises(oxlake.SchemaMismatchError, match=message):
+        with t.update_schema() as u:
+            u.move_first("n")  # applied only with the rest: the refusal discards it
+            change(u)
+    assert files_digest(table_path) == before
+    assert oxlake.Table(table_path).schema == t.schema
+
+
+def test_an_error_inside_the_block_commits_nothing(table_path: str) -> None:
+    t = make(table_path, "copy_on_write", WIDE)
+    t.insert(batch([1], n=pa.array([1], pa.int32()), x=["a"]))
+    before = files_digest(table_path)
+    with pytest.raises(RuntimeError):
+        with t.update_schema() as u:
+            u.rename_column("n", "amount")
+            raise RuntimeError("changed my mind")
+    assert files_digest(table_path) == before
+    with t.update_schema() as u:
+        pass
+    assert u.instant is None
+
+
+def test_a_schema_change_waits_for_a_pending_compaction(table_path: str, tmp_path: Path) -> None:
+    """A compaction's files are named by its (earlier) instant, whose schema version would not
+    match what it writes: the change is refused while one is pending, the table unchanged."""
+    from conftest import run_paused
+
+    t = make(table_path, "merge_on_read", WIDE)
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
+    t.upsert(batch([1], ts=2, n=pa.array([3], pa.int32()), x=["c"]))
+    code = "import sys, oxlake; oxlake.Table(sys.argv[1]).compact(min_log_files=1)"
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
+    try:
+        before = files_digest(table_path)
+        with pytest.raises(oxlake.CommitConflictError, match="compaction is pending"):
+            with t.update_schema() as u:
+                u.rename_column("n", "amount")
+        assert files_digest(table_path) == before
+    finally:
+        (tmp_path / "resume").touch()
+        out = proc.communicate(timeout=120)
+        assert proc.returncode == 0, out
+    with t.update_schema() as u:
+        u.rename_column("n", "amount")
+    got = sorted((r["id"], r["amount"]) for r in t.to_arrow(columns=["id", "amount"]).to_pylist())
+    assert got == [(1, 3), (2, 2)]
+
+
+def test_rolling_back_a_schema_change_reads_the_old_names_again(table_path: str) -> None:
+    t = make(table_path, "merge_on_read", WIDE)
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
+    with t.update_schema() as u:
+        u.rename_column("n", "amount")
+        u.delete_column("x")
+    t.rollback(u.instant)
+    t = oxlake.Table(table_path)
+    assert t.schema.names[5:] == ["id", "city", "n", "x", "ts"]
+    assert sorted(t.to_arrow(columns=["id", "n", "x"]).to_pylist(), key=lambda r: r["id"]) == [
+        {"id": 1, "n": 1, "x": "a"},
+        {"id": 2, "n": 2, "x": "b"},
+    ]
+    # And the change can be made again, then written under.
+    with t.update_schema() as u:
+        u.rename_column("n", "amount")
+    t.upsert(batch([3], ts=2, amount=[3], x=["c"]))
+    got = sorted((r["id"], r["amount"], r["x"]) for r in oxlake.Table(table_path).to_arrow().to_pylist())
+    assert got == [(1, 1, "a"), (2, 2, "b"), (3, 3, "c")]
+
+
+def test_column_stats_never_prune_by_a_name_a_file_gave_another_column(table_path: str) -> None:
+    """Drop `x`, add a new `x`: the metadata table's stats of older files describe the old
+    column under that name. A filter on the new `x` must not use them (every old row's `x` is
+    null now)."""
+    t = make(table_path, "copy_on_write", WIDE)
+    t.build_metadata()
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
+    with t.update_schema() as u:
+        u.delete_column("x")
+        u.add_column("x", pa.string())
+        u.rename_column("n", "m")
+        u.add_column("n", pa.int32())
+    t = oxlake.Table(table_path)
+    assert sorted(t.to_arrow(filter="x IS NULL").column("id").to_pylist()) == [1, 2]
+    assert sorted(t.to_arrow(filter="n IS NULL").column("id").to_pylist()) == [1, 2]
+    assert sorted(t.to_arrow(filter=[("m", "=", 2)]).column("id").to_pylist()) == [2]
+
+
+def test_the_cli_alters_the_schema(table_path: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from oxlake.cli import main
+
+    t = make(table_path, "copy_on_write", WIDE)
+    t.insert(batch([1], n=pa.array([5], pa.int32()), x=["a"]))
+    args = ["alter-schema", table_path, "--rename", "n=amount", "--drop", "x", "--add", "x:string"]
+    assert main([*args, "--update", "amount:long", "--add", "price:decimal(10, 2)", "--move-first", "x"]) == 0
+    assert "schema changed, instant" in capsys.readouterr().out
+    t = oxlake.Table(table_path)
+    assert t.schema.names[5:] == ["x", "id", "city", "amount", "ts", "price"]
+    assert t.schema.field("price").type == pa.decimal128(10, 2)
+    assert t.to_arrow(columns=["id", "amount", "x", "price"]).to_pylist() == [
+        {"id": 1, "amount": 5, "x": None, "price": None}
+    ]
+    assert main(["alter-schema", table_path, "--rename", "id=key"]) == 1
+    assert "SchemaMismatchError" in capsys.readouterr().err
+    assert main(["alter-schema", table_path, "--add", "y:nonsense"]) == 1

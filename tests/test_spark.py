@@ -572,3 +572,66 @@ def test_tables_without_partition_columns_are_written_by_many_tasks(
     assert len(file_ids) == len(set(file_ids)), written  # no group written twice, nothing merged
     tasks = {n.rsplit("_", 2)[-2 if n.endswith(".parquet") else -1].split("-")[1] for n in written}
     assert len(tasks) > 1, written
+
+
+@needs_data_source
+def test_spark_reads_renamed_and_dropped_columns_by_id_and_as_of_their_instant(
+    spark: SparkSession, source: SparkSession, tmp_path: Path
+) -> None:
+    """After `update_schema` renames `fare` and drops `name`, Spark reads every file under the
+    current names; time travel to before the change reads the columns of then (both APIs)."""
+    path = str(tmp_path / "t")
+    t = trips_table(path, table_type="merge_on_read")
+    t.insert(trips(list(range(20))))
+    first = t.timeline()[-1].time
+    with t.update_schema() as u:
+        u.rename_column("fare", "price")
+        u.delete_column("name")
+    t.upsert(
+        trips([1, 2], ts=2, fare=99.0).drop_columns(["name"]).rename_columns(["id", "city", "ts", "price"])
+    )
+    now = from_spark(oxlake.spark.read(spark, path, columns=["id", "price"]))
+    assert rows(now) == rows(t.to_arrow(columns=["id", "price"]))
+    df = source.read.format("oxlake").option("with_meta_columns", "false").load(path)
+    assert df.columns == ["id", "city", "ts", "price"]
+    assert rows(from_spark(df)) == rows(t.to_arrow(columns=["id", "city", "ts", "price"]))
+    old = source.read.format("oxlake").option("as_of", first).option("with_meta_columns", "false").load(path)
+    assert old.columns == ["id", "name", "city", "ts", "fare"]
+    assert rows(from_spark(old)) == rows(t.to_arrow(as_of=first).drop_columns([f.name for f in t.schema][:5]))
+    legacy = from_spark(oxlake.spark.read(spark, path, as_of=first, columns=["id", "fare"]))
+    assert rows(legacy) == rows(t.to_arrow(as_of=first, columns=["id", "fare"]))
+
+
+@needs_data_source
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_distributed_writes_evolve_the_schema_with_schema_mode_merge(
+    spark: SparkSession, source: SparkSession, tmp_path: Path, table_type: str
+) -> None:
+    """Both Spark write paths: strict by default (a new column is refused, the table unchanged);
+    with `schema_mode="merge"` the tasks write the evolved schema (a new column, `fare` missing
+    and so null) and the commit records it."""
+    path = str(tmp_path / "t")
+    t = trips_table(path, table_type=table_type)
+    t.insert(trips(list(range(10))))
+    grown = trips([1, 20], ts=2).append_column("note", pa.array(["n1", "n20"]))
+    frame = spark.createDataFrame(grown.to_pandas()).repartition(2)
+    with pytest.raises(Exception, match="schema_mode"):
+        oxlake.spark.write(frame, path, "upsert")
+    assert "note" not in oxlake.Table(path).schema.names
+    oxlake.spark.write(frame, path, "upsert", schema_mode="merge")
+    t = oxlake.Table(path)
+    assert t.schema.field("note").type == pa.string()
+    notes = {r["id"]: r["note"] for r in t.to_arrow(columns=["id", "note"]).to_pylist()}
+    assert notes == {**dict.fromkeys(range(10)), 1: "n1", 20: "n20"}
+
+    lean = trips([2, 30], ts=3).drop_columns(["fare"]).append_column("score", pa.array([0.5, 1.5]))
+    (
+        source.createDataFrame(lean.to_pandas())
+        .repartition(2)
+        .write.format("oxlake")
+        .option("schema_mode", "merge")
+        .mode("append")
+        .save(path)
+    )
+    got = {r["id"]: (r["fare"], r["score"]) for r in oxlake.Table(path).to_arrow().to_pylist()}
+    assert got[2] == (None, 0.5) and got[30] == (None, 1.5) and got[3] == (13.0, None)

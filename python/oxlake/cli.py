@@ -5,20 +5,25 @@ Inspect: `oxlake show URI`, `oxlake timeline URI`. Table services: `oxlake compa
 `oxlake savepoint URI INSTANT`, `oxlake restore URI INSTANT`,
 `oxlake cluster URI [--sort-by COL ...] [--target-file-size BYTES]`,
 `oxlake archive URI [--min-commits N --max-commits M]`; `oxlake timeline URI --archived` lists the
-archived instants too. A service shows its progress on
-stderr (on a terminal) and ends with a one-line summary on stdout.
+archived instants too. Schema changes: `oxlake alter-schema URI --rename OLD=NEW --drop COL
+--add COL:TYPE --update COL:TYPE --move-first COL --move-after COL=OTHER --move-before COL=OTHER`
+(applied in the order given, committed together; a struct field as `parent.field`). A service
+shows its progress on stderr (on a terminal) and ends with a one-line summary on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from oxlake import OxlakeError, Progress, Table
+import pyarrow as pa
+
+from oxlake import InvalidArgumentError, OxlakeError, Progress, Table
 
 
 class _Progress:
@@ -170,6 +175,87 @@ def _validate(table: Table) -> bool:
     return report.ok
 
 
+#: Arrow types by the names `alter-schema` takes (and `decimal(P, S)`, `timestamp[UNIT]`).
+_TYPES: dict[str, pa.DataType] = {
+    "bool": pa.bool_(),
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "int32": pa.int32(),
+    "long": pa.int64(),
+    "int64": pa.int64(),
+    "float": pa.float32(),
+    "float32": pa.float32(),
+    "double": pa.float64(),
+    "float64": pa.float64(),
+    "string": pa.string(),
+    "binary": pa.binary(),
+    "date": pa.date32(),
+    "date32": pa.date32(),
+}
+
+
+def _arrow_type(text: str) -> pa.DataType:
+    name = text.strip().lower()
+    if name in _TYPES:
+        return _TYPES[name]
+    decimal = re.fullmatch(r"decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)", name)
+    if decimal:
+        return pa.decimal128(int(decimal[1]), int(decimal[2]))
+    timestamp = re.fullmatch(r"timestamp(?:\[(s|ms|us|ns)(?:,\s*tz=(.+))?\])?", text.strip())
+    if timestamp:
+        return pa.timestamp(timestamp[1] or "us", tz=timestamp[2])
+    raise InvalidArgumentError(
+        f"unknown type `{text}` (one of {', '.join(sorted(_TYPES))}, decimal(P, S), timestamp[us])"
+    )
+
+
+class _Change(argparse.Action):
+    """Collects schema changes in the order given on the command line."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, value: object, flag: object = None
+    ) -> None:
+        ns.changes = [*(getattr(ns, "changes", None) or []), (self.dest, str(value))]
+
+
+def _split(value: str, sep: str, flag: str) -> tuple[str, str]:
+    left, found, right = value.partition(sep)
+    if not found or not left or not right:
+        raise InvalidArgumentError(f"--{flag} takes `A{sep}B`, not `{value}`")
+    return left, right
+
+
+def _alter(table: Table, changes: list[tuple[str, str]]) -> None:
+    if not changes:
+        raise InvalidArgumentError(
+            "alter-schema: no change given (--add, --rename, --drop, --update, --move-*)"
+        )
+    with table.update_schema() as u:
+        for kind, value in changes:
+            if kind in ("add", "update"):
+                name, type_text = _split(value, ":", kind)
+                path = tuple(name.split("."))
+                if kind == "add":
+                    u.add_column(path, _arrow_type(type_text))
+                else:
+                    u.update_column(path, _arrow_type(type_text))
+            elif kind == "rename":
+                u.rename_column(*_split(value, "=", kind))
+            elif kind == "drop":
+                u.delete_column(value)
+            elif kind == "move_first":
+                u.move_first(value)
+            elif kind == "move_after":
+                u.move_after(*_split(value, "=", "move-after"))
+            else:
+                u.move_before(*_split(value, "=", "move-before"))
+    if u.instant is None:
+        print("schema unchanged")
+    else:
+        print(f"schema changed, instant {u.instant}")
+        print(table.schema)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="oxlake", description="Inspect and maintain Apache Hudi tables.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -199,6 +285,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.choices["archive"].add_argument("--min-commits", type=int, default=None, metavar="N")
     sub.choices["archive"].add_argument("--max-commits", type=int, default=None, metavar="M")
     sub.choices["timeline"].add_argument("--archived", action="store_true", help="archived instants too")
+    alter = sub.add_parser("alter-schema", help="rename, drop, add, widen and move columns (one commit)")
+    alter.add_argument("uri")
+    alter.set_defaults(changes=[])
+    for flag, meta in (
+        ("add", "COL:TYPE"),
+        ("rename", "OLD=NEW"),
+        ("drop", "COL"),
+        ("update", "COL:TYPE"),
+        ("move-first", "COL"),
+        ("move-after", "COL=OTHER"),
+        ("move-before", "COL=OTHER"),
+    ):
+        alter.add_argument(
+            f"--{flag}", action=_Change, metavar=meta, dest=flag.replace("-", "_"), default=None
+        )
     args = parser.parse_args(argv)
     try:
         table = Table(args.uri)
@@ -207,6 +308,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _service(args.command, lambda progress: fn(table, args, progress))
         elif args.command == "validate":
             return 0 if _validate(table) else 1
+        elif args.command == "alter-schema":
+            _alter(table, args.changes)
         elif args.command == "build-metadata":
             print(f"metadata table built, instant {table.build_metadata()}")
         else:

@@ -30,7 +30,7 @@ def read(
     table = Table(uri, storage_options)
     cols = list(columns) if columns is not None else None
     splits = table.splits(cols, filter, as_of, target_bytes=split_bytes)
-    meta = _result_schema(table, cols, "snapshot").empty_table().to_pandas()
+    meta = _result_schema(table, cols, "snapshot", as_of).empty_table().to_pandas()
     frame: dd.DataFrame = dd.from_map(  # type: ignore[no-untyped-call]
         _read_split,
         [s.data for s in splits],

@@ -102,16 +102,29 @@ def _as_spark(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[
             yield batch.cast(in_micros, safe=False).cast(target)
 
 
-def _read_columns(table: Table, columns: Sequence[str] | None, with_meta_columns: bool) -> list[str] | None:
+def _read_columns(
+    table: Table,
+    columns: Sequence[str] | None,
+    with_meta_columns: bool,
+    query: str = "snapshot",
+    as_of: str | None = None,
+) -> list[str] | None:
     if columns is not None:
         return list(columns)
     if with_meta_columns:
         return None
-    return [f.name for f in table.schema if not f.name.startswith(_META_PREFIX)]
+    return [f.name for f in _query_schema(table, query, as_of) if not f.name.startswith(_META_PREFIX)]
 
 
-def _result_schema(table: Table, columns: list[str] | None, query: str) -> pa.Schema:
-    schema = table.schema
+def _query_schema(table: Table, query: str, as_of: str | None) -> pa.Schema:
+    """The table's columns as a query reads them (time travel: as of its instant)."""
+    return table.schema_as_of(as_of) if as_of is not None and query == "snapshot" else table.schema
+
+
+def _result_schema(
+    table: Table, columns: list[str] | None, query: str, as_of: str | None = None
+) -> pa.Schema:
+    schema = _query_schema(table, query, as_of)
     if query == "changes":
         schema = schema.append(pa.field(_CHANGE_TYPE, pa.string()))
     if columns is None:
@@ -141,9 +154,9 @@ def read(
     pruning run natively: partitions the filter rules out get no task, and each task reads only
     the columns asked for."""
     table = Table(uri, storage_options)
-    cols = _read_columns(table, columns, with_meta_columns)
+    cols = _read_columns(table, columns, with_meta_columns, query, as_of)
     splits = table.splits(cols, filter, as_of, query, start, end, target_bytes=split_bytes)
-    schema = _result_schema(table, cols, query)
+    schema = _result_schema(table, cols, query, as_of)
     rows = [(i, s.data) for i, s in enumerate(splits)]
     descriptors = spark.sparkContext.parallelize(rows, len(rows)).toDF("split_id int, split binary")
     filt = _filter(filter)
@@ -166,13 +179,15 @@ def write(
     *,
     storage_options: dict[str, str] | None = None,
     target_file_size: int | None = None,
+    schema_mode: str | None = None,
     **create_options: Any,
 ) -> WriteResult:
     """Writes a Spark DataFrame into the table at `uri` as one commit (`operation`: upsert,
     insert, delete, insert_overwrite or insert_overwrite_table). The table is created on first
     write with `create_options` (those of `oxlake.create_table`: `record_key`, `partition_by`,
-    `ordering_field`, `table_type`, ...). On any failure the write is rolled back and the table
-    stays as it was."""
+    `ordering_field`, `table_type`, ...). `schema_mode` as for `Table.upsert`: strict by default,
+    `"merge"` evolves the table's schema (new nullable columns, wider types, missing columns
+    null). On any failure the write is rolled back and the table stays as it was."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
     arrow_schema = to_arrow_schema(df.schema)
@@ -194,7 +209,9 @@ def write(
             rows = pa.Table.from_batches(list(batches), schema=arrow_schema)
             writer = Table(uri, storage_options)
             task = _task_id(TaskContext.get())
-            written = _native.write_files(writer._t, operation, instant, rows, target_file_size, task)
+            written = _native.write_files(
+                writer._t, operation, instant, rows, target_file_size, task, schema_mode
+            )
             yield pa.RecordBatch.from_pydict({"written": [written]})
 
         parts = [r["written"] for r in data.mapInArrow(write_partition, "written binary").collect()]

@@ -16,7 +16,8 @@ does that itself.
 
 Options (all strings): reading: `columns` (comma-separated), `filter` (SQL), `as_of`, `query`,
 `start`, `end`, `with_meta_columns`, `batch_size`, `split_bytes`; writing: `operation` (mode
-`overwrite` means `insert_overwrite_table`), `target_file_size`, and on a table's first write
+`overwrite` means `insert_overwrite_table`), `target_file_size`, `schema_mode` (`merge` evolves
+the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's first write
 `record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`; both: `storage.*`
 (storage options, for example `storage.aws_endpoint`).
 """
@@ -107,8 +108,10 @@ class OxlakeDataSource(DataSource):
     def _read_plan(self) -> tuple[_Options, list[str] | None, pa.Schema]:
         opts = _Options.of(self.options)
         table = opts.table()
-        columns = _read_columns(table, _list(opts.get("columns")), _flag(opts.get("with_meta_columns"), True))
-        return opts, columns, _result_schema(table, columns, opts.get("query") or "snapshot")
+        query, as_of = opts.get("query") or "snapshot", opts.get("as_of")
+        meta = _flag(opts.get("with_meta_columns"), True)
+        columns = _read_columns(table, _list(opts.get("columns")), meta, query, as_of)
+        return opts, columns, _result_schema(table, columns, query, as_of)
 
     def schema(self) -> StructType:
         return spark_schema(self._read_plan()[2])
@@ -205,6 +208,7 @@ class OxlakeWriter(DataSourceArrowWriter):
             data,
             self.opts.int("target_file_size", None),
             _task_id(TaskContext.get()),
+            self.opts.get("schema_mode"),
         )
         return _Written(files)
 

@@ -220,6 +220,11 @@ class Table:
         """Schema of reads: the five `_hoodie_*` meta fields, then the data columns."""
         return pa.schema(self._t.schema)
 
+    def schema_as_of(self, as_of: str) -> pa.Schema:
+        """Schema of reads as of the commit at `as_of`: time travel returns the columns the
+        table had then, under the names it gave them (see `update_schema`)."""
+        return pa.schema(self._t.schema_as_of(as_of))
+
     @property
     def properties(self) -> dict[str, str]:
         """`hoodie.properties`."""
@@ -294,6 +299,27 @@ class Table:
         """Rolls back the latest completed commit (`instant` must be it); returns the rollback
         instant. Its files are removed and readers stop seeing it at once."""
         return _native.rollback(self._t, instant)
+
+    def update_schema(self) -> UpdateSchema:
+        """Explicit schema changes, in pyiceberg's shape, committed together when the `with`
+        block ends (nothing is committed if it raises)::
+
+            with t.update_schema() as u:
+                u.add_column("note", pa.string())
+                u.rename_column("amount", "total")
+                u.delete_column("legacy")
+                u.update_column("qty", pa.int64())
+                u.move_first("total")
+
+        Columns are then known by id, as Apache Hudi's schema-on-read evolution knows them
+        (`.hoodie/.schema`, each commit's `latestSchema`): every file, whenever it was written,
+        is read under the current names; a dropped column is gone from reads, and a column added
+        again under a dropped one's name starts empty. Renames, drops and moves apply to
+        top-level columns; `add_column` and `update_column` also take a struct path (a tuple).
+        Record key, partition and ordering columns cannot be renamed, dropped or retyped.
+        Refusals raise `SchemaMismatchError` and change nothing; a schema change racing a
+        write makes the later of the two fail with `CommitConflictError`."""
+        return UpdateSchema(self)
 
     def savepoint(self, instant: str) -> None:
         """Savepoints a completed commit: the cleaner keeps what reading as of it needs, and
@@ -568,3 +594,78 @@ def create_table(
         inline_compaction,
     )
     return Table._wrap(native)
+
+
+class UpdateSchema:
+    """Schema changes collected by `Table.update_schema`, committed as one schema version."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+        self._changes: list[tuple[str, list[str], str | None, int | None]] = []
+        self._types: list[pa.DataType] = []
+        #: The instant of the commit, once committed (`None` if nothing changed).
+        self.instant: str | None = None
+
+    @staticmethod
+    def _path(path: str | Sequence[str]) -> list[str]:
+        return [path] if isinstance(path, str) else list(path)
+
+    def _typed(
+        self, kind: str, path: str | Sequence[str], field_type: pa.DataType, arg: str | None
+    ) -> UpdateSchema:
+        if not isinstance(field_type, pa.DataType):
+            raise _native.InvalidArgumentError(
+                f"{kind}: `field_type` must be a pyarrow DataType, not {field_type!r}"
+            )
+        self._types.append(field_type)
+        self._changes.append((kind, self._path(path), arg, len(self._types) - 1))
+        return self
+
+    def add_column(
+        self, path: str | Sequence[str], field_type: pa.DataType, doc: str | None = None
+    ) -> UpdateSchema:
+        """Adds a nullable column (a tuple path adds a field to a struct column)."""
+        return self._typed("add", path, field_type, doc)
+
+    def rename_column(self, path_from: str, new_name: str) -> UpdateSchema:
+        """Renames a top-level column; files written before are read by its id."""
+        self._changes.append(("rename", self._path(path_from), new_name, None))
+        return self
+
+    def delete_column(self, path: str) -> UpdateSchema:
+        """Drops a top-level column from the schema (its data stays in older files, unread)."""
+        self._changes.append(("delete", self._path(path), None, None))
+        return self
+
+    def update_column(self, path: str | Sequence[str], field_type: pa.DataType) -> UpdateSchema:
+        """Widens a column's type by the promotions writes allow (int → long, float → double...)."""
+        return self._typed("update", path, field_type, None)
+
+    def move_first(self, path: str) -> UpdateSchema:
+        """Makes a top-level column the first data column."""
+        self._changes.append(("first", self._path(path), None, None))
+        return self
+
+    def move_before(self, path: str, before_path: str) -> UpdateSchema:
+        """Moves a top-level column right before another."""
+        self._changes.append(("before", self._path(path), before_path, None))
+        return self
+
+    def move_after(self, path: str, after_path: str) -> UpdateSchema:
+        """Moves a top-level column right after another."""
+        self._changes.append(("after", self._path(path), after_path, None))
+        return self
+
+    def commit(self) -> str | None:
+        """Commits the changes collected so far; returns the instant (`None`: nothing changed)."""
+        types = pa.schema([pa.field(str(i), t) for i, t in enumerate(self._types)])
+        self.instant = _native.alter_schema(self._table._t, self._changes, types)
+        self._changes, self._types = [], []
+        return self.instant
+
+    def __enter__(self) -> UpdateSchema:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()

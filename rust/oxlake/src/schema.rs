@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::error::{Error, Result};
 
 pub mod evolve;
+pub mod internal;
 
 /// Meta field: instant time of the commit that wrote the record.
 pub const COMMIT_TIME: &str = "_hoodie_commit_time";

@@ -28,6 +28,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(table::create_table, m)?)?;
     m.add_function(wrap_pyfunction!(services::compact, m)?)?;
     m.add_function(wrap_pyfunction!(services::rollback, m)?)?;
+    m.add_function(wrap_pyfunction!(services::alter_schema, m)?)?;
     m.add_function(wrap_pyfunction!(services::savepoint, m)?)?;
     m.add_function(wrap_pyfunction!(services::archive, m)?)?;
     m.add_function(wrap_pyfunction!(services::set_archival, m)?)?;

@@ -184,3 +184,50 @@ pub fn cluster(
         Ok((r.instant, r.replaced_file_groups, r.new_file_groups, r.records))
     })
 }
+
+/// One schema change as Python spells it (see `python/oxlake/table.py: UpdateSchema`).
+type PyChange = (String, Vec<String>, Option<String>, Option<usize>);
+
+/// Applies explicit schema changes as one schema version; returns the commit's instant (`None`:
+/// nothing changed). `changes`: `(kind, path, argument, type index)` with kind `add`
+/// (argument: the doc), `rename` (argument: the new name), `delete`, `update`, `first`,
+/// `after` and `before` (argument: the other column); types are the fields of `types`.
+#[pyfunction]
+pub fn alter_schema(
+    py: Python<'_>,
+    table: &PyTable,
+    changes: Vec<PyChange>,
+    types: &Bound<'_, PyAny>,
+) -> PyResult<Option<String>> {
+    use oxlake::schema::internal::{Position, SchemaChange};
+    let types = crate::arrow_ffi::import_schema(types)?;
+    let type_at = |i: Option<usize>| -> PyResult<arrow::datatypes::DataType> {
+        i.and_then(|i| types.fields().get(i))
+            .map(|f| f.data_type().clone())
+            .ok_or_else(|| crate::errors::InvalidArgumentError::new_err("a schema change without its type"))
+    };
+    let mut parsed = Vec::with_capacity(changes.len());
+    for (kind, path, arg, ty) in changes {
+        let name = path.first().cloned().unwrap_or_default();
+        let other = || {
+            arg.clone().ok_or_else(|| crate::errors::InvalidArgumentError::new_err(format!("`{kind}` needs a column")))
+        };
+        parsed.push(match kind.as_str() {
+            "add" => SchemaChange::AddColumn { path, data_type: type_at(ty)?, doc: arg },
+            "rename" => SchemaChange::RenameColumn { name, new_name: other()? },
+            "delete" => SchemaChange::DeleteColumn { name },
+            "update" => SchemaChange::UpdateColumn { path, data_type: type_at(ty)? },
+            "first" => SchemaChange::Move { name, to: Position::First },
+            "after" => SchemaChange::Move { name, to: Position::After(other()?) },
+            "before" => SchemaChange::Move { name, to: Position::Before(other()?) },
+            other => {
+                return Err(crate::errors::InvalidArgumentError::new_err(format!("unknown schema change `{other}`")));
+            }
+        });
+    }
+    let inner = table.inner.clone();
+    run(py, async move {
+        let mut t = inner.lock().await;
+        Ok(t.alter_schema(&parsed).await?.map(|i| i.time))
+    })
+}

@@ -100,6 +100,19 @@ impl PyTable {
         self.with(py, |t| Ok(PySchema(t.schema())))
     }
 
+    /// The schema of reads as of the commit at `as_of` (time travel returns its columns).
+    fn schema_as_of(&self, py: Python<'_>, as_of: String) -> PyResult<PySchema> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let t = inner.lock().await;
+            let schema = match t.with_schema_as_of(&as_of).await? {
+                Some(older) => older.schema(),
+                None => t.schema(),
+            };
+            Ok(PySchema(schema))
+        })
+    }
+
     /// `hoodie.properties` as a dict.
     #[getter]
     fn properties(&self, py: Python<'_>) -> PyResult<HashMap<String, String>> {

@@ -14,6 +14,7 @@ use super::{change, conflicts, failpoint, fate, hook};
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::instant::{Action, Instant, State};
+use crate::schema::internal::{self, InternalSchema};
 use crate::storage::{FileInfo, Storage};
 use crate::table::Table;
 use crate::table::fs_view::FileGroupId;
@@ -30,6 +31,9 @@ pub struct Transaction {
     epoch: u32,
     /// The table's schema when the write began: a commit recording another evolves it.
     schema_at_begin: arrow::datatypes::SchemaRef,
+    /// The column ids when the write began (see [`crate::schema::internal`]): a commit whose
+    /// columns were renamed or dropped meanwhile conflicts.
+    ids_at_begin: Option<InternalSchema>,
     heartbeat: Option<JoinHandle<()>>,
 }
 
@@ -89,7 +93,15 @@ impl Transaction {
         let heartbeat = Some(spawn_heartbeat(storage.clone(), time, table.options().heartbeat_interval));
         let services = services_seen(table);
         let schema_at_begin = table.data_schema();
-        let tx = Transaction { instant: requested, seen, services, epoch, schema_at_begin, heartbeat };
+        let tx = Transaction {
+            instant: requested,
+            seen,
+            services,
+            epoch,
+            schema_at_begin,
+            ids_at_begin: begin_ids(table),
+            heartbeat,
+        };
         let inflight = tx.instant.with_state(State::Inflight);
         let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
         table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
@@ -118,7 +130,15 @@ impl Transaction {
         let heartbeat = Some(spawn_heartbeat(storage.clone(), time.to_string(), table.options().heartbeat_interval));
         let services = services_seen(table);
         let schema_at_begin = table.data_schema();
-        let tx = Transaction { instant: requested, seen, services, epoch, schema_at_begin, heartbeat };
+        let tx = Transaction {
+            instant: requested,
+            seen,
+            services,
+            epoch,
+            schema_at_begin,
+            ids_at_begin: begin_ids(table),
+            heartbeat,
+        };
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         Ok(tx)
     }
@@ -140,6 +160,7 @@ impl Transaction {
             services,
             epoch,
             schema_at_begin,
+            ids_at_begin: begin_ids(table),
             heartbeat,
         };
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
@@ -175,7 +196,15 @@ impl Transaction {
         let heartbeat = Some(spawn_heartbeat(storage, instant.time.clone(), table.options().heartbeat_interval));
         // Cleans since the hand-over are not known: every completed one counts as possibly later.
         let schema_at_begin = table.data_schema();
-        Ok(Transaction { instant, seen: token.seen, services: HashSet::new(), epoch, schema_at_begin, heartbeat })
+        Ok(Transaction {
+            instant,
+            seen: token.seen,
+            services: HashSet::new(),
+            epoch,
+            schema_at_begin,
+            ids_at_begin: begin_ids(table),
+            heartbeat,
+        })
     }
 
     /// The attempt at this instant time: 0 unless earlier attempts were rolled back (a compaction
@@ -413,7 +442,8 @@ impl Transaction {
     async fn check(&self, table: &mut Table, metadata: &CommitMetadata, keys: &change::KeyChanges) -> Result<()> {
         let time = self.instant.time.as_str();
         let mut footprint = conflicts::Footprint::of(metadata, keys);
-        footprint.evolves_schema = metadata.arrow_schema()?.is_some_and(|s| s != self.schema_at_begin);
+        footprint.evolves_schema = metadata.arrow_schema()?.is_some_and(|s| s != self.schema_at_begin)
+            || metadata.extra_metadata.contains_key(internal::LATEST_SCHEMA_KEY);
         // The metadata table's deltacommits only append log files, each its own: they never
         // overlap (its writers are serialized by the data table's commits).
         let appends_only = table.is_metadata_table() && self.instant.action == Action::DeltaCommit;
@@ -455,38 +485,122 @@ impl Transaction {
     /// conflicts with a later instant that completed first (that one's schema lacks the change,
     /// and the latest commit's schema is the table's); overlapping pending commits were ordered by
     /// [`conflicts::check_intents`] (a schema-evolving footprint meets every other).
+    ///
+    /// On a table whose columns have ids ([`crate::schema::internal`]) every commit records them
+    /// (`latestSchema`) and the whole history (`.hoodie/.schema/<time>.schemacommit`), as Apache
+    /// Hudi does; a write during which columns were renamed or dropped conflicts (its files name
+    /// them the old way), and so does an explicit change during which the schema changed.
     async fn reconcile_schema(&self, table: &Table, metadata: &CommitMetadata) -> Result<Option<CommitMetadata>> {
         let Some(mine) = metadata.arrow_schema()? else { return Ok(None) };
+        if table.is_metadata_table() {
+            return Ok(None);
+        }
+        let explicit = match metadata.extra_metadata.get(internal::LATEST_SCHEMA_KEY) {
+            Some(json) => Some(InternalSchema::from_json(json)?),
+            None => None,
+        };
+        let on_read = explicit.is_some()
+            || self.ids_at_begin.is_some()
+            || table.config().raw.contains_key(internal::SCHEMA_ON_READ_KEY);
         // A table whose schema never evolved, and a write that does not evolve it: nothing to
         // read (the check's reloads re-read the properties, so an evolution that completed
         // before this commit's last look has set the flag; one still pending met this commit's
         // intent, see above).
         let evolved = table.config().raw.contains_key(crate::table::SCHEMA_EVOLVED_KEY);
-        if table.is_metadata_table() || (!evolved && mine == self.schema_at_begin) {
+        if !on_read && !evolved && mine == self.schema_at_begin {
             return Ok(None);
         }
-        let committed = crate::table::committed_schema(table.storage(), table.config(), table.timeline())
+        let (committed, committed_ids) = crate::table::committed(table.storage(), table.config(), table.timeline())
             .await?
-            .unwrap_or_else(|| self.schema_at_begin.clone());
-        if mine == committed {
+            .unwrap_or_else(|| (self.schema_at_begin.clone(), None));
+        // The latest commit records ids: another process changed columns explicitly (this one
+        // may not have re-read the properties that say so).
+        let on_read = on_read || committed_ids.is_some();
+        let time = self.instant.time.clone();
+        if !on_read && mine == committed {
             return Ok(None);
+        }
+        // The ids this write's files were written under; a column renamed or dropped since, and
+        // they name it wrongly.
+        let begin = match &self.ids_at_begin {
+            Some(ids) => ids.clone(),
+            None => InternalSchema::from_arrow(&crate::schema::with_meta_fields(&self.schema_at_begin), 0)?,
+        };
+        let base = committed_ids.clone().unwrap_or_else(|| begin.clone());
+        let changed_meanwhile = |what: &str| Error::CommitConflict {
+            instant: time.clone(),
+            detail: format!("{what} while this commit was being written; nothing was changed, try it again"),
+        };
+        if on_read
+            && let Some(moved) = begin.fields.iter().find(|c| base.column_by_id(c.id).is_none_or(|b| b.name != c.name))
+        {
+            return Err(changed_meanwhile(&format!("column `{}` was renamed or dropped", moved.name)));
+        }
+        let mut out = metadata.clone();
+        let merged = match &explicit {
+            Some(_) => mine.clone(),
+            None => self.merge_schema(table, &mine, &committed)?,
+        };
+        if merged != mine {
+            out.set_schema(&merged, &table.config().name)?;
+        }
+        if !on_read {
+            return Ok((merged != mine).then_some(out));
+        }
+        let had_ids = committed_ids.is_some() || self.ids_at_begin.is_some();
+        let ids = match explicit {
+            Some(ids) => {
+                if committed != self.schema_at_begin
+                    || committed_ids.map(|c| c.version) != self.ids_at_begin.as_ref().map(|b| b.version)
+                {
+                    return Err(changed_meanwhile("the table's schema changed"));
+                }
+                ids
+            }
+            None => {
+                let followed = base.follow(&crate::schema::with_meta_fields(&merged))?;
+                if followed == base { base } else { followed.at_version(&time)? }
+            }
+        };
+        let mut versions: std::collections::BTreeMap<i64, InternalSchema> = if had_ids {
+            let history = crate::table::load_column_history(table.storage(), table.timeline(), ids.clone()).await?;
+            history.versions().map(|v| (v.version, v.clone())).collect()
+        } else {
+            // The first change: the schema until now is the first version, in force from the
+            // table's first commit on.
+            [(0, begin.clone())].into_iter().collect()
+        };
+        versions.insert(ids.version, ids.clone());
+        let history = internal::history_to_json(versions.values());
+        table.storage().put(&internal::schema_commit_path(&time), Bytes::from(history)).await?;
+        out.extra_metadata.insert(internal::LATEST_SCHEMA_KEY.into(), ids.to_json());
+        Ok(Some(out))
+    }
+
+    /// `mine` merged into the latest committed schema (see [`Transaction::reconcile_schema`]).
+    fn merge_schema(
+        &self,
+        table: &Table,
+        mine: &arrow::datatypes::SchemaRef,
+        committed: &arrow::datatypes::SchemaRef,
+    ) -> Result<arrow::datatypes::SchemaRef> {
+        if mine == committed {
+            return Ok(committed.clone());
         }
         let time = self.instant.time.clone();
         let cfg = table.config();
         let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
-        let merged = crate::schema::evolve::evolve(&committed, &mine, crate::schema::evolve::SchemaMode::Merge, &fixed)
+        let merged = crate::schema::evolve::evolve(committed, mine, crate::schema::evolve::SchemaMode::Merge, &fixed)
             .map_err(|e| Error::CommitConflict {
-                instant: time.clone(),
-                detail: format!("another commit changed the schema meanwhile: {e}"),
-            })?;
-        if merged != committed
+            instant: time.clone(),
+            detail: format!("another commit changed the schema meanwhile: {e}"),
+        })?;
+        if &merged != committed
             && let Some(later) = table.timeline().completed_data().find(|i| i.time > time)
         {
             return Err(conflict(&later.time, "completed first without this write's schema change"));
         }
-        let mut out = metadata.clone();
-        out.set_schema(&merged, &cfg.name)?;
-        Ok(Some(out))
+        Ok(merged)
     }
 
     async fn stop_heartbeat(&mut self, storage: &Storage) -> Result<()> {
@@ -507,6 +621,11 @@ impl Drop for Transaction {
     }
 }
 
+/// The column ids a write starts from (`None`: columns are known by name).
+fn begin_ids(table: &Table) -> Option<InternalSchema> {
+    table.column_history().map(|c| c.latest().clone())
+}
+
 pub(super) fn services_seen(table: &Table) -> HashSet<String> {
     table
         .timeline()
@@ -521,5 +640,141 @@ pub(super) fn conflict(other: &str, what: &str) -> Error {
     Error::CommitConflict {
         instant: other.to_string(),
         detail: format!("instant {other} {what} and touched the same file groups or record keys"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::config::{CreateOptions, TableType};
+    use crate::read::ScanOptions;
+    use crate::table::TableOptions;
+    use crate::test_support::{by_parity, id_city_table};
+    use crate::write::{WriteConfig, WriteOperation};
+
+    fn parquet_files(dir: &std::path::Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for partition in ["city=a", "city=b"] {
+            let Ok(entries) = std::fs::read_dir(dir.join("t").join(partition)) else { continue };
+            out.extend(
+                entries
+                    .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".parquet")),
+            );
+        }
+        out.sort();
+        out
+    }
+
+    async fn rows(t: &Table) -> usize {
+        let stream = t.scan(&ScanOptions::default()).await.unwrap();
+        datafusion::physical_plan::common::collect(stream).await.unwrap().iter().map(|b| b.num_rows()).sum()
+    }
+
+    #[tokio::test]
+    async fn a_write_another_process_rolled_back_fails_and_removes_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let before = parquet_files(dir.path());
+        let tx = t.begin_write(WriteOperation::Upsert).await.unwrap();
+        let time = tx.time().to_string();
+        let part = t
+            .write_files(WriteOperation::Upsert, vec![by_parity(&[1, 3])], &time, &WriteConfig::default())
+            .await
+            .unwrap();
+        assert!(parquet_files(dir.path()).len() > before.len());
+        // Another process took this writer for dead and recorded its fate first.
+        fate::decide(t.storage(), &time, tx.epoch(), fate::Fate::RolledBack { by: "x".into() }).await.unwrap();
+        let err = t.commit_write(tx, WriteOperation::Upsert, vec![part], false).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::CommitConflict { detail, .. } if detail.contains("rolled back by another process")),
+            "{err}"
+        );
+        assert_eq!(parquet_files(dir.path()), before, "the files it wrote are gone");
+        t.reload().await.unwrap();
+        assert!(t.timeline().get(&time).is_none_or(|i| !i.is_completed()));
+        assert_eq!(rows(&t).await, 2);
+    }
+
+    #[tokio::test]
+    async fn a_commit_a_later_write_of_the_same_file_group_overtook_conflicts_and_is_rolled_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut a = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        a.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let tx = a.begin_write(WriteOperation::Upsert).await.unwrap();
+        let time = tx.time().to_string();
+        let part =
+            a.write_files(WriteOperation::Upsert, vec![by_parity(&[1])], &time, &WriteConfig::default()).await.unwrap();
+        let mut b = Table::open(a.uri(), TableOptions::default()).await.unwrap();
+        let other = b.write(WriteOperation::Upsert, vec![by_parity(&[1])], &WriteConfig::default()).await.unwrap();
+        let other = other.instant.unwrap();
+        let err = a.commit_write(tx, WriteOperation::Upsert, vec![part], false).await.unwrap_err();
+        assert!(matches!(&err, Error::CommitConflict { instant, .. } if *instant == other), "{err}");
+        a.reload().await.unwrap();
+        // Rolled back: neither pending nor completed, its file gone; the other write's stays.
+        assert!(a.timeline().get(&time).is_none());
+        assert!(parquet_files(dir.path()).iter().all(|f| !f.ends_with(&format!("_{time}.parquet"))));
+        assert!(parquet_files(dir.path()).iter().any(|f| f.ends_with(&format!("_{other}.parquet"))));
+        assert_eq!(rows(&a).await, 2);
+    }
+
+    #[tokio::test]
+    async fn a_write_during_which_a_column_was_renamed_conflicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("city", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let create = CreateOptions {
+            name: "t".into(),
+            table_type: TableType::MergeOnRead,
+            record_key_fields: vec!["id".into()],
+            partition_fields: vec!["city".into()],
+            ordering_field: None,
+            hive_style: true,
+            inline_compaction: None,
+        };
+        let uri = dir.path().join("t");
+        let uri = uri.to_str().unwrap();
+        let mut a = Table::create(uri, TableOptions::default(), create, schema.clone()).await.unwrap();
+        let batch = |ids: &[i64], v: i64| {
+            let cities: Vec<&str> = ids.iter().map(|i| if i % 2 == 0 { "a" } else { "b" }).collect();
+            let columns: Vec<arrow::array::ArrayRef> = vec![
+                Arc::new(Int64Array::from(ids.to_vec())),
+                Arc::new(StringArray::from(cities)),
+                Arc::new(Int64Array::from(vec![v; ids.len()])),
+            ];
+            RecordBatch::try_new(schema.clone(), columns).unwrap()
+        };
+        a.write(WriteOperation::Insert, vec![batch(&[1, 2], 10)], &WriteConfig::default()).await.unwrap();
+        let tx = a.begin_write(WriteOperation::Upsert).await.unwrap();
+        let time = tx.time().to_string();
+        let part =
+            a.write_files(WriteOperation::Upsert, vec![batch(&[1], 20)], &time, &WriteConfig::default()).await.unwrap();
+        let mut b = Table::open(uri, TableOptions::default()).await.unwrap();
+        let rename = crate::schema::internal::SchemaChange::RenameColumn { name: "v".into(), new_name: "w".into() };
+        b.alter_schema(&[rename]).await.unwrap().unwrap();
+        // The log block names the column `v` under an instant the new version would read as `w`.
+        let err = a.commit_write(tx, WriteOperation::Upsert, vec![part], false).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::CommitConflict { detail, .. } if detail.contains("`v` was renamed or dropped")),
+            "{err}"
+        );
+        b.reload().await.unwrap();
+        assert!(b.timeline().get(&time).is_none());
+        let stream = b.scan(&ScanOptions { columns: Some(vec!["w".into()]), ..Default::default() }).await.unwrap();
+        let batches = datafusion::physical_plan::common::collect(stream).await.unwrap();
+        let values: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .collect();
+        assert_eq!(values, vec![10, 10]);
     }
 }

@@ -26,6 +26,18 @@ pub fn full_path(table_uri: &str, rel: &str) -> String {
     if base.starts_with('/') { format!("file:{base}/{rel}") } else { format!("{base}/{rel}") }
 }
 
+/// The instant in the name of the data file at `path`: a base file's commit, a log file's base
+/// instant (`None`: neither).
+pub fn data_file_instant(path: &str) -> Option<String> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    BaseFileName::parse(name).map(|b| b.instant).or_else(|| LogFileName::parse(name).map(|l| l.instant))
+}
+
+/// The commit instant in the name of the base file at `path` (`None`: not a base file name).
+pub fn base_file_instant(path: &str) -> Option<String> {
+    BaseFileName::parse(path.rsplit('/').next().unwrap_or(path)).map(|b| b.instant)
+}
+
 /// A parsed base file name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BaseFileName {

@@ -32,6 +32,7 @@ use crate::format::avro::DatumReader;
 use crate::format::file_name::LogFileName;
 use crate::format::log_block::{self, BlockType, DeleteRecord, HeaderKey, LogBlock, Parsed};
 use crate::schema;
+use crate::schema::internal::{ColumnHistory, FileColumns};
 use crate::storage::Storage;
 use crate::table::fs_view::LogFile;
 use crate::timeline::Timeline;
@@ -304,11 +305,13 @@ async fn read_blocks(storage: &Storage, logs: &[LogFile], committed: Option<&Com
 }
 
 /// Reads and decodes the admitted blocks of a slice's logs into `schema` (the full table schema).
+/// `columns`: how blocks of older schema versions name the columns (see [`ColumnHistory`]).
 pub async fn read_slice(
     storage: &Storage,
     logs: &[LogFile],
     schema: &SchemaRef,
     admission: &Admission,
+    columns: Option<&ColumnHistory>,
 ) -> Result<Vec<LogContent>> {
     let committed = admission.committed(storage).await?;
     let blocks = read_blocks(storage, logs, Some(committed.as_ref())).await?;
@@ -329,7 +332,8 @@ pub async fn read_slice(
             }
             continue;
         }
-        decode_block(&path, &block, instant, schema, &mut out)?;
+        let view = columns.and_then(|c| c.columns_at(&instant));
+        decode_block(&path, &block, instant, schema, view.as_deref(), &mut out)?;
     }
     Ok(out)
 }
@@ -342,7 +346,7 @@ pub fn decode_file(path: &str, data: &Bytes, schema: &SchemaRef) -> Result<Vec<L
     for parsed in log_block::parse_blocks(data) {
         if let Parsed::Block { block, .. } = parsed {
             let instant = block.instant().unwrap_or_default().to_string();
-            decode_block(path, &block, instant, schema, &mut out)?;
+            decode_block(path, &block, instant, schema, None, &mut out)?;
         }
     }
     Ok(out)
@@ -354,6 +358,7 @@ fn decode_block(
     block: &LogBlock,
     instant: String,
     schema: &SchemaRef,
+    view: Option<&FileColumns>,
     out: &mut Vec<LogContent>,
 ) -> Result<()> {
     if block.block_type == BlockType::Delete {
@@ -361,7 +366,7 @@ fn decode_block(
         out.push(LogContent::Deletes { instant, records });
         return Ok(());
     }
-    for batch in decode_records(path, block, schema)? {
+    for batch in FileColumns::read_into(view, schema, |s| decode_records(path, block, s))? {
         out.push(LogContent::Records { instant: instant.clone(), batch });
     }
     Ok(())

@@ -307,7 +307,9 @@ impl Table {
         let ctx = crate::read::session(self, None, None)?;
         let df =
             ctx.read_table(Arc::new(crate::read::HudiTableProvider::try_new(self, crate::read::ScanPlan::default())?))?;
-        let expr = filter.to_expr(&df).map_err(|e| Error::invalid_arg("filter", e))?;
+        // A filter the latest columns do not take (a time-travel read names that instant's
+        // columns) prunes nothing here; the read itself checks it.
+        let Ok(expr) = filter.to_expr(&df) else { return Ok(slices) };
         let physical = ctx.state().create_physical_expr(expr, df.schema())?;
         // `None`: the filter cannot prune (always true, or not understood).
         let Some(predicate) = PruningPredicateBuilder::new().with_file_schema(schema.clone()).build(physical) else {
@@ -324,9 +326,15 @@ impl Table {
         let stats = if has_stats { mdt.column_stats().await? } else { HashMap::new() };
         let uses_keys = predicate.literal_columns().iter().any(|c| key_columns.contains(c));
         let blooms = if has_blooms && uses_keys { mdt.bloom_filters(&paths).await? } else { HashMap::new() };
+        // Column stats are kept by column name: a file older than the latest schema version
+        // may hold a renamed or dropped column under a name the table now gives another one.
+        let current = |path: &str| {
+            let time = crate::format::file_name::data_file_instant(path);
+            self.column_history().is_none_or(|h| !h.older_than_latest(time.as_deref()))
+        };
         let statistics = FilesStatistics {
             schema: &schema,
-            stats: paths.iter().map(|p| stats.get(*p)).collect(),
+            stats: paths.iter().map(|p| stats.get(*p).filter(|_| current(p))).collect(),
             blooms: paths.iter().map(|p| blooms.get(*p)).collect(),
             key_columns,
         };

@@ -113,7 +113,7 @@ impl MetadataTable {
         }
         let admission = Admission::new(upper, Arc::new(self.table.timeline().clone()));
         let content =
-            crate::log::read_slice(self.table.storage(), &slice.logs, &self.table.schema(), &admission).await?;
+            crate::log::read_slice(self.table.storage(), &slice.logs, &self.table.schema(), &admission, None).await?;
         // The latest version of each key: (batch, row), or None when deleted.
         let mut latest: HashMap<String, Option<(usize, usize)>> = HashMap::new();
         for (b, batch) in batches.iter().enumerate() {

@@ -372,9 +372,20 @@ impl Table {
             splits::Split::Changes(None) => Vec::new(),
             splits::Split::Scan(plan) => base_files(plan).collect(),
         };
+        // Time travel (a snapshot planned as of an earlier instant) reads the columns as of it.
+        let as_of = match &split {
+            splits::Split::Scan(plan)
+                if plan.commit_range.is_none()
+                    && self.timeline().latest_completed_data().is_some_and(|l| plan.upper < l.time) =>
+            {
+                self.with_schema_as_of(&plan.upper).await?
+            }
+            _ => None,
+        };
+        let table = as_of.as_ref().unwrap_or(self);
         let mut df = match split {
             splits::Split::Changes(plan) => self.changes_frame(&ctx, plan)?,
-            splits::Split::Scan(plan) => ctx.read_table(Arc::new(HudiTableProvider::try_new(self, plan)?))?,
+            splits::Split::Scan(plan) => ctx.read_table(Arc::new(HudiTableProvider::try_new(table, plan)?))?,
         };
         if let Some(f) = &opts.filter {
             let expr = f.to_expr(&df).map_err(|e| Error::invalid_arg("filter", e))?;

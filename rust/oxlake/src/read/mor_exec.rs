@@ -35,6 +35,7 @@ use super::merge::{LogSide, MergeSpec};
 use crate::error::{Error, Result};
 use crate::format::log_block::DeleteRecord;
 use crate::log::{self, Admission, LogContent};
+use crate::schema::internal::{ColumnHistory, FileColumns};
 use crate::storage::Storage;
 use crate::table::fs_view::LogFile;
 
@@ -79,6 +80,8 @@ pub struct MergeContext {
     pub base_predicate: Option<Arc<dyn PhysicalExpr>>,
     /// Options of the Parquet reader of base files.
     pub parquet_options: datafusion::config::TableParquetOptions,
+    /// How files of older schema versions name the columns (`None`: as the table does).
+    pub columns: Option<Arc<ColumnHistory>>,
 }
 
 impl MergeContext {
@@ -101,6 +104,7 @@ impl MergeContext {
             admission: Admission::new(upper, Arc::new(table.timeline().clone())),
             base_predicate: None,
             parquet_options,
+            columns: table.column_history().cloned(),
         })
     }
 }
@@ -277,7 +281,9 @@ impl GroupState {
         let ctx = &self.ctx;
         let scanned = Arc::new(ctx.table_schema.project(&ctx.scan_columns)?);
         let mut log = LogSide::new(ctx.spec.clone(), &scanned)?;
-        let contents = log::read_slice(&ctx.storage, &slice.logs, &ctx.table_schema, &ctx.admission).await?;
+        let contents =
+            log::read_slice(&ctx.storage, &slice.logs, &ctx.table_schema, &ctx.admission, ctx.columns.as_deref())
+                .await?;
         let key = ctx.spec.key;
         let project = |b: &RecordBatch| -> Result<RecordBatch> { in_pass(&b.project(&ctx.scan_columns)?, key, pass) };
         for content in contents {
@@ -304,8 +310,14 @@ impl GroupState {
     /// The Parquet scan of a base file: projected, with the key-only predicate pushed down.
     fn base_stream(&self, path: &str, size: u64) -> Result<SendableRecordBatchStream> {
         let ctx = &self.ctx;
-        let mut source =
-            ParquetSource::new(ctx.table_schema.clone()).with_table_parquet_options(ctx.parquet_options.clone());
+        // A file of an older schema version is read under its own column names (the key and
+        // partition columns the predicate uses keep theirs).
+        let view = ctx
+            .columns
+            .as_ref()
+            .and_then(|c| crate::format::file_name::base_file_instant(path).and_then(|t| c.columns_at(&t)));
+        let file_schema = view.as_ref().map_or_else(|| ctx.table_schema.clone(), |v| v.file_schema(&ctx.table_schema));
+        let mut source = ParquetSource::new(file_schema).with_table_parquet_options(ctx.parquet_options.clone());
         if let Some(p) = &ctx.base_predicate {
             source = source.with_predicate(p.clone());
         }
@@ -314,7 +326,14 @@ impl GroupState {
             .with_projection_indices(Some(ctx.scan_columns.clone()))?
             .build();
         let exec = DataSourceExec::from_data_source(config);
-        Ok(exec.execute(0, self.task.clone())?)
+        let stream = exec.execute(0, self.task.clone())?;
+        if view.is_none() {
+            return Ok(stream);
+        }
+        let scanned = Arc::new(ctx.table_schema.project(&ctx.scan_columns)?);
+        let relabeled = scanned.clone();
+        let stream = stream.map(move |b| Ok(FileColumns::relabel(b?, &relabeled)?));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(scanned, stream)))
     }
 }
 
@@ -546,7 +565,8 @@ mod tests {
         assert_eq!(slices.len(), 1);
         let plan = t.plan_scan(&ScanOptions::default()).await.unwrap();
         let ctx = MergeContext::all_columns(&t, &plan.upper).unwrap();
-        let contents = log::read_slice(&ctx.storage, &slices[0].logs, &ctx.table_schema, &ctx.admission).await.unwrap();
+        let contents =
+            log::read_slice(&ctx.storage, &slices[0].logs, &ctx.table_schema, &ctx.admission, None).await.unwrap();
         let scanned = Arc::new(ctx.table_schema.project(&ctx.scan_columns).unwrap());
         let mut side = LogSide::new(ctx.spec.clone(), &scanned).unwrap();
         for c in contents {

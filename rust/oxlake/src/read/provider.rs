@@ -31,6 +31,7 @@ use super::{CommitWindow, PlannedFile, PlannedSlice, ScanPlan};
 use crate::error::{Error, Result};
 use crate::keys::KeySpec;
 use crate::log::Admission;
+use crate::schema::internal::{ColumnHistory, FileColumns};
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::storage::Storage;
 use crate::table::Table;
@@ -49,6 +50,8 @@ pub struct HudiTableProvider {
     timeline: Arc<Timeline>,
     /// The table's merge, columns indexed into the table schema (when a slice has logs to merge).
     merge: Option<MergeSpec>,
+    /// How files of older schema versions name the columns (`None`: as the table does).
+    columns: Option<Arc<ColumnHistory>>,
 }
 
 impl HudiTableProvider {
@@ -71,6 +74,7 @@ impl HudiTableProvider {
             store_url,
             storage: table.storage().clone(),
             timeline: Arc::new(table.timeline().clone()),
+            columns: table.column_history().cloned(),
         })
     }
 
@@ -221,9 +225,26 @@ impl HudiTableProvider {
             admission: Admission::new(self.upper.clone(), self.timeline.clone()),
             base_predicate,
             parquet_options: state.table_options().parquet.clone(),
+            columns: self.columns.clone(),
         };
         Ok(MergeOnReadExec::try_new(groups, ctx)?)
     }
+}
+
+/// `plan` (columns named as in `file`) with the columns named as in `table` (same order).
+fn relabel(plan: Arc<dyn ExecutionPlan>, file: &Schema, table: &Schema) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let exprs: Vec<(Arc<dyn datafusion::physical_expr::PhysicalExpr>, String)> = file
+        .fields()
+        .iter()
+        .zip(table.fields())
+        .enumerate()
+        .map(|(i, (f, t))| {
+            let c: Arc<dyn datafusion::physical_expr::PhysicalExpr> =
+                Arc::new(datafusion::physical_expr::expressions::Column::new(f.name(), i));
+            (c, t.name().clone())
+        })
+        .collect();
+    Ok(Arc::new(ProjectionExec::try_new(exprs, plan)?))
 }
 
 /// Splits slices into at most `n` groups of similar total size.
@@ -310,17 +331,35 @@ impl TableProvider for HudiTableProvider {
             slices.into_iter().partition(|s| !s.logs.is_empty());
         let limit = if self.commit_range.is_some() || !merged.is_empty() { None } else { limit };
         let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
-        if !plain.is_empty() {
-            let files: Vec<&PlannedFile> = plain.iter().filter_map(|s| s.base.as_ref()).collect();
+        // Files of one schema version are read together, under their own column names.
+        let mut by_names: Vec<(Option<Arc<FileColumns>>, Vec<&PlannedFile>)> = Vec::new();
+        for file in plain.iter().filter_map(|s| s.base.as_ref()) {
+            let view = self
+                .columns
+                .as_ref()
+                .and_then(|c| crate::format::file_name::base_file_instant(&file.path).and_then(|t| c.columns_at(&t)));
+            match by_names.iter_mut().find(|(v, _)| *v == view) {
+                Some((_, files)) => files.push(file),
+                None => by_names.push((view, vec![file])),
+            }
+        }
+        for (view, files) in by_names {
             let groups = balance(&self.storage, &files, state.config().target_partitions());
-            let source = Arc::new(ParquetSource::new(self.schema.clone()));
+            let file_schema = view.as_ref().map_or_else(|| self.schema.clone(), |v| v.file_schema(&self.schema));
+            let source = Arc::new(ParquetSource::new(file_schema.clone()));
             let config = FileScanConfigBuilder::new(self.store_url.clone(), source)
                 .with_file_groups(groups)
                 .with_projection_indices(Some(scan_projection.clone()))?
                 .with_limit(limit)
                 .build();
             let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
-            plans.push(format.create_physical_plan(state, config).await?);
+            let scan = format.create_physical_plan(state, config).await?;
+            plans.push(match view {
+                None => scan,
+                Some(_) => {
+                    relabel(scan, &file_schema.project(&scan_projection)?, &self.schema.project(&scan_projection)?)?
+                }
+            });
         }
         if !merged.is_empty() {
             plans.push(Arc::new(self.merge_plan(state, &merged, &scan_projection, filters)?));

@@ -18,6 +18,7 @@ use crate::config::{CreateOptions, PROPERTIES_FILE, TableConfig, keys};
 use crate::error::{Error, Result};
 use crate::format::instant::{Action, Instant};
 use crate::schema;
+use crate::schema::internal::{self, ColumnHistory, FileColumns, InternalSchema};
 use crate::storage::{FileInfo, ParquetFile, Storage};
 use crate::timeline::Timeline;
 use extensions::{DerivedCache, Extensions, FileIndex};
@@ -26,7 +27,7 @@ use fs_view::{FileGroupId, FileSystemView};
 /// oxlake's own property holding the exact Arrow schema of the data (base64 Arrow IPC).
 pub const ARROW_SCHEMA_KEY: &str = "oxlake.table.arrow.schema";
 /// Set once a write evolved the table's schema: from then on the schema is the one the latest
-/// commit records (see [`committed_schema`]), and `ARROW_SCHEMA_KEY` the one the table was created with.
+/// commit records (see [`committed`]), and `ARROW_SCHEMA_KEY` the one the table was created with.
 pub const SCHEMA_EVOLVED_KEY: &str = "oxlake.table.schema.evolved";
 
 /// Where oxlake keeps a table's metadata table, relative to the data table's root.
@@ -70,6 +71,9 @@ pub struct Table {
     config: TableConfig,
     timeline: Timeline,
     data_schema: SchemaRef,
+    /// The ids of the columns over the table's history, once columns were renamed, dropped or
+    /// moved (see [`schema::internal`]); `None`: columns are known by name.
+    columns: Option<Arc<ColumnHistory>>,
     options: TableOptions,
     /// What an extension derived from this state (the metadata table opened at it), shared by
     /// clones, dropped when the state changes.
@@ -82,8 +86,8 @@ impl Table {
         let storage = Storage::open(uri, &options.storage_options)?;
         let config = parse_properties(&storage, storage.get_opt(PROPERTIES_FILE).await?)?;
         let timeline = Timeline::load(&storage, &config).await?;
-        let data_schema = resolve_schema(&storage, &config, &timeline).await?;
-        Ok(Table { storage, config, timeline, data_schema, options, derived: DerivedCache::default() })
+        let (data_schema, columns) = resolve_schema(&storage, &config, &timeline).await?;
+        Ok(Table { storage, config, timeline, data_schema, columns, options, derived: DerivedCache::default() })
     }
 
     /// Opens the table together with a listing of its files (see [`Storage::list_table`]):
@@ -104,8 +108,9 @@ impl Table {
         let names = timeline_files.iter().filter_map(|f| f.path.rsplit('/').next());
         let timeline = Timeline::from_file_names(names, config.timeline_dir(), config.layout_version)
             .with_rolled_back(&rolled_back);
-        let data_schema = resolve_schema(&storage, &config, &timeline).await?;
-        let table = Table { storage, config, timeline, data_schema, options, derived: DerivedCache::default() };
+        let (data_schema, columns) = resolve_schema(&storage, &config, &timeline).await?;
+        let table =
+            Table { storage, config, timeline, data_schema, columns, options, derived: DerivedCache::default() };
         Ok((table, files))
     }
 
@@ -131,7 +136,7 @@ impl Table {
             return Err(Error::TableExists { uri: storage.uri().to_string() });
         }
         let timeline = Timeline::from_file_names([], config.timeline_dir(), config.layout_version);
-        Ok(Table { storage, config, timeline, data_schema, options, derived: DerivedCache::default() })
+        Ok(Table { storage, config, timeline, data_schema, columns: None, options, derived: DerivedCache::default() })
     }
 
     /// Reloads the timeline (and the schema, which may have changed with it).
@@ -149,10 +154,51 @@ impl Table {
                 self.config = config;
             }
         }
-        self.data_schema = resolve_schema(&self.storage, &self.config, &timeline).await?;
+        (self.data_schema, self.columns) = resolve_schema(&self.storage, &self.config, &timeline).await?;
         self.timeline = timeline;
         self.derived = DerivedCache::default();
         Ok(())
+    }
+
+    /// The ids of the table's columns over its history (`None`: columns are known by name).
+    pub fn column_history(&self) -> Option<&Arc<ColumnHistory>> {
+        self.columns.as_ref()
+    }
+
+    /// This table read with the schema it had as of the commit at `as_of` (time travel reads
+    /// return that instant's columns, under that instant's names); `None`: the same schema.
+    pub async fn with_schema_as_of(&self, as_of: &str) -> Result<Option<Table>> {
+        if !self.config.raw.contains_key(SCHEMA_EVOLVED_KEY) {
+            return Ok(None);
+        }
+        let as_of = crate::format::instant::normalize_time(as_of)?;
+        let archived;
+        let table = if self.reaches_archive(&as_of) {
+            archived = self.with_archived_timeline().await?;
+            &archived
+        } else {
+            self
+        };
+        let Some((schema, ids)) = committed_as_of(&self.storage, &self.config, table.timeline(), Some(&as_of)).await?
+        else {
+            return Ok(None);
+        };
+        let latest = self.columns.as_ref().map(|c| c.latest());
+        if schema == self.data_schema && ids.as_ref() == latest {
+            return Ok(None);
+        }
+        let columns = match (ids, &self.columns) {
+            (Some(ids), Some(history)) => Some(Arc::new(history.as_of(ids))),
+            (Some(ids), None) => Some(Arc::new(load_column_history(&self.storage, table.timeline(), ids).await?)),
+            // Before the first explicit change, columns were known by name.
+            (None, _) => None,
+        };
+        Ok(Some(Table { data_schema: schema, columns, ..self.clone() }))
+    }
+
+    /// How files written at `time` name the table's columns (`None`: as the table does).
+    pub fn columns_at(&self, time: &str) -> Option<Arc<FileColumns>> {
+        self.columns.as_ref().and_then(|c| c.columns_at(time))
     }
 
     /// The store the table lives in, rooted at the table.
@@ -363,14 +409,23 @@ fn parse_properties(storage: &Storage, text: Option<Bytes>) -> Result<TableConfi
     TableConfig::parse(&crate::config::properties::decode(&text))
 }
 
-async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Timeline) -> Result<SchemaRef> {
+/// The table's data schema, and its column ids once it has them.
+async fn resolve_schema(
+    storage: &Storage,
+    config: &TableConfig,
+    timeline: &Timeline,
+) -> Result<(SchemaRef, Option<Arc<ColumnHistory>>)> {
     if config.raw.contains_key(SCHEMA_EVOLVED_KEY)
-        && let Some(schema) = committed_schema(storage, config, timeline).await?
+        && let Some((schema, ids)) = committed(storage, config, timeline).await?
     {
-        return Ok(schema);
+        let columns = match ids {
+            Some(latest) => Some(Arc::new(load_column_history(storage, timeline, latest).await?)),
+            None => None,
+        };
+        return Ok((schema, columns));
     }
     if let Some(text) = config.raw.get(ARROW_SCHEMA_KEY) {
-        return schema::decode_arrow_schema(text);
+        return Ok((schema::decode_arrow_schema(text)?, None));
     }
     for instant in timeline.completed_data().collect::<Vec<_>>().into_iter().rev() {
         let meta = timeline.commit_metadata(storage, instant).await?;
@@ -381,11 +436,11 @@ async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Time
             let reader = ParquetFile::open(storage, path, head.size);
             let builder =
                 ParquetRecordBatchStreamBuilder::new(reader).await.map_err(|e| Error::from(e).in_file(path))?;
-            return schema::normalize(&schema::without_meta_fields(builder.schema()));
+            return Ok((schema::normalize(&schema::without_meta_fields(builder.schema()))?, None));
         }
     }
     match config.raw.get(keys::CREATE_SCHEMA) {
-        Some(avro) => schema::normalize(schema::from_avro(avro)?.as_ref()),
+        Some(avro) => Ok((schema::normalize(schema::from_avro(avro)?.as_ref())?, None)),
         None => Err(Error::unsupported(format!("{}: no schema (no data file and no create schema)", storage.uri()))),
     }
 }
@@ -394,18 +449,34 @@ async fn resolve_schema(storage: &Storage, config: &TableConfig, timeline: &Time
 /// oxlake's exact Arrow schema ([`crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY`]; else
 /// the created one, `ARROW_SCHEMA_KEY`), evolved by the Avro writer schemas of the later commits
 /// that record only that (Apache Hudi's own writer: its added columns stay visible). A rollback
-/// or restore of an evolving commit takes its schema back with it. `None`: nothing to start from.
-pub(crate) async fn committed_schema(
+/// or restore of an evolving commit takes its schema back with it; with the column ids
+/// (`latestSchema`) the commit it starts from records. `None`: nothing to start from.
+pub(crate) async fn committed(
     storage: &Storage,
     config: &TableConfig,
     timeline: &Timeline,
-) -> Result<Option<SchemaRef>> {
+) -> Result<Option<(SchemaRef, Option<InternalSchema>)>> {
+    committed_as_of(storage, config, timeline, None).await
+}
+
+/// [`committed`] as of the commit at `as_of` (`None`: the latest).
+async fn committed_as_of(
+    storage: &Storage,
+    config: &TableConfig,
+    timeline: &Timeline,
+    as_of: Option<&str>,
+) -> Result<Option<(SchemaRef, Option<InternalSchema>)>> {
     let mut later: Vec<String> = Vec::new();
     let mut base = None;
-    for instant in timeline.completed_data().collect::<Vec<_>>().into_iter().rev() {
+    let mut ids = None;
+    let upto = |t: &str| as_of.is_none_or(|a| t <= a);
+    for instant in timeline.completed_data().filter(|i| upto(&i.time)).collect::<Vec<_>>().into_iter().rev() {
         let meta = timeline.commit_metadata(storage, instant).await?;
         if let Some(text) = meta.extra_metadata.get(crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY) {
             base = Some(schema::decode_arrow_schema(text)?);
+            if let Some(json) = meta.extra_metadata.get(internal::LATEST_SCHEMA_KEY) {
+                ids = Some(InternalSchema::from_json(json).map_err(|e| e.in_file(instant.file_name()))?);
+            }
             break;
         }
         if let Some(avro) = meta.schema() {
@@ -421,7 +492,36 @@ pub(crate) async fn committed_schema(
             out = evolved;
         }
     }
-    Ok(Some(out))
+    // Columns a later commit of another engine added take ids after the recorded ones.
+    let ids = match ids {
+        Some(ids) if !later.is_empty() => Some(ids.follow(&schema::with_meta_fields(&out))?),
+        other => other,
+    };
+    Ok(Some((out, ids)))
+}
+
+/// Every version of the column ids: the newest history file (`.hoodie/.schema`) of a committed
+/// instant, read as `latest` (the ids the latest commit records).
+pub(crate) async fn load_column_history(
+    storage: &Storage,
+    timeline: &Timeline,
+    latest: InternalSchema,
+) -> Result<ColumnHistory> {
+    let files = storage.list_dir(internal::SCHEMA_DIR).await?;
+    let newest = files
+        .iter()
+        .filter_map(|f| {
+            let name = f.path.rsplit('/').next()?;
+            let time = name.strip_suffix(internal::SCHEMA_COMMIT_SUFFIX)?;
+            timeline.is_committed(time).then_some((time.to_string(), f.path.clone()))
+        })
+        .max();
+    let mut versions = match newest {
+        Some((_, path)) => internal::parse_history(&path, &storage.get(&path).await?)?,
+        None => Default::default(),
+    };
+    versions.entry(latest.version).or_insert_with(|| latest.clone());
+    Ok(ColumnHistory::new(versions, latest))
 }
 
 #[cfg(test)]

@@ -51,6 +51,8 @@ pub(super) struct Context {
     /// Whether the metadata table keeps column stats and bloom filters of data files (log
     /// writers then compute theirs from the batches they write).
     pub file_indexes: (bool, bool),
+    /// How files of older schema versions name the columns (`None`: as the table does).
+    pub columns: Option<Arc<crate::schema::internal::ColumnHistory>>,
 }
 
 /// Writes every planned file, `config.parallelism` at a time.
@@ -70,6 +72,7 @@ pub(crate) async fn write_all(
         schema: table.schema(),
         instant: instant.to_string(),
         incoming: incoming.cloned(),
+        columns: table.column_history().cloned(),
         ordering_field,
         table_name: table.config().name.clone(),
         props: crate::format::base_file::writer_properties(config.row_group_size),
@@ -128,8 +131,16 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
         let reader = ParquetFile::open(&ctx.storage, &old.path, old.size);
         let open = async { ParquetRecordBatchStreamBuilder::new(reader).await.and_then(|b| b.build()).map_err(named) };
         let mut stream = crate::storage::decoding(&old.path, open).await?;
+        let view = ctx
+            .columns
+            .as_ref()
+            .and_then(|c| crate::format::file_name::base_file_instant(&old.path).and_then(|t| c.columns_at(&t)));
         while let Some(batch) = crate::storage::decoding(&old.path, stream.next().map(Ok)).await? {
-            let batch = crate::schema::align(&batch.map_err(named)?, &ctx.schema)?;
+            let batch = batch.map_err(named)?;
+            let batch = crate::schema::internal::FileColumns::read_into(view.as_deref(), &ctx.schema, |s| {
+                Ok(vec![crate::schema::align(&batch, s)?])
+            })?
+            .remove(0);
             let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat, &mut matched)?;
             if kept.num_rows() > 0 {
                 writer.write(&kept).await?;

@@ -7,6 +7,7 @@
 //! small groups first and new groups beyond. **Execute** rewrites or creates one base file per group,
 //! in parallel, inside a [`Transaction`], and commits them as one instant.
 
+mod alter;
 mod base_file;
 pub mod inline;
 mod log_file;
@@ -109,6 +110,10 @@ pub struct WrittenFiles {
     /// computed it (log files; the sync reads the others back).
     #[serde(default)]
     pub entries: Vec<(String, crate::metadata::file_index::FileEntry)>,
+    /// The data schema the files were written in, where a `schema_mode="merge"` write evolved
+    /// it (Arrow IPC, base64; the driver records it with the commit).
+    #[serde(default)]
+    pub schema: Option<String>,
 }
 
 impl WrittenFiles {
@@ -273,8 +278,17 @@ impl Table {
         if incoming.is_none() && op != WriteOperation::InsertOverwriteTable {
             return Ok(WrittenFiles::default());
         }
+        let before = self.data_schema();
+        let incoming = match config.schema_mode {
+            SchemaMode::Merge => self.adopt_write_schema(op, incoming).await?,
+            SchemaMode::Strict => incoming,
+        };
         let _beating = crate::commit::TaskHeartbeat::start(self, instant).await?;
-        self.write_files_in(op, incoming.as_ref(), instant, config).await
+        let mut written = self.write_files_in(op, incoming.as_ref(), instant, config).await?;
+        if self.data_schema() != before {
+            written.schema = Some(schema::encode_arrow_schema(&self.data_schema()));
+        }
+        Ok(written)
     }
 
     /// Where each input row goes in a distributed write (task side, before a shuffle by route):
@@ -331,7 +345,20 @@ impl Table {
             stats: written.into_iter().map(|w| (w.partition, w.stat)).collect(),
             keys,
             entries,
+            schema: None,
         })
+    }
+
+    /// The schema the tasks of a distributed write wrote in: the table's, evolved by what tasks
+    /// of a `schema_mode="merge"` write report.
+    fn written_schema(&self, parts: &[WrittenFiles]) -> Result<arrow::datatypes::SchemaRef> {
+        let mut out = self.data_schema();
+        let cfg = self.config();
+        let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
+        for evolved in parts.iter().filter_map(|p| p.schema.as_deref()) {
+            out = schema::evolve::evolve(&out, &*schema::decode_arrow_schema(evolved)?, SchemaMode::Merge, &fixed)?;
+        }
+        Ok(out)
     }
 
     /// Completes a write with the files of all its tasks (driver side). With `reconcile` (a write
@@ -352,7 +379,10 @@ impl Table {
             return Err(tx.fail(self, e).await);
         }
         let mut metadata = CommitMetadata { operation_type: Some(op.hudi_name().to_string()), ..Default::default() };
-        metadata.set_schema(&self.data_schema(), &self.config().name)?;
+        let schema = self.written_schema(&parts).and_then(|s| metadata.set_schema(&s, &self.config().name));
+        if let Err(e) = schema {
+            return Err(tx.fail(self, e).await);
+        }
         let mut result = WriteResult::default();
         let mut keys = crate::metadata::KeyChanges::default();
         let mut entries = Vec::new();

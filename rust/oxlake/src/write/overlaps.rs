@@ -92,7 +92,12 @@ async fn merge_group(
         let reader = ParquetFile::open(table.storage(), path, stat.file_size_in_bytes.max(0) as u64);
         let read = async { Ok(ParquetRecordBatchStreamBuilder::new(reader).await?.build()?.try_collect().await?) };
         let batches: Vec<RecordBatch> = crate::storage::decoding(path, read).await.map_err(|e| e.in_file(path))?;
-        let batches = batches.iter().map(|b| crate::schema::align(b, &schema)).collect::<Result<Vec<_>>>()?;
+        let view = table
+            .column_history()
+            .and_then(|c| crate::format::file_name::base_file_instant(path).and_then(|t| c.columns_at(&t)));
+        let batches = crate::schema::internal::FileColumns::read_into(view.as_deref(), &schema, |s| {
+            batches.iter().map(|b| crate::schema::align(b, s)).collect()
+        })?;
         files.push(concat_batches(&schema, &batches)?);
     }
     let ordering = match table.config().merge_mode {
