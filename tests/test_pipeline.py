@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("pyspark")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from oxlake import InvalidArgumentError  # noqa: E402
+from oxlake import InvalidArgumentError, SchemaMismatchError  # noqa: E402
 from oxlake.pipeline import (  # noqa: E402
     ADDED,
     CHANGED,
@@ -497,3 +497,34 @@ def test_structured_layer_errors(spark: SparkSession, tmp_path: Path) -> None:
         Driver(spark, output, {"roads": inputs}, [roads.Tiles()]).run()
     output.refresh()
     assert output.instants() == [] and not [i for i in output.table.timeline() if i.state != "completed"]
+
+
+def test_structured_layers_grow_fields_and_layers(tmp_path: Path) -> None:
+    """`Catalog.evolve` adds a field to a structured layer (and widens one, and adds a layer) as
+    one schema change: payloads written before read the new field as null; dropping a field is
+    refused, the catalog unchanged."""
+    c = Catalog.create(str(tmp_path / "c"), structured={"stats": STATS})
+
+    def put(partition: str, value: dict[str, object], type: pa.StructType) -> None:
+        row = {"layer": ["stats"], "partition": [partition], "payload": pa.nulls(1, pa.binary())}
+        row |= {"checksum": pa.nulls(1, pa.string()), "stats": pa.array([value], type)}
+        c.table.upsert(pa.table(row), schema_mode="merge")
+
+    put("a", {"segments": 1, "length": 2.5}, STATS)
+    grown = pa.struct([("segments", pa.int64()), ("length", pa.float64()), ("note", pa.string())])
+    assert c.evolve({"stats": grown, "totals": TOTALS}) is not None
+    assert c.structured == {"stats": grown, "totals": TOTALS}
+    put("b", {"segments": 2, "length": 1.0, "note": "new"}, grown)
+    snap = Catalog(c.uri).snapshot(layers=["stats"])
+    values = dict(zip(snap.column("partition").to_pylist(), snap.column("stats").to_pylist(), strict=True))
+    assert values == {
+        "a": {"segments": 1, "length": 2.5, "note": None},
+        "b": {"segments": 2, "length": 1.0, "note": "new"},
+    }
+    assert c.evolve({"stats": grown}) is None
+    before = [i.time for i in c.table.timeline()]
+    with pytest.raises(SchemaMismatchError, match="stats.note"):
+        c.evolve({"stats": STATS})
+    with pytest.raises(InvalidArgumentError, match="reserved name"):
+        c.evolve({"payload": STATS})
+    assert [i.time for i in Catalog(c.uri).table.timeline()] == before

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
-from oxlake.table import Table, create_table
+from oxlake.table import Table, UpdateSchema, create_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -62,11 +62,7 @@ class Catalog:
         if not set(SCHEMA.names) <= fields:
             raise _native.InvalidArgumentError(f"{uri} is not a catalog (columns {sorted(fields)})")
         #: The structured layers and the struct type of their payloads.
-        self.structured: dict[str, pa.StructType] = {
-            f.name: f.type
-            for f in self.table.schema
-            if f.name not in SCHEMA.names and not f.name.startswith("_hoodie_") and pa.types.is_struct(f.type)
-        }
+        self.structured = _structured(self.table)
 
     @classmethod
     def create(
@@ -106,6 +102,31 @@ class Catalog:
 
     def refresh(self) -> None:
         self.table = Table(self.uri, self.storage_options)
+
+    def evolve(self, structured: Mapping[str, pa.StructType]) -> str | None:
+        """Adds structured layers, and fields to existing ones, as one schema change of the
+        catalog's table (`Table.update_schema`): a new layer's column, a new (nullable) field
+        inside a layer's struct, a field widened by the promotions writes allow (int → long,
+        float → double, ...). Payloads written before read the new fields as null. Anything
+        else (a field dropped, renamed or narrowed) raises `SchemaMismatchError`, the catalog
+        unchanged. Returns the instant of the change (`None`: nothing to change)."""
+        with self.table.update_schema() as u:
+            for layer, type in structured.items():
+                if layer in SCHEMA.names or layer == STATE_LAYER or layer.startswith("_hoodie_") or not layer:
+                    raise _native.InvalidArgumentError(
+                        f"{layer!r} is a reserved name, not a structured layer"
+                    )
+                if not pa.types.is_struct(type):
+                    raise _native.InvalidArgumentError(
+                        f"structured layer {layer!r}: {type} is not a struct type"
+                    )
+                if layer not in self.structured:
+                    u.add_column(layer, type)
+                else:
+                    _grow(u, (layer,), self.structured[layer], type)
+        self.refresh()
+        self.structured = _structured(self.table)
+        return u.instant
 
     # ---- versions ---------------------------------------------------------------------------
 
@@ -290,3 +311,34 @@ class Catalog:
         from oxlake.spark import spark_schema
 
         return spark.createDataFrame([], spark_schema(schema))
+
+
+def _structured(table: Table) -> dict[str, pa.StructType]:
+    """The structured layers of a catalog's table and the struct type of their payloads."""
+    return {
+        f.name: f.type
+        for f in table.schema
+        if f.name not in SCHEMA.names and not f.name.startswith("_hoodie_") and pa.types.is_struct(f.type)
+    }
+
+
+def _grow(u: UpdateSchema, path: tuple[str, ...], old: pa.StructType, new: pa.StructType) -> None:
+    """The changes that take a struct of type `old` at `path` to `new`: fields added, nested
+    structs grown, types widened; a field of `old` missing from `new` is refused."""
+    names = {new.field(i).name for i in range(new.num_fields)}
+    for i in range(old.num_fields):
+        if old.field(i).name not in names:
+            raise _native.SchemaMismatchError(
+                f"structured layer field `{'.'.join((*path, old.field(i).name))}` is missing from the new type "
+                "(fields are only added or widened)"
+            )
+    for i in range(new.num_fields):
+        field = new.field(i)
+        at = (*path, field.name)
+        index = old.get_field_index(field.name)
+        if index < 0:
+            u.add_column(at, field.type)
+        elif pa.types.is_struct(field.type) and pa.types.is_struct(old.field(index).type):
+            _grow(u, at, old.field(index).type, field.type)
+        elif field.type != old.field(index).type:
+            u.update_column(at, field.type)

@@ -584,8 +584,9 @@ fn accepts(s: &Schema, v: &Json) -> bool {
 pub struct DatumReader {
     fields: Vec<(String, Schema, Option<Json>)>,
     target: SchemaRef,
-    /// For each target column, the writer field it comes from.
-    sources: Vec<Option<usize>>,
+    /// For each target column, the writer field it comes from, and the type the writer gave it
+    /// where the table widened it since (decoded as written, then promoted).
+    sources: Vec<Option<(usize, Option<DataType>)>>,
 }
 
 impl DatumReader {
@@ -596,7 +597,20 @@ impl DatumReader {
         let Schema::Record(fields) = parse_schema(&json, &mut Vec::new())? else {
             return Err(Error::invalid_data("avro schema of a data block is not a record"));
         };
-        let sources = target.fields().iter().map(|f| fields.iter().position(|(n, _, _)| n == f.name())).collect();
+        // A block written before a promotion holds values of the older type (a decimal's scale,
+        // an int where the table now has longs or strings): decoded in it, then promoted.
+        let written = crate::schema::from_avro(writer_schema).ok();
+        let sources = target
+            .fields()
+            .iter()
+            .map(|f| {
+                let i = fields.iter().position(|(n, _, _)| n == f.name())?;
+                let older = written.as_ref().and_then(|w| w.field_with_name(f.name()).ok()).map(|w| w.data_type());
+                let older =
+                    older.filter(|w| *w != f.data_type() && crate::schema::evolve::promotable(w, f.data_type()));
+                Some((i, older.cloned()))
+            })
+            .collect();
         Ok(DatumReader { fields, target, sources })
     }
 
@@ -617,7 +631,10 @@ impl DatumReader {
             .iter()
             .zip(&self.sources)
             .map(|(f, src)| match src {
-                Some(i) => to_array(&columns[*i], f.data_type()),
+                Some((i, None)) => to_array(&columns[*i], f.data_type()),
+                Some((i, Some(older))) => {
+                    crate::schema::evolve::project(&to_array(&columns[*i], older)?, f.data_type(), f.name())
+                }
                 None => Ok(new_null_array(f.data_type(), rows)),
             })
             .collect::<Result<Vec<ArrayRef>>>()?;
@@ -891,5 +908,30 @@ mod tests {
         let batch = DatumReader::new(schema, target).unwrap().read([datum.buf.as_slice()]).unwrap();
         let text = arrow::util::pretty::pretty_format_batches(&[batch]).unwrap().to_string();
         assert!(text.contains("| x    | 7  | -2.00  |"), "{text}");
+    }
+
+    #[test]
+    fn datums_written_before_a_promotion_are_promoted() {
+        use arrow::datatypes::{Field, Schema as ArrowSchema};
+        use std::sync::Arc;
+        // Written when `amount` was decimal(4, 2) and `n` an int; the table has since widened
+        // them to decimal(6, 3) and to a double, a long and a string.
+        let schema = r#"{"type":"record","name":"r","fields":[
+            {"name":"n","type":"int"},{"name":"m","type":"int"},{"name":"s","type":"int"},
+            {"name":"amount","type":{"type":"fixed","name":"d","size":2,"logicalType":"decimal","precision":4,"scale":2}}]}"#;
+        let mut datum = Encoder::default();
+        datum.long(3);
+        datum.long(-4);
+        datum.long(12);
+        datum.buf.extend_from_slice(&[0x04, 0xd2]); // 1234 = 12.34
+        let target = Arc::new(ArrowSchema::new(vec![
+            Field::new("n", DataType::Float64, true),
+            Field::new("m", DataType::Int64, true),
+            Field::new("s", DataType::Utf8, true),
+            Field::new("amount", DataType::Decimal128(6, 3), true),
+        ]));
+        let batch = DatumReader::new(schema, target).unwrap().read([datum.buf.as_slice()]).unwrap();
+        let text = arrow::util::pretty::pretty_format_batches(&[batch]).unwrap().to_string();
+        assert!(text.contains("| 3.0 | -4 | 12 | 12.340 |"), "{text}");
     }
 }

@@ -415,20 +415,31 @@ async fn resolve_schema(
     config: &TableConfig,
     timeline: &Timeline,
 ) -> Result<(SchemaRef, Option<Arc<ColumnHistory>>)> {
-    if config.raw.contains_key(SCHEMA_EVOLVED_KEY)
-        && let Some((schema, ids)) = committed(storage, config, timeline).await?
-    {
+    let with_history = async |(schema, ids): (SchemaRef, Option<InternalSchema>)| -> Result<_> {
         let columns = match ids {
             Some(latest) => Some(Arc::new(load_column_history(storage, timeline, latest).await?)),
             None => None,
         };
-        return Ok((schema, columns));
+        Ok((schema, columns))
+    };
+    if config.raw.contains_key(SCHEMA_EVOLVED_KEY)
+        && let Some(found) = committed(storage, config, timeline).await?
+    {
+        return with_history(found).await;
     }
     if let Some(text) = config.raw.get(ARROW_SCHEMA_KEY) {
         return Ok((schema::decode_arrow_schema(text)?, None));
     }
-    for instant in timeline.completed_data().collect::<Vec<_>>().into_iter().rev() {
+    for (n, instant) in timeline.completed_data().collect::<Vec<_>>().into_iter().rev().enumerate() {
         let meta = timeline.commit_metadata(storage, instant).await?;
+        // Apache Hudi's schema-on-read evolution (`hoodie.schema.on.read.enable`): every commit
+        // records its column ids, and the columns may have been renamed since the last data file.
+        if n == 0
+            && meta.extra_metadata.contains_key(internal::LATEST_SCHEMA_KEY)
+            && let Some(found) = committed(storage, config, timeline).await?
+        {
+            return with_history(found).await;
+        }
         // The first base file of the commit still there (a clean or a replace may have removed some).
         let bases = meta.write_stats().filter_map(|(_, s)| s.path.as_deref().filter(|p| p.ends_with(".parquet")));
         for path in bases {
@@ -472,9 +483,18 @@ async fn committed_as_of(
     let upto = |t: &str| as_of.is_none_or(|a| t <= a);
     for instant in timeline.completed_data().filter(|i| upto(&i.time)).collect::<Vec<_>>().into_iter().rev() {
         let meta = timeline.commit_metadata(storage, instant).await?;
-        if let Some(text) = meta.extra_metadata.get(crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY) {
-            base = Some(schema::decode_arrow_schema(text)?);
-            if let Some(json) = meta.extra_metadata.get(internal::LATEST_SCHEMA_KEY) {
+        let exact = meta.extra_metadata.get(crate::format::commit::CommitMetadata::ARROW_SCHEMA_KEY);
+        let latest_ids = meta.extra_metadata.get(internal::LATEST_SCHEMA_KEY);
+        // oxlake's exact schema; else a commit of Apache Hudi's schema-on-read evolution, whose
+        // Avro schema holds the columns as its ids name them.
+        let found = match (exact, meta.schema()) {
+            (Some(text), _) => Some(schema::decode_arrow_schema(text)?),
+            (None, Some(avro)) if latest_ids.is_some() => Some(schema::normalize(schema::from_avro(avro)?.as_ref())?),
+            _ => None,
+        };
+        if let Some(found) = found {
+            base = Some(found);
+            if let Some(json) = latest_ids {
                 ids = Some(InternalSchema::from_json(json).map_err(|e| e.in_file(instant.file_name()))?);
             }
             break;
