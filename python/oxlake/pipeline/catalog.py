@@ -328,8 +328,9 @@ def _grow(u: UpdateSchema, path: tuple[str, ...], old: pa.StructType, new: pa.St
     names = {new.field(i).name for i in range(new.num_fields)}
     for i in range(old.num_fields):
         if old.field(i).name not in names:
+            dotted = ".".join((*path, old.field(i).name))
             raise _native.SchemaMismatchError(
-                f"structured layer field `{'.'.join((*path, old.field(i).name))}` is missing from the new type "
+                f"structured layer field `{dotted}` is missing from the new type "
                 "(fields are only added or widened)"
             )
     for i in range(new.num_fields):
