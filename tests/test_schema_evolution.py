@@ -771,3 +771,47 @@ def test_a_table_apache_hudi_evolved_by_column_id_is_read_by_id(table_path: str)
     assert t.schema.names[5:] == ["id", "city", "amount", "ts"]
     got = sorted((r["id"], r["amount"]) for r in t.to_arrow(columns=["id", "amount"]).to_pylist())
     assert got == [(1, 10), (2, 21), (3, 30)]
+
+
+@pytest.mark.parametrize("table_type", TYPES)
+def test_a_write_adding_a_dropped_columns_name_never_reads_the_dropped_values(
+    table_path: str, table_type: str
+) -> None:
+    """Drop `x`, then a `schema_mode="merge"` write adds a new `x` into the file group holding
+    the dropped values: rewriting that file (copy-on-write) must not carry them into the new
+    column."""
+    t = make(table_path, table_type, WIDE)
+    t.insert(batch([1], n=pa.array([1], pa.int32()), x=["SECRET"]))
+    with t.update_schema() as u:
+        u.delete_column("x")
+    t.upsert(batch([3], ts=2, n=pa.array([3], pa.int32()), x=["new"]), schema_mode="merge")
+    got = {r["id"]: r["x"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "x"]).to_pylist()}
+    assert got == {1: None, 3: "new"}
+
+
+def test_a_schema_change_overtaken_by_a_later_write_conflicts(table_path: str, tmp_path: Path) -> None:
+    """The schema change is paused before its commit while a write with a later instant
+    completes: the latest commit's schema is the table's, so landing the change now would hide
+    it. It fails with a conflict, the table as the write left it; a retry lands it."""
+    from conftest import run_paused
+
+    t = make(table_path, "copy_on_write", WIDE)
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
+    code = (
+        "import sys, oxlake; t = oxlake.Table(sys.argv[1])\n"
+        "with t.update_schema() as u:\n    u.rename_column('n', 'amount')"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
+    try:
+        t.upsert(batch([3], ts=2, n=pa.array([3], pa.int32()), x=["c"]))
+    finally:
+        (tmp_path / "resume").touch()
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0 and "CommitConflictError" in err, (out, err)
+    t = oxlake.Table(table_path)
+    assert "n" in t.schema.names and "amount" not in t.schema.names
+    with t.update_schema() as u:
+        u.rename_column("n", "amount")
+    got = sorted((r["id"], r["amount"]) for r in oxlake.Table(table_path).to_arrow().to_pylist())
+    assert got == [(1, 1), (2, 2), (3, 3)]

@@ -144,6 +144,12 @@ fn normalize_type(name: &str, t: &DataType) -> Result<DataType> {
         }
         D::Struct(fs) => D::Struct(fs.iter().map(|f| normalize_field(f).map(Arc::new)).collect::<Result<_>>()?),
         D::Map(f, sorted) => D::Map(Arc::new(normalize_field(f)?), *sorted),
+        // Parquet's DECIMAL and Apache Hudi's `decimal(p, s)` have no negative scale.
+        D::Decimal128(_, s) if *s < 0 => {
+            return Err(Error::SchemaMismatch {
+                detail: format!("column `{name}`: type {t} cannot be stored (a decimal's scale is never negative)"),
+            });
+        }
         D::Null
         | D::Boolean
         | D::Int8
@@ -822,5 +828,7 @@ mod tests {
         assert_eq!(normalize(&s).unwrap().field(0).data_type(), &DataType::Utf8);
         let s = Schema::new(vec![Field::new("u", DataType::UInt64, true)]);
         assert!(matches!(normalize(&s), Err(Error::SchemaMismatch { .. })));
+        let s = Schema::new(vec![Field::new("d", DataType::Decimal128(10, -2), true)]);
+        assert!(matches!(normalize(&s), Err(Error::SchemaMismatch { detail }) if detail.contains("never negative")));
     }
 }

@@ -88,25 +88,28 @@ impl Transaction {
         // (see `is_expired`).
         write_heartbeat(&storage, &time).await?;
         failpoint("after-requested");
-        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
         let epoch = fate::current_epoch(table, &time).await?;
-        let heartbeat = Some(spawn_heartbeat(storage.clone(), time, table.options().heartbeat_interval));
-        let services = services_seen(table);
-        let schema_at_begin = table.data_schema();
-        let tx = Transaction {
-            instant: requested,
-            seen,
-            services,
-            epoch,
-            schema_at_begin,
-            ids_at_begin: begin_ids(table),
-            heartbeat,
-        };
+        let tx = Transaction::starting(table, requested, epoch);
         let inflight = tx.instant.with_state(State::Inflight);
         let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
         table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
         failpoint("after-inflight");
         Ok(Some(tx))
+    }
+
+    /// A transaction of `instant` beginning now, its heartbeat beating: what the table shows
+    /// at this moment is what its commit checks against.
+    fn starting(table: &Table, instant: Instant, epoch: u32) -> Self {
+        let beat = spawn_heartbeat(table.storage().clone(), instant.time.clone(), table.options().heartbeat_interval);
+        Transaction {
+            seen: table.timeline().completed_data().map(|i| i.time.clone()).collect(),
+            services: services_seen(table),
+            epoch,
+            schema_at_begin: table.data_schema(),
+            ids_at_begin: begin_ids(table),
+            heartbeat: Some(beat),
+            instant,
+        }
     }
 
     /// Claims the instant `time` (not a new one) for `action`, its requested file holding `plan`:
@@ -125,20 +128,8 @@ impl Transaction {
             log::info!("{}: the requested file of {time} was there already: an earlier attempt's", table.uri());
         }
         write_heartbeat(&storage, time).await?;
-        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
         let epoch = fate::current_epoch(table, time).await?;
-        let heartbeat = Some(spawn_heartbeat(storage.clone(), time.to_string(), table.options().heartbeat_interval));
-        let services = services_seen(table);
-        let schema_at_begin = table.data_schema();
-        let tx = Transaction {
-            instant: requested,
-            seen,
-            services,
-            epoch,
-            schema_at_begin,
-            ids_at_begin: begin_ids(table),
-            heartbeat,
-        };
+        let tx = Transaction::starting(table, requested, epoch);
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         Ok(tx)
     }
@@ -148,21 +139,8 @@ impl Transaction {
     pub async fn resume(table: &mut Table, requested: &Instant) -> Result<Self> {
         let storage = table.storage().clone();
         write_heartbeat(&storage, &requested.time).await?;
-        let seen = table.timeline().completed_data().map(|i| i.time.clone()).collect();
         let epoch = fate::current_epoch(table, &requested.time).await?;
-        let heartbeat =
-            Some(spawn_heartbeat(storage.clone(), requested.time.clone(), table.options().heartbeat_interval));
-        let services = services_seen(table);
-        let schema_at_begin = table.data_schema();
-        let tx = Transaction {
-            instant: requested.with_state(State::Requested),
-            seen,
-            services,
-            epoch,
-            schema_at_begin,
-            ids_at_begin: begin_ids(table),
-            heartbeat,
-        };
+        let tx = Transaction::starting(table, requested.with_state(State::Requested), epoch);
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
         failpoint("after-inflight");
         Ok(tx)
@@ -193,18 +171,11 @@ impl Transaction {
         let storage = table.storage().clone();
         write_heartbeat(&storage, &instant.time).await?;
         let epoch = fate::current_epoch(table, &instant.time).await?;
-        let heartbeat = Some(spawn_heartbeat(storage, instant.time.clone(), table.options().heartbeat_interval));
+        let mut tx = Transaction::starting(table, instant, epoch);
         // Cleans since the hand-over are not known: every completed one counts as possibly later.
-        let schema_at_begin = table.data_schema();
-        Ok(Transaction {
-            instant,
-            seen: token.seen,
-            services: HashSet::new(),
-            epoch,
-            schema_at_begin,
-            ids_at_begin: begin_ids(table),
-            heartbeat,
-        })
+        tx.seen = token.seen;
+        tx.services = HashSet::new();
+        Ok(tx)
     }
 
     /// The attempt at this instant time: 0 unless earlier attempts were rolled back (a compaction
@@ -554,6 +525,11 @@ impl Transaction {
                     || committed_ids.map(|c| c.version) != self.ids_at_begin.as_ref().map(|b| b.version)
                 {
                     return Err(changed_meanwhile("the table's schema changed"));
+                }
+                // The latest commit's schema is the table's: a later instant that completed first
+                // would hide this change.
+                if let Some(later) = table.timeline().completed_data().find(|i| i.time > time) {
+                    return Err(conflict(&later.time, "completed first without this schema change"));
                 }
                 ids
             }

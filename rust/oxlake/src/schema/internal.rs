@@ -658,6 +658,9 @@ fn retype_column_id(columns: &mut [Column], path: &[String], to: &DataType, ids:
 pub struct FileColumns {
     /// Current name → the file's name for the same column (`None`: the file lacks it).
     renamed: HashMap<String, Option<String>>,
+    /// The file's names of columns the current version does not have (dropped since): a column
+    /// a write adds under one of them is not the file's.
+    retired: Vec<String>,
 }
 
 impl FileColumns {
@@ -675,12 +678,18 @@ impl FileColumns {
                 }
             }
         }
-        FileColumns { renamed }
+        let retired = file
+            .fields
+            .iter()
+            .filter(|f| current.column_by_id(f.id).is_none() && current.column(&f.name).is_none())
+            .map(|f| f.name.clone())
+            .collect();
+        FileColumns { renamed, retired }
     }
 
     /// Whether the file names every column as the table does.
     pub fn is_identity(&self) -> bool {
-        self.renamed.is_empty()
+        self.renamed.is_empty() && self.retired.is_empty()
     }
 
     /// `schema` (the table's names) in the file's names: renamed columns under their old names,
@@ -695,6 +704,9 @@ impl FileColumns {
             .map(|f| match self.renamed.get(f.name()) {
                 Some(Some(old)) => Arc::new(f.as_ref().clone().with_name(old)),
                 Some(None) => Arc::new(f.as_ref().clone().with_name(format!("\u{0}absent {}", f.name()))),
+                None if self.retired.contains(f.name()) => {
+                    Arc::new(f.as_ref().clone().with_name(format!("\u{0}absent {}", f.name())))
+                }
                 None => f.clone(),
             })
             .collect();
