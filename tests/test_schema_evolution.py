@@ -634,6 +634,10 @@ def test_schema_history_is_apache_hudi_internal_schema_json(table_path: str) -> 
         (lambda u: u.add_column("n", pa.string()), "already exists"),
         (lambda u: u.add_column(("x", "inner"), pa.string()), "not a struct"),
         (lambda u: u.move_after("n", "nope"), "`nope`"),
+        (lambda u: u.rename_column("n", "n\x00m"), "cannot name"),
+        (lambda u: u.delete_column(("x", "inner")), "not a top-level column"),
+        (lambda u: u.rename_column(("x", "inner"), "y"), "not a top-level column"),
+        (lambda u: u.move_first(("x", "inner")), "not a top-level column"),
     ],
 )
 def test_refused_schema_changes_leave_the_table_as_it_was(table_path: str, change: Any, message: str) -> None:
@@ -774,16 +778,17 @@ def test_a_table_apache_hudi_evolved_by_column_id_is_read_by_id(table_path: str)
 
 
 @pytest.mark.parametrize("table_type", TYPES)
+@pytest.mark.parametrize("how", ["drop", "rename"])
 def test_a_write_adding_a_dropped_columns_name_never_reads_the_dropped_values(
-    table_path: str, table_type: str
+    table_path: str, table_type: str, how: str
 ) -> None:
-    """Drop `x`, then a `schema_mode="merge"` write adds a new `x` into the file group holding
-    the dropped values: rewriting that file (copy-on-write) must not carry them into the new
-    column."""
+    """Drop `x` (or rename it to `y`), then a `schema_mode="merge"` write adds a new `x` into the
+    file group holding the old values: rewriting that file (copy-on-write) must not carry them
+    into the new column."""
     t = make(table_path, table_type, WIDE)
     t.insert(batch([1], n=pa.array([1], pa.int32()), x=["SECRET"]))
     with t.update_schema() as u:
-        u.delete_column("x")
+        u.delete_column("x") if how == "drop" else u.rename_column("x", "y")
     t.upsert(batch([3], ts=2, n=pa.array([3], pa.int32()), x=["new"]), schema_mode="merge")
     got = {r["id"]: r["x"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "x"]).to_pylist()}
     assert got == {1: None, 3: "new"}

@@ -208,7 +208,19 @@ pub fn alter_schema(
     };
     let mut parsed = Vec::with_capacity(changes.len());
     for (kind, path, arg, ty) in changes {
-        let name = path.first().cloned().unwrap_or_default();
+        // Renames, drops and moves take top-level columns only (see `SchemaChange`).
+        let name = match path.as_slice() {
+            [name] => name.clone(),
+            _ if kind == "add" || kind == "update" => path.first().cloned().unwrap_or_default(),
+            _ => {
+                return Err(crate::errors::to_py(oxlake::Error::SchemaMismatch {
+                    detail: format!(
+                        "{kind}: `{}` is not a top-level column (nested fields are added or widened only)",
+                        path.join(".")
+                    ),
+                }));
+            }
+        };
         let other = || {
             arg.clone().ok_or_else(|| crate::errors::InvalidArgumentError::new_err(format!("`{kind}` needs a column")))
         };

@@ -529,7 +529,13 @@ impl Transaction {
                 // The latest commit's schema is the table's: a later instant that completed first
                 // would hide this change.
                 if let Some(later) = table.timeline().completed_data().find(|i| i.time > time) {
-                    return Err(conflict(&later.time, "completed first without this schema change"));
+                    return Err(Error::CommitConflict {
+                        instant: later.time.clone(),
+                        detail: format!(
+                            "instant {} completed first, without this schema change; try it again",
+                            later.time
+                        ),
+                    });
                 }
                 ids
             }

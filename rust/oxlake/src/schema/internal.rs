@@ -119,7 +119,11 @@ fn primitive_name(t: &DataType, path: &str) -> Result<String> {
         D::Decimal128(p, s) | D::Decimal256(p, s) => format!("decimal({p}, {s})"),
         D::Date32 | D::Date64 => "date".into(),
         D::Time32(_) | D::Time64(_) => "time".into(),
-        D::Timestamp(_, _) => "timestamp".into(),
+        // As Apache Hudi (0.14/0.15) derives them from the Avro schema oxlake writes: an instant
+        // (`timestamp-millis/micros`) is its `timestamp`; a local date-time
+        // (`local-timestamp-*`, which it does not know) the underlying `long`.
+        D::Timestamp(_, Some(_)) => "timestamp".into(),
+        D::Timestamp(_, None) => "long".into(),
         D::Dictionary(_, v) => return primitive_name(v, path),
         other => {
             return Err(Error::SchemaMismatch {
@@ -469,8 +473,8 @@ pub fn apply(
     let meta = crate::schema::META_FIELDS.len();
     let top = |fields: &[FieldRef], name: &str| fields.iter().position(|f| f.name() == name);
     let check_free = |fields: &[FieldRef], name: &str| -> Result<()> {
-        if name.is_empty() || crate::schema::is_meta_field(name) {
-            return Err(mismatch(format!("`{name}` cannot name a column")));
+        if name.is_empty() || name.contains('\0') || crate::schema::is_meta_field(name) {
+            return Err(mismatch(format!("`{}` cannot name a column", name.escape_debug())));
         }
         match top(fields, name) {
             Some(_) => Err(mismatch(format!("column `{name}` already exists"))),
@@ -658,8 +662,8 @@ fn retype_column_id(columns: &mut [Column], path: &[String], to: &DataType, ids:
 pub struct FileColumns {
     /// Current name → the file's name for the same column (`None`: the file lacks it).
     renamed: HashMap<String, Option<String>>,
-    /// The file's names of columns the current version does not have (dropped since): a column
-    /// a write adds under one of them is not the file's.
+    /// The file's names that no current column has (dropped or renamed since): a column a write
+    /// adds under one of them is not the file's.
     retired: Vec<String>,
 }
 
@@ -678,12 +682,8 @@ impl FileColumns {
                 }
             }
         }
-        let retired = file
-            .fields
-            .iter()
-            .filter(|f| current.column_by_id(f.id).is_none() && current.column(&f.name).is_none())
-            .map(|f| f.name.clone())
-            .collect();
+        let retired =
+            file.fields.iter().filter(|f| current.column(&f.name).is_none()).map(|f| f.name.clone()).collect();
         FileColumns { renamed, retired }
     }
 
@@ -874,6 +874,10 @@ mod tests {
         let names = view.file_schema(&crate::schema::with_meta_fields(&data2));
         let names: Vec<&str> = names.fields().iter().skip(5).map(|f| f.name().as_str()).collect();
         assert_eq!(names, vec!["d", "id", "s", "\u{0}absent l"]);
+        // A column a write adds by name under a name the file used for another column (`d`, now
+        // `amount`) is not read from the file.
+        let added = Arc::new(Schema::new(vec![Field::new("d", DataType::Utf8, true)]));
+        assert_eq!(view.file_schema(&added).field(0).name(), "\u{0}absent d");
     }
 
     #[test]
