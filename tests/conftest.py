@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +186,29 @@ def run_paused(
         assert time.monotonic() < deadline
         time.sleep(0.02)
     return proc
+
+
+@dataclass
+class Paused:
+    """A process `paused` held, then let go: its exit code and output once the block ended."""
+
+    proc: subprocess.Popen[str]
+    out: str = ""
+    err: str = ""
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+
+@contextlib.contextmanager
+def paused(table_path: str, point: str, code: str, tmp: Path) -> Iterator[Paused]:
+    """`code` (argv[1]: the table) run in another process and held at the pause point `point`
+    for the block; let go, and waited for, when the block ends."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    held = Paused(run_paused(table_path, point, code, tmp, env))
+    try:
+        yield held
+    finally:
+        (tmp / "resume").touch()
+        held.out, held.err = held.proc.communicate(timeout=120)

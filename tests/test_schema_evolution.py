@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -260,7 +259,7 @@ def test_a_write_that_began_before_an_evolution_keeps_the_added_column(
 ) -> None:
     """A writer paused before its commit while another write adds a column: whichever completes
     last, the table's schema keeps the column and every row."""
-    from conftest import run_paused
+    from conftest import paused
 
     t = make(table_path, "copy_on_write")
     t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
@@ -268,14 +267,9 @@ def test_a_write_that_began_before_an_evolution_keeps_the_added_column(
         "import sys, oxlake, pyarrow as pa; t = oxlake.Table(sys.argv[1]); "
         "t.upsert(pa.table({'id': [7], 'city': ['sf'], 'ts': [5], 'n': pa.array([7], pa.int32())}))"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
-    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
-    try:
+    with paused(table_path, "before-commit", code, tmp_path) as proc:
         t.upsert(batch([4], ts=2, n=pa.array([4], pa.int32()), note=["d"]), schema_mode="merge")
-    finally:
-        (tmp_path / "resume").touch()
-        out = proc.communicate(timeout=120)
-        assert proc.returncode == 0, out
+    assert proc.returncode == 0, (proc.out, proc.err)
     got = {r["id"]: r["note"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "note"]).to_pylist()}
     assert got == {1: None, 2: None, 4: "d", 7: None}
 
@@ -286,7 +280,7 @@ def test_an_evolution_that_a_later_commit_overtook_is_a_conflict_then_retried(
     """The evolving writer is the slow one: a later instant completes first with the old schema.
     Committing the evolution then would hide it (the latest commit's schema is the table's): it
     is a conflict, and a retry lands it."""
-    from conftest import run_paused
+    from conftest import paused
 
     t = make(table_path, "merge_on_read")
     t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32())))
@@ -295,14 +289,9 @@ def test_an_evolution_that_a_later_commit_overtook_is_a_conflict_then_retried(
         "t.upsert(pa.table({'id': [7], 'city': ['sf'], 'ts': [5], 'n': pa.array([7], pa.int32()), "
         "'note': ['g']}), schema_mode='merge', conflict_retries=2)"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
-    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
-    try:
+    with paused(table_path, "before-commit", code, tmp_path) as proc:
         t.upsert(batch([4], ts=2, n=pa.array([4], pa.int32())))
-    finally:
-        (tmp_path / "resume").touch()
-        out = proc.communicate(timeout=120)
-        assert proc.returncode == 0, out
+    assert proc.returncode == 0, (proc.out, proc.err)
     got = {r["id"]: r["note"] for r in oxlake.Table(table_path).to_arrow(columns=["id", "note"]).to_pylist()}
     assert got == {1: None, 2: None, 4: None, 7: "g"}
 
@@ -669,24 +658,19 @@ def test_an_error_inside_the_block_commits_nothing(table_path: str) -> None:
 def test_a_schema_change_waits_for_a_pending_compaction(table_path: str, tmp_path: Path) -> None:
     """A compaction's files are named by its (earlier) instant, whose schema version would not
     match what it writes: the change is refused while one is pending, the table unchanged."""
-    from conftest import run_paused
+    from conftest import paused
 
     t = make(table_path, "merge_on_read", WIDE)
     t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
     t.upsert(batch([1], ts=2, n=pa.array([3], pa.int32()), x=["c"]))
     code = "import sys, oxlake; oxlake.Table(sys.argv[1]).compact(min_log_files=1)"
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
-    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
-    try:
+    with paused(table_path, "before-commit", code, tmp_path) as proc:
         before = files_digest(table_path)
         with pytest.raises(oxlake.CommitConflictError, match="compaction is pending"):
             with t.update_schema() as u:
                 u.rename_column("n", "amount")
         assert files_digest(table_path) == before
-    finally:
-        (tmp_path / "resume").touch()
-        out = proc.communicate(timeout=120)
-        assert proc.returncode == 0, out
+    assert proc.returncode == 0, (proc.out, proc.err)
     with t.update_schema() as u:
         u.rename_column("n", "amount")
     got = sorted((r["id"], r["amount"]) for r in t.to_arrow(columns=["id", "amount"]).to_pylist())
@@ -798,7 +782,7 @@ def test_a_schema_change_overtaken_by_a_later_write_conflicts(table_path: str, t
     """The schema change is paused before its commit while a write with a later instant
     completes: the latest commit's schema is the table's, so landing the change now would hide
     it. It fails with a conflict, the table as the write left it; a retry lands it."""
-    from conftest import run_paused
+    from conftest import paused
 
     t = make(table_path, "copy_on_write", WIDE)
     t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
@@ -806,14 +790,9 @@ def test_a_schema_change_overtaken_by_a_later_write_conflicts(table_path: str, t
         "import sys, oxlake; t = oxlake.Table(sys.argv[1])\n"
         "with t.update_schema() as u:\n    u.rename_column('n', 'amount')"
     )
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
-    proc = run_paused(table_path, "before-commit", code, tmp_path, env)
-    try:
+    with paused(table_path, "before-commit", code, tmp_path) as proc:
         t.upsert(batch([3], ts=2, n=pa.array([3], pa.int32()), x=["c"]))
-    finally:
-        (tmp_path / "resume").touch()
-        out, err = proc.communicate(timeout=120)
-    assert proc.returncode != 0 and "CommitConflictError" in err, (out, err)
+    assert proc.returncode != 0 and "CommitConflictError" in proc.err, (proc.out, proc.err)
     t = oxlake.Table(table_path)
     assert "n" in t.schema.names and "amount" not in t.schema.names
     with t.update_schema() as u:
