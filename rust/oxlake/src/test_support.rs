@@ -53,6 +53,12 @@ pub(crate) fn by_parity(ids: &[i64]) -> RecordBatch {
 
 /// A table of [`id_city_schema`] at `dir/t`: hive-style partitions by `city`, no ordering field.
 pub(crate) async fn id_city_table(dir: &Path, table_type: TableType, options: TableOptions) -> Table {
+    keyed_table(dir, table_type, options, id_city_schema()).await
+}
+
+/// A table of `schema` (which has `id` and `city`) at `dir/t`, keyed by `id`: hive-style
+/// partitions by `city`, no ordering field.
+pub(crate) async fn keyed_table(dir: &Path, table_type: TableType, options: TableOptions, schema: SchemaRef) -> Table {
     let create = CreateOptions {
         name: "t".into(),
         table_type,
@@ -63,5 +69,5 @@ pub(crate) async fn id_city_table(dir: &Path, table_type: TableType, options: Ta
         inline_compaction: None,
     };
     let uri = dir.join("t");
-    Table::create(uri.to_str().expect("a UTF-8 path"), options, create, id_city_schema()).await.expect("created")
+    Table::create(uri.to_str().expect("a UTF-8 path"), options, create, schema).await.expect("created")
 }

@@ -633,10 +633,10 @@ mod tests {
     use arrow::datatypes::{DataType, Field, Schema};
 
     use super::*;
-    use crate::config::{CreateOptions, TableType};
+    use crate::config::TableType;
     use crate::read::ScanOptions;
     use crate::table::TableOptions;
-    use crate::test_support::{by_parity, id_city_table};
+    use crate::test_support::{by_parity, id_city_table, keyed_table};
     use crate::write::{WriteConfig, WriteOperation};
 
     fn parquet_files(dir: &std::path::Path) -> Vec<String> {
@@ -714,18 +714,9 @@ mod tests {
             Field::new("city", DataType::Utf8, true),
             Field::new("v", DataType::Int64, true),
         ]));
-        let create = CreateOptions {
-            name: "t".into(),
-            table_type: TableType::MergeOnRead,
-            record_key_fields: vec!["id".into()],
-            partition_fields: vec!["city".into()],
-            ordering_field: None,
-            hive_style: true,
-            inline_compaction: None,
-        };
-        let uri = dir.path().join("t");
-        let uri = uri.to_str().unwrap();
-        let mut a = Table::create(uri, TableOptions::default(), create, schema.clone()).await.unwrap();
+        let mut a = keyed_table(dir.path(), TableType::MergeOnRead, TableOptions::default(), schema.clone()).await;
+        let uri = a.uri().to_string();
+        let uri = uri.as_str();
         let batch = |ids: &[i64], v: i64| {
             let cities: Vec<&str> = ids.iter().map(|i| if i % 2 == 0 { "a" } else { "b" }).collect();
             let columns: Vec<arrow::array::ArrayRef> = vec![

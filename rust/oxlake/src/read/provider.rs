@@ -409,7 +409,7 @@ mod tests {
     use datafusion::physical_plan::displayable;
 
     use super::*;
-    use crate::config::{CreateOptions, TableType as HudiTableType};
+    use crate::config::TableType as HudiTableType;
     use crate::read::ScanOptions;
     use crate::table::TableOptions;
     use crate::write::{WriteConfig, WriteOperation};
@@ -441,17 +441,8 @@ mod tests {
     /// `(1, a, 15) (3, a, 30) (4, b, 45) (5, b, 50) (6, b, 60) (7, c, 70)`: partitions `a` and `b`
     /// have log files (an update in each, a delete in `a`), `c` is a base file alone.
     async fn table(dir: &std::path::Path) -> Table {
-        let create = CreateOptions {
-            name: "t".into(),
-            table_type: HudiTableType::MergeOnRead,
-            record_key_fields: vec!["id".into()],
-            partition_fields: vec!["city".into()],
-            ordering_field: None,
-            hive_style: true,
-            inline_compaction: None,
-        };
-        let uri = dir.join("t");
-        let mut t = Table::create(uri.to_str().unwrap(), TableOptions::default(), create, schema()).await.unwrap();
+        let mut t =
+            crate::test_support::keyed_table(dir, HudiTableType::MergeOnRead, TableOptions::default(), schema()).await;
         let writes: [(WriteOperation, &[Row]); 4] = [
             (
                 WriteOperation::Insert,
