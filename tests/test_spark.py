@@ -575,31 +575,52 @@ def test_tables_without_partition_columns_are_written_by_many_tasks(
 
 
 @needs_data_source
-def test_spark_reads_renamed_and_dropped_columns_by_id_and_as_of_their_instant(
-    spark: SparkSession, source: SparkSession, tmp_path: Path
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_spark_reads_renamed_dropped_and_moved_columns_by_id_at_every_instant(
+    spark: SparkSession, source: SparkSession, tmp_path: Path, table_type: str
 ) -> None:
-    """After `update_schema` renames `fare` and drops `name`, Spark reads every file under the
-    current names; time travel to before the change reads the columns of then (both APIs)."""
+    """After `update_schema` renames `fare`, drops `name`, adds a `name` of another type and
+    moves `price` first, Spark reads every file under the current names and order; time travel
+    to each instant reads the columns of then, as the native reader does (both Spark APIs)."""
     path = str(tmp_path / "t")
-    t = trips_table(path, table_type="merge_on_read")
-    t.insert(trips(list(range(20))))
-    first = t.timeline()[-1].time
+    t = trips_table(path, table_type=table_type)
+    instants = [t.insert(trips(list(range(20)))).instant]
+    instants.append(t.upsert(trips([3, 4], ts=2, fare=50.0)).instant)
     with t.update_schema() as u:
         u.rename_column("fare", "price")
         u.delete_column("name")
-    t.upsert(
-        trips([1, 2], ts=2, fare=99.0).drop_columns(["name"]).rename_columns(["id", "city", "ts", "price"])
+        u.add_column("name", pa.int64())
+        u.move_first("price")
+    instants.append(u.instant)
+    later = pa.table(
+        {
+            "price": [99.0, 98.0],
+            "id": pa.array([1, 25], pa.int64()),
+            "city": ["nyc", "sf"],
+            "ts": pa.array([3, 3], pa.int64()),
+            "name": pa.array([7, 8], pa.int64()),
+        }
     )
-    now = from_spark(oxlake.spark.read(spark, path, columns=["id", "price"]))
-    assert rows(now) == rows(t.to_arrow(columns=["id", "price"]))
+    instants.append(t.upsert(later).instant)
+    t = oxlake.Table(path)
+    data = [f.name for f in t.schema][5:]
+    assert data == ["price", "id", "city", "ts", "name"]
+    now = from_spark(oxlake.spark.read(spark, path, columns=data))
+    assert rows(now) == rows(t.to_arrow(columns=data))
     df = source.read.format("oxlake").option("with_meta_columns", "false").load(path)
-    assert df.columns == ["id", "city", "ts", "price"]
-    assert rows(from_spark(df)) == rows(t.to_arrow(columns=["id", "city", "ts", "price"]))
-    old = source.read.format("oxlake").option("as_of", first).option("with_meta_columns", "false").load(path)
-    assert old.columns == ["id", "name", "city", "ts", "fare"]
-    assert rows(from_spark(old)) == rows(t.to_arrow(as_of=first).drop_columns([f.name for f in t.schema][:5]))
-    legacy = from_spark(oxlake.spark.read(spark, path, as_of=first, columns=["id", "fare"]))
-    assert rows(legacy) == rows(t.to_arrow(as_of=first, columns=["id", "fare"]))
+    assert df.columns == data
+    assert rows(from_spark(df)) == rows(t.to_arrow(columns=data))
+    for instant in instants:
+        then = [f.name for f in t.schema_as_of(instant)][5:]
+        native = t.to_arrow(as_of=instant, columns=then)
+        old = source.read.format("oxlake").option("as_of", instant).option("with_meta_columns", "false").load(path)
+        assert old.columns == then, instant
+        assert rows(from_spark(old)) == rows(native), instant
+        mapped = from_spark(oxlake.spark.read(spark, path, as_of=instant, columns=then))
+        assert rows(mapped) == rows(native), instant
+    # The renamed column's values survive in every file, the new `name` is null in older ones.
+    got = {r["id"]: (r["price"], r["name"]) for r in from_spark(df).to_pylist()}
+    assert got[1] == (99.0, 7) and got[3] == (53.0, None) and got[0] == (10.0, None)
 
 
 @needs_data_source

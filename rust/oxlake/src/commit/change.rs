@@ -115,6 +115,11 @@ pub struct ColumnStats {
     pub max: Option<String>,
     /// Null values.
     pub nulls: u64,
+    /// The Arrow type the bounds were taken in (`Int32`, `Utf8`...): a column promoted since
+    /// (an int to a string) orders its old bounds otherwise. Absent in statistics written before
+    /// oxlake recorded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
 }
 
 /// What the indexes hold of one data file (it travels from a distributed write's tasks to the

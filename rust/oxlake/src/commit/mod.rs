@@ -41,7 +41,7 @@ pub use claims::PlanFn;
 pub(crate) use claims::{ARCHIVING_DIR, claim, prune_claims};
 pub use heartbeat::TaskHeartbeat;
 pub(crate) use heartbeat::{HeartbeatWatch, beating, is_expired};
-pub(crate) use rollback::{remove_unreported_files, rollback_latest, rollback_pending};
+pub(crate) use rollback::{remove_unreported_files, rollback_latest, rollback_pending, settle};
 pub use rollback::{rollback_completed, rollback_failed, rollbacks};
 pub use transaction::Transaction;
 

@@ -255,6 +255,24 @@ pub(super) async fn rollback_at(
     Ok(true)
 }
 
+/// Settles the fate of the pending instant `target` from outside, for a process that must know
+/// it before it acts (a metadata deltacommit about to write into the slice a compaction would
+/// leave behind): taken back unless its committer decided first, when it is completed here for
+/// it (its committer goes on to find it completed). Returns whether `target` completed. A taken
+/// back instant fails to commit with a conflict and is rolled back by its own process (or by the
+/// next rollback of failed writes).
+pub(crate) async fn settle(table: &Table, target: &Instant) -> Result<bool> {
+    let epoch = fate::current_epoch(table, &target.time).await?;
+    let taken_back = fate::Fate::RolledBack { by: target.time.clone() };
+    match fate::decide(table.storage(), &target.time, epoch, taken_back).await? {
+        fate::Fate::Committed { action, metadata } => {
+            fate::roll_forward(table, target, epoch, action, metadata).await?;
+            Ok(true)
+        }
+        fate::Fate::RolledBack { .. } => Ok(false),
+    }
+}
+
 /// The steps of a rollback `r` of `target`, each idempotent.
 pub(super) async fn undo(table: &Table, target: &Instant, r: &Instant, was_completed: bool) -> Result<()> {
     let started = std::time::Instant::now();

@@ -659,6 +659,78 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn settling_an_instant_its_committer_decided_to_complete_completes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        let tx = t.begin_write(WriteOperation::Insert).await.unwrap();
+        let pending = Instant::new(tx.time(), Action::Commit, State::Inflight);
+        let metadata = Bytes::from(CommitMetadata::default().to_json().unwrap());
+        let decided = fate::Fate::Committed { action: Action::Commit, metadata };
+        fate::decide(t.storage(), tx.time(), tx.epoch(), decided).await.unwrap();
+        assert!(super::super::settle(&t, &pending).await.unwrap(), "completed for its committer");
+        t.reload().await.unwrap();
+        assert!(t.timeline().get(tx.time()).is_some_and(Instant::is_completed));
+        // One undecided is taken back: its committer finds a conflict.
+        let tx = t.begin_write(WriteOperation::Insert).await.unwrap();
+        let pending = Instant::new(tx.time(), Action::Commit, State::Inflight);
+        assert!(!super::super::settle(&t, &pending).await.unwrap());
+        let config = WriteConfig::default();
+        let part = t.write_files(WriteOperation::Insert, vec![by_parity(&[7])], tx.time(), &config).await.unwrap();
+        let err = t.commit_write(tx, WriteOperation::Insert, vec![part], false).await.unwrap_err();
+        assert!(matches!(err, Error::CommitConflict { .. }), "{err}");
+    }
+
+    /// The steps of a write a process may die after (a dropped transaction stops its heartbeat
+    /// and leaves storage as a `kill -9` there would).
+    #[derive(Clone, Copy, Debug)]
+    enum DiesAfter {
+        /// `t.commit.requested` and the heartbeat.
+        Claim,
+        /// The inflight file and the data files.
+        Files,
+        /// Its own check refused the commit (a conflict) and recorded its fate as taken back.
+        Verdict,
+    }
+
+    #[tokio::test]
+    async fn a_writer_that_dies_after_any_step_is_rolled_back_by_the_next_and_leaves_nothing() {
+        for step in [DiesAfter::Claim, DiesAfter::Files, DiesAfter::Verdict] {
+            let dir = tempfile::tempdir().unwrap();
+            let options = TableOptions { heartbeat_interval: std::time::Duration::from_millis(20), ..Default::default() };
+            let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, options.clone()).await;
+            t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+            let before = parquet_files(dir.path());
+            let tx = t.begin_write(WriteOperation::Upsert).await.unwrap();
+            let time = tx.time().to_string();
+            if !matches!(step, DiesAfter::Claim) {
+                let written = t
+                    .write_files(WriteOperation::Upsert, vec![by_parity(&[1, 3])], &time, &WriteConfig::default())
+                    .await
+                    .unwrap();
+                assert!(parquet_files(dir.path()).len() > before.len(), "{step:?}");
+                if matches!(step, DiesAfter::Verdict) {
+                    let taken_back = fate::Fate::RolledBack { by: time.clone() };
+                    fate::decide(t.storage(), &time, tx.epoch(), taken_back).await.unwrap();
+                }
+                drop(written);
+            }
+            drop(tx);
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let mut next = Table::open(t.uri(), options).await.unwrap();
+            let rolled = crate::commit::rollback_failed(&mut next).await.unwrap();
+            assert_eq!(rolled, vec![time.clone()], "{step:?}");
+            next.reload().await.unwrap();
+            assert!(next.timeline().get(&time).is_none(), "{step:?}: neither pending nor completed");
+            assert!(next.timeline().pending().next().is_none(), "{step:?}: no rollback left pending");
+            assert_eq!(parquet_files(dir.path()), before, "{step:?}: its files are gone");
+            assert_eq!(rows(&next).await, 2, "{step:?}");
+            // The table takes writes again.
+            next.write(WriteOperation::Upsert, vec![by_parity(&[1, 3])], &WriteConfig::default()).await.unwrap();
+            assert_eq!(rows(&next).await, 3, "{step:?}");
+        }
+    }
+
+    #[tokio::test]
     async fn a_write_another_process_rolled_back_fails_and_removes_its_files() {
         let dir = tempfile::tempdir().unwrap();
         let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;

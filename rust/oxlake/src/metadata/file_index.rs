@@ -66,11 +66,12 @@ fn text(value: &ScalarValue) -> Result<Option<String>> {
 struct Bounds {
     min: MinAccumulator,
     max: MaxAccumulator,
+    kind: String,
 }
 
 impl Bounds {
     fn new(t: &DataType) -> Result<Self> {
-        Ok(Bounds { min: MinAccumulator::try_new(t)?, max: MaxAccumulator::try_new(t)? })
+        Ok(Bounds { min: MinAccumulator::try_new(t)?, max: MaxAccumulator::try_new(t)?, kind: t.to_string() })
     }
 
     fn update(&mut self, values: &ArrayRef) -> Result<()> {
@@ -80,7 +81,8 @@ impl Bounds {
     }
 
     fn finish(mut self, nulls: u64) -> Result<ColumnStats> {
-        Ok(ColumnStats { min: text(&self.min.evaluate()?)?, max: text(&self.max.evaluate()?)?, nulls })
+        let (min, max) = (text(&self.min.evaluate()?)?, text(&self.max.evaluate()?)?);
+        Ok(ColumnStats { min, max, nulls, kind: Some(self.kind) })
     }
 }
 
@@ -150,13 +152,10 @@ async fn base_file_entry(storage: &Storage, path: &str, size: u64, stats: bool, 
             if !known || nulls.null_count() > 0 {
                 continue;
             }
-            let mut min = MinAccumulator::try_new(field.data_type())?;
-            let mut max = MaxAccumulator::try_new(field.data_type())?;
-            min.update_batch(&[mins])?;
-            max.update_batch(&[maxes])?;
-            let nulls = nulls.iter().flatten().sum();
-            let column = ColumnStats { min: text(&min.evaluate()?)?, max: text(&max.evaluate()?)?, nulls };
-            out.columns.insert(field.name().clone(), column);
+            let mut bounds = Bounds::new(field.data_type())?;
+            bounds.update(&mins)?;
+            bounds.update(&maxes)?;
+            out.columns.insert(field.name().clone(), bounds.finish(nulls.iter().flatten().sum())?);
         }
         entry.stats = Some(out);
     }
@@ -228,6 +227,20 @@ impl MetadataTable {
     }
 }
 
+/// Whether bounds taken in the type named `kind` order values as the column's type `now` does
+/// once cast to it: the same type, or numbers of any width (a promoted int's `"5"` is `5.0`). An
+/// int promoted to a string does not: `"100" < "50"` would prune a file holding 50. Statistics that
+/// name no type (written before oxlake recorded it) count only for columns whose type never
+/// changes (meta, key and partition columns).
+fn comparable(kind: Option<&str>, now: &DataType, never_retyped: bool) -> bool {
+    let numeric = |t: &DataType| t.is_integer() || t.is_floating() || matches!(t, DataType::Decimal128(_, _));
+    match kind {
+        None => never_retyped,
+        Some(kind) if kind == now.to_string() => true,
+        Some(kind) => numeric(now) && kind.parse::<DataType>().is_ok_and(|k| numeric(&k)),
+    }
+}
+
 /// Prunable statistics of data files (DataFusion's containers are files).
 struct FilesStatistics<'a> {
     schema: &'a Schema,
@@ -235,13 +248,20 @@ struct FilesStatistics<'a> {
     blooms: Vec<Option<&'a Vec<u8>>>,
     /// Columns whose values are the record keys (bloom filters answer for them).
     key_columns: Vec<String>,
+    /// Columns whose type no evolution changes: statistics that name no type count for them.
+    never_retyped: HashSet<String>,
 }
 
 impl FilesStatistics<'_> {
     fn bounds(&self, column: &Column, pick: impl Fn(&ColumnStats) -> Option<&String>) -> Option<ArrayRef> {
         let t = self.schema.field_with_name(&column.name).ok()?.data_type();
-        let values: StringArray =
-            self.stats.iter().map(|s| s.and_then(|s| s.columns.get(&column.name)).and_then(&pick)).collect();
+        let never_retyped = self.never_retyped.contains(&column.name);
+        let values: StringArray = self
+            .stats
+            .iter()
+            .map(|s| s.and_then(|s| s.columns.get(&column.name)))
+            .map(|c| c.filter(|c| comparable(c.kind.as_deref(), t, never_retyped)).and_then(&pick))
+            .collect();
         cast(&values, t).ok()
     }
 }
@@ -332,11 +352,16 @@ impl Table {
             let time = crate::format::file_name::data_file_instant(path);
             self.column_history().is_none_or(|h| !h.older_than_latest(time.as_deref()))
         };
+        let config = self.config();
+        let never_retyped = (config.record_key_fields.iter().chain(&config.partition_fields).cloned())
+            .chain(schema.fields().iter().map(|f| f.name().clone()).filter(|n| n.starts_with("_hoodie_")))
+            .collect();
         let statistics = FilesStatistics {
             schema: &schema,
             stats: paths.iter().map(|p| stats.get(*p).filter(|_| current(p))).collect(),
             blooms: paths.iter().map(|p| blooms.get(*p)).collect(),
             key_columns,
+            never_retyped,
         };
         let keep = predicate.prune(&statistics)?;
         let mut keep = keep.into_iter();

@@ -138,6 +138,9 @@ pub struct MetadataTable {
     table: Table,
     /// Its file groups (one listing, at open).
     view: FileSystemView,
+    /// Every instant of its timeline at that listing, whatever its state or the data timeline's:
+    /// what its records were read from (see `sync::compact_if_due`).
+    listed: Vec<Instant>,
     /// The latest instant readers may use.
     upper: Option<String>,
     /// The data instant the metadata table was built at.
@@ -263,6 +266,7 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     // The metadata table's own archived instants (older than its write timeline) completed too:
     // its archival passes data cleans and rollbacks still on the data timeline (Java's rule).
     let mdt_start = mdt.timeline().write_timeline_start().map(str::to_string);
+    let listed = mdt.timeline().instants().to_vec();
     mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)));
     let have: HashSet<&str> = mdt.timeline().completed_data().map(|i| i.time.as_str()).collect();
     let had = |time: &str| have.contains(time) || mdt_start.as_deref().is_some_and(|s| time < s);
@@ -279,7 +283,7 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     let missing = unfinished.into_iter().chain(missing).collect();
     let upper = mdt.timeline().latest_completed_data().map(|i| i.time.clone());
     let view = FileSystemView::from_files(files, mdt.timeline(), true);
-    Ok(Some(Arc::new(MetadataTable { table: mdt, view, upper, built_at, missing, shards })))
+    Ok(Some(Arc::new(MetadataTable { table: mdt, view, listed, upper, built_at, missing, shards })))
 }
 
 /// How far the data table's archival may go (Apache Hudi's rule for its own metadata table):

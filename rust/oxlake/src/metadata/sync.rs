@@ -64,6 +64,9 @@ pub(crate) async fn sync(data: &Table, time: &str, change: Change<'_>) -> Result
     };
     clear_failed_attempt(&mut mdt, time).await?;
     let tx = Transaction::begin_at(&mut mdt, Action::DeltaCommit, time, Bytes::new()).await?;
+    if let Err(e) = settle_compactions(&mut mdt).await {
+        return Err(tx.fail(&mut mdt, e).await);
+    }
     match write_changes(data, &current, &mdt, time, &change).await {
         Ok(metadata) => {
             tx.commit(&mut mdt, &metadata).await?;
@@ -88,6 +91,33 @@ async fn clear_failed_attempt(mdt: &mut Table, time: &str) -> Result<()> {
     mdt.reload().await?;
     log::info!("{}: removing a failed attempt of {time}", mdt.uri());
     crate::commit::rollback_pending(mdt, &Instant::new(time, Action::DeltaCommit, State::Inflight)).await?;
+    mdt.reload().await
+}
+
+/// Settles every compaction of the metadata table in flight before this deltacommit writes its
+/// logs into the latest completed slice. A compaction that began before this deltacommit's
+/// requested file was written may not have seen it, and would supersede that slice with base
+/// files that lack this deltacommit's records (its own check for concurrent deltacommits can have
+/// run just before that file appeared). So each is taken back here, and gives way when it commits;
+/// or, when its committer decided first, completed here, and the logs go into its new slice. A
+/// compaction that begins after this reload sees this deltacommit, and gives way by itself.
+async fn settle_compactions(mdt: &mut Table) -> Result<()> {
+    mdt.reload().await?;
+    let mut compactions: Vec<Instant> =
+        mdt.timeline().pending().filter(|i| i.action == Action::Compaction).cloned().collect();
+    compactions.dedup_by(|a, b| a.time == b.time);
+    if compactions.is_empty() {
+        return Ok(());
+    }
+    for c in &compactions {
+        if crate::commit::settle(mdt, c).await? {
+            log::info!("{}: compaction {} completed for its writer, which had decided to commit", mdt.uri(), c.time);
+        } else if crate::commit::is_expired(mdt, c).await? {
+            // Taken back, and its process is gone: nobody else removes it.
+            crate::commit::rollback_pending(mdt, &c.with_state(State::Inflight)).await?;
+            drop_plan(mdt, &c.time).await?;
+        }
+    }
     mdt.reload().await
 }
 
@@ -296,11 +326,17 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
         return Ok(());
     }
     let time = format!("{}001", &latest[..latest.len().min(17)]);
+    if !settled(data, current, syncing).await? {
+        log::info!("{}: metadata compaction at {time} gave way to a write in flight", data.uri());
+        return Ok(());
+    }
     let mut mdt = Table::open(&metadata_uri(data), data.options().bare()).await?;
     if !mdt.timeline().instants_at(&time).is_empty() {
         return Ok(());
     }
-    let known: BTreeSet<String> = mdt.timeline().instants().iter().map(|i| i.time.clone()).collect();
+    // The deltacommits whose records `current` read: any other, there when this compaction is about
+    // to commit, wrote into a slice it leaves behind.
+    let known: BTreeSet<&str> = current.listed.iter().map(|i| i.time.as_str()).collect();
     // The plan names no file group: writers never wait for this compaction (it gives way).
     let plan = Bytes::from(crate::format::compaction_plan::CompactionPlan::default().to_avro()?);
     let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &time, plan).await?;
@@ -322,17 +358,53 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     // A writer that began its sync meanwhile may have put its log into the slice this compaction
     // leaves behind: then the compaction gives way (it runs again at a later sync).
     mdt.reload().await?;
-    let raced = mdt.timeline().instants().iter().any(|i| i.action == Action::DeltaCommit && !known.contains(&i.time));
+    let raced =
+        mdt.timeline().instants().iter().any(|i| i.action == Action::DeltaCommit && !known.contains(i.time.as_str()));
     if raced {
         log::info!("{}: metadata compaction at {time} gave way to a concurrent sync", data.uri());
         tx.abort(&mut mdt).await?;
-        // An aborted compaction keeps its plan to run again; this one has none to keep.
-        let requested = Instant::new(time, Action::Compaction, State::Requested);
-        return mdt.storage().delete(&mdt.timeline().path_of(&requested)).await;
+        return drop_plan(&mdt, &time).await;
     }
-    tx.commit(&mut mdt, &metadata).await?;
+    match tx.commit(&mut mdt, &metadata).await {
+        Ok(_) => {}
+        // Taken back by a deltacommit that began meanwhile (see `settle_compactions`).
+        Err(Error::CommitConflict { .. }) => {
+            log::info!("{}: metadata compaction at {time} gave way to a concurrent sync", data.uri());
+            mdt.reload().await?;
+            let pending = Instant::new(time.clone(), Action::Compaction, State::Inflight);
+            crate::commit::rollback_pending(&mdt, &pending).await?;
+            return drop_plan(&mdt, &time).await;
+        }
+        Err(e) => return Err(e),
+    }
     log::info!("{}: metadata table compacted at {time}", data.uri());
     remove_old_slices(&mdt).await
+}
+
+/// Removes the plan of a compaction of the metadata table that gave way: an aborted compaction
+/// keeps its plan to run again, and this one has none to keep.
+async fn drop_plan(mdt: &Table, time: &str) -> Result<()> {
+    let requested = Instant::new(time, Action::Compaction, State::Requested);
+    mdt.storage().delete(&mdt.timeline().path_of(&requested)).await
+}
+
+/// Whether every data instant with a deltacommit among those `current` read is settled as it saw
+/// it: completed (its records are read) or gone (a failed write: its records never count). A data
+/// instant that completed after `current` was opened, or is still in flight, has records the
+/// compaction would not fold in, left in the slice it supersedes. The data timeline is read again
+/// for this, after the metadata table was listed: an instant that began after the data timeline
+/// `current` was opened against is not on it.
+async fn settled(data: &Table, current: &MetadataTable, syncing: &str) -> Result<bool> {
+    let now = crate::timeline::Timeline::load(data.storage(), data.config()).await?;
+    let read = current.table.timeline();
+    let unsettled = current.listed.iter().filter(|i| i.action == Action::DeltaCommit && i.time != syncing).find(|i| {
+        let counted = read.instants_at(&i.time).iter().any(|m| m.is_completed());
+        let live = now.instants_at(&i.time).iter().any(|d| {
+            d.is_completed() || !(d.action == Action::Compaction && d.state == State::Requested)
+        });
+        !counted && live
+    });
+    Ok(unsettled.is_none())
 }
 
 /// One shard's current records, sorted by key.
@@ -440,6 +512,89 @@ mod tests {
         // The next writer with the hook catches it up.
         t.reload().await.unwrap();
         t.write(WriteOperation::Insert, vec![by_parity(&[3])], &config).await.unwrap();
+        assert_eq!(indexed(&t).await, stored(&t).await);
+        assert!(t.validate_metadata().await.unwrap().ok());
+    }
+
+    /// Ten commits into one partition: the `files` shard of that partition has ten logs in its
+    /// latest slice, so the next sync compacts the metadata table.
+    async fn due_for_compaction(dir: &std::path::Path) -> Table {
+        let mut t = table(dir, TableType::CopyOnWrite).await;
+        for i in 1..=10 {
+            t.write(WriteOperation::Insert, vec![by_parity(&[2 * i])], &WriteConfig::default()).await.unwrap();
+        }
+        t
+    }
+
+    /// Another handle on `t`'s table, as another process opens it.
+    async fn another(t: &Table) -> Table {
+        Table::open(t.uri(), t.options().clone()).await.unwrap()
+    }
+
+    /// A syncing time later than every instant of the tests.
+    const LATER: &str = "29991231235959999";
+
+    /// Whether the metadata table has a completed compaction.
+    async fn compacted(t: &Table) -> bool {
+        let mdt = Table::open(&metadata_uri(t), t.options().bare()).await.unwrap();
+        mdt.timeline().instants().iter().any(|i| i.action == Action::Commit && i.is_completed())
+    }
+
+    #[tokio::test]
+    async fn a_metadata_compaction_gives_way_to_a_deltacommit_its_snapshot_lacks() {
+        // Found by the stress test: a compaction folded a snapshot of the metadata table taken
+        // seconds before, and took the deltacommits completed meanwhile for ones it had read.
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = due_for_compaction(dir.path()).await;
+        let stale = another(&t).await;
+        let current = stale.metadata_table().await.unwrap().unwrap();
+        // A write in flight keeps the other writer from compacting the metadata table itself.
+        let mut holder = another(&t).await;
+        let in_flight = holder.begin_write(WriteOperation::Insert).await.unwrap();
+        another(&t).await.write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default()).await.unwrap();
+        compact_if_due(&stale, &current, LATER).await.unwrap();
+        assert!(!compacted(&t).await, "the compaction gave way");
+        in_flight.abort(&mut holder).await.unwrap();
+        t.reload().await.unwrap();
+        assert_eq!(indexed(&t).await, stored(&t).await, "the later commit's file is listed");
+        assert!(t.validate_metadata().await.unwrap().ok());
+    }
+
+    #[tokio::test]
+    async fn a_metadata_compaction_gives_way_to_a_data_instant_it_read_before_it_completed() {
+        // The metadata table listed after another writer's commit completed, the data timeline
+        // before: its records are not read (not completed on that timeline), and would be lost.
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = due_for_compaction(dir.path()).await;
+        let stale = another(&t).await;
+        let mut holder = another(&t).await;
+        let in_flight = holder.begin_write(WriteOperation::Insert).await.unwrap();
+        another(&t).await.write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default()).await.unwrap();
+        let current = stale.metadata_table().await.unwrap().unwrap();
+        compact_if_due(&stale, &current, LATER).await.unwrap();
+        assert!(!compacted(&t).await, "the compaction gave way");
+        in_flight.abort(&mut holder).await.unwrap();
+        t.reload().await.unwrap();
+        assert_eq!(indexed(&t).await, stored(&t).await);
+        assert!(t.validate_metadata().await.unwrap().ok());
+    }
+
+    #[tokio::test]
+    async fn a_deltacommit_takes_back_a_metadata_compaction_in_flight_before_it_writes() {
+        // The compaction may have checked for concurrent deltacommits just before this one's
+        // requested file appeared: it must not complete over the slice this one writes into.
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = due_for_compaction(dir.path()).await;
+        let latest = t.timeline().latest_completed_data().unwrap().time.clone();
+        let mut mdt = Table::open(&metadata_uri(&t), t.options().bare()).await.unwrap();
+        let plan = Bytes::from(crate::format::compaction_plan::CompactionPlan::default().to_avro().unwrap());
+        let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &format!("{latest}001"), plan).await.unwrap();
+        another(&t).await.write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default()).await.unwrap();
+        let mut metadata = commit_metadata("COMPACT").unwrap();
+        metadata.compacted = true;
+        let err = tx.commit(&mut mdt, &metadata).await.unwrap_err();
+        assert!(matches!(err, Error::CommitConflict { .. }), "{err}");
+        t.reload().await.unwrap();
         assert_eq!(indexed(&t).await, stored(&t).await);
         assert!(t.validate_metadata().await.unwrap().ok());
     }

@@ -6,6 +6,7 @@
 //! [`mor_exec::MergeOnReadExec`] for slices with log files; [`Table::scan`] adds the user's filter
 //! and column selection and returns a stream of record batches.
 
+mod adapter;
 pub mod changes;
 pub mod filter;
 mod in_set;

@@ -324,6 +324,7 @@ impl GroupState {
         let config = FileScanConfigBuilder::new(ctx.store_url.clone(), Arc::new(source))
             .with_file(super::provider::partitioned_file(&ctx.storage, path, size))
             .with_projection_indices(Some(ctx.scan_columns.clone()))?
+            .with_expr_adapter(Some(Arc::new(super::adapter::EvolvedFiles)))
             .build();
         let exec = DataSourceExec::from_data_source(config);
         let stream = exec.execute(0, self.task.clone())?;

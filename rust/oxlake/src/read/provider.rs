@@ -351,6 +351,7 @@ impl TableProvider for HudiTableProvider {
                 .with_file_groups(groups)
                 .with_projection_indices(Some(scan_projection.clone()))?
                 .with_limit(limit)
+                .with_expr_adapter(Some(Arc::new(super::adapter::EvolvedFiles)))
                 .build();
             let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
             let scan = format.create_physical_plan(state, config).await?;

@@ -151,15 +151,6 @@ fn evolve_type(t: &DataType, i: &DataType, mode: SchemaMode, path: &str, fixed: 
             if tk.len() != 2 || ik.len() != 2 || tk[0].data_type() != ik[0].data_type() {
                 return Err(refuse("a map's key type never changes"));
             }
-            if mode == SchemaMode::Merge
-                && evolve_type(tk[1].data_type(), ik[1].data_type(), mode, path, fixed)? != *tk[1].data_type()
-            {
-                // DataFusion's Parquet reader (55) casts structs and lists of older files but not
-                // maps: a map's values keep their type until oxlake's reader projects maps itself.
-                return Err(refuse(
-                    "the values of a map column cannot evolve yet (oxlake's reader cannot project older files' maps)",
-                ));
-            }
             let value = evolve_field(&tk[1], &ik[1], mode, &format!("{path}.value"), fixed)?;
             let entries = D::Struct(vec![tk[0].clone(), Arc::new(value)].into());
             D::Map(Arc::new(tf.as_ref().clone().with_data_type(entries)), *sorted)
