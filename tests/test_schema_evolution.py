@@ -6,8 +6,8 @@ older schemas onto the latest one; concurrent writes never lose an evolution."""
 from __future__ import annotations
 
 import hashlib
-from decimal import Decimal
 import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -299,7 +299,9 @@ def test_an_evolution_that_a_later_commit_overtook_is_a_conflict_then_retried(
 
 
 @pytest.mark.parametrize("table_type", TYPES)
-def test_column_stats_never_prune_a_file_whose_column_was_widened_to_text(table_path: str, table_type: str) -> None:
+def test_column_stats_never_prune_a_file_whose_column_was_widened_to_text(
+    table_path: str, table_type: str
+) -> None:
     """Column stats of a file written when `n` was an int hold its bounds as ints: compared as
     text after `n` became a string they would order "100" before "50" and prune a file holding
     50. Pruning must never drop a matching row. (On merge-on-read the new row goes to a new file
@@ -329,13 +331,26 @@ def test_a_maps_values_gain_a_field_and_older_files_read_it_as_null(table_path: 
         n = pa.array(ids, pa.int32())
         return pa.table({"id": ids, "city": ["sf"] * len(ids), "n": n, "ts": [ts] * len(ids), "m": m})
 
-    first = t.insert(rows_with([1, 2], 1, pa.array([[("k", {"x": 1})], [("j", {"x": 2})]], pa.map_(pa.string(), point))))
+    first = t.insert(
+        rows_with([1, 2], 1, pa.array([[("k", {"x": 1})], [("j", {"x": 2})]], pa.map_(pa.string(), point)))
+    )
     wider = pa.struct([("x", pa.int32()), ("label", pa.string())])
     second = t.upsert(
-        rows_with([2, 3], 2, pa.array([[("k", {"x": 20, "label": "b"})], [("k", {"x": 3, "label": "c"})]], pa.map_(pa.string(), wider))),
+        rows_with(
+            [2, 3],
+            2,
+            pa.array(
+                [[("k", {"x": 20, "label": "b"})], [("k", {"x": 3, "label": "c"})]],
+                pa.map_(pa.string(), wider),
+            ),
+        ),
         schema_mode="merge",
     )
-    expect_now = {1: [("k", {"x": 1, "label": None})], 2: [("k", {"x": 20, "label": "b"})], 3: [("k", {"x": 3, "label": "c"})]}
+    expect_now = {
+        1: [("k", {"x": 1, "label": None})],
+        2: [("k", {"x": 20, "label": "b"})],
+        3: [("k", {"x": 3, "label": "c"})],
+    }
 
     def check(t: oxlake.Table) -> None:
         assert t.schema.field("m").type == pa.map_(pa.string(), wider)
@@ -399,7 +414,9 @@ def value_of(column: str, i: int, n: int, t: pa.DataType) -> Any:
     return as_type(base, t)
 
 
-def expected(state: dict[int, dict[str, Any]], names: list[str], types: dict[str, pa.DataType]) -> list[dict[str, Any]]:
+def expected(
+    state: dict[int, dict[str, Any]], names: list[str], types: dict[str, pa.DataType]
+) -> list[dict[str, Any]]:
     """The rows of a model state as a read with the columns `names` of types `types` gives them."""
     out = []
     for i in sorted(state):
@@ -498,7 +515,10 @@ def test_random_evolving_writes_equal_a_model(
                 columns["s"] = pa.array([{f: i * 10 + n for f in s_fields} for i in ids], struct)
             instant = t.upsert(pa.table(columns), schema_mode="merge").instant
             for i in ids:
-                row = {k: (v[ids.index(i)] if isinstance(v, list) else v[ids.index(i)].as_py()) for k, v in columns.items()}
+                row = {
+                    k: (v[ids.index(i)] if isinstance(v, list) else v[ids.index(i)].as_py())
+                    for k, v in columns.items()
+                }
                 for c in PATHS:
                     row[f"_{c}_type"] = types[c] if c in carried else None
                 row["_at"] = instant
@@ -529,21 +549,29 @@ def test_random_evolving_writes_equal_a_model(
             history.append((instant, {k: dict(v) for k, v in model.items()}, names, now))
         for at, state, names_then, types_then in history:
             as_of = sorted(t.to_arrow(as_of=at, columns=names_then).to_pylist(), key=lambda r: r["id"])
-            assert numbers(as_of) == numbers(expected(state, names_then, types_then)), f"as of {at} after step {n}"
-        for (a, before, _, _), (b, after, _, _) in zip(history, history[1:]):
+            assert numbers(as_of) == numbers(expected(state, names_then, types_then)), (
+                f"as of {at} after step {n}"
+            )
+        for (a, before, _, _), (b, after, _, _) in zip(history, history[1:], strict=False):
             window = f"({a}, {b}] after step {n}"
             inc = t.to_arrow(query="incremental", start=a, end=b, columns=names).to_pylist()
             written = {i: r for i, r in after.items() if r["_at"] > a}
-            assert numbers(sorted(inc, key=lambda r: r["id"])) == numbers(expected(written, names, now)), window
+            assert numbers(sorted(inc, key=lambda r: r["id"])) == numbers(expected(written, names, now)), (
+                window
+            )
             applied = by_id(expected(before, names, now))
-            for r in t.to_arrow(query="changes", start=a, end=b, columns=[*names, "_change_type"]).to_pylist():
+            for r in t.to_arrow(
+                query="changes", start=a, end=b, columns=[*names, "_change_type"]
+            ).to_pylist():
                 change = r.pop("_change_type")
                 if change == "delete":
                     assert applied.pop(r["id"], None) is not None, (window, r)
                 else:
                     assert (r["id"] in applied) == (change == "update"), (window, r)
                     applied[r["id"]] = r
-            assert numbers([applied[i] for i in sorted(applied)]) == numbers(expected(after, names, now)), window
+            assert numbers([applied[i] for i in sorted(applied)]) == numbers(expected(after, names, now)), (
+                window
+            )
     if not widened and not s_fields and not any(c in types for c in ("w", "d")):
         # hudi-rs (0.5) reconciles no promoted type and no struct that gained a field (it fails
         # with "reconcile child-count mismatch"): compared while columns were only added.
@@ -647,7 +675,9 @@ def test_renamed_dropped_and_moved_columns_are_read_by_id_at_every_instant(
         assert t.to_arrow(as_of=second, filter=[("n", "=", 21)]).column("x").to_pylist() == ["b2"]
         for instant, (cols, want) in expected.items():
             dask = oxlake.dask.read(table_path, as_of=instant).compute(scheduler="sync")
-            got = sorted(tuple(None if pd.isna(v) else v for v in r) for r in dask[cols].itertuples(index=False))
+            got = sorted(
+                tuple(None if pd.isna(v) else v for v in r) for r in dask[cols].itertuples(index=False)
+            )
             assert got == want, instant
         dask = oxlake.dask.read(table_path).compute(scheduler="sync")
         assert list(dask.columns[5:]) == ["amount", "id", "city", "ts", "x"]
@@ -664,7 +694,9 @@ def test_renamed_dropped_and_moved_columns_are_read_by_id_at_every_instant(
 
 
 @pytest.mark.parametrize("table_type", TYPES)
-def test_lookup_reads_files_of_every_schema_version_by_the_record_index(table_path: str, table_type: str) -> None:
+def test_lookup_reads_files_of_every_schema_version_by_the_record_index(
+    table_path: str, table_type: str
+) -> None:
     """`lookup` finds keys through the record index in files written before an added column, a
     promotion, a rename and a drop, and gives their rows in the latest schema."""
     t = make(table_path, table_type, WIDE)

@@ -613,7 +613,12 @@ def test_spark_reads_renamed_dropped_and_moved_columns_by_id_at_every_instant(
     for instant in instants:
         then = [f.name for f in t.schema_as_of(instant)][5:]
         native = t.to_arrow(as_of=instant, columns=then)
-        old = source.read.format("oxlake").option("as_of", instant).option("with_meta_columns", "false").load(path)
+        old = (
+            source.read.format("oxlake")
+            .option("as_of", instant)
+            .option("with_meta_columns", "false")
+            .load(path)
+        )
         assert old.columns == then, instant
         assert rows(from_spark(old)) == rows(native), instant
         mapped = from_spark(oxlake.spark.read(spark, path, as_of=instant, columns=then))

@@ -696,7 +696,8 @@ mod tests {
     async fn a_writer_that_dies_after_any_step_is_rolled_back_by_the_next_and_leaves_nothing() {
         for step in [DiesAfter::Claim, DiesAfter::Files, DiesAfter::Verdict] {
             let dir = tempfile::tempdir().unwrap();
-            let options = TableOptions { heartbeat_interval: std::time::Duration::from_millis(20), ..Default::default() };
+            let options =
+                TableOptions { heartbeat_interval: std::time::Duration::from_millis(20), ..Default::default() };
             let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, options.clone()).await;
             t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
             let before = parquet_files(dir.path());

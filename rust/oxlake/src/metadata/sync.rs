@@ -399,9 +399,10 @@ async fn settled(data: &Table, current: &MetadataTable, syncing: &str) -> Result
     let read = current.table.timeline();
     let unsettled = current.listed.iter().filter(|i| i.action == Action::DeltaCommit && i.time != syncing).find(|i| {
         let counted = read.instants_at(&i.time).iter().any(|m| m.is_completed());
-        let live = now.instants_at(&i.time).iter().any(|d| {
-            d.is_completed() || !(d.action == Action::Compaction && d.state == State::Requested)
-        });
+        let live = now
+            .instants_at(&i.time)
+            .iter()
+            .any(|d| d.is_completed() || !(d.action == Action::Compaction && d.state == State::Requested));
         !counted && live
     });
     Ok(unsettled.is_none())
@@ -551,7 +552,11 @@ mod tests {
         // A write in flight keeps the other writer from compacting the metadata table itself.
         let mut holder = another(&t).await;
         let in_flight = holder.begin_write(WriteOperation::Insert).await.unwrap();
-        another(&t).await.write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default()).await.unwrap();
+        another(&t)
+            .await
+            .write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default())
+            .await
+            .unwrap();
         compact_if_due(&stale, &current, LATER).await.unwrap();
         assert!(!compacted(&t).await, "the compaction gave way");
         in_flight.abort(&mut holder).await.unwrap();
@@ -569,7 +574,11 @@ mod tests {
         let stale = another(&t).await;
         let mut holder = another(&t).await;
         let in_flight = holder.begin_write(WriteOperation::Insert).await.unwrap();
-        another(&t).await.write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default()).await.unwrap();
+        another(&t)
+            .await
+            .write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default())
+            .await
+            .unwrap();
         let current = stale.metadata_table().await.unwrap().unwrap();
         compact_if_due(&stale, &current, LATER).await.unwrap();
         assert!(!compacted(&t).await, "the compaction gave way");
@@ -589,7 +598,11 @@ mod tests {
         let mut mdt = Table::open(&metadata_uri(&t), t.options().bare()).await.unwrap();
         let plan = Bytes::from(crate::format::compaction_plan::CompactionPlan::default().to_avro().unwrap());
         let tx = Transaction::begin_at(&mut mdt, Action::Compaction, &format!("{latest}001"), plan).await.unwrap();
-        another(&t).await.write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default()).await.unwrap();
+        another(&t)
+            .await
+            .write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default())
+            .await
+            .unwrap();
         let mut metadata = commit_metadata("COMPACT").unwrap();
         metadata.compacted = true;
         let err = tx.commit(&mut mdt, &metadata).await.unwrap_err();
