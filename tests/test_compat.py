@@ -4,7 +4,7 @@ blocks, timeline layouts 1 and 2).
 
 Every table found in the folder is read at its latest instant, at every completed instant,
 read-optimized, and incrementally between consecutive instants, and compared with hudi-rs reading
-the same table and with the expectations of FORMAT.md §8.
+the same table and with the expectations of docs/FORMAT.md §8.
 """
 
 from __future__ import annotations
@@ -223,7 +223,7 @@ def tree(path: Path) -> dict[str, bytes]:
 
 @pytest.mark.skipif(not ALL, reason="the compatibility corpus is not next to the project")
 def test_writing_retires_apache_hudi_metadata_table(extracted: dict[str, str], tmp_path: Path) -> None:
-    """FORMAT.md §7: a v6 table carrying Apache Hudi's metadata table (a real one, taken from a
+    """docs/FORMAT.md §7: a v6 table carrying Apache Hudi's metadata table (a real one, taken from a
     corpus table, advertised in hoodie.properties) keeps it through reads; the first oxlake write
     un-advertises it, keeping every other property line as it was, and deletes it."""
     path = tmp_path / "t"
@@ -338,7 +338,7 @@ def test_compaction_apache_hudi_scheduled(extracted: dict[str, str], tmp_path: P
     assert len(new_logs) == 1, "the log joins the slice of the pending compaction"
     expected = plain(oxlake.Table(str(path)).to_arrow())
     assert "Zed" in str(expected)
-    # hudi-rs 0.5.0 keeps a file only when its name's instant is completed (FORMAT.md §4, REL), so
+    # hudi-rs 0.5.0 keeps a file only when its name's instant is completed (docs/FORMAT.md §4), so
     # it drops a log named with a pending compaction and reads the table as before the upsert:
     # a bug of hudi-rs (Apache Hudi merges that log into the slice being compacted, as we do).
     assert plain(hudi_read(str(path))) == plain(before)

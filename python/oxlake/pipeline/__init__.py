@@ -1,4 +1,4 @@
-"""Incremental processing for PySpark pipelines (DESIGN.md §7).
+"""Incremental processing for PySpark pipelines (docs/PIPELINE.md).
 
 A `Catalog` is one oxlake table whose layers are partitions; compilers (`DirectCompiler`,
 `MapGroupCompiler`, `FunctionCompiler` / `@compiler`) declare input and output layers; a `Driver`

@@ -1,4 +1,4 @@
-"""A catalog: one oxlake table, one timeline, its layers as partitions (DESIGN.md §7).
+"""A catalog: one oxlake table, one timeline, its layers as partitions (docs/PIPELINE.md).
 
 Each record is one published partition of a layer: `(layer, partition)` is its key, `payload`
 its content (bytes), `checksum` the SHA-256 of the payload (hex). A structured layer (declared
@@ -24,7 +24,7 @@ from oxlake.table import Table, UpdateSchema, create_table
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-#: The reserved layer holding the pipeline state (DESIGN.md §7).
+#: The reserved layer holding the pipeline state (docs/PIPELINE.md, "The state layer").
 STATE_LAYER = "_state"
 
 SCHEMA = pa.schema(

@@ -1,7 +1,7 @@
 """The driver: checks a pipeline before any work, decides per task between a full and an
 incremental run and between the driver path (`driver_path`) and the Spark path (`spark_path`),
 and publishes every task's output, its state and the input versions used in ONE commit of the
-output catalog (DESIGN.md §7); the reports of a run."""
+output catalog (docs/PIPELINE.md); the reports of a run."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-//! Conflicts between writers, decided at commit time (optimistic concurrency, DESIGN.md §3).
+//! Conflicts between writers, decided at commit time (optimistic concurrency, docs/COMMIT_PROTOCOL.md).
 //!
 //! A write's footprint is the file groups it wrote or replaced and the record keys it wrote. Two
 //! writes conflict when their footprints meet: a shared file group (except a compaction and a log

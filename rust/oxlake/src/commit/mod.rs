@@ -1,15 +1,16 @@
 //! The commit protocol: how a write becomes visible, atomically, or not at all.
 //!
-//! A write of instant `t` (DESIGN.md §3):
+//! A write of instant `t` (docs/COMMIT_PROTOCOL.md):
 //! 1. `t.<action>.requested` is created with a conditional put: this claims `t`. Times are UTC
 //!    `yyyyMMddHHmmssSSS`, strictly increasing; on a clash the writer takes the next one.
 //!    A heartbeat file `.hoodie/.heartbeat/t` is written first and refreshed while the write runs.
 //! 2. `t.<action>.inflight`, then the data files, each named with `t`.
-//! 3. (Seam for the metadata table: its deltacommit `t` completes here, before step 4.)
-//! 4. The conflict check ([`conflicts`]): the write's footprint (file groups, keys) is published as
+//! 3. The conflict check ([`conflicts`]): the write's footprint (file groups, keys) is published as
 //!    an intent, then every data instant completed since the writer began, and every other write
 //!    committing now, must have a footprint disjoint from `t`'s; otherwise the write is rolled back
 //!    and fails with [`Error::CommitConflict`] naming the other instant.
+//! 4. The commit hook ([`hook`]): the metadata table's deltacommit `t` completes here, before
+//!    step 5; then the fate of `t` is decided as committed ([`fate`]).
 //! 5. `t.<action>`, the completed instant, created last with a conditional put. Its appearance is
 //!    the commit: before it no reader sees any of `t`'s files (readers keep only files of completed
 //!    instants), after it all of them.
@@ -20,7 +21,7 @@
 //! during a rollback is finished by the writer after.
 //!
 //! Files: `transaction` (a write in progress, steps 1-5), `claims` (instant times), `heartbeat`,
-//! `conflicts` (step 4), `fate` (completed or rolled back, decided once), `rollback` (recovery and
+//! `conflicts` (step 3), `fate` (completed or rolled back, decided once), `rollback` (recovery and
 //! deliberate rollbacks), `slice_claims` (which compaction takes a file slice), [`hook`] (what the
 //! layers built on the protocol do at step 3 and on recovery) and [`change`] (what an instant
 //! changed, as the hook is told).

@@ -1,7 +1,7 @@
 //! `hoodie.properties`: the table's configuration, typed, validated on open, written once on create.
 //!
 //! Keys are defined here once. Values are kept ASCII and free of backslashes because hudi-rs does not
-//! decode Java `.properties` escapes (FORMAT.md §1); oxlake decodes all of them ([`properties`]):
+//! decode Java `.properties` escapes (docs/FORMAT.md §1); oxlake decodes all of them ([`properties`]):
 //! Apache Hudi's Java engine rewrites the file with `Properties.store`. Unknown keys written by other engines are kept
 //! verbatim so that a rewrite of the file (e.g. to un-advertise a metadata table) loses nothing.
 
@@ -77,7 +77,7 @@ pub mod keys {
 
 const DEFAULT_PAYLOAD: &str = "org.apache.hudi.common.model.DefaultHoodieRecordPayload";
 const OVERWRITE_PAYLOAD: &str = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload";
-/// Merge strategy ids of tables of version 8 and later (FORMAT.md §1).
+/// Merge strategy ids of tables of version 8 and later (docs/FORMAT.md §1).
 const EVENT_TIME_STRATEGY: &str = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5";
 const COMMIT_TIME_STRATEGY: &str = "ce9acb64-bde0-424c-9b91-f6ebba25356d";
 
@@ -517,7 +517,7 @@ mod tests {
         }
     }
 
-    /// FORMAT.md §6: Apache Hudi's inference for tables before version 9.
+    /// docs/FORMAT.md §6: Apache Hudi's inference for tables before version 9.
     #[test]
     fn merge_mode_inferred_as_apache_hudi_infers_it() {
         let m = |version: u32, ordering: bool, props: &[(&str, &str)]| {

@@ -1,4 +1,4 @@
-//! Log blocks: the binary layout of Hudi log files (FORMAT.md §5), without IO.
+//! Log blocks: the binary layout of Hudi log files (docs/FORMAT.md §5), without IO.
 //!
 //! A log file is a sequence of blocks, all integers big-endian:
 //! `#HUDI#` · `i64 L` · `i32 format version (1)` · `i32 block type` · header · `i64 C` · content (C

@@ -1,6 +1,6 @@
 //! Log files: reading the blocks of a file slice's logs and writing new log files.
 //!
-//! Reading applies the admission rules of FORMAT.md §6 in Apache Hudi's order: a data or delete
+//! Reading applies the admission rules of docs/FORMAT.md §6 in Apache Hudi's order: a data or delete
 //! block is admitted when its instant is completed on the timeline, not after the read's upper
 //! bound, and not cancelled by a rollback command block found anywhere in the slice.
 //!

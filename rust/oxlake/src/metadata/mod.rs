@@ -1,4 +1,4 @@
-//! The metadata table (DESIGN.md §3): a merge-on-read table of our own under
+//! The metadata table (docs/METADATA_TABLE.md): a merge-on-read table of our own under
 //! `.hoodie/oxlake/metadata/`, one partition per index, each sharded into a fixed number of file
 //! groups by a stable hash ([`shard`]), keys sorted in base files. Advertised by the data table's
 //! property `oxlake.metadata.partitions`, never by Apache Hudi's.
@@ -480,7 +480,7 @@ fn commit_metadata(operation: &str) -> Result<CommitMetadata> {
 }
 
 /// Catches a stale metadata table up before a change of the data table (the next writer repairs
-/// what another writer or a crash left, DESIGN.md §3): built again, with the same indexes and
+/// what another writer or a crash left, docs/METADATA_TABLE.md): built again, with the same indexes and
 /// shards. An unreadable one is built again with the default layout.
 pub(crate) async fn catch_up(data: &mut Table) -> Result<()> {
     // Failed writes were just rolled back: a pending build is another live writer's.

@@ -2,8 +2,9 @@
 //! (the base file's records, then each admitted log block in order: later records replace
 //! earlier ones of the same key, delete blocks remove keys).
 //!
-//! Reader rules (DESIGN.md §3): the slice and the blocks are those of the metadata timeline
-//! restricted to instants completed on the data timeline; nothing else is read.
+//! Reader rules (docs/METADATA_TABLE.md, "Kept in step"): the slice and the blocks are those of
+//! the metadata timeline restricted to instants completed on the data timeline; nothing else is
+//! read.
 //!
 //! A lookup of some keys reads only the base file's pages whose key range may hold one of them
 //! (base files are sorted by key and carry a page index; most pages of a row group selected, the

@@ -90,7 +90,7 @@ fn holds_map(t: &DataType) -> bool {
 }
 
 /// A file's column projected onto the query's type by [`crate::schema::evolve::project`].
-#[derive(Debug, Hash)]
+#[derive(Debug)]
 struct Projected {
     input: Arc<dyn PhysicalExpr>,
     to: FieldRef,
@@ -103,6 +103,13 @@ impl PartialEq for Projected {
 }
 
 impl Eq for Projected {}
+
+impl std::hash::Hash for Projected {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.input.hash(state);
+        self.to.hash(state);
+    }
+}
 
 impl fmt::Display for Projected {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

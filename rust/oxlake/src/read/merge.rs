@@ -5,7 +5,7 @@
 //! its log version, or dropped by a delete; the log versions no base row claimed are emitted last
 //! (inserts that live in the logs). Memory: the log side plus one base batch.
 //!
-//! Which version wins (FORMAT.md §6, Apache Hudi's rules):
+//! Which version wins (docs/FORMAT.md §6, Apache Hudi's rules):
 //! - commit-time ordering: the later version always wins;
 //! - event-time ordering: the later version wins when its ordering value is at least the earlier
 //!   one's; a delete without an ordering value (null or Apache Hudi's default `Int(0)`) always wins

@@ -187,7 +187,8 @@ impl HudiTableProvider {
         let output: Vec<usize> = scan_projection.iter().map(|&i| position(i)).collect();
         let spec = merge.project(position);
         // Only filters on the key and partition columns may drop base rows before the merge
-        // (DESIGN.md §4): a base row failing another filter may still win over its log version.
+        // (docs/ARCHITECTURE.md, "Merge-on-read reads"): a base row failing another filter may still
+        // win over its log version.
         let key_columns: Vec<&str> = [RECORD_KEY, PARTITION_PATH]
             .into_iter()
             .chain(self.keys.record_key_fields.iter().map(String::as_str))

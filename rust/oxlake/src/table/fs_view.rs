@@ -148,7 +148,7 @@ impl FileSystemView {
     /// Moves each log into the slice with the greatest base instant not after the time the log
     /// joined the table: its instant's completion time where the timeline records one (table
     /// versions 8 and 9 name a log with its own deltacommit, which may complete after a compaction
-    /// was requested: its records then belong to the compacted slice, FORMAT.md §4), else the
+    /// was requested: its records then belong to the compacted slice, docs/FORMAT.md §4), else the
     /// instant in its name (version 6 names a log with its slice's base instant). Logs are then
     /// ordered by that time, version and write token.
     fn attach_pending_logs(&mut self, timeline: &Timeline) {
@@ -232,7 +232,7 @@ mod tests {
         assert_eq!(view.slices_as_of("20250101000000000", &replaced).count(), 0);
     }
 
-    /// FORMAT.md §4's example (table version 9): compaction `...29235` requested, completed
+    /// The example of docs/FORMAT.md §4 (table version 9): compaction `...29235` requested, completed
     /// `...29883`. The log of deltacommit `...28625` completed at `...29197`, before the request:
     /// it stays in the old slice. The log of `...30911` completed at `...31755`: it joins the
     /// compacted slice. A log of `...26000` requested before the compaction but completed after

@@ -352,9 +352,7 @@ fn check_fields(create: &CreateOptions, schema: &SchemaRef) -> Result<()> {
     Ok(())
 }
 
-/// The data schema: oxlake's exact copy when present, else the Arrow schema of a base file written
-/// by the latest commit that wrote one (tables written by Apache Hudi).
-/// Apache Hudi's metadata table, which oxlake does not maintain (FORMAT.md §7).
+/// Apache Hudi's metadata table, which oxlake does not maintain (docs/FORMAT.md §7).
 const APACHE_HUDI_METADATA_TABLE: &str = ".hoodie/metadata";
 /// Its properties: present while any of it is.
 const APACHE_HUDI_METADATA_PROPERTIES: &str = ".hoodie/metadata/.hoodie/hoodie.properties";
@@ -369,7 +367,7 @@ impl Table {
         }
     }
 
-    /// Retires Apache Hudi's metadata table before oxlake changes the table (FORMAT.md §7): a
+    /// Retires Apache Hudi's metadata table before oxlake changes the table (docs/FORMAT.md §7): a
     /// writer that does not keep it in step must not leave it for readers, who would trust its
     /// stale file listing. First `hoodie.properties` stops advertising it (its other lines are
     /// kept as they are; the checksum depends only on the names), then its folder is deleted,
