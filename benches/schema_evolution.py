@@ -97,9 +97,11 @@ def main() -> None:
         build(five, args.rows, True, args.table_type, args.renames)
         (t_one, rows_one), (t_five, rows_five) = read(one, args.repeat), read(five, args.repeat)
         assert oxlake.Table(five).schema.names == oxlake.Table(one).schema.names
-        # Like for like: both reads give the same rows and values.
+        # Like for like: both reads give the same rows and values (the tables' `id` differ only
+        # in nullability: the evolving table was created from a nullable one).
+        one_rows, five_rows = rows_one.sort_by("id"), rows_five.sort_by("id")
         data = [n for n in rows_one.schema.names if not n.startswith("_hoodie_")]
-        assert rows_one.select(data).sort_by("id").equals(rows_five.select(data).sort_by("id"))
+        assert all(one_rows.column(n).equals(five_rows.column(n)) for n in data)
         print(f"rows={args.rows} table_type={args.table_type} renames={args.renames}")
         print(f"one schema:   {t_one:.3f} s")
         print(f"five schemas: {t_five:.3f} s  ({t_five / t_one:.2f}x)")
