@@ -190,12 +190,51 @@ async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Resu
             }
         }
     }
+    check_latest(table, time, &plan).await?;
     if changed {
         log::info!("{}: compaction {time} takes the logs that concurrent writes added", table.uri());
         let requested = Instant::new(time, Action::Compaction, State::Requested);
         table.storage().put(&table.timeline().path_of(&requested), Bytes::from(plan.to_avro()?)).await?;
     }
     Ok(plan)
+}
+
+/// Fails with a conflict when a slice of `plan` is no longer the latest of its file group: storage
+/// holds a base file of the group written by a committed instant after the slice's base. A plan
+/// made from a listing that missed that file (a stale metadata table) would compact the older
+/// slice and supersede the later one's rows. One listing per planned partition, from storage.
+async fn check_latest(table: &Table, time: &str, plan: &CompactionPlan) -> Result<()> {
+    let partitions: std::collections::BTreeSet<&str> =
+        plan.operations.iter().map(|op| op.partition_path.as_str()).collect();
+    for partition in partitions {
+        for file in table.storage().list_dir(partition).await? {
+            let Some(base) = BaseFileName::parse(file.path.rsplit('/').next().unwrap_or(&file.path)) else {
+                continue;
+            };
+            let superseded = plan.operations.iter().find(|op| {
+                op.partition_path == partition
+                    && op.file_id == base.file_id
+                    && base.instant > op.base_instant_time
+                    && base.instant.as_str() < time
+                    && table.timeline().is_committed(&base.instant)
+            });
+            if let Some(op) = superseded {
+                log::warn!(
+                    "{}: compaction {time} planned slice {} of file group {}, which {} superseded",
+                    table.uri(),
+                    op.base_instant_time,
+                    op.file_id,
+                    file.path
+                );
+                let detail = format!(
+                    "compaction {time} planned slice {} of file group {} from a listing without the later base file {}",
+                    op.base_instant_time, op.file_id, file.path
+                );
+                return Err(Error::CommitConflict { instant: base.instant.clone(), detail });
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The latest slice of every file group with enough log files, not already in a pending plan.
