@@ -142,16 +142,27 @@ impl Table {
 /// How often a new compaction looks again at the writes that began before it.
 const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
 
-/// Waits until no write that began before the compaction `time` is pending (rolling back those
-/// whose writer is gone): then no log joins the slices `plan` compacts any more. Returns the plan
-/// with every log that completed writes added to those slices, and records it when it changed
-/// (a write that committed while the plan was being made; a plan resumed later).
+/// Waits until no write that may still add a log to the slices `plan` compacts is pending
+/// (rolling back those whose writer is gone): every write that began before the compaction
+/// `time`, and every deltacommit pending when the plan became visible, whatever its time (its
+/// time is claimed before its plan is visible, so a later write may have planned and checked
+/// without seeing it). Returns the plan with every log that completed writes added to those
+/// slices, and records it when it changed (a write that committed while the plan was being made;
+/// a plan resumed later).
 async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Result<CompactionPlan> {
     let mut watch = crate::commit::HeartbeatWatch::default();
+    // The deltacommits later than `time` pending at the first look: those that appear afterwards
+    // check their logs against this plan (`commit::conflicts`), which they can see.
+    let mut later: Option<std::collections::HashSet<String>> = None;
     loop {
         table.reload().await?;
+        let pending: Vec<Instant> = table.timeline().pending().filter(|i| i.action.writes_data()).cloned().collect();
+        let later = later.get_or_insert_with(|| {
+            let deltas = pending.iter().filter(|i| i.action == Action::DeltaCommit && i.time.as_str() > time);
+            deltas.map(|i| i.time.clone()).collect()
+        });
         let earlier: Vec<Instant> =
-            table.timeline().pending().filter(|i| i.action.writes_data() && i.time.as_str() < time).cloned().collect();
+            pending.into_iter().filter(|i| i.time.as_str() < time || later.contains(&i.time)).collect();
         if earlier.is_empty() {
             break;
         }
@@ -165,12 +176,13 @@ async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Resu
         tokio::time::sleep(SETTLE_POLL).await;
     }
     // Logs join a slice after its base instant: only the writes since the oldest base may have
-    // added one the plan lacks.
+    // added one the plan lacks, later than this compaction's time too (see above); a log a later
+    // write named for this compaction's slice records this time as its base, not the planned one.
     let oldest = plan.operations.iter().map(|op| op.base_instant_time.as_str()).min().unwrap_or_default().to_string();
     let since: Vec<Instant> = table
         .timeline()
         .completed_data()
-        .filter(|i| i.action == Action::DeltaCommit && i.time.as_str() < time && i.time >= oldest)
+        .filter(|i| i.action == Action::DeltaCommit && i.time >= oldest)
         .cloned()
         .collect();
     let mut changed = false;
