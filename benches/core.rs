@@ -48,6 +48,7 @@ async fn new_table(dir: &std::path::Path) -> Table {
         ordering_field: Some("ts".into()),
         hive_style: true,
         inline_compaction: None,
+        table_version: 6,
     };
     let uri = dir.join(format!("t{}", rand_suffix()));
     Table::create(uri.to_str().expect("utf-8 path"), oxlake::services::default_options(), opts, schema())

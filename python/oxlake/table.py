@@ -19,11 +19,14 @@ FilterLike = str | Sequence[tuple[str, str, Any]]
 
 
 class Instant(NamedTuple):
-    """One instant of the timeline."""
+    """One instant of the timeline: its requested time, action and state; on tables of version 8
+    and 9 a completed instant also has its completion time (incremental queries of those tables
+    take windows of completion times)."""
 
     time: str
     action: str
     state: str
+    completion: str | None = None
 
 
 class FileGroup(NamedTuple):
@@ -564,8 +567,15 @@ def create_table(
     hive_style: bool = True,
     heartbeat_interval: float = 10.0,
     inline_compaction: int | None = None,
+    table_version: int = 6,
 ) -> Table:
-    """Creates an Apache Hudi table (version 6) and returns it open.
+    """Creates an Apache Hudi table and returns it open.
+
+    `table_version` is the Hudi table format: 6 (read and written by Apache Hudi 0.14 and 0.15),
+    8 (Apache Hudi 1.0: the timeline under `.hoodie/timeline/`, instants named with their
+    completion times, commit metadata in Avro) or 9 (Apache Hudi 1.1). Choose 6 while any job on
+    the table still runs Hudi 0.x; 8 or 9 once all run Hudi 1.x. Tables of version 8 and 9 are not
+    archived yet (their timeline keeps every instant).
 
     `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
     `partition_by` the partition fields (`field=value` directories when `hive_style`; values are
@@ -592,6 +602,7 @@ def create_table(
         storage_options,
         heartbeat_interval,
         inline_compaction,
+        table_version,
     )
     return Table._wrap(native)
 

@@ -67,6 +67,7 @@ pub(crate) async fn keyed_table(dir: &Path, table_type: TableType, options: Tabl
         ordering_field: None,
         hive_style: true,
         inline_compaction: None,
+        table_version: 6,
     };
     let uri = dir.join("t");
     Table::create(uri.to_str().expect("a UTF-8 path"), options, create, schema).await.expect("created")

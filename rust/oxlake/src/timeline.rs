@@ -150,9 +150,12 @@ impl Timeline {
         &self.instants
     }
 
-    /// The greatest instant time ever claimed, in any state.
+    /// The greatest instant time ever claimed, in any state, or completion time (layout 2): a new
+    /// time is taken after it.
     pub fn last_time(&self) -> Option<&str> {
-        self.instants.last().map(|i| i.time.as_str())
+        let requested = self.instants.last().map(|i| i.time.as_str());
+        let completed = self.instants.iter().filter_map(|i| i.completion.as_deref()).max();
+        requested.max(completed)
     }
 
     /// The earliest instant time in the active timeline; older files count as committed (archived).
@@ -259,11 +262,18 @@ impl Timeline {
     }
 
     /// Writes an instant's file with a conditional create. Returns `false` when it already existed.
+    /// A completed instant of layout 2 carries its completion time ([`crate::commit`] claims it).
     pub async fn create(&self, storage: &Storage, instant: &Instant, content: Bytes) -> Result<bool> {
-        if self.layout != 1 {
-            return Err(Error::unsupported("writing timeline layout 2"));
+        if self.layout >= 2 && instant.is_completed() && instant.completion.is_none() {
+            return Err(Error::invalid_data(format!("completing {instant} without a completion time")));
         }
         storage.put_if_absent(&self.path_of(instant), content).await
+    }
+
+    /// The timeline layout: 1 (`.hoodie/<t>.<action>`, JSON commit metadata) or 2
+    /// (`.hoodie/timeline/<t>_<completion>.<action>`, Avro).
+    pub fn layout(&self) -> u32 {
+        self.layout
     }
 
     /// Deletes the requested and inflight files of an instant (after a rollback).
@@ -342,7 +352,7 @@ mod tests {
     #[tokio::test]
     async fn a_time_rolled_back_is_never_committed_even_once_archived_past() {
         let s = Storage::in_memory("t").unwrap();
-        let config = TableConfig::new_v6(&crate::config::CreateOptions {
+        let config = TableConfig::new(&crate::config::CreateOptions {
             name: "t".into(),
             table_type: crate::config::TableType::CopyOnWrite,
             record_key_fields: vec!["id".into()],
@@ -350,6 +360,7 @@ mod tests {
             ordering_field: None,
             hive_style: false,
             inline_compaction: None,
+            table_version: 6,
         })
         .unwrap();
         for name in ["20240102000000000.commit", "20240103000000000.commit"] {

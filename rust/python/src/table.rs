@@ -37,7 +37,7 @@ fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_int
 
 /// Creates a table and returns it open.
 #[pyfunction]
-#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None))]
+#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=6))]
 #[allow(clippy::too_many_arguments)]
 pub fn create_table(
     py: Python<'_>,
@@ -52,6 +52,7 @@ pub fn create_table(
     storage_options: Option<HashMap<String, String>>,
     heartbeat_interval: f64,
     inline_compaction: Option<u32>,
+    table_version: u32,
 ) -> PyResult<PyTable> {
     let schema = import_schema(&schema)?;
     let table_type = TableType::parse(&table_type).ok_or_else(|| {
@@ -65,6 +66,7 @@ pub fn create_table(
         ordering_field,
         hive_style,
         inline_compaction,
+        table_version,
     };
     let options = table_options(storage_options, heartbeat_interval)?;
     let table = run(py, async move { Table::create(&uri, options, create, schema).await })?;
@@ -121,7 +123,11 @@ impl PyTable {
 
     /// The instants: (time, action, state), oldest first.
     #[pyo3(signature = (include_archived=false))]
-    fn timeline(&self, py: Python<'_>, include_archived: bool) -> PyResult<Vec<(String, String, String)>> {
+    fn timeline(
+        &self,
+        py: Python<'_>,
+        include_archived: bool,
+    ) -> PyResult<Vec<(String, String, String, Option<String>)>> {
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
@@ -136,7 +142,7 @@ impl PyTable {
             Ok(t.timeline()
                 .instants()
                 .iter()
-                .map(|i| (i.time.clone(), i.action.to_string(), i.state.to_string()))
+                .map(|i| (i.time.clone(), i.action.to_string(), i.state.to_string(), i.completion.clone()))
                 .collect())
         })
     }

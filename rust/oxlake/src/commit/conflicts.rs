@@ -256,8 +256,18 @@ async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetada
     Ok(false)
 }
 
+/// The deltacommit of a log that a compaction at `time` (timeline layout 2) would leave behind:
+/// completed before `time` on a slice of its plan, yet not in the plan.
+pub(crate) async fn missed_logs(table: &Table, time: &str) -> Result<Option<String>> {
+    let plan = crate::table::pending::read_compaction_plan(table, time).await?;
+    let missing = crate::table::pending::logs_missing_from_plan(table, time, &plan).await?;
+    Ok(missing.into_iter().next().map(|(_, _, instant)| instant))
+}
+
 /// The compaction (pending or completed since this write began) planned over a file group this
-/// write logged to under an older base instant, if any: that log would be left behind.
+/// write logged to under an older base instant, if any: that log would be left behind. On
+/// timeline layout 2 a log joins the slice its completion time falls in, and the compaction
+/// checks its own plan instead ([`missed_logs`]).
 async fn stale_log(
     table: &Table,
     time: &str,
@@ -269,7 +279,7 @@ async fn stale_log(
         .filter(|(_, s)| s.log_files.is_some())
         .filter_map(|(p, s)| Some(((p.to_string(), s.file_id.clone()), s.prev_commit.as_deref()?)))
         .collect();
-    if logged.is_empty() {
+    if logged.is_empty() || table.timeline().layout() >= 2 {
         return Ok(None);
     }
     // A pending compaction planned after this write began waits for it and takes its logs (see

@@ -29,8 +29,9 @@ const FATE_DIR: &str = ".hoodie/oxlake/fate";
 /// What was decided for one attempt at an instant time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Fate {
-    /// The attempt completes as `completed` (its action), with this commit metadata.
-    Committed { action: Action, metadata: Bytes },
+    /// The attempt completes as `action`, with this commit metadata, at `completion` (timeline
+    /// layout 2: the completion time claimed before the decision, [`super::completion`]).
+    Committed { action: Action, metadata: Bytes, completion: Option<String> },
     /// The rollback instant `by` undoes the attempt.
     RolledBack { by: String },
 }
@@ -38,8 +39,11 @@ pub(crate) enum Fate {
 impl Fate {
     fn encode(&self) -> Bytes {
         match self {
-            Fate::Committed { action, metadata } => {
-                let mut out = format!("commit {action}\n").into_bytes();
+            Fate::Committed { action, metadata, completion } => {
+                let mut out = match completion {
+                    Some(c) => format!("commit {action} {c}\n").into_bytes(),
+                    None => format!("commit {action}\n").into_bytes(),
+                };
                 out.extend_from_slice(metadata);
                 Bytes::from(out)
             }
@@ -52,9 +56,14 @@ impl Fate {
         let head = std::str::from_utf8(&bytes[..end]).map_err(|e| Error::corrupt(path, e))?;
         let rest = bytes.slice((end + 1).min(bytes.len())..);
         match head.split_once(' ') {
-            Some(("commit", action)) => {
+            Some(("commit", rest_of_head)) => {
+                let (action, completion) = match rest_of_head.split_once(' ') {
+                    Some((a, c)) if crate::format::instant::is_instant_time(c) => (a, Some(c.to_string())),
+                    Some(_) => return Err(Error::corrupt(path, "not a completion time")),
+                    None => (rest_of_head, None),
+                };
                 let action = Action::parse(action).ok_or_else(|| Error::corrupt(path, "unknown action"))?;
-                Ok(Fate::Committed { action, metadata: rest })
+                Ok(Fate::Committed { action, metadata: rest, completion })
             }
             Some(("rollback", by)) if !by.is_empty() => Ok(Fate::RolledBack { by: by.to_string() }),
             _ => Err(Error::corrupt(path, "not an instant's fate record")),
@@ -124,9 +133,11 @@ pub(crate) async fn roll_forward(
     epoch: u32,
     action: Action,
     metadata: Bytes,
+    completion: Option<String>,
 ) -> Result<()> {
-    let completed = Instant::new(target.time.clone(), action, State::Completed);
-    let fate = Fate::Committed { action, metadata: metadata.clone() };
+    let mut completed = Instant::new(target.time.clone(), action, State::Completed);
+    completed.completion = completion.clone();
+    let fate = Fate::Committed { action, metadata: metadata.clone(), completion };
     if epoch > 0 {
         table.storage().delete(&crate::timeline::rolled_back_marker(&target.time)).await?;
     }
@@ -189,7 +200,11 @@ mod tests {
     async fn the_first_decision_holds_and_records_round_trip() {
         let s = Storage::in_memory("t").unwrap();
         let t = "20240101000000000";
-        let commit = Fate::Committed { action: Action::DeltaCommit, metadata: Bytes::from_static(b"{\"a\":\n1}") };
+        let commit = Fate::Committed {
+            action: Action::DeltaCommit,
+            metadata: Bytes::from_static(b"{\"a\":\n1}"),
+            completion: None,
+        };
         let rollback = Fate::RolledBack { by: "20240101000000100".into() };
         assert_eq!(decide(&s, t, 0, commit.clone()).await.unwrap(), commit);
         assert_eq!(decide(&s, t, 0, rollback.clone()).await.unwrap(), commit, "the rollback yields");

@@ -28,6 +28,7 @@
 
 pub mod change;
 mod claims;
+mod completion;
 mod conflicts;
 mod fate;
 mod heartbeat;
@@ -40,6 +41,7 @@ use std::time::Duration;
 
 pub use claims::PlanFn;
 pub(crate) use claims::{ARCHIVING_DIR, claim, prune_claims};
+pub(crate) use completion::complete;
 pub use heartbeat::TaskHeartbeat;
 pub(crate) use heartbeat::{HeartbeatWatch, beating, is_expired};
 pub(crate) use rollback::{remove_unreported_files, rollback_latest, rollback_pending, settle};

@@ -228,8 +228,8 @@ pub(super) async fn rollback_at(
                 fate::overrule(table.storage(), &target.time, epoch, &r.time).await?;
             }
             decided => {
-                if let fate::Fate::Committed { action, metadata } = decided {
-                    fate::roll_forward(table, target, epoch, action, metadata).await?;
+                if let fate::Fate::Committed { action, metadata, completion } = decided {
+                    fate::roll_forward(table, target, epoch, action, metadata, completion).await?;
                     table.storage().delete(&heartbeat_path(&target.time)).await?;
                     conflicts::withdraw_intent(table.storage(), &target.time).await?;
                 }
@@ -265,8 +265,8 @@ pub(crate) async fn settle(table: &Table, target: &Instant) -> Result<bool> {
     let epoch = fate::current_epoch(table, &target.time).await?;
     let taken_back = fate::Fate::RolledBack { by: target.time.clone() };
     match fate::decide(table.storage(), &target.time, epoch, taken_back).await? {
-        fate::Fate::Committed { action, metadata } => {
-            fate::roll_forward(table, target, epoch, action, metadata).await?;
+        fate::Fate::Committed { action, metadata, completion } => {
+            fate::roll_forward(table, target, epoch, action, metadata, completion).await?;
             Ok(true)
         }
         fate::Fate::RolledBack { .. } => Ok(false),
@@ -291,7 +291,7 @@ pub(super) async fn undo(table: &Table, target: &Instant, r: &Instant, was_compl
     hook::before_complete(table, &r.time, change).await?;
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let meta = rollback_metadata(table.uri(), target, &r.time, millis, &deleted, &added)?;
-    timeline.create(storage, &r.with_state(State::Completed), Bytes::from(meta)).await?;
+    super::completion::complete(table, r, Bytes::from(meta)).await?;
     if target.action == Action::Compaction {
         // A compaction plan stays: it is executed again by the next compaction run.
         storage.delete(&timeline.path_of(&target.with_state(State::Inflight))).await?;

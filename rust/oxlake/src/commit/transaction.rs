@@ -91,7 +91,8 @@ impl Transaction {
         let epoch = fate::current_epoch(table, &time).await?;
         let tx = Transaction::starting(table, requested, epoch);
         let inflight = tx.instant.with_state(State::Inflight);
-        let marker = CommitMetadata { operation_type: None, ..Default::default() }.to_json()?;
+        let marker = CommitMetadata { operation_type: None, ..Default::default() }
+            .to_timeline_bytes(table.timeline().layout(), action)?;
         table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
         failpoint("after-inflight");
         Ok(Some(tx))
@@ -242,16 +243,31 @@ impl Transaction {
             failpoint("after-metadata-sync");
         }
         // A compaction completes as a commit (a clustering as a replacecommit).
-        let completed = match self.instant.action {
+        let mut completed = match self.instant.action {
             Action::Compaction => Instant::new(self.instant.time.clone(), Action::Commit, State::Completed),
             Action::Clustering => Instant::new(self.instant.time.clone(), Action::ReplaceCommit, State::Completed),
             _ => self.instant.with_state(State::Completed),
         };
-        let json = Bytes::from(metadata.to_json()?);
+        // Timeline layout 2: the completion time, claimed in order with every other completion
+        // (after the checks: a claim held while waiting for an earlier writer would stall it).
+        if table.timeline().layout() >= 2 {
+            match self.claim_completion(table).await {
+                Ok(c) => {
+                    completed.completion = Some(c);
+                    failpoint("after-completion-claim");
+                }
+                Err(e) => return Err(self.fail_written(table, e, Some(metadata)).await),
+            }
+        }
+        let json = Bytes::from(metadata.to_timeline_bytes(table.timeline().layout(), completed.action)?);
         // A process that took this writer for dead (no heartbeat for three intervals: a paused
         // process, a slow store) may be rolling it back: the fate record decides which of the two
         // goes on, whatever the timing.
-        let ours = fate::Fate::Committed { action: completed.action, metadata: json.clone() };
+        let ours = fate::Fate::Committed {
+            action: completed.action,
+            metadata: json.clone(),
+            completion: completed.completion.clone(),
+        };
         let decided = match fate::decide(table.storage(), &self.instant.time, self.epoch, ours.clone()).await {
             // A store failure leaves it unknown whether the record was written: look again.
             Err(e) => match fate::recorded(table.storage(), &self.instant.time, self.epoch).await {
@@ -329,6 +345,21 @@ impl Transaction {
         conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
         table.reload().await?;
         Ok(completed)
+    }
+
+    /// Claims this instant's completion time (timeline layout 2, [`super::completion`]). A
+    /// compaction then checks that every log completed before its time on the slices it compacts
+    /// is in its plan: such a log belongs to the slice it replaces.
+    async fn claim_completion(&self, table: &mut Table) -> Result<String> {
+        let completion = super::completion::claim(table, &self.instant.time).await?;
+        if self.instant.action == Action::Compaction {
+            table.reload().await?;
+            if let Some(other) = conflicts::missed_logs(table, &self.instant.time).await? {
+                let detail = "a log completed before this compaction's time is not in its plan".into();
+                return Err(Error::CommitConflict { instant: other, detail });
+            }
+        }
+        Ok(completion)
     }
 
     /// `error` as the conflict it is when it is a data file gone while this write read it and a
@@ -665,7 +696,7 @@ mod tests {
         let tx = t.begin_write(WriteOperation::Insert).await.unwrap();
         let pending = Instant::new(tx.time(), Action::Commit, State::Inflight);
         let metadata = Bytes::from(CommitMetadata::default().to_json().unwrap());
-        let decided = fate::Fate::Committed { action: Action::Commit, metadata };
+        let decided = fate::Fate::Committed { action: Action::Commit, metadata, completion: None };
         fate::decide(t.storage(), tx.time(), tx.epoch(), decided).await.unwrap();
         assert!(super::super::settle(&t, &pending).await.unwrap(), "completed for its committer");
         t.reload().await.unwrap();

@@ -63,6 +63,10 @@ pub mod keys {
     pub const ARCHIVELOG_FOLDER: &str = "hoodie.archivelog.folder";
     /// Directory of the active timeline under `.hoodie` (timeline layout 2; default `timeline`).
     pub const TIMELINE_PATH: &str = "hoodie.timeline.path";
+    /// Directory of the archived (LSM) timeline under the active one (layout 2; default `history`).
+    pub const TIMELINE_HISTORY_PATH: &str = "hoodie.timeline.history.path";
+    /// The version a table was created at (table version 8 and later).
+    pub const INITIAL_VERSION: &str = "hoodie.table.initial.version";
     /// Avro schema the table was created with.
     pub const CREATE_SCHEMA: &str = "hoodie.table.create.schema";
     /// Apache Hudi's metadata table: the partitions it holds (built and being built), and the switch.
@@ -196,11 +200,20 @@ pub struct CreateOptions {
     pub hive_style: bool,
     /// See [`TableConfig::inline_compaction`].
     pub inline_compaction: Option<u32>,
+    /// `hoodie.table.version`: 6 (Apache Hudi 0.14/0.15, timeline layout 1), 8 (Hudi 1.0) or 9
+    /// (Hudi 1.1); 8 and 9 use timeline layout 2.
+    pub table_version: u32,
 }
 
 impl TableConfig {
-    /// Derives the version 6 configuration of a new table.
-    pub fn new_v6(opts: &CreateOptions) -> Result<Self> {
+    /// Derives the configuration of a new table of `opts.table_version`.
+    pub fn new(opts: &CreateOptions) -> Result<Self> {
+        if !matches!(opts.table_version, 6 | 8 | 9) {
+            return Err(Error::invalid_arg(
+                "table_version",
+                format!("{} is not a table version oxlake writes (6, 8 or 9)", opts.table_version),
+            ));
+        }
         check_name("name", &opts.name)?;
         if opts.record_key_fields.is_empty() {
             return Err(Error::invalid_arg("record_key", "at least one record key field is required"));
@@ -219,8 +232,8 @@ impl TableConfig {
         let mut cfg = TableConfig {
             name: opts.name.clone(),
             table_type: opts.table_type,
-            version: 6,
-            layout_version: 1,
+            version: opts.table_version,
+            layout_version: if opts.table_version == 6 { 1 } else { 2 },
             record_key_fields: opts.record_key_fields.clone(),
             partition_fields: opts.partition_fields.clone(),
             ordering_field: opts.ordering_field.clone(),
@@ -241,41 +254,65 @@ impl TableConfig {
         if opts.inline_compaction == Some(0) {
             return Err(Error::invalid_arg("inline_compaction", "must be at least 1 deltacommit"));
         }
-        cfg.raw = cfg.to_v6_map();
+        cfg.raw = cfg.to_map();
         Ok(cfg)
     }
 
-    fn to_v6_map(&self) -> BTreeMap<String, String> {
+    /// The properties of a new table, as Apache Hudi writes them for its version: version 6 names
+    /// the key generator and payload classes; version 8 the key generator type, the merge mode and
+    /// strategy (and the payload class Hudi 1.0 still records); version 9 the merge mode and the
+    /// ordering fields only.
+    fn to_map(&self) -> BTreeMap<String, String> {
         let mut m = BTreeMap::new();
         let mut set = |k: &str, v: &str| {
             m.insert(k.to_string(), v.to_string());
         };
         set(keys::NAME, &self.name);
         set(keys::TYPE, self.table_type.hudi_name());
-        set(keys::VERSION, "6");
-        set(keys::LAYOUT_VERSION, "1");
+        let version = self.version.to_string();
+        set(keys::VERSION, &version);
+        set(keys::LAYOUT_VERSION, &self.layout_version.to_string());
         set(keys::RECORD_KEY_FIELDS, &self.record_key_fields.join(","));
         if !self.partition_fields.is_empty() {
             set(keys::PARTITION_FIELDS, &self.partition_fields.join(","));
         }
         if let Some(o) = &self.ordering_field {
-            set(keys::PRECOMBINE_FIELD, o);
+            set(if self.version >= 9 { keys::ORDERING_FIELDS } else { keys::PRECOMBINE_FIELD }, o);
         }
         set(keys::HIVE_STYLE, bool_str(self.hive_style));
         set(keys::URL_ENCODE, bool_str(self.url_encode));
         set(keys::DROP_PARTITION_COLUMNS, "false");
         set(keys::BASE_FILE_FORMAT, "PARQUET");
         set(keys::TIMEZONE, "UTC");
-        let keygen = match self.key_generator {
-            KeyGenerator::Simple => "org.apache.hudi.keygen.SimpleKeyGenerator",
-            KeyGenerator::NonPartitioned => "org.apache.hudi.keygen.NonpartitionedKeyGenerator",
-            _ => "org.apache.hudi.keygen.ComplexKeyGenerator",
+        let (keygen_class, keygen_type) = match self.key_generator {
+            KeyGenerator::Simple => ("org.apache.hudi.keygen.SimpleKeyGenerator", "SIMPLE"),
+            KeyGenerator::NonPartitioned => ("org.apache.hudi.keygen.NonpartitionedKeyGenerator", "NON_PARTITION"),
+            _ => ("org.apache.hudi.keygen.ComplexKeyGenerator", "COMPLEX"),
         };
-        set(keys::KEYGEN_CLASS, keygen);
-        match self.merge_mode {
-            MergeMode::EventTime => set(keys::PAYLOAD_CLASS, DEFAULT_PAYLOAD),
-            MergeMode::CommitTime => set(keys::PAYLOAD_CLASS, OVERWRITE_PAYLOAD),
-            MergeMode::Custom => {}
+        let (payload, strategy, mode) = match self.merge_mode {
+            MergeMode::EventTime => (Some(DEFAULT_PAYLOAD), Some(EVENT_TIME_STRATEGY), "EVENT_TIME_ORDERING"),
+            MergeMode::CommitTime => (Some(OVERWRITE_PAYLOAD), Some(COMMIT_TIME_STRATEGY), "COMMIT_TIME_ORDERING"),
+            MergeMode::Custom => (None, None, "CUSTOM"),
+        };
+        if self.version == 6 {
+            set(keys::KEYGEN_CLASS, keygen_class);
+            if let Some(p) = payload {
+                set(keys::PAYLOAD_CLASS, p);
+            }
+        } else {
+            set(keys::INITIAL_VERSION, &version);
+            set(keys::TIMELINE_PATH, "timeline");
+            set(keys::TIMELINE_HISTORY_PATH, "history");
+            set(keys::KEYGEN_TYPE, keygen_type);
+            set(keys::MERGE_MODE, mode);
+            if self.version == 8 {
+                if let Some(p) = payload {
+                    set(keys::PAYLOAD_CLASS, p);
+                }
+                if let Some(s) = strategy {
+                    set(keys::MERGE_STRATEGY_ID, s);
+                }
+            }
         }
         set(keys::POPULATE_META_FIELDS, "true");
         set(keys::DATABASE_NAME, "default");
@@ -514,6 +551,7 @@ mod tests {
             ordering_field: Some("ts".into()),
             hive_style: true,
             inline_compaction: None,
+            table_version: 6,
         }
     }
 
@@ -553,7 +591,7 @@ mod tests {
 
     #[test]
     fn written_properties_parse_back() {
-        let cfg = TableConfig::new_v6(&opts()).unwrap();
+        let cfg = TableConfig::new(&opts()).unwrap();
         let back = TableConfig::parse(&cfg.to_properties()).unwrap();
         assert_eq!(back, cfg);
         assert_eq!(back.key_generator, KeyGenerator::Simple);
@@ -565,9 +603,9 @@ mod tests {
     fn key_generator_follows_the_fields() {
         let mut o = opts();
         o.record_key_fields = vec!["id".into(), "name".into()];
-        assert_eq!(TableConfig::new_v6(&o).unwrap().key_generator, KeyGenerator::Complex);
+        assert_eq!(TableConfig::new(&o).unwrap().key_generator, KeyGenerator::Complex);
         o.partition_fields.clear();
-        let cfg = TableConfig::new_v6(&o).unwrap();
+        let cfg = TableConfig::new(&o).unwrap();
         assert_eq!(cfg.key_generator, KeyGenerator::NonPartitioned);
         assert!(cfg.complex_keys());
     }
@@ -596,7 +634,7 @@ mod tests {
     fn names_are_checked() {
         let mut o = opts();
         o.name = "a=b".into();
-        assert!(matches!(TableConfig::new_v6(&o), Err(Error::InvalidArgument { .. })));
+        assert!(matches!(TableConfig::new(&o), Err(Error::InvalidArgument { .. })));
     }
 }
 

@@ -26,6 +26,58 @@ pub struct CommitMetadata {
     pub operation_type: Option<String>,
 }
 
+/// `HoodieWriteStat` as Apache Hudi 1.x writes it (its writer schema in the timeline files of the
+/// version 9 tables of `../shared/compat`); the fields oxlake does not fill stay null.
+const WRITE_STAT_SCHEMA: &str = concat!(
+    r#"{"type":"record","name":"HoodieWriteStat","fields":["#,
+    r#"{"name":"fileId","type":["null","string"],"default":null},"#,
+    r#"{"name":"path","type":["null","string"],"default":null},"#,
+    r#"{"name":"prevCommit","type":["null","string"],"default":null},"#,
+    r#"{"name":"numWrites","type":["null","long"],"default":null},"#,
+    r#"{"name":"numDeletes","type":["null","long"],"default":null},"#,
+    r#"{"name":"numUpdateWrites","type":["null","long"],"default":null},"#,
+    r#"{"name":"totalWriteBytes","type":["null","long"],"default":null},"#,
+    r#"{"name":"totalWriteErrors","type":["null","long"],"default":null},"#,
+    r#"{"name":"partitionPath","type":["null","string"],"default":null},"#,
+    r#"{"name":"totalLogRecords","type":["null","long"],"default":null},"#,
+    r#"{"name":"totalLogFiles","type":["null","long"],"default":null},"#,
+    r#"{"name":"totalUpdatedRecordsCompacted","type":["null","long"],"default":null},"#,
+    r#"{"name":"numInserts","type":["null","long"],"default":null},"#,
+    r#"{"name":"totalLogBlocks","type":["null","long"],"default":null},"#,
+    r#"{"name":"totalCorruptLogBlock","type":["null","long"],"default":null},"#,
+    r#"{"name":"totalRollbackBlocks","type":["null","long"],"default":null},"#,
+    r#"{"name":"fileSizeInBytes","type":["null","long"],"default":null},"#,
+    r#"{"name":"logVersion","type":["null","int"],"default":null},"#,
+    r#"{"name":"logOffset","type":["null","long"],"default":null},"#,
+    r#"{"name":"baseFile","type":["null","string"],"default":null},"#,
+    r#"{"name":"logFiles","type":["null",{"type":"array","items":"string"}],"default":null}]}"#,
+);
+
+/// Writer schema of `HoodieCommitMetadata` on timeline layout 2.
+static COMMIT_METADATA_SCHEMA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        concat!(
+            r#"{{"type":"record","name":"HoodieCommitMetadata","namespace":"org.apache.hudi.avro.model","fields":["#,
+            r#"{{"name":"partitionToWriteStats","type":["null",{{"type":"map","values":{{"type":"array","items":{stat}}}}}],"default":null}},"#,
+            r#"{{"name":"compacted","type":["null","boolean"],"default":null}},"#,
+            r#"{{"name":"extraMetadata","type":["null",{{"type":"map","values":"string"}}],"default":null}},"#,
+            r#"{{"name":"version","type":["int","null"],"default":1}},"#,
+            r#"{{"name":"operationType","type":["null","string"],"default":null}}]}}"#,
+        ),
+        stat = WRITE_STAT_SCHEMA
+    )
+});
+
+/// Writer schema of `HoodieReplaceCommitMetadata` on timeline layout 2.
+static REPLACE_COMMIT_METADATA_SCHEMA: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    let commit = COMMIT_METADATA_SCHEMA.as_str();
+    let head =
+        commit.strip_suffix("]}").unwrap_or(commit).replacen("HoodieCommitMetadata", "HoodieReplaceCommitMetadata", 1);
+    format!(
+        r#"{head},{{"name":"partitionToReplaceFileIds","type":["null",{{"type":"map","values":{{"type":"array","items":"string"}}}}],"default":null}}]}}"#
+    )
+});
+
 /// `HoodieWriteStat`: one file written by a commit.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
@@ -125,6 +177,25 @@ impl CommitMetadata {
     /// Serializes to the JSON Apache Hudi writes.
     pub fn to_json(&self) -> Result<Vec<u8>> {
         serde_json::to_vec_pretty(self).map_err(|e| Error::invalid_data(format!("commit metadata: {e}")))
+    }
+
+    /// Serializes as Apache Hudi 1.x writes it on timeline layout 2 (`CommitMetadataSerDeV2`): an
+    /// Avro object container of one `HoodieReplaceCommitMetadata` record for a replacecommit, else
+    /// one `HoodieCommitMetadata`.
+    pub fn to_avro(&self, replace: bool) -> Result<Vec<u8>> {
+        let record = serde_json::to_value(self).map_err(|e| Error::invalid_data(format!("commit metadata: {e}")))?;
+        let schema = if replace { &*REPLACE_COMMIT_METADATA_SCHEMA } else { &*COMMIT_METADATA_SCHEMA };
+        crate::format::avro::write_container(schema, &[record])
+    }
+
+    /// The bytes of this metadata in a completed instant's file of timeline `layout` (JSON on
+    /// layout 1, Avro on layout 2), for an instant of `action`.
+    pub fn to_timeline_bytes(&self, layout: u32, action: crate::format::instant::Action) -> Result<Vec<u8>> {
+        use crate::format::instant::Action;
+        match layout {
+            1 => self.to_json(),
+            _ => self.to_avro(matches!(action, Action::ReplaceCommit | Action::Clustering)),
+        }
     }
 
     /// The Avro writer schema recorded by the commit.

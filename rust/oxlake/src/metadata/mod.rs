@@ -424,6 +424,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         ordering_field: None,
         hive_style: false,
         inline_compaction: None,
+        table_version: 6,
     };
     let mut mdt =
         match Table::create(&metadata_uri(data), data.options().bare(), create, entries::record_schema()).await {

@@ -408,6 +408,7 @@ mod tests {
             ordering_field: ordering.map(String::from),
             hive_style: true,
             inline_compaction: None,
+            table_version: 6,
         };
         Table::create(dir.join("t").to_str().unwrap(), TableOptions::default(), create, schema()).await.unwrap()
     }

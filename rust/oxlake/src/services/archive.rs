@@ -88,6 +88,11 @@ impl Table {
     pub async fn archive(&mut self, config: ArchiveConfig) -> Result<ArchiveResult> {
         self.reload().await?;
         self.check_changeable()?;
+        if self.timeline().layout() >= 2 {
+            return Err(Error::unsupported(
+                "archiving a table of version 8 or 9 (the LSM timeline under .hoodie/timeline/history is not written yet)",
+            ));
+        }
         let result = self.archive_before(config, None).await?;
         archive_metadata_timeline(self, config).await?;
         Ok(result)

@@ -242,7 +242,7 @@ async fn execute(
     crate::commit::hook::before_complete(table, &requested.time, change).await?;
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let record = plan.metadata(&requested.time, millis)?;
-    table.timeline().create(storage, &requested.with_state(State::Completed), record).await?;
+    crate::commit::complete(table, requested, record).await?;
     Ok(plan.files_to_delete.clone())
 }
 

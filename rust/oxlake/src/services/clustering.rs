@@ -114,7 +114,9 @@ impl Table {
             return Ok(ClusteringResult::default());
         }
         let request = Bytes::from(plan.to_avro(self.uri(), config.write.target_file_size)?);
-        let tx = Transaction::begin_with(self, Action::ReplaceCommit, |_| Ok(request.clone())).await?;
+        // Timeline layout 2 names a pending clustering `clustering`; it completes as a replacecommit.
+        let action = if self.timeline().layout() >= 2 { Action::Clustering } else { Action::ReplaceCommit };
+        let tx = Transaction::begin_with(self, action, |_| Ok(request.clone())).await?;
         let written = match execute(self, tx.time(), &plan, config).await {
             Ok(w) => w,
             Err(e) => return Err(tx.fail(self, e).await),

@@ -178,6 +178,31 @@ async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Resu
     // Logs join a slice after its base instant: only the writes since the oldest base may have
     // added one the plan lacks, later than this compaction's time too (see above); a log a later
     // write named for this compaction's slice records this time as its base, not the planned one.
+    let changed = match table.timeline().layout() {
+        1 => take_logs_by_base(table, &mut plan).await?,
+        _ => {
+            // Layout 2: the logs completed before this compaction's time on its slices.
+            let missing = crate::table::pending::logs_missing_from_plan(table, time, &plan).await?;
+            for (index, path, _) in &missing {
+                if let Some(op) = plan.operations.get_mut(*index) {
+                    op.delta_file_paths.push(path.clone());
+                }
+            }
+            !missing.is_empty()
+        }
+    };
+    check_latest(table, time, &plan).await?;
+    if changed {
+        log::info!("{}: compaction {time} takes the logs that concurrent writes added", table.uri());
+        let requested = Instant::new(time, Action::Compaction, State::Requested);
+        table.storage().put(&table.timeline().path_of(&requested), Bytes::from(plan.to_avro()?)).await?;
+    }
+    Ok(plan)
+}
+
+/// Timeline layout 1: adds to `plan` the logs completed writes named for a planned slice (their
+/// `prevCommit` is its base instant) that it lacks. Returns whether it added any.
+async fn take_logs_by_base(table: &Table, plan: &mut CompactionPlan) -> Result<bool> {
     let oldest = plan.operations.iter().map(|op| op.base_instant_time.as_str()).min().unwrap_or_default().to_string();
     let since: Vec<Instant> = table
         .timeline()
@@ -202,13 +227,7 @@ async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Resu
             }
         }
     }
-    check_latest(table, time, &plan).await?;
-    if changed {
-        log::info!("{}: compaction {time} takes the logs that concurrent writes added", table.uri());
-        let requested = Instant::new(time, Action::Compaction, State::Requested);
-        table.storage().put(&table.timeline().path_of(&requested), Bytes::from(plan.to_avro()?)).await?;
-    }
-    Ok(plan)
+    Ok(changed)
 }
 
 /// Fails with a conflict when a slice of `plan` is no longer the latest of its file group: storage

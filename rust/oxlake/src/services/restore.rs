@@ -57,7 +57,9 @@ impl Table {
         self.timeline().create(&storage, &sp, Bytes::new()).await?;
         crate::commit::failpoint("savepoint-after-inflight");
         let meta = meta.to_avro()?;
-        if !self.timeline().create(&storage, &sp.with_state(State::Completed), Bytes::from(meta)).await? {
+        let done = crate::timeline::Timeline::load(&storage, self.config()).await?;
+        let savepointed = done.instants_at(&sp.time).iter().any(|i| i.action == Action::Savepoint && i.is_completed());
+        if savepointed || !crate::commit::complete(self, &sp, Bytes::from(meta)).await? {
             return Err(Error::invalid_arg("instant", format!("{} is already savepointed", sp.time)));
         }
         self.reload().await
@@ -138,7 +140,7 @@ async fn finish(
         progress::advance(progress, 1);
     }
     let meta = restore_metadata(table, requested, plan, started).await?;
-    table.timeline().create(&storage, &requested.with_state(State::Completed), Bytes::from(meta)).await?;
+    crate::commit::complete(table, requested, Bytes::from(meta)).await?;
     table.reload().await
 }
 

@@ -125,7 +125,7 @@ impl Table {
         schema::check_column_names(&data_schema)?;
         let data_schema = schema::normalize(&data_schema)?;
         check_fields(&create, &data_schema)?;
-        let mut config = TableConfig::new_v6(&create)?;
+        let mut config = TableConfig::new(&create)?;
         config.raw.insert(ARROW_SCHEMA_KEY.into(), schema::encode_arrow_schema(&data_schema));
         config.raw.insert(keys::CREATE_SCHEMA.into(), schema::to_avro(&data_schema, &config.name)?);
         if storage.head(PROPERTIES_FILE).await?.is_some() {
@@ -358,12 +358,11 @@ const APACHE_HUDI_METADATA_TABLE: &str = ".hoodie/metadata";
 const APACHE_HUDI_METADATA_PROPERTIES: &str = ".hoodie/metadata/.hoodie/hoodie.properties";
 
 impl Table {
-    /// Refuses to change a table of a version oxlake does not write: versions 8 and 9 complete
-    /// instants as Avro, named with completion times (timeline layout 2).
+    /// Refuses to change a table of a version oxlake does not write (it writes 6, 8 and 9).
     pub fn check_changeable(&self) -> Result<()> {
         match self.config.version {
-            6 => Ok(()),
-            v => Err(Error::unsupported(format!("changing a table of version {v} (oxlake writes version 6)"))),
+            6 | 8 | 9 => Ok(()),
+            v => Err(Error::unsupported(format!("changing a table of version {v} (oxlake writes 6, 8 and 9)"))),
         }
     }
 
@@ -557,6 +556,7 @@ mod tests {
             ordering_field: Some("ts".into()),
             hive_style: true,
             inline_compaction: None,
+            table_version: 6,
         }
     }
 

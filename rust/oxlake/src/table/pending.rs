@@ -40,8 +40,12 @@ pub async fn pending_compaction_groups(table: &Table) -> Result<HashMap<FileGrou
 /// The file groups of every pending clustering (writers keep their inserts out of them).
 pub async fn pending_clustering_groups(table: &Table) -> Result<HashSet<FileGroupId>> {
     let mut out = HashSet::new();
-    let pending: Vec<Instant> =
-        table.timeline().pending().filter(|i| i.action == Action::ReplaceCommit).cloned().collect();
+    let pending: Vec<Instant> = table
+        .timeline()
+        .pending()
+        .filter(|i| matches!(i.action, Action::ReplaceCommit | Action::Clustering))
+        .cloned()
+        .collect();
     for instant in pending {
         let path = table.timeline().path_of(&instant.with_state(State::Requested));
         let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
@@ -63,6 +67,40 @@ pub async fn pending_clean_files(table: &Table) -> Result<HashSet<String>> {
         match clean::read_plan(&path, &bytes)? {
             Stored::Avro(p) => out.extend(p.files(&path)?),
             Stored::Legacy(p) => out.extend(p.files_to_delete),
+        }
+    }
+    Ok(out)
+}
+
+/// The logs of completed deltacommits that belong to a slice `plan` compacts at `time` but are
+/// not in it, by the slicing rule of timeline layout 2 (a log joins the slice whose base instant
+/// is the latest not after the log's completion time: docs/FORMAT.md §4), as `(operation index,
+/// log path, deltacommit time)`. Logs completed after `time` join the compacted slice instead.
+pub async fn logs_missing_from_plan(
+    table: &Table,
+    time: &str,
+    plan: &CompactionPlan,
+) -> Result<Vec<(usize, String, String)>> {
+    let oldest = plan.operations.iter().map(|op| op.base_instant_time.as_str()).min().unwrap_or(time);
+    let mut out = Vec::new();
+    let deltas = table.timeline().completed_data().filter(|i| i.action == Action::DeltaCommit);
+    for d in deltas {
+        let Some(completion) = d.completion.as_deref() else { continue };
+        if completion >= time || completion < oldest {
+            continue;
+        }
+        let meta = table.timeline().commit_metadata(table.storage(), d).await?;
+        for (partition, stat) in meta.write_stats() {
+            let (Some(_), Some(path)) = (&stat.log_files, &stat.path) else { continue };
+            let name = path.rsplit('/').next().unwrap_or(path);
+            for (index, op) in plan.operations.iter().enumerate() {
+                let same_group = op.partition_path == partition && op.file_id == stat.file_id;
+                let joined = op.base_instant_time.as_str() <= completion;
+                let listed = op.delta_file_paths.iter().any(|p| p.rsplit('/').next() == Some(name));
+                if same_group && joined && !listed {
+                    out.push((index, path.clone(), d.time.clone()));
+                }
+            }
         }
     }
     Ok(out)

@@ -53,6 +53,9 @@ pub(super) struct Context {
     pub file_indexes: (bool, bool),
     /// How files of older schema versions name the columns (`None`: as the table does).
     pub columns: Option<Arc<crate::schema::internal::ColumnHistory>>,
+    /// Whether a log file is named with the instant writing it (table version 8 and later: it
+    /// joins the slice its completion time falls in) rather than its slice's base instant.
+    pub logs_named_by_writer: bool,
 }
 
 /// Writes every planned file, `config.parallelism` at a time.
@@ -78,6 +81,7 @@ pub(crate) async fn write_all(
         props: crate::format::base_file::writer_properties(config.row_group_size),
         task: config.task,
         file_indexes: crate::metadata::file_indexes(table),
+        logs_named_by_writer: table.config().layout_version >= 2,
     });
     let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();

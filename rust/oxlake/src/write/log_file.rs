@@ -64,16 +64,15 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
     }
     stat.total_log_blocks = blocks.len() as i64;
     stat.total_log_records = stat.num_writes + stat.num_deletes;
-    let file = log::write_new(
-        &ctx.storage,
-        &work.partition,
-        &work.file_id,
-        &target.base_instant,
-        &ctx.task.write_token(index),
-        target.after_version,
-        &blocks,
-    )
-    .await?;
+    // Version 6 names a log with its slice's base instant, after the slice's last log; version 8
+    // with this write's own instant, as the first log of that instant.
+    let (named, after_version) = match ctx.logs_named_by_writer {
+        true => (&ctx.instant, 0),
+        false => (&target.base_instant, target.after_version),
+    };
+    let token = ctx.task.write_token(index);
+    let file =
+        log::write_new(&ctx.storage, &work.partition, &work.file_id, named, &token, after_version, &blocks).await?;
     stat.path = Some(file.path.clone());
     stat.log_version = Some(i64::from(file.name.version));
     stat.log_files = Some(vec![file.name.name()]);

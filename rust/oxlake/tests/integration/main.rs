@@ -38,6 +38,7 @@ async fn create(dir: &tempfile::TempDir) -> Table {
         ordering_field: Some("ts".into()),
         hive_style: true,
         inline_compaction: None,
+        table_version: 6,
     };
     Table::create(dir.path().join("t").to_str().unwrap(), oxlake::services::default_options(), opts, schema())
         .await
@@ -164,6 +165,7 @@ async fn filters_prune_row_groups() {
         ordering_field: Some("ts".into()),
         hive_style: true,
         inline_compaction: None,
+        table_version: 6,
     };
     let mut t =
         Table::create(dir.path().join("t").to_str().unwrap(), oxlake::services::default_options(), opts, schema())
