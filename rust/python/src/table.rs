@@ -73,6 +73,9 @@ pub fn create_table(
     Ok(PyTable { inner: Arc::new(Mutex::new(table)) })
 }
 
+/// An instant as Python's `Instant`: time, action, state, completion time (layout 2).
+type InstantTuple = (String, String, String, Option<String>);
+
 #[pymethods]
 impl PyTable {
     /// Opens an existing table.
@@ -123,11 +126,7 @@ impl PyTable {
 
     /// The instants: (time, action, state), oldest first.
     #[pyo3(signature = (include_archived=false))]
-    fn timeline(
-        &self,
-        py: Python<'_>,
-        include_archived: bool,
-    ) -> PyResult<Vec<(String, String, String, Option<String>)>> {
+    fn timeline(&self, py: Python<'_>, include_archived: bool) -> PyResult<Vec<InstantTuple>> {
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;

@@ -22,6 +22,7 @@ use std::collections::HashSet;
 use bytes::Bytes;
 
 use super::claims::{CLAIM_ATTEMPTS, CLAIMS_DIR};
+use super::fate;
 use super::heartbeat::HeartbeatWatch;
 use crate::error::{Error, Result};
 use crate::format::instant::{self, Action, Instant};
@@ -128,7 +129,20 @@ async fn wait_for_earlier(table: &Table, time: &str, completion: &str) -> Result
             }
         }
         let Some(other) = blocking else { return Ok(()) };
-        if super::is_expired(table, &other).await? {
+        // Its fate decides: rolled back (a deliberate rollback of it may be what is completing
+        // here), it never completes at that claim; committed, it is completed now at its
+        // recorded time; undecided, its writer is waited for unless gone.
+        let epoch = fate::current_epoch(table, &other.time).await?;
+        let decided = fate::recorded(storage, &other.time, epoch).await?;
+        let settle = match decided {
+            Some(fate::Fate::RolledBack { .. }) => {
+                taken_back.insert(other.time.clone());
+                continue;
+            }
+            Some(fate::Fate::Committed { .. }) => true,
+            None => super::is_expired(table, &other).await?,
+        };
+        if settle {
             if !super::settle(table, &other).await? {
                 taken_back.insert(other.time.clone());
             }

@@ -1,0 +1,258 @@
+"""Tables of version 8 and 9 (Apache Hudi 1.x), written by oxlake: timeline layout 2 as Java reads
+it (every Avro file decodes with Apache Hudi's `.avsc` reader schemas), hudi-rs reads the same
+rows at every instant and in every incremental window, completion times become visible in their
+order, and the version 8/9 tables Apache Hudi wrote (../shared/compat) take writes and services.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import oxlake
+import pytest
+from conftest import COMPAT, SCHEMA, hudi_avro_schema, hudi_read, rows, run_paused, trips, trips_table
+
+#: Records Apache Hudi 1.x reads from the timeline files oxlake writes, by name.
+RECORDS = (
+    "HoodieCommitMetadata",
+    "HoodieReplaceCommitMetadata",
+    "HoodieCleanerPlan",
+    "HoodieCleanMetadata",
+    "HoodieRollbackPlan",
+    "HoodieRollbackMetadata",
+    "HoodieRestorePlan",
+    "HoodieRestoreMetadata",
+    "HoodieSavepointMetadata",
+    "HoodieCompactionPlan",
+    "HoodieRequestedReplaceMetadata",
+)
+
+
+def with_every_service(path: str, table_type: str, version: int) -> oxlake.Table:
+    """A table of `version` that went through every write and service oxlake runs on it."""
+    t = trips_table(path, table_type=table_type, table_version=version)
+    t.insert(trips(list(range(8))))
+    t.upsert(trips([1, 2], ts=2, name="u"))
+    t.delete(trips([3]))
+    if table_type == "merge_on_read":
+        t.compact()
+    t.upsert(trips([4], ts=3, name="v"))
+    saved = t.timeline()[-1].time
+    t.savepoint(saved)
+    t.upsert(trips([5], ts=5, name="w"))
+    t.rollback(t.timeline()[-1].time)
+    t.upsert(trips([6], ts=6, name="x"))
+    t.restore(saved)
+    t.insert_overwrite(trips([9, 10], ts=4, city="nyc", name="o"))
+    t.insert(trips([12, 15], city="sf"))  # merge-on-read: a second file group in sf
+    clustered = t.cluster(sort_by=["ts"])
+    assert (clustered.instant is not None) == (table_type == "merge_on_read")
+    t.upsert(trips([7], ts=7, name="y"))
+    t.clean(policy="keep_latest_commits", retain=1)
+    return t
+
+
+@pytest.mark.parametrize("version", [8, 9])
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_every_timeline_file_is_layout_2_and_decodes_as_java_reads_it(
+    table_path: str, table_type: str, version: int
+) -> None:
+    t = with_every_service(table_path, table_type, version)
+    hoodie = Path(table_path, ".hoodie")
+    props = t.properties
+    assert props["hoodie.table.version"] == str(version)
+    assert props["hoodie.timeline.layout.version"] == "2"
+    assert props["hoodie.table.initial.version"] == str(version)
+    assert props["hoodie.record.merge.mode"] == "EVENT_TIME_ORDERING"
+    assert ("hoodie.table.ordering.fields" if version == 9 else "hoodie.table.precombine.field") in props
+    assert not [p.name for p in hoodie.iterdir() if p.name[:1].isdigit()], "no instant outside timeline/"
+    schemas = {name: hudi_avro_schema(name) for name in RECORDS}
+    seen: set[str] = set()
+    for f in sorted((hoodie / "timeline").iterdir()):
+        if f.is_dir() or f.stat().st_size == 0:
+            continue
+        with f.open("rb") as fh:
+            name = fastavro.reader(fh).writer_schema["name"].rsplit(".", 1)[-1]
+        with f.open("rb") as fh:
+            records = list(fastavro.reader(fh, reader_schema=schemas[name]))
+        assert len(records) == 1, f
+        seen.add(name)
+        stem = f.name.split(".")[0]
+        if "." in f.name and f.name.split(".")[-1] not in ("requested", "inflight"):
+            requested, completion = stem.split("_")
+            assert completion > requested, f.name
+    expected = {
+        "HoodieCommitMetadata",
+        "HoodieReplaceCommitMetadata",
+        "HoodieCleanerPlan",
+        "HoodieCleanMetadata",
+    }
+    expected |= {"HoodieRollbackPlan", "HoodieRollbackMetadata", "HoodieRestorePlan", "HoodieRestoreMetadata"}
+    expected.add("HoodieSavepointMetadata")
+    if table_type == "merge_on_read":
+        expected |= {"HoodieCompactionPlan", "HoodieRequestedReplaceMetadata"}
+        # Clustering is pending as `clustering` and completes as a replacecommit.
+        names = [p.name for p in (hoodie / "timeline").iterdir()]
+        assert any(n.endswith(".clustering.requested") for n in names)
+    assert expected <= seen
+    # Completed instants in completion order are the commits in the order they landed.
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    assert all(i.completion is not None and i.completion > i.time for i in completed)
+    assert len({i.completion for i in completed}) == len(completed)
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_merge_on_read_logs_are_named_with_their_own_deltacommit(table_path: str, table_type: str) -> None:
+    t = trips_table(table_path, table_type=table_type, table_version=8)
+    t.insert(trips(list(range(6))))
+    first = t.upsert(trips([1], ts=2, name="u")).instant
+    second = t.upsert(trips([1], ts=3, name="v")).instant
+    logs = sorted(p.name for p in Path(table_path).rglob(".*.log.*"))
+    if table_type == "copy_on_write":
+        assert logs == []
+        return
+    assert [n.split("_")[1].split(".")[0] for n in logs] == [first, second]
+    assert all(".log.1_" in n for n in logs)
+    assert rows(t.scan())[1]["name"] == "v1"
+    assert rows(hudi_read(table_path))[1]["name"] == "v1"
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_hudi_rs_reads_the_same_rows_at_every_instant_and_window(table_path: str, table_type: str) -> None:
+    t = trips_table(table_path, table_type=table_type, table_version=8)
+    t.insert(trips(list(range(8))))
+    t.upsert(trips([1, 2], ts=2, name="u"))
+    t.delete(trips([3]))
+    if table_type == "merge_on_read":
+        t.compact()
+    t.upsert(trips([4, 9], ts=3, name="v"))
+    t.insert(trips([12, 15], city="sf"))
+    t.cluster(sort_by=["ts"])
+    t.upsert(trips([5], ts=5, name="w"))
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+    completed = [i for i in t.timeline() if i.state == "completed" and i.action != "clean"]
+    previous = None
+    for i in completed:
+        assert rows(t.to_arrow(as_of=i.time)) == rows(hudi_read(table_path, as_of=i.completion)), i
+        window = {"start": previous} if previous else {}
+        ours = t.to_arrow(query="incremental", end=i.completion, **window)
+        theirs = hudi_read(table_path, end=i.completion, start=previous or "0" * 17)
+        assert rows(ours) == rows(theirs), i
+        previous = i.completion
+
+
+def test_a_completion_waits_for_an_earlier_claimed_completion(table_path: str, tmp_path: Path) -> None:
+    """A writer that claimed its completion time and was paused before completing holds back
+    every later completion: a reader never sees a later completion time before an earlier one."""
+    t = trips_table(table_path, table_type="merge_on_read", table_version=8)
+    t.insert(trips(list(range(4))))
+    code = (
+        "import sys, oxlake; from conftest import trips;"
+        "oxlake.Table(sys.argv[1]).upsert(trips([1], ts=5, name='held'))"
+    )
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parent)}
+    held = run_paused(table_path, "after-completion-claim", code, tmp_path, env=env)
+    out: list[Any] = []
+    worker = __import__("threading").Thread(
+        target=lambda: out.append(oxlake.Table(table_path).upsert(trips([2], ts=5, name="later")))
+    )
+    worker.start()
+    time.sleep(1.0)
+    assert worker.is_alive(), "the later completion waits for the earlier claim"
+    assert not any(r["name"] == "later2" for r in rows(t.scan()))
+    (tmp_path / "resume").touch()
+    assert held.wait(timeout=60) == 0, held.communicate()
+    worker.join(timeout=60)
+    assert out and out[0].instant is not None
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    by_completion = sorted(completed, key=lambda i: i.completion)
+    assert [i.time for i in by_completion][-2:] == sorted(i.time for i in completed)[-2:]
+    got = {r["id"]: r["name"] for r in rows(t.scan())}
+    assert got[1] == "held1" and got[2] == "later2"
+
+
+def test_a_writer_killed_after_claiming_its_completion_does_not_block_others(table_path: str) -> None:
+    t = trips_table(table_path, table_type="merge_on_read", table_version=8, heartbeat_interval=0.2)
+    t.insert(trips(list(range(4))))
+    code = (
+        "import sys, oxlake; from conftest import trips;"
+        "oxlake.Table(sys.argv[1], heartbeat_interval=0.2).upsert(trips([1], ts=5, name='dead'))"
+    )
+    env = {
+        **__import__("os").environ,
+        "PYTHONPATH": str(Path(__file__).parent),
+        "OXLAKE_FAILPOINT": "after-completion-claim",
+    }
+    proc = subprocess.run([sys.executable, "-c", code, table_path], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    time.sleep(1.0)
+    res = oxlake.Table(table_path, heartbeat_interval=0.2).upsert(trips([2], ts=5, name="next"))
+    assert res.instant is not None
+    got = {r["id"]: r["name"] for r in rows(t.scan())}
+    assert got[1] == "n1" and got[2] == "next2"
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+    assert [i.state for i in t.timeline() if i.action in ("commit", "deltacommit")] == ["completed"] * 2
+
+
+CORPUS = (
+    sorted(z for z in COMPAT.rglob("v[89]_*.zip") if "lance" not in z.name and "empty" not in z.name)
+    if COMPAT.exists()
+    else []
+)
+
+
+def writable(z: Path) -> bool:
+    """Corpus tables oxlake writes today: meta fields and a key generator it writes with."""
+    return "nometa" not in z.name and "no_metafields" not in z.name and "timebasedkeygen" not in z.name
+
+
+@pytest.mark.skipif(not CORPUS, reason="the compatibility corpus is not next to the project")
+@pytest.mark.parametrize("zip_path", [z for z in CORPUS if writable(z)], ids=lambda z: z.stem)
+def test_apache_hudi_1x_tables_take_writes_and_services(zip_path: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(zip_path) as f:
+        f.extractall(tmp_path, members=[m for m in f.namelist() if not m.startswith("__MACOSX")])
+    path = str(tmp_path / zip_path.stem)
+    t = oxlake.Table(path)
+    before = t.to_arrow()
+    key = t.properties["hoodie.table.recordkey.fields"].split(",")
+    assert len(key) >= 1 and before.num_rows > 0
+    # Upsert a row again (same values, ordering included), delete another. Keys Apache Hudi wrote
+    # twice (an insert of an existing key: v9_nonpartitioned_rollback) are left alone.
+    data = before.select([c for c in before.column_names if not c.startswith("_hoodie_")])
+    counts: dict[str, int] = {}
+    for k in data.select(key).to_pylist():
+        counts[str(k)] = counts.get(str(k), 0) + 1
+    unique = [i for i, k in enumerate(data.select(key).to_pylist()) if counts[str(k)] == 1]
+    first, second = data.slice(unique[0], 1), data.slice(unique[1], 1)
+    assert t.upsert(first).instant is not None
+    assert t.delete(second).instant is not None
+    if t.properties["hoodie.table.type"] == "MERGE_ON_READ":
+        t.compact()
+    t.clean(policy="keep_latest_commits", retain=1)
+    after = t.to_arrow()
+    assert after.num_rows == before.num_rows - 1
+    ours = sorted(map(str, after.select(key).to_pylist()))
+    assert ours == sorted(map(str, hudi_read(path).select(key).to_pylist()))
+    assert str(second.select(key).to_pylist()[0]) not in ours
+    assert t.timeline()[-1].completion is not None
+    shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def test_version_8_refuses_archival_clearly(table_path: str) -> None:
+    t = trips_table(table_path, table_version=8)
+    t.insert(trips([1]))
+    with pytest.raises(oxlake.UnsupportedError, match="LSM"):
+        t.archive()
+
+
+def test_an_unknown_table_version_is_refused(table_path: str) -> None:
+    with pytest.raises(oxlake.InvalidArgumentError, match="table_version"):
+        oxlake.create_table(table_path, SCHEMA, record_key="id", table_version=7)
+    assert not Path(table_path, ".hoodie").exists()
