@@ -270,33 +270,6 @@ def test_writes_refused_where_unsupported(extracted: dict[str, str], tmp_path: P
         assert [i.state for i in oxlake.Table(path).timeline()] == [i.state for i in t.timeline()]
 
 
-@pytest.mark.skipif(not ALL, reason="the compatibility corpus is not next to the project")
-def test_versions_8_and_9_are_never_changed(extracted: dict[str, str], tmp_path: Path) -> None:
-    """oxlake writes table version 6 only: every write and table service on a v9 table (with its
-    metadata table) is refused with a typed error, and not one file changes."""
-    path = tmp_path / "t"
-    shutil.copytree(extracted["sample_table/mor/avro/v9_txns_simple_meta"], path)
-    files = tree(path)
-    t = oxlake.Table(str(path))
-    rows = t.to_arrow()
-    data = rows.select([c for c in rows.column_names if not c.startswith("_hoodie_")])
-    first = next(i.time for i in t.timeline() if i.state == "completed")
-    for change in (
-        lambda: t.upsert(data.slice(0, 1)),
-        lambda: t.delete(data.slice(0, 1)),
-        t.compact,
-        t.clean,
-        t.cluster,
-        t.rollback_failed,
-        lambda: t.savepoint(first),
-        lambda: t.rollback(first),
-    ):
-        with pytest.raises(oxlake.UnsupportedError, match="version 9"):
-            change()
-    assert tree(path) == files
-    assert plain(oxlake.Table(str(path)).to_arrow()) == plain(rows)
-
-
 def java_compaction_plan(table: Path, time: str, operations: list[dict[str, object]]) -> None:
     """Writes `<time>.compaction.requested` as Apache Hudi does: an Avro container holding a
     `HoodieCompactionPlan`, in the schema of a plan Apache Hudi wrote (taken from the corpus)."""

@@ -6,6 +6,9 @@ order, and the version 8/9 tables Apache Hudi wrote (../shared/compat) take writ
 
 from __future__ import annotations
 
+import io
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +19,7 @@ from typing import Any
 
 import fastavro
 import oxlake
+import pyarrow.parquet as pq
 import pytest
 from conftest import COMPAT, SCHEMA, hudi_avro_schema, hudi_read, rows, run_paused, trips, trips_table
 
@@ -245,11 +249,83 @@ def test_apache_hudi_1x_tables_take_writes_and_services(zip_path: Path, tmp_path
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-def test_version_8_refuses_archival_clearly(table_path: str) -> None:
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_archival_writes_the_lsm_timeline_and_reads_it_back(table_path: str, table_type: str) -> None:
+    """Archival of a version 8 table writes `.hoodie/timeline/history` as Apache Hudi 1.x does
+    (a level-0 Parquet file of `HoodieLSMTimelineInstant`, `manifest_1`, `_version_`), and every
+    read as of or between archived instants gives the rows it gave before."""
+    t = trips_table(table_path, table_type=table_type, table_version=8)
+    t.set_archival(2, 4, inline=False)
+    t.insert(trips(list(range(6))))
+    for n in range(6):
+        t.upsert(trips([n % 4, 10 + n], ts=2 + n, name=f"u{n}-"))
+    if table_type == "merge_on_read":
+        t.compact()
+        t.upsert(trips([5], ts=20, name="late"))
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    snapshots = {i.time: rows(t.to_arrow(as_of=i.time)) for i in completed}
+    windows = {}
+    previous = None
+    for i in completed:
+        window = {"start": previous} if previous else {}
+        windows[i.time] = rows(t.to_arrow(query="incremental", end=i.completion, **window))
+        previous = i.completion
+    archived = t.archive()
+    assert archived, "the oldest instants are archived"
+    history = Path(table_path, ".hoodie/timeline/history")
+    assert (history / "_version_").read_bytes() == b"1"
+    manifest = json.loads((history / "manifest_1").read_text())
+    [entry] = manifest["files"]
+    data = history / entry["fileName"]
+    assert entry["fileLen"] == data.stat().st_size
+    times = sorted(i.time for i in archived)
+    assert entry["fileName"] == f"{times[0]}_{times[-1]}_0.parquet"
+    table = pq.read_table(data)
+    assert table.column_names == ["instantTime", "completionTime", "action", "metadata", "plan", "version"]
+    by_time = {i.time: i for i in completed}
+    commit_schema = hudi_avro_schema("HoodieCommitMetadata")
+    for row in table.to_pylist():
+        assert row["completionTime"] == by_time[row["instantTime"]].completion
+        assert row["version"] == 1
+        if row["action"] in ("commit", "deltacommit"):
+            [meta] = list(fastavro.reader(io.BytesIO(row["metadata"]), reader_schema=commit_schema))
+            assert meta["partitionToWriteStats"]
+    active = {p.name.split(".")[0].split("_")[0] for p in (Path(table_path) / ".hoodie/timeline").iterdir()}
+    assert not active & set(times), "archived instants left the active timeline"
+    full = [(i.time, i.completion) for i in t.timeline(include_archived=True) if i.state == "completed"]
+    assert full == [(i.time, i.completion) for i in completed]
+    for i in completed:
+        assert rows(t.to_arrow(as_of=i.time)) == snapshots[i.time], i
+    previous = None
+    for i in completed:
+        window = {"start": previous} if previous else {}
+        assert rows(t.to_arrow(query="incremental", end=i.completion, **window)) == windows[i.time], i
+        previous = i.completion
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+
+
+def test_a_dead_archival_is_finished_by_the_next(table_path: str) -> None:
+    """Killed after its manifest was written but before `_version_` named it: readers find that
+    manifest by listing (as Apache Hudi's `LSMTimeline` does) and drop the instants still active
+    from it; the next archival finishes the run (deletes the archived instants, names the
+    manifest)."""
     t = trips_table(table_path, table_version=8)
-    t.insert(trips([1]))
-    with pytest.raises(oxlake.UnsupportedError, match="LSM"):
-        t.archive()
+    t.set_archival(2, 4, inline=False)
+    for n in range(7):
+        t.upsert(trips([n], ts=n, name="v"))
+    expected = rows(t.scan())
+    code = "import sys, oxlake; oxlake.Table(sys.argv[1]).archive()"
+    env = {**os.environ, "OXLAKE_FAILPOINT": "archive-after-manifest"}
+    proc = subprocess.run([sys.executable, "-c", code, table_path], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    history = Path(table_path, ".hoodie/timeline/history")
+    assert (history / "manifest_1").exists() and not (history / "_version_").exists()
+    assert rows(oxlake.Table(table_path).scan()) == expected
+    t = oxlake.Table(table_path)
+    assert t.archive(), "the next run archives the same instants"
+    assert (history / "_version_").read_bytes() == b"1"
+    assert not (history / "manifest_2").exists()
+    assert rows(oxlake.Table(table_path).scan()) == expected == rows(hudi_read(table_path))
 
 
 def test_an_unknown_table_version_is_refused(table_path: str) -> None:

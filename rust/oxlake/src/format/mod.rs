@@ -10,5 +10,6 @@ pub mod compaction_plan;
 pub mod file_name;
 pub mod instant;
 pub mod log_block;
+pub mod lsm;
 pub mod plans;
 pub mod rollback;

@@ -23,8 +23,9 @@ use crate::format::archived::{self, StateFile};
 use crate::format::file_name::LogFileName;
 use crate::format::instant::{Action, Instant, State};
 use crate::format::log_block::LogBlock;
+use crate::format::lsm;
 use crate::table::Table;
-pub use crate::table::history::{archive_dir, archive_files, read_archived};
+pub use crate::table::history::{archive_dir, archive_files, history_dir, latest_manifest, read_archived};
 
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
 pub const MIN_COMMITS_KEY: &str = "hoodie.keep.min.commits";
@@ -88,11 +89,6 @@ impl Table {
     pub async fn archive(&mut self, config: ArchiveConfig) -> Result<ArchiveResult> {
         self.reload().await?;
         self.check_changeable()?;
-        if self.timeline().layout() >= 2 {
-            return Err(Error::unsupported(
-                "archiving a table of version 8 or 9 (the LSM timeline under .hoodie/timeline/history is not written yet)",
-            ));
-        }
         let result = self.archive_before(config, None).await?;
         archive_metadata_timeline(self, config).await?;
         Ok(result)
@@ -121,13 +117,10 @@ impl Table {
             }
         }
         files.sort_by(|a, b| (&a.0.time, a.0.state).cmp(&(&b.0.time, b.0.state)));
-        let mut entries = Vec::with_capacity(files.len());
+        let mut read = Vec::with_capacity(files.len());
         for (i, path) in &files {
-            let bytes = self.storage().get(path).await?;
-            let file = StateFile { action: i.action, state: i.state, bytes: &bytes };
-            entries.push(archived::entry(&i.time, &file, path)?);
+            read.push((i.clone(), self.storage().get(path).await?));
         }
-        let blocks: Vec<LogBlock> = entries.chunks(archived::BATCH).map(archived::block).collect::<Result<_>>()?;
         let cutoff = chosen.iter().map(|i| i.time.as_str()).max().unwrap_or_default().to_string();
         // Marked before the timeline is listed a last time: a writer that claimed a time at or
         // before the cutoff and creates its requested file after that listing sees the marker
@@ -135,7 +128,23 @@ impl Table {
         crate::commit::failpoint("archive-before-mark");
         let marker = format!("{}/{}_{cutoff}", crate::commit::ARCHIVING_DIR, crate::format::instant::now());
         self.storage().put(&marker, Bytes::new()).await?;
-        let file = write_archive_file(self, &blocks).await?;
+        let file = match self.timeline().layout() {
+            1 => {
+                let mut entries = Vec::with_capacity(read.len());
+                for ((i, bytes), (_, path)) in read.iter().zip(&files) {
+                    let file = StateFile { action: i.action, state: i.state, bytes };
+                    entries.push(archived::entry(&i.time, &file, path)?);
+                }
+                let blocks: Vec<LogBlock> =
+                    entries.chunks(archived::BATCH).map(archived::block).collect::<Result<_>>()?;
+                write_archive_file(self, &blocks).await?
+            }
+            _ => match write_history(self, &lsm_rows(&read)).await? {
+                Some(file) => file,
+                // A run that died before publishing its manifest was published first.
+                None => return Ok(ArchiveResult::default()),
+            },
+        };
         crate::commit::failpoint("archive-after-write");
         // What another process did since the choice: a savepoint of an archived commit, or an
         // instant claimed before the cutoff (a writer slow between its claim and its requested
@@ -327,6 +336,89 @@ async fn write_archive_file(table: &Table, blocks: &[LogBlock]) -> Result<String
         }
     }
     Err(Error::CommitConflict { instant: String::new(), detail: format!("no free archive file version in {dir}") })
+}
+
+/// The rows of the LSM timeline (layout 2) for the state files of the archived instants, read as
+/// `(instant, bytes)` in time and state order: one row per completed instant, its plan from the
+/// pending files as `MetadataConversionUtils.createLSMTimelineInstant` takes it (a clean's
+/// plan; a clustering's or replacecommit's requested plan, or its inflight one where that is
+/// not empty; a compaction's requested plan).
+fn lsm_rows(read: &[(Instant, Bytes)]) -> Vec<lsm::LsmInstant> {
+    let mut rows = Vec::new();
+    for (completed, bytes) in read.iter().filter(|(i, _)| i.is_completed()) {
+        let pending = read
+            .iter()
+            .filter(|(i, _)| i.time == completed.time && !i.is_completed() && same_kind(i.action, completed.action));
+        let mut plan: Option<Bytes> = None;
+        for (i, b) in pending {
+            let takes = match i.action {
+                Action::Clean | Action::Compaction | Action::LogCompaction => i.state == State::Requested,
+                Action::ReplaceCommit | Action::Clustering => true,
+                _ => false,
+            };
+            if takes && !b.is_empty() {
+                plan = Some(b.clone());
+            }
+        }
+        rows.push(lsm::LsmInstant {
+            instant_time: completed.time.clone(),
+            completion_time: completed.completion.clone().unwrap_or_else(|| completed.time.clone()),
+            action: completed.action.name().to_string(),
+            metadata: (!bytes.is_empty()).then(|| bytes.clone()),
+            plan,
+        });
+    }
+    rows
+}
+
+/// Writes `rows` into the LSM timeline (`.hoodie/timeline/history/`, see [`lsm`]) as Apache Hudi
+/// 1.x does: the data file, then the next manifest listing it, then `_version_`. Returns the data
+/// file's path, or `None` when an earlier run's manifest was written but never published: it is
+/// published now (the table is readable either way) and this run archives nothing.
+async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Result<Option<String>> {
+    let storage = table.storage();
+    let dir = history_dir(table);
+    let (version, manifest) = latest_manifest(table).await?;
+    let next = lsm::manifest_name(version + 1);
+    if let Some(unpublished) = storage.get_opt(&format!("{dir}/{next}")).await? {
+        let m = lsm::Manifest::parse(&next, &unpublished)?;
+        if manifest.files.iter().all(|f| m.files.contains(f)) {
+            log::info!("{}: publishing the archived timeline's {next}, written by an earlier run", table.uri());
+            storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from((version + 1).to_string())).await?;
+            return Ok(None);
+        }
+        return Err(Error::corrupt(format!("{dir}/{next}"), "a manifest that drops files of the one before it"));
+    }
+    let min = rows.iter().map(|r| r.instant_time.as_str()).min().unwrap_or_default();
+    let max = rows.iter().map(|r| r.instant_time.as_str()).max().unwrap_or_default();
+    let name = lsm::file_name(min, max, 0);
+    let path = format!("{dir}/{name}");
+    let data = lsm::write_file(rows)?;
+    let len = data.len() as i64;
+    if !manifest.files.iter().any(|f| f.file_name == name) {
+        // A file of that name no manifest lists is a dead run's: readers never saw it.
+        storage.put(&path, data).await?;
+        let mut files = manifest.files.clone();
+        files.push(lsm::ManifestEntry { file_name: name, file_len: len });
+        let json = lsm::Manifest { files }.to_json()?;
+        if !storage.put_if_absent(&format!("{dir}/{next}"), Bytes::from(json)).await? {
+            let detail = format!("another archival wrote {dir}/{next} first");
+            return Err(Error::CommitConflict { instant: max.to_string(), detail });
+        }
+        crate::commit::failpoint("archive-after-manifest");
+        storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from((version + 1).to_string())).await?;
+    } else if named_version(table).await? != Some(version) {
+        // Listed by a manifest a dead run wrote last (readers found it by listing): named now.
+        storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from(version.to_string())).await?;
+    }
+    Ok(Some(path))
+}
+
+/// The manifest number `_version_` names, if it names one.
+async fn named_version(table: &Table) -> Result<Option<u32>> {
+    let path = format!("{}/{}", history_dir(table), lsm::VERSION_FILE);
+    let text = table.storage().get_opt(&path).await?;
+    Ok(text.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()))
 }
 
 /// Archives the metadata table's own timeline past `config`, never at or after the earliest

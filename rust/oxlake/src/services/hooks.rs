@@ -99,11 +99,6 @@ async fn archive_inline(table: &mut Table) {
     if table.config().raw.get(super::archive::INLINE_KEY).is_some_and(|v| v.trim() == "false") {
         return;
     }
-    // The LSM timeline of layout 2 is not written yet (`Table::archive` refuses it): the active
-    // timeline keeps every instant, which readers handle as they do any long timeline.
-    if table.timeline().layout() >= 2 {
-        return;
-    }
     let config = match ArchiveConfig::of(table) {
         Ok(c) => c,
         Err(e) => return log::warn!("archival skipped (the write landed): {e}"),

@@ -9,6 +9,7 @@ use crate::format::archived;
 use crate::format::clean::Stored;
 use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::format::instant::{Action, Instant};
+use crate::format::lsm;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, FileSystemView};
 
@@ -134,6 +135,9 @@ fn archive_version(name: &str) -> Option<u32> {
 
 /// Every archived state, oldest first, each (time, action, state) once.
 pub async fn read_archived(table: &Table) -> Result<Vec<archived::ArchivedState>> {
+    if table.config().layout_version >= 2 {
+        return read_history(table).await;
+    }
     let mut out = Vec::new();
     for (_, path) in archive_files(table).await? {
         let data = table.storage().get(&path).await?;
@@ -142,5 +146,68 @@ pub async fn read_archived(table: &Table) -> Result<Vec<archived::ArchivedState>
     let mut seen = BTreeSet::new();
     out.retain(|s| seen.insert((s.instant.time.clone(), s.instant.action, s.instant.state)));
     out.sort_by(|a, b| (&a.instant.time, a.instant.state).cmp(&(&b.instant.time, b.instant.state)));
+    Ok(out)
+}
+
+/// The LSM timeline's folder (timeline layout 2): `hoodie.timeline.history.path` under the timeline.
+pub fn history_dir(table: &Table) -> String {
+    let sub = table
+        .config()
+        .raw
+        .get(crate::config::keys::TIMELINE_HISTORY_PATH)
+        .map(|s| s.trim())
+        .filter(|s| !s.is_empty())
+        .unwrap_or("history");
+    format!("{}/{sub}", table.config().timeline_dir())
+}
+
+/// The latest manifest of the LSM timeline and its number (0 and empty when there is none):
+/// the one `_version_` names, else the greatest one listed, as Apache Hudi's `LSMTimeline` finds it.
+pub async fn latest_manifest(table: &Table) -> Result<(u32, lsm::Manifest)> {
+    let storage = table.storage();
+    let dir = history_dir(table);
+    let named = storage.get_opt(&format!("{dir}/{}", lsm::VERSION_FILE)).await?;
+    let version = match named.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u32>().ok()) {
+        Some(v) => v,
+        None => storage
+            .list_dir(&dir)
+            .await?
+            .iter()
+            .filter_map(|f| lsm::manifest_version(f.path.rsplit('/').next()?))
+            .max()
+            .unwrap_or(0),
+    };
+    if version == 0 {
+        return Ok((0, lsm::Manifest::default()));
+    }
+    let path = format!("{dir}/{}", lsm::manifest_name(version));
+    Ok((version, lsm::Manifest::parse(&path, &storage.get(&path).await?)?))
+}
+
+/// The archived instants of the LSM timeline, completed, with their metadata decoded.
+async fn read_history(table: &Table) -> Result<Vec<archived::ArchivedState>> {
+    let (_, manifest) = latest_manifest(table).await?;
+    let dir = history_dir(table);
+    let mut out = Vec::new();
+    for f in &manifest.files {
+        let path = format!("{dir}/{}", f.file_name);
+        for row in lsm::read_file(&path, table.storage().get(&path).await?)? {
+            let action = Action::parse(&row.action)
+                .ok_or_else(|| Error::corrupt(&path, format!("unknown action `{}`", row.action)))?;
+            let details = match &row.metadata {
+                Some(bytes) => crate::format::avro::read_container(bytes)
+                    .map_err(|e| Error::corrupt(&path, format!("metadata of {}: {e}", row.instant_time)))?
+                    .into_iter()
+                    .next(),
+                None => None,
+            };
+            let mut instant = Instant::new(row.instant_time, action, crate::format::instant::State::Completed);
+            instant.completion = Some(row.completion_time);
+            out.push(archived::ArchivedState { instant, details });
+        }
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|s| seen.insert((s.instant.time.clone(), s.instant.action)));
+    out.sort_by(|a, b| a.instant.time.cmp(&b.instant.time));
     Ok(out)
 }
