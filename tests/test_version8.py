@@ -332,3 +332,156 @@ def test_an_unknown_table_version_is_refused(table_path: str) -> None:
     with pytest.raises(oxlake.InvalidArgumentError, match="table_version"):
         oxlake.create_table(table_path, SCHEMA, record_key="id", table_version=7)
     assert not Path(table_path, ".hoodie").exists()
+
+
+def states(t: oxlake.Table) -> dict[str, Any]:
+    """The rows as of every completed data instant, by requested time (`"cleaned"` where a clean
+    removed what that read needs)."""
+    done = [i for i in t.timeline(include_archived=True) if i.state == "completed"]
+    out: dict[str, Any] = {}
+    for i in done:
+        if i.action not in ("commit", "deltacommit", "replacecommit"):
+            continue
+        try:
+            out[i.time] = rows(t.to_arrow(as_of=i.time), key=tuple(key_of(t)))
+        except oxlake.InvalidArgumentError as e:
+            assert "no longer readable" in str(e)
+            out[i.time] = "cleaned"
+    return out
+
+
+def key_of(t: oxlake.Table) -> list[str]:
+    return t.properties["hoodie.table.recordkey.fields"].split(",")
+
+
+def v6_table_with_history(path: str, table_type: str) -> oxlake.Table:
+    """A version 6 table with every kind of instant and an archived timeline."""
+    t = trips_table(path, table_type=table_type)
+    t.set_archival(2, 4, inline=False)
+    t.insert(trips(list(range(6))))
+    for n in range(5):
+        t.upsert(trips([n, 10 + n], ts=2 + n, name=f"u{n}-"))
+        if table_type == "merge_on_read" and n in (2, 4):
+            t.compact()  # deltacommits a compaction has not folded in are never archived
+    t.archive()
+    t.delete(trips([1]))
+    t.insert(trips([20, 21], city="sf"))
+    t.cluster(sort_by=["ts"])
+    t.upsert(trips([2], ts=30, name="w"))
+    t.rollback(t.timeline()[-1].time)
+    t.clean(policy="keep_latest_commits", retain=3)
+    t.upsert(trips([3], ts=31, name="x"))
+    return t
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_upgrade_keeps_every_instant_and_row(table_path: str, table_type: str) -> None:
+    t = v6_table_with_history(table_path, table_type)
+    assert Path(table_path, ".hoodie/archived").exists()
+    before = states(t)
+    snapshot = rows(t.scan())
+    assert oxlake.Table(table_path).upgrade(8) == (6, 8)
+    t = oxlake.Table(table_path)
+    props = t.properties
+    assert (props["hoodie.table.version"], props["hoodie.timeline.layout.version"]) == ("8", "2")
+    assert props["hoodie.table.initial.version"] == "6"
+    assert props["hoodie.record.merge.mode"] == "EVENT_TIME_ORDERING"
+    hoodie = Path(table_path, ".hoodie")
+    assert not [p.name for p in hoodie.iterdir() if p.name[:1].isdigit()], "old instant files removed"
+    assert (hoodie / "timeline/history/_version_").exists(), "the archived timeline is in the LSM timeline"
+    assert states(t) == before
+    assert rows(t.scan()) == snapshot == rows(hudi_read(table_path))
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    assert all(i.completion and i.completion > i.time for i in completed)
+    assert [i.time for i in sorted(completed, key=lambda i: i.completion)] == [i.time for i in completed]
+    # Every commit-metadata file is Avro now; the table takes writes and services.
+    schemas = {n: hudi_avro_schema(n) for n in RECORDS}
+    for f in (hoodie / "timeline").iterdir():
+        if f.is_file() and f.stat().st_size:
+            with f.open("rb") as fh:
+                name = fastavro.reader(fh).writer_schema["name"].rsplit(".", 1)[-1]
+            with f.open("rb") as fh:
+                assert len(list(fastavro.reader(fh, reader_schema=schemas[name]))) == 1
+    t.upsert(trips([4, 5], ts=40, name="after"))
+    if table_type == "merge_on_read":
+        t.compact()
+    got = {r["id"]: r["name"] for r in rows(t.scan())}
+    assert got[4] == "after4" and got[5] == "after5"
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+    assert oxlake.Table(table_path).upgrade(8) == (8, 8), "upgrading again changes nothing"
+
+
+@pytest.mark.parametrize("point", ["upgrade-before-switch", "upgrade-after-switch"])
+def test_an_upgrade_killed_midway_reads_as_before_and_is_finished(table_path: str, point: str) -> None:
+    t = v6_table_with_history(table_path, "merge_on_read")
+    before = states(t)
+    code = "import sys, oxlake; oxlake.Table(sys.argv[1]).upgrade(8)"
+    env = {**os.environ, "OXLAKE_FAILPOINT": point}
+    proc = subprocess.run([sys.executable, "-c", code, table_path], env=env, capture_output=True, text=True)
+    assert proc.returncode != 0
+    t = oxlake.Table(table_path)
+    assert t.properties["hoodie.table.version"] == ("6" if point == "upgrade-before-switch" else "8")
+    assert states(t) == before
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+    oxlake.Table(table_path).upgrade(8)
+    t = oxlake.Table(table_path)
+    assert t.properties["hoodie.table.version"] == "8"
+    assert not [p.name for p in Path(table_path, ".hoodie").iterdir() if p.name[:1].isdigit()]
+    assert states(t) == before
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+
+
+def test_a_write_that_began_on_version_6_fails_after_the_upgrade(table_path: str, tmp_path: Path) -> None:
+    t = trips_table(table_path, table_type="merge_on_read")
+    t.insert(trips(list(range(4))))
+    code = (
+        "import sys, oxlake; from conftest import trips;"
+        "oxlake.Table(sys.argv[1]).upsert(trips([1], ts=5, name='old'))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    held = run_paused(table_path, "after-inflight", code, tmp_path, env=env)
+    with pytest.raises(oxlake.CommitConflictError, match="in progress"):
+        oxlake.Table(table_path).upgrade(8)
+    (tmp_path / "resume").touch()
+    assert held.wait(timeout=60) == 0, held.communicate()
+    # Paused between claiming its time and creating its requested file: the upgrade sees no
+    # write and switches; the write then completes nowhere: it fails, nothing of it is read.
+    (tmp_path / "resume").unlink()
+    (tmp_path / "reached").unlink()
+    code = code.replace("'old'", "'late'")
+    held = run_paused(table_path, "after-claim", code, tmp_path, env=env)
+    assert oxlake.Table(table_path).upgrade(8) == (6, 8)
+    (tmp_path / "resume").touch()
+    assert held.wait(timeout=60) != 0
+    # It fails at its commit (the version changed) or earlier, reading the moved timeline.
+    err = held.communicate()[1]
+    assert "CommitConflictError" in err or ("StorageError" in err and "not found" in err), err
+    t = oxlake.Table(table_path)
+    got = {r["id"]: r["name"] for r in rows(t.scan())}
+    assert got[1] == "old1"
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+    t.upsert(trips([1], ts=9, name="new"))
+    assert {r["id"]: r["name"] for r in rows(t.scan())}[1] == "new1"
+
+
+V6_CORPUS = (
+    sorted(z for z in COMPAT.rglob("v6_*.zip") if "empty" not in z.name and "no_metafields" not in z.name)
+    if COMPAT.exists()
+    else []
+)
+
+
+@pytest.mark.skipif(not V6_CORPUS, reason="the compatibility corpus is not next to the project")
+@pytest.mark.parametrize("zip_path", V6_CORPUS, ids=lambda z: f"{z.parent.name}-{z.stem}")
+def test_apache_hudi_v6_tables_upgrade(zip_path: Path, tmp_path: Path) -> None:
+    with zipfile.ZipFile(zip_path) as f:
+        f.extractall(tmp_path, members=[m for m in f.namelist() if not m.startswith("__MACOSX")])
+    path = str(tmp_path / zip_path.stem)
+    t = oxlake.Table(path)
+    before = states(t)
+    snapshot = rows(t.scan(), key=tuple(t.properties["hoodie.table.recordkey.fields"].split(",")))
+    assert t.upgrade(8) == (6, 8)
+    t = oxlake.Table(path)
+    assert states(t) == before
+    key = tuple(t.properties["hoodie.table.recordkey.fields"].split(","))
+    assert rows(t.scan(), key=key) == snapshot == rows(hudi_read(path), key=key)

@@ -123,6 +123,13 @@ def _cluster(table: Table, args: argparse.Namespace, progress: Progress) -> str:
     )
 
 
+def _upgrade(table: Table, args: argparse.Namespace, progress: Progress) -> str:
+    before, after = table.upgrade(args.to)
+    if before == after:
+        return f"upgrade: the table is at version {after}"
+    return f"upgrade: table version {before} -> {after}"
+
+
 SERVICES: dict[str, tuple[str, Callable[[Table, argparse.Namespace, Progress], str]]] = {
     "compact": ("compact merge-on-read file slices", _compact),
     "clean": ("delete file slices no longer needed", _clean),
@@ -131,6 +138,7 @@ SERVICES: dict[str, tuple[str, Callable[[Table, argparse.Namespace, Progress], s
     "restore": ("restore the table to a savepoint", _restore),
     "cluster": ("rewrite small file groups into fewer, sorted ones", _cluster),
     "archive": ("move the oldest instants to the archived timeline", _archive),
+    "upgrade": ("upgrade a version 6 table to version 8 or 9 (Apache Hudi 1.x)", _upgrade),
 }
 
 
@@ -283,6 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.choices["cluster"].add_argument("--sort-by", nargs="*", default=[], metavar="COLUMN")
     sub.choices["cluster"].add_argument("--target-file-size", type=int, default=None, metavar="BYTES")
     sub.choices["archive"].add_argument("--min-commits", type=int, default=None, metavar="N")
+    sub.choices["upgrade"].add_argument("--to", type=int, default=8, choices=[8, 9])
     sub.choices["archive"].add_argument("--max-commits", type=int, default=None, metavar="M")
     sub.choices["timeline"].add_argument("--archived", action="store_true", help="archived instants too")
     alter = sub.add_parser("alter-schema", help="rename, drop, add, widen and move columns (one commit)")

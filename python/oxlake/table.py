@@ -344,6 +344,17 @@ class Table:
         archived = _native.archive(self._t, min_commits, max_commits)
         return [Instant(time, action, "completed") for time, action in archived]
 
+    def upgrade(self, to: int = 8) -> tuple[int, int]:
+        """Upgrades a version 6 table to version `to` (8 or 9), as Apache Hudi 1.x does on its first
+        write: failed writes rolled back, every instant moved into `.hoodie/timeline/` (completed
+        ones named with their completion time, commit metadata as Avro), the archived timeline
+        copied into the LSM timeline, then `hoodie.properties`. Pending compactions and clusterings
+        are carried over; any other write in progress fails it with a `CommitConflictError`.
+        Killed at any point, the table reads as before or as upgraded, and `upgrade` again
+        finishes. Returns `(from, to)`."""
+        from_version, to_version, _, _ = _native.upgrade(self._t, to)
+        return from_version, to_version
+
     def set_archival(self, min_commits: int, max_commits: int, *, inline: bool = True) -> None:
         """How many commits the active timeline keeps (`hoodie.keep.min.commits` /
         `hoodie.keep.max.commits` in `hoodie.properties`), and whether every commit of a write

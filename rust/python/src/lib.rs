@@ -31,6 +31,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(services::alter_schema, m)?)?;
     m.add_function(wrap_pyfunction!(services::savepoint, m)?)?;
     m.add_function(wrap_pyfunction!(services::archive, m)?)?;
+    m.add_function(wrap_pyfunction!(services::upgrade, m)?)?;
     m.add_function(wrap_pyfunction!(services::set_archival, m)?)?;
     m.add_function(wrap_pyfunction!(services::restore, m)?)?;
     m.add_function(wrap_pyfunction!(services::clean, m)?)?;

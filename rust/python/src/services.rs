@@ -107,6 +107,18 @@ pub fn archive(
     })
 }
 
+/// Upgrades a version 6 table to version `to` (8 or 9); returns `(from, to, instants moved,
+/// archived instants copied)`.
+#[pyfunction]
+pub fn upgrade(py: Python<'_>, table: &PyTable, to: u32) -> PyResult<(u32, u32, usize, usize)> {
+    let inner = table.inner.clone();
+    run(py, async move {
+        let mut t = inner.lock().await;
+        let r = t.upgrade(to).await?;
+        Ok((r.from, r.to, r.instants, r.archived))
+    })
+}
+
 /// Sets the table's archival settings (kept in `hoodie.properties`).
 #[pyfunction]
 #[pyo3(signature = (table, min_commits, max_commits, inline=true))]

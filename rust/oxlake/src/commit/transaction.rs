@@ -35,6 +35,9 @@ pub struct Transaction {
     /// columns were renamed or dropped meanwhile conflicts.
     ids_at_begin: Option<InternalSchema>,
     heartbeat: Option<JoinHandle<()>>,
+    /// The table version when the write began: an upgrade that switched it meanwhile moved the
+    /// timeline this write would complete on (see `services::upgrade`).
+    version: u32,
 }
 
 #[derive(Serialize)]
@@ -109,6 +112,7 @@ impl Transaction {
             schema_at_begin: table.data_schema(),
             ids_at_begin: begin_ids(table),
             heartbeat: Some(beat),
+            version: table.config().version,
             instant,
         }
     }
@@ -242,6 +246,9 @@ impl Transaction {
             }
             failpoint("after-metadata-sync");
         }
+        if let Err(e) = self.check_version(table).await {
+            return Err(self.fail_written(table, e, Some(metadata)).await);
+        }
         // A compaction completes as a commit (a clustering as a replacecommit).
         let mut completed = match self.instant.action {
             Action::Compaction => Instant::new(self.instant.time.clone(), Action::Commit, State::Completed),
@@ -345,6 +352,21 @@ impl Transaction {
         conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
         table.reload().await?;
         Ok(completed)
+    }
+
+    /// Fails when the table's version changed since this write began (an upgrade moved the
+    /// timeline: completing on the old one would be invisible). The metadata table keeps its own.
+    async fn check_version(&self, table: &Table) -> Result<()> {
+        if table.is_metadata_table() {
+            return Ok(());
+        }
+        let text = table.storage().get(crate::config::PROPERTIES_FILE).await?;
+        let now = crate::config::TableConfig::parse(&crate::config::properties::decode(&text))?.version;
+        if now != self.version {
+            let detail = format!("the table was upgraded to version {now} while this write ran: write again");
+            return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
+        }
+        Ok(())
     }
 
     /// Claims this instant's completion time (timeline layout 2, [`super::completion`]). A

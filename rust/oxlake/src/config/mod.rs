@@ -82,8 +82,8 @@ pub mod keys {
 const DEFAULT_PAYLOAD: &str = "org.apache.hudi.common.model.DefaultHoodieRecordPayload";
 const OVERWRITE_PAYLOAD: &str = "org.apache.hudi.common.model.OverwriteWithLatestAvroPayload";
 /// Merge strategy ids of tables of version 8 and later (docs/FORMAT.md §1).
-const EVENT_TIME_STRATEGY: &str = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5";
-const COMMIT_TIME_STRATEGY: &str = "ce9acb64-bde0-424c-9b91-f6ebba25356d";
+pub(crate) const EVENT_TIME_STRATEGY: &str = "eeb8d96f-b1e4-49fd-bbf8-28ac514178e5";
+pub(crate) const COMMIT_TIME_STRATEGY: &str = "ce9acb64-bde0-424c-9b91-f6ebba25356d";
 
 /// Copy-on-write or merge-on-read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -375,7 +375,7 @@ fn lsm_rows(read: &[(Instant, Bytes)]) -> Vec<lsm::LsmInstant> {
 /// 1.x does: the data file, then the next manifest listing it, then `_version_`. Returns the data
 /// file's path, or `None` when an earlier run's manifest was written but never published: it is
 /// published now (the table is readable either way) and this run archives nothing.
-async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Result<Option<String>> {
+pub(crate) async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Result<Option<String>> {
     let storage = table.storage();
     let dir = history_dir(table);
     let (version, manifest) = latest_manifest(table).await?;

@@ -10,6 +10,7 @@ pub mod compaction;
 pub mod hooks;
 pub mod progress;
 pub mod restore;
+pub mod upgrade;
 
 pub use archive::{ArchiveConfig, ArchiveResult};
 pub use clean::{CleanPlan, CleanPolicy, CleanResult};
@@ -17,3 +18,4 @@ pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending
 pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};
 pub use hooks::{Hooks, default_options};
 pub use progress::Progress;
+pub use upgrade::UpgradeResult;
