@@ -585,8 +585,8 @@ def create_table(
     `table_version` is the Hudi table format: 6 (read and written by Apache Hudi 0.14 and 0.15),
     8 (Apache Hudi 1.0: the timeline under `.hoodie/timeline/`, instants named with their
     completion times, commit metadata in Avro) or 9 (Apache Hudi 1.1). Choose 6 while any job on
-    the table still runs Hudi 0.x; 8 or 9 once all run Hudi 1.x. Tables of version 8 and 9 are not
-    archived yet (their timeline keeps every instant).
+    the table still runs Hudi 0.x; 8 or 9 once all run Hudi 1.x (`Table.upgrade` moves a version 6
+    table there). Their archived timeline is Hudi 1.x's LSM timeline (`.hoodie/timeline/history`).
 
     `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
     `partition_by` the partition fields (`field=value` directories when `hive_style`; values are

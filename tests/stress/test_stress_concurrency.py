@@ -43,10 +43,16 @@ RETAIN = 30  # commits a clean keeps: a read must finish within them
 
 
 def run(
-    target: Target, logs: Path, where: str, seed: int, compactors: int = 1, freeze: bool = False
+    target: Target,
+    logs: Path,
+    where: str,
+    seed: int,
+    compactors: int = 1,
+    freeze: bool = False,
+    table_version: int = 6,
 ) -> dict[str, int]:
     regions = [f"w{i}" for i in range(WRITERS)]
-    t, initial = create(target, regions + [SHARED])
+    t, initial = create(target, regions + [SHARED], table_version=table_version)
     workers = Workers(target, logs)
     writers = [f"writer{i}" for i in range(WRITERS)]
     try:
@@ -142,31 +148,45 @@ def run(
     return figures
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
 @pytest.mark.parametrize("where", ["local", "s3"])
-def test_writers_and_services_in_parallel(where: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_writers_and_services_in_parallel(
+    where: str, table_version: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """On version 8 the writers' completions are ordered by completion-time claims and each
+    compaction checks its plan against the logs completed before its time."""
     target = target_for(where, request, tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
-    figures = run(target, logs, where, seed=random.randrange(1 << 20))
+    figures = run(target, logs, where, seed=random.randrange(1 << 20), table_version=table_version)
     # Writers that keep to their own region never conflict; the shared region makes some conflict.
     assert figures["landed"] >= WRITERS
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
 @pytest.mark.parametrize("compactors", [2, 3])
 def test_several_compactors_and_writers(
-    compactors: int, tmp_path: Path, request: pytest.FixtureRequest
+    compactors: int, table_version: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Two and three compaction processes at once beside the writers: no slice is compacted
     twice, no write into a new slice is lost (issue 22)."""
     target = target_for("local", request, tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
-    run(target, logs, "local", seed=random.randrange(1 << 20), compactors=compactors)
+    run(
+        target,
+        logs,
+        "local",
+        seed=random.randrange(1 << 20),
+        compactors=compactors,
+        table_version=table_version,
+    )
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_writers_frozen_past_their_heartbeat_and_a_slow_rollbacker(
-    where: str, tmp_path: Path, request: pytest.FixtureRequest
+    where: str, table_version: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     """Writers stopped (SIGSTOP) past three heartbeats while a process on a slow store rolls back
     what it takes for failed writes: a write reported committed is never rolled back (the model
@@ -174,5 +194,13 @@ def test_writers_frozen_past_their_heartbeat_and_a_slow_rollbacker(
     target = target_for(where, request, tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
-    figures = run(target, logs, where, seed=random.randrange(1 << 20), compactors=2, freeze=True)
+    figures = run(
+        target,
+        logs,
+        where,
+        seed=random.randrange(1 << 20),
+        compactors=2,
+        freeze=True,
+        table_version=table_version,
+    )
     assert figures["frozen"] > 0

@@ -70,8 +70,8 @@ def crash_once(target: Target, log: Path, run: int, seed: int, next_new: int) ->
         proc.wait()
 
 
-def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
-    t, initial = create(target, ["w0", SHARED], heartbeat_interval=HEARTBEAT)
+def run(target: Target, logs: Path, where: str, seed: int, table_version: int = 6) -> dict[str, int]:
+    t, initial = create(target, ["w0", SHARED], heartbeat_interval=HEARTBEAT, table_version=table_version)
     landed: list[Attempt] = []
     known = {i.time for i in t.timeline()}
     next_new = 200
@@ -143,12 +143,13 @@ def run(target: Target, logs: Path, where: str, seed: int) -> dict[str, int]:
     return figures
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_killed_writer_leaves_exactly_the_committed_data(
-    where: str, tmp_path: Path, request: pytest.FixtureRequest
+    where: str, table_version: int, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     target = target_for(where, request, tmp_path)
     logs = tmp_path / "logs"
     logs.mkdir()
-    figures = run(target, logs, where, seed=random.randrange(1 << 20))
+    figures = run(target, logs, where, seed=random.randrange(1 << 20), table_version=table_version)
     assert figures["landed"] > 0
