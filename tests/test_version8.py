@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -485,3 +486,44 @@ def test_apache_hudi_v6_tables_upgrade(zip_path: Path, tmp_path: Path) -> None:
     assert states(t) == before
     key = tuple(t.properties["hoodie.table.recordkey.fields"].split(","))
     assert rows(t.scan(), key=key) == snapshot == rows(hudi_read(path), key=key)
+
+
+def test_a_log_of_an_archived_deltacommit_joins_the_slice_of_its_completion(
+    table_path: str, tmp_path: Path
+) -> None:
+    """A deltacommit requested before a compaction and completed after it belongs to the
+    compacted slice. Once archived, its completion time comes from the archived timeline: placed by
+    its requested time it would fall into the superseded slice and its rows would vanish."""
+    t = trips_table(table_path, table_type="merge_on_read", table_version=8)
+    t.set_archival(1, 2, inline=False)
+    t.insert(trips(list(range(4))))
+    t.upsert(trips([1], ts=2, name="u"))  # a log for the compaction to fold in
+    code = (
+        "import sys, oxlake; from conftest import trips;"
+        "oxlake.Table(sys.argv[1]).upsert(trips([1], ts=5, name='held'))"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    held = run_paused(table_path, "before-commit", code, tmp_path, env=env)
+    compacted: list[Any] = []
+    worker = threading.Thread(target=lambda: compacted.append(oxlake.Table(table_path).compact()))
+    worker.start()
+    time.sleep(0.5)
+    (tmp_path / "resume").touch()
+    assert held.wait(timeout=60) == 0, held.communicate()
+    worker.join(timeout=60)
+    by_time = {i.time: i for i in t.timeline() if i.state == "completed"}
+    [c] = compacted[0].instants
+    late = max(
+        (i for i in by_time.values() if i.action == "deltacommit" and i.time < c), key=lambda i: i.time
+    )
+    expected = rows(t.scan())
+    assert {r["id"]: r["name"] for r in expected}[1] == "held1"
+    if late.completion < c:
+        pytest.skip("the write completed before the compaction was requested (timing)")
+    for n in range(3):
+        t.upsert(trips([0], ts=10 + n, name=f"x{n}-"))
+    expected = rows(t.scan())
+    archived = {i.time for i in t.archive()}
+    assert late.time in archived
+    assert rows(oxlake.Table(table_path).scan()) == expected
+    assert {r["id"]: r["name"] for r in expected}[1] == "held1"

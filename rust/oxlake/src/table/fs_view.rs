@@ -72,6 +72,10 @@ impl FileGroup {
 #[derive(Clone, Debug, Default)]
 pub struct FileSystemView {
     groups: BTreeMap<FileGroupId, FileGroup>,
+    /// Whether a log of an instant the timeline does not hold (archived) was placed by the time
+    /// in its name: on timeline layout 2 its slice depends on its completion time, which the
+    /// archived timeline holds (see [`FileSystemView::needs_archived_completions`]).
+    placed_without_completion: bool,
 }
 
 impl FileSystemView {
@@ -155,6 +159,13 @@ impl FileSystemView {
         let joined = |instant: &str| -> String {
             timeline.get(instant).and_then(|i| i.completion.clone()).unwrap_or_else(|| instant.to_string())
         };
+        if timeline.layout() >= 2 {
+            self.placed_without_completion = self
+                .groups
+                .values()
+                .flat_map(|g| g.slices.values())
+                .any(|s| s.base.is_none() && s.logs.iter().any(|l| timeline.get(&l.name.instant).is_none()));
+        }
         for g in self.groups.values_mut() {
             let parked: Vec<String> =
                 g.slices.iter().filter(|(_, s)| s.base.is_none()).map(|(k, _)| k.clone()).collect();
@@ -172,6 +183,13 @@ impl FileSystemView {
                 s.logs.sort_by_cached_key(|l| (joined(&l.name.instant), l.name.version, l.name.write_token.clone()));
             }
         }
+    }
+
+    /// Whether this view placed a log of an archived instant by its requested time (timeline
+    /// layout 2 without the archived timeline): it must be built again on a timeline that holds
+    /// the archived completion times.
+    pub fn needs_archived_completions(&self) -> bool {
+        self.placed_without_completion
     }
 
     /// Every file group.

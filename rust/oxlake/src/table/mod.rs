@@ -251,12 +251,21 @@ impl Table {
     /// partition) when it has a fresh one, else from one listing of storage.
     pub async fn file_system_view(&self) -> Result<FileSystemView> {
         let partitioned = self.config.is_partitioned();
-        if let Some(index) = self.extension::<Arc<dyn FileIndex>>()
-            && let Some(files) = index.files(self).await
-        {
-            return Ok(FileSystemView::from_files(files, &self.timeline, partitioned));
+        let files = match self.extension::<Arc<dyn FileIndex>>() {
+            Some(index) => match index.files(self).await {
+                Some(files) => files,
+                None => self.storage.list_table().await?,
+            },
+            None => self.storage.list_table().await?,
+        };
+        let view = FileSystemView::from_files(files.clone(), &self.timeline, partitioned);
+        if !view.needs_archived_completions() {
+            return Ok(view);
         }
-        FileSystemView::load(&self.storage, &self.timeline, partitioned).await
+        // Timeline layout 2: a log of an archived deltacommit joins the slice its completion time
+        // falls in (Apache Hudi's completion-time view reads archived completion times too).
+        let archived = self.with_archived_timeline().await?;
+        Ok(FileSystemView::from_files(files, archived.timeline(), partitioned))
     }
 
     /// The implementation of `T` the opener lent this table (see [`extensions`]).
