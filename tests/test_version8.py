@@ -23,21 +23,11 @@ import oxlake
 import pyarrow.parquet as pq
 import pytest
 from conftest import COMPAT, SCHEMA, hudi_avro_schema, hudi_read, rows, run_paused, trips, trips_table
+from test_java_timeline import JAVA_RECORDS
 
-#: Records Apache Hudi 1.x reads from the timeline files oxlake writes, by name.
-RECORDS = (
-    "HoodieCommitMetadata",
-    "HoodieReplaceCommitMetadata",
-    "HoodieCleanerPlan",
-    "HoodieCleanMetadata",
-    "HoodieRollbackPlan",
-    "HoodieRollbackMetadata",
-    "HoodieRestorePlan",
-    "HoodieRestoreMetadata",
-    "HoodieSavepointMetadata",
-    "HoodieCompactionPlan",
-    "HoodieRequestedReplaceMetadata",
-)
+#: Records Apache Hudi 1.x reads from the timeline files oxlake writes, by name: those of version 6
+#: plus the commit metadata, Avro on layout 2.
+RECORDS = ("HoodieCommitMetadata", "HoodieReplaceCommitMetadata", *JAVA_RECORDS)
 
 
 def with_every_service(path: str, table_type: str, version: int) -> oxlake.Table:
