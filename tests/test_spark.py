@@ -661,3 +661,23 @@ def test_distributed_writes_evolve_the_schema_with_schema_mode_merge(
     )
     got = {r["id"]: (r["fare"], r["score"]) for r in oxlake.Table(path).to_arrow().to_pylist()}
     assert got[2] == (None, 0.5) and got[30] == (None, 1.5) and got[3] == (13.0, None)
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_spark_writes_a_version_8_table(spark: SparkSession, tmp_path: Path, table_type: str) -> None:
+    """Distributed writes (tasks write, the driver commits) on a table of Apache Hudi 1.x's
+    version 8: completion-time names, logs named by their deltacommit, Avro commit metadata."""
+    path = str(tmp_path / "t")
+    trips_table(path, table_type=table_type, table_version=8)
+    oxlake.spark.write(spark.createDataFrame(trips(list(range(200))).to_pandas()), path, "upsert")
+    changed = spark.createDataFrame(trips(list(range(150, 250)), ts=2, name="u").to_pandas())
+    r = oxlake.spark.write(changed, path, "upsert")
+    assert (r.num_inserts, r.num_updates) == (50, 50)
+    gone = spark.createDataFrame(trips(list(range(0, 20))).to_pandas())
+    assert oxlake.spark.write(gone, path, "delete").num_deletes == 20
+    expected = rows(trips(list(range(20, 150)))) + rows(trips(list(range(150, 250)), ts=2, name="u"))
+    t = oxlake.Table(path)
+    assert rows(t.to_arrow()) == sorted(expected, key=lambda r: r["id"]) == rows(hudi_read(path))
+    completed = [i for i in t.timeline() if i.state == "completed"]
+    assert len(completed) == 3 and all(i.completion and i.completion > i.time for i in completed)
+    assert all("_" in p.name for p in Path(path, ".hoodie/timeline").glob("*.*commit"))
