@@ -517,3 +517,26 @@ def test_a_log_of_an_archived_deltacommit_joins_the_slice_of_its_completion(
     assert late.time in archived
     assert rows(oxlake.Table(table_path).scan()) == expected
     assert {r["id"]: r["name"] for r in expected}[1] == "held1"
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_upgrade_keeps_the_metadata_table_in_step(table_path: str, table_type: str) -> None:
+    t = trips_table(table_path, table_type=table_type)
+    t.build_metadata(files_shards=2)
+    t.insert(trips(list(range(10))))
+    t.upsert(trips([1, 2], ts=2, name="u"))
+    if table_type == "merge_on_read":
+        t.compact()
+    t.delete(trips([3]))
+    before = rows(t.scan())
+    assert oxlake.Table(table_path).upgrade(8) == (6, 8)
+    t = oxlake.Table(table_path)
+    assert t.validate().ok
+    assert rows(t.scan()) == before == rows(hudi_read(table_path))
+    t.upsert(trips([4], ts=5, name="after"))
+    if table_type == "merge_on_read":
+        t.compact()
+    t.clean(policy="keep_latest_commits", retain=1)
+    assert t.validate().ok
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+    assert {r["id"]: r["name"] for r in rows(t.scan())}[4] == "after4"
