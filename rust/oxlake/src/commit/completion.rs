@@ -113,10 +113,17 @@ async fn wait_for_earlier(table: &Table, time: &str, completion: &str) -> Result
         let Some(first_pending) = timeline.pending().filter(|i| i.time != time).map(|i| i.time.clone()).min() else {
             return Ok(());
         };
+        // Markers named with a time the timeline holds (an instant's requested time, or a
+        // completion already visible) are not claims of pending completions: not read.
+        let on_timeline: HashSet<&str> = timeline
+            .instants()
+            .iter()
+            .flat_map(|i| std::iter::once(i.time.as_str()).chain(i.completion.as_deref()))
+            .collect();
         let mut blocking = None;
         for f in storage.list_dir(CLAIMS_DIR).await? {
             let c = marker_time(&f.path);
-            if c.len() != 17 || c <= first_pending.as_str() || c >= completion {
+            if c.len() != 17 || c <= first_pending.as_str() || c >= completion || on_timeline.contains(c) {
                 continue;
             }
             let Some(bytes) = storage.get_opt(&f.path).await? else { continue };

@@ -25,7 +25,8 @@ pub struct Transaction {
     instant: Instant,
     /// The completed data instants when the write began; anything completed later is checked.
     seen: HashSet<String>,
-    /// The completed cleans when the write began: a data file gone since was removed by one.
+    /// The completed cleans and the rollbacks when the write began: a data file gone since was
+    /// removed by a later one.
     services: HashSet<String>,
     /// The attempt at this instant time (see [`fate`]): rollbacks of earlier attempts finished.
     epoch: u32,
@@ -360,7 +361,9 @@ impl Transaction {
         if table.is_metadata_table() {
             return Ok(());
         }
-        let text = table.storage().get(crate::config::PROPERTIES_FILE).await?;
+        // Apache Hudi rewrites the file by deleting and creating it: gone for a moment, it is
+        // not an upgrade by oxlake (a single put).
+        let Some(text) = table.storage().get_opt(crate::config::PROPERTIES_FILE).await? else { return Ok(()) };
         let now = crate::config::TableConfig::parse(&crate::config::properties::decode(&text))?.version;
         if now != self.version {
             let detail = format!("the table was upgraded to version {now} while this write ran: write again");
@@ -397,9 +400,14 @@ impl Transaction {
             return error;
         }
         let timeline = table.timeline();
-        let service = timeline.instants().iter().filter(|i| i.is_completed()).find(|i| match i.action {
-            Action::Clean => !self.services.contains(&i.time),
-            Action::Commit | Action::ReplaceCommit => !self.seen.contains(&i.time) && i.time != self.instant.time,
+        // A rollback (even one still running) deletes the files of the write it undoes: a log a
+        // compaction planned before that write failed is gone when the compaction reads it.
+        let service = timeline.instants().iter().find(|i| match i.action {
+            Action::Clean => i.is_completed() && !self.services.contains(&i.time),
+            Action::Rollback => !self.services.contains(&i.time),
+            Action::Commit | Action::ReplaceCommit => {
+                i.is_completed() && !self.seen.contains(&i.time) && i.time != self.instant.time
+            }
             _ => false,
         });
         match service {
@@ -666,7 +674,7 @@ pub(super) fn services_seen(table: &Table) -> HashSet<String> {
         .timeline()
         .instants()
         .iter()
-        .filter(|i| i.is_completed() && i.action == Action::Clean)
+        .filter(|i| (i.is_completed() && i.action == Action::Clean) || i.action == Action::Rollback)
         .map(|i| i.time.clone())
         .collect()
 }

@@ -305,7 +305,12 @@ async fn execute(
     let outcome = write_compacted(table, tx.time(), tx.epoch(), &plan, config).await;
     let stats = match outcome {
         Ok(s) => s,
-        Err(e) => return Err(tx.fail(table, e).await),
+        Err(e) => {
+            // A planned log of a write rolled back since (its writer failed while this waited):
+            // a conflict, retried, not a storage failure.
+            let e = tx.lost_to_service(table, e).await;
+            return Err(tx.fail(table, e).await);
+        }
     };
     let mut metadata = CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
     metadata.set_schema(&table.data_schema(), &table.config().name)?;
