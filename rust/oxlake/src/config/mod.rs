@@ -444,10 +444,13 @@ impl TableConfig {
         if self.layout_version == 1 {
             ".hoodie".to_string()
         } else {
-            let sub =
-                self.raw.get(keys::TIMELINE_PATH).map(|s| s.trim()).filter(|s| !s.is_empty()).unwrap_or("timeline");
-            format!(".hoodie/{sub}")
+            format!(".hoodie/{}", self.folder(keys::TIMELINE_PATH, "timeline"))
         }
+    }
+
+    /// A folder name the properties set under `key` (blank: `default`).
+    pub fn folder<'a>(&'a self, key: &str, default: &'a str) -> &'a str {
+        self.raw.get(key).map(|s| s.trim()).filter(|s| !s.is_empty()).unwrap_or(default)
     }
 
     /// Whether keys are written `field:value,...` (complex) rather than as the bare value.

@@ -100,14 +100,7 @@ impl Table {
 
 /// The archive folder of a table, relative to its root.
 pub fn archive_dir(table: &Table) -> String {
-    let folder = table
-        .config()
-        .raw
-        .get(crate::config::keys::ARCHIVELOG_FOLDER)
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .unwrap_or(archived::DEFAULT_FOLDER);
-    format!(".hoodie/{folder}")
+    format!(".hoodie/{}", table.config().folder(crate::config::keys::ARCHIVELOG_FOLDER, archived::DEFAULT_FOLDER))
 }
 
 /// The archive files of a table: version and path.
@@ -151,14 +144,8 @@ pub async fn read_archived(table: &Table) -> Result<Vec<archived::ArchivedState>
 
 /// The LSM timeline's folder (timeline layout 2): `hoodie.timeline.history.path` under the timeline.
 pub fn history_dir(table: &Table) -> String {
-    let sub = table
-        .config()
-        .raw
-        .get(crate::config::keys::TIMELINE_HISTORY_PATH)
-        .map(|s| s.trim())
-        .filter(|s| !s.is_empty())
-        .unwrap_or("history");
-    format!("{}/{sub}", table.config().timeline_dir())
+    let cfg = table.config();
+    format!("{}/{}", cfg.timeline_dir(), cfg.folder(crate::config::keys::TIMELINE_HISTORY_PATH, "history"))
 }
 
 /// The latest manifest of the LSM timeline and its number (0 and empty when there is none):

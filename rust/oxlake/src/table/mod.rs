@@ -250,22 +250,25 @@ impl Table {
     /// The committed file groups: from the table's [`FileIndex`] (the metadata table's `files`
     /// partition) when it has a fresh one, else from one listing of storage.
     pub async fn file_system_view(&self) -> Result<FileSystemView> {
-        let partitioned = self.config.is_partitioned();
-        let files = match self.extension::<Arc<dyn FileIndex>>() {
-            Some(index) => match index.files(self).await {
-                Some(files) => files,
-                None => self.storage.list_table().await?,
-            },
-            None => self.storage.list_table().await?,
-        };
-        let view = FileSystemView::from_files(files.clone(), &self.timeline, partitioned);
+        let view = FileSystemView::from_files(self.files().await?, &self.timeline, self.config.is_partitioned());
         if !view.needs_archived_completions() {
             return Ok(view);
         }
         // Timeline layout 2: a log of an archived deltacommit joins the slice its completion time
-        // falls in (Apache Hudi's completion-time view reads archived completion times too).
+        // falls in (Apache Hudi's completion-time view reads archived completion times too). Rare:
+        // the files are listed again rather than copied on every read.
         let archived = self.with_archived_timeline().await?;
-        Ok(FileSystemView::from_files(files, archived.timeline(), partitioned))
+        Ok(FileSystemView::from_files(self.files().await?, archived.timeline(), self.config.is_partitioned()))
+    }
+
+    /// The table's files: from the file index the opener lent (the metadata table), else listed.
+    async fn files(&self) -> Result<Vec<FileInfo>> {
+        if let Some(index) = self.extension::<Arc<dyn FileIndex>>()
+            && let Some(files) = index.files(self).await
+        {
+            return Ok(files);
+        }
+        self.storage.list_table().await
     }
 
     /// The implementation of `T` the opener lent this table (see [`extensions`]).
