@@ -183,9 +183,7 @@ def test_format_md_expectations_v8_v9(extracted: dict[str, str]) -> None:
         assert sorted(t.to_arrow()["txn_id"].to_pylist()) == ["TXN-101", "TXN-102", "TXN-103"]
 
 
-WRITABLE_V6 = [
-    z for z in V6 if "empty" not in z.name and "no_metafields" not in z.name and "timebased" not in z.name
-]
+WRITABLE_V6 = [z for z in V6 if "empty" not in z.name and "no_metafields" not in z.name]
 
 
 @pytest.mark.skipif(not V6, reason="the compatibility corpus is not next to the project")
@@ -255,10 +253,7 @@ def test_writing_retires_apache_hudi_metadata_table(extracted: dict[str, str], t
 
 @pytest.mark.skipif(not V6, reason="the compatibility corpus is not next to the project")
 def test_writes_refused_where_unsupported(extracted: dict[str, str], tmp_path: Path) -> None:
-    for name, match in (
-        (cow("v6_simplekeygen_hivestyle_no_metafields"), "without meta fields"),
-        (cow("v6_timebasedkeygen_nonhivestyle"), "key generator"),
-    ):
+    for name, match in ((cow("v6_simplekeygen_hivestyle_no_metafields"), "without meta fields"),):
         path = str(tmp_path / name.replace("/", "_"))
         shutil.copytree(extracted[name], path)
         t = oxlake.Table(path)

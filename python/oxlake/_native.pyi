@@ -139,6 +139,8 @@ def create_table(
     heartbeat_interval: float = 10.0,
     inline_compaction: int | None = None,
     table_version: int = 6,
+    key_generator_options: dict[str, str] | None = None,
+    url_encode: bool = True,
 ) -> Table: ...
 
 class PendingWrite:

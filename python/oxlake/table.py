@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -579,6 +579,8 @@ def create_table(
     heartbeat_interval: float = 10.0,
     inline_compaction: int | None = None,
     table_version: int = 6,
+    key_generator_options: Mapping[str, str] | None = None,
+    url_encode: bool = True,
 ) -> Table:
     """Creates an Apache Hudi table and returns it open.
 
@@ -593,6 +595,15 @@ def create_table(
     escaped as Hive and Hudi do, `hoodie.datasource.write.partitionpath.urlencode=true`, so that
     any string is a directory name: `a/b:c` is `a%2Fb%3Ac`; null and `""` go to
     `__HIVE_DEFAULT_PARTITION__`);
+    A partition field written `field:timestamp` is partitioned by time, as Apache Hudi's
+    timestamp-based and custom key generators do: its value (seconds, milliseconds or
+    microseconds since the epoch, a date string, or an Arrow timestamp) is printed with a date
+    pattern, configured by Apache Hudi's options in `key_generator_options`, e.g.
+    `{"hoodie.keygen.timebased.timestamp.type": "EPOCHMILLISECONDS",
+    "hoodie.keygen.timebased.output.dateformat": "yyyy/MM/dd"}` (Joda patterns; time zones in
+    `hoodie.keygen.timebased.timezone`, UTC when unset). With `url_encode=False` (Hudi's
+    default) a `/` in the pattern makes nested directories; with `True` (oxlake's default) every
+    partition value is escaped into one directory name, `/` as `%2F`.
     `ordering_field` the event-time field that decides which version of a record wins.
     `inline_compaction=N` (merge-on-read) makes every writer compact the table after N
     deltacommits since the last compaction (a table property, so all writers agree).
@@ -614,6 +625,8 @@ def create_table(
         heartbeat_interval,
         inline_compaction,
         table_version,
+        dict(key_generator_options or {}),
+        url_encode,
     )
     return Table._wrap(native)
 

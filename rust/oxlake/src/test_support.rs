@@ -68,6 +68,8 @@ pub(crate) async fn keyed_table(dir: &Path, table_type: TableType, options: Tabl
         hive_style: true,
         inline_compaction: None,
         table_version: 6,
+        keygen_options: Default::default(),
+        url_encode: true,
     };
     let uri = dir.join("t");
     Table::create(uri.to_str().expect("a UTF-8 path"), options, create, schema).await.expect("created")

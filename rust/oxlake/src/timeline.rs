@@ -361,6 +361,8 @@ mod tests {
             hive_style: false,
             inline_compaction: None,
             table_version: 6,
+            keygen_options: Default::default(),
+            url_encode: true,
         })
         .unwrap();
         for name in ["20240102000000000.commit", "20240103000000000.commit"] {

@@ -37,7 +37,7 @@ fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_int
 
 /// Creates a table and returns it open.
 #[pyfunction]
-#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=6))]
+#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=6, key_generator_options=None, url_encode=true))]
 #[allow(clippy::too_many_arguments)]
 pub fn create_table(
     py: Python<'_>,
@@ -53,6 +53,8 @@ pub fn create_table(
     heartbeat_interval: f64,
     inline_compaction: Option<u32>,
     table_version: u32,
+    key_generator_options: Option<std::collections::BTreeMap<String, String>>,
+    url_encode: bool,
 ) -> PyResult<PyTable> {
     let schema = import_schema(&schema)?;
     let table_type = TableType::parse(&table_type).ok_or_else(|| {
@@ -67,6 +69,8 @@ pub fn create_table(
         hive_style,
         inline_compaction,
         table_version,
+        keygen_options: key_generator_options.unwrap_or_default(),
+        url_encode,
     };
     let options = table_options(storage_options, heartbeat_interval)?;
     let table = run(py, async move { Table::create(&uri, options, create, schema).await })?;

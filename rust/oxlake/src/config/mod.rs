@@ -75,6 +75,10 @@ pub mod keys {
     pub const METADATA_PARTITIONS_INFLIGHT: &str = "hoodie.table.metadata.partitions.inflight";
     /// Whether the metadata table is enabled.
     pub const METADATA_ENABLE: &str = "hoodie.metadata.enable";
+    /// The partition fields with their types (`ts:timestamp,region:simple`), as Apache Hudi 0.x's
+    /// custom key generator takes them from the writer's options; oxlake records them here on
+    /// version 6 tables, whose `hoodie.table.partition.fields` holds the names only.
+    pub const WRITE_PARTITION_FIELDS: &str = "hoodie.datasource.write.partitionpath.field";
     /// oxlake's own: compact a merge-on-read table after this many deltacommits (unset: never inline).
     pub const INLINE_COMPACTION: &str = "oxlake.compaction.inline.max.delta.commits";
 }
@@ -142,10 +146,47 @@ pub enum KeyGenerator {
     Complex,
     /// No partition fields; the key as `Simple` (one field) or `Complex` (several).
     NonPartitioned,
-    /// Timestamp-based partition paths (read support only).
+    /// Apache Hudi's `TimestampBasedKeyGenerator`: one partition field, its value an instant
+    /// printed with a date pattern (`hoodie.keygen.timebased.*`); simple keys.
     Timestamp,
+    /// Apache Hudi's `CustomKeyGenerator`: partition fields each simple or timestamp-based
+    /// ([`PartitionKind`]); simple keys for one key field, complex ones for several.
+    Custom,
     /// A key generator oxlake does not know; reads work, writes are refused.
     Other(String),
+}
+
+/// How a partition field becomes a segment of the partition path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartitionKind {
+    /// The value as text.
+    Simple,
+    /// The value an instant, printed with the table's `hoodie.keygen.timebased.*` pattern.
+    Timestamp,
+    /// A custom key generator's field whose type the table does not record (Apache Hudi 0.x
+    /// keeps it in the writer's options): readable, not writable.
+    Unknown,
+}
+
+impl PartitionKind {
+    /// Splits `field:type` (the custom key generator's syntax, type case-insensitive) into the
+    /// field and its kind; a bare field is `None`.
+    pub fn split(spec: &str) -> std::result::Result<(&str, Option<PartitionKind>), String> {
+        let Some((field, kind)) = spec.split_once(':') else { return Ok((spec.trim(), None)) };
+        let kind = match kind.trim().to_ascii_uppercase().as_str() {
+            "SIMPLE" => PartitionKind::Simple,
+            "TIMESTAMP" => PartitionKind::Timestamp,
+            other => return Err(format!("`{spec}`: partition type {other:?} is neither SIMPLE nor TIMESTAMP")),
+        };
+        Ok((field.trim(), Some(kind)))
+    }
+
+    fn hudi_name(self) -> &'static str {
+        match self {
+            PartitionKind::Timestamp => "TIMESTAMP",
+            _ => "SIMPLE",
+        }
+    }
 }
 
 /// The parsed, validated `hoodie.properties`.
@@ -161,8 +202,10 @@ pub struct TableConfig {
     pub layout_version: u32,
     /// `hoodie.table.recordkey.fields`; empty if the file does not name them.
     pub record_key_fields: Vec<String>,
-    /// `hoodie.table.partition.fields`; empty for a non-partitioned table.
+    /// `hoodie.table.partition.fields` (names only); empty for a non-partitioned table.
     pub partition_fields: Vec<String>,
+    /// How each partition field makes its path segment (aligned with `partition_fields`).
+    pub partition_kinds: Vec<PartitionKind>,
     /// The ordering field (`hoodie.table.ordering.fields` or `hoodie.table.precombine.field`), if any.
     pub ordering_field: Option<String>,
     /// `hoodie.datasource.write.hive_style_partitioning`: partition directories named `field=value`.
@@ -192,8 +235,14 @@ pub struct CreateOptions {
     pub table_type: TableType,
     /// Record key fields; at least one.
     pub record_key_fields: Vec<String>,
-    /// Partition fields; empty for a non-partitioned table.
+    /// Partition fields; empty for a non-partitioned table. `field:timestamp` makes a field's
+    /// segment its value printed as a date (the custom key generator's syntax; `field:simple` is
+    /// the value as text), configured by `keygen_options`.
     pub partition_fields: Vec<String>,
+    /// Apache Hudi's `hoodie.keygen.timebased.*` options, for timestamp-based partition fields.
+    pub keygen_options: BTreeMap<String, String>,
+    /// `hoodie.datasource.write.partitionpath.urlencode`: partition values escaped in paths.
+    pub url_encode: bool,
     /// Ordering field: with one, the merge mode is event time, otherwise commit time.
     pub ordering_field: Option<String>,
     /// Whether partition directories are named `field=value`.
@@ -218,12 +267,18 @@ impl TableConfig {
         if opts.record_key_fields.is_empty() {
             return Err(Error::invalid_arg("record_key", "at least one record key field is required"));
         }
-        for f in opts.record_key_fields.iter().chain(&opts.partition_fields).chain(&opts.ordering_field) {
+        let (partition_fields, partition_kinds) = opts.partition_specs()?;
+        for f in opts.record_key_fields.iter().chain(&partition_fields).chain(&opts.ordering_field) {
             check_name("field", f)?;
         }
-        let key_generator = if opts.partition_fields.is_empty() {
+        let timestamp = partition_kinds.contains(&PartitionKind::Timestamp);
+        let key_generator = if partition_fields.is_empty() {
             KeyGenerator::NonPartitioned
-        } else if opts.record_key_fields.len() == 1 && opts.partition_fields.len() == 1 {
+        } else if timestamp && opts.record_key_fields.len() == 1 && partition_fields.len() == 1 {
+            KeyGenerator::Timestamp
+        } else if timestamp {
+            KeyGenerator::Custom
+        } else if opts.record_key_fields.len() == 1 && partition_fields.len() == 1 {
             KeyGenerator::Simple
         } else {
             KeyGenerator::Complex
@@ -235,12 +290,11 @@ impl TableConfig {
             version: opts.table_version,
             layout_version: if opts.table_version == 6 { 1 } else { 2 },
             record_key_fields: opts.record_key_fields.clone(),
-            partition_fields: opts.partition_fields.clone(),
+            partition_fields,
+            partition_kinds,
             ordering_field: opts.ordering_field.clone(),
             hive_style: opts.hive_style,
-            // Partition values are escaped as Hive does (Hudi's opt-in): every string has a
-            // directory name that reads back as the same value.
-            url_encode: true,
+            url_encode: opts.url_encode,
             key_generator,
             merge_mode,
             populate_meta_fields: true,
@@ -255,6 +309,7 @@ impl TableConfig {
             return Err(Error::invalid_arg("inline_compaction", "must be at least 1 deltacommit"));
         }
         cfg.raw = cfg.to_map();
+        cfg.raw.extend(opts.keygen_options.iter().map(|(k, v)| (k.clone(), v.trim().to_string())));
         Ok(cfg)
     }
 
@@ -274,7 +329,22 @@ impl TableConfig {
         set(keys::LAYOUT_VERSION, &self.layout_version.to_string());
         set(keys::RECORD_KEY_FIELDS, &self.record_key_fields.join(","));
         if !self.partition_fields.is_empty() {
-            set(keys::PARTITION_FIELDS, &self.partition_fields.join(","));
+            let typed: Vec<String> = self
+                .partition_fields
+                .iter()
+                .zip(&self.partition_kinds)
+                .map(|(f, k)| format!("{f}:{}", k.hudi_name()))
+                .collect();
+            // Apache Hudi 1.x records the custom key generator's types with the fields; 0.x keeps
+            // them in the writer's options, which oxlake records beside.
+            match (self.key_generator == KeyGenerator::Custom, self.version) {
+                (true, 6) => {
+                    set(keys::PARTITION_FIELDS, &self.partition_fields.join(","));
+                    set(keys::WRITE_PARTITION_FIELDS, &typed.join(","));
+                }
+                (true, _) => set(keys::PARTITION_FIELDS, &typed.join(",")),
+                (false, _) => set(keys::PARTITION_FIELDS, &self.partition_fields.join(",")),
+            }
         }
         if let Some(o) = &self.ordering_field {
             set(if self.version >= 9 { keys::ORDERING_FIELDS } else { keys::PRECOMBINE_FIELD }, o);
@@ -287,6 +357,8 @@ impl TableConfig {
         let (keygen_class, keygen_type) = match self.key_generator {
             KeyGenerator::Simple => ("org.apache.hudi.keygen.SimpleKeyGenerator", "SIMPLE"),
             KeyGenerator::NonPartitioned => ("org.apache.hudi.keygen.NonpartitionedKeyGenerator", "NON_PARTITION"),
+            KeyGenerator::Timestamp => ("org.apache.hudi.keygen.TimestampBasedKeyGenerator", "TIMESTAMP"),
+            KeyGenerator::Custom => ("org.apache.hudi.keygen.CustomKeyGenerator", "CUSTOM"),
             _ => ("org.apache.hudi.keygen.ComplexKeyGenerator", "COMPLEX"),
         };
         let (payload, strategy, mode) = match self.merge_mode {
@@ -375,7 +447,8 @@ impl TableConfig {
         };
         let keygen_name = get(keys::KEYGEN_TYPE).or(get(keys::KEYGEN_CLASS)).unwrap_or("");
         let mut key_generator = key_generator_of(keygen_name);
-        let partition_fields = list(keys::PARTITION_FIELDS);
+        let (partition_fields, partition_kinds) =
+            partition_fields_of(&list(keys::PARTITION_FIELDS), &list(keys::WRITE_PARTITION_FIELDS), &key_generator)?;
         if partition_fields.is_empty() && key_generator != KeyGenerator::NonPartitioned {
             key_generator = KeyGenerator::NonPartitioned;
         }
@@ -398,6 +471,7 @@ impl TableConfig {
             version,
             layout_version,
             record_key_fields,
+            partition_kinds: if key_generator == KeyGenerator::NonPartitioned { vec![] } else { partition_kinds },
             partition_fields: if key_generator == KeyGenerator::NonPartitioned { vec![] } else { partition_fields },
             ordering_field: ordering,
             hive_style: flag(keys::HIVE_STYLE, false),
@@ -456,10 +530,16 @@ impl TableConfig {
     /// Whether keys are written `field:value,...` (complex) rather than as the bare value.
     pub fn complex_keys(&self) -> bool {
         match self.key_generator {
-            KeyGenerator::Simple => false,
-            KeyGenerator::NonPartitioned => self.record_key_fields.len() > 1,
+            // Apache Hudi's timestamp key generator takes the record key as one field.
+            KeyGenerator::Simple | KeyGenerator::Timestamp => false,
+            KeyGenerator::NonPartitioned | KeyGenerator::Custom => self.record_key_fields.len() > 1,
             _ => true,
         }
+    }
+
+    /// Whether a partition field is timestamp-based (its path segment is not its value).
+    pub fn has_timestamp_partitions(&self) -> bool {
+        self.partition_kinds.iter().any(|k| *k != PartitionKind::Simple)
     }
 }
 
@@ -472,7 +552,56 @@ fn key_generator_of(name: &str) -> KeyGenerator {
             KeyGenerator::NonPartitioned
         }
         s if s.contains("TIMESTAMP") => KeyGenerator::Timestamp,
+        "CUSTOM" | "CUSTOM_AVRO" | "CUSTOMKEYGENERATOR" | "CUSTOMAVROKEYGENERATOR" => KeyGenerator::Custom,
         _ => KeyGenerator::Other(name.to_string()),
+    }
+}
+
+/// The partition field names and kinds of a table: Apache Hudi 1.x writes a custom key
+/// generator's fields typed (`ts:TIMESTAMP`), 0.x the names only (oxlake keeps the typed list in
+/// [`keys::WRITE_PARTITION_FIELDS`]). The timestamp key generator's one field is timestamp-based.
+fn partition_fields_of(
+    listed: &[String],
+    typed_beside: &[String],
+    key_generator: &KeyGenerator,
+) -> Result<(Vec<String>, Vec<PartitionKind>)> {
+    let split = |specs: &[String]| -> Result<Vec<(String, Option<PartitionKind>)>> {
+        specs.iter().map(|s| PartitionKind::split(s).map(|(f, k)| (f.to_string(), k)).map_err(bad)).collect()
+    };
+    let fields = split(listed)?;
+    let names: Vec<String> = fields.iter().map(|(f, _)| f.clone()).collect();
+    let kinds = match key_generator {
+        KeyGenerator::Timestamp => {
+            (0..names.len()).map(|i| if i == 0 { PartitionKind::Timestamp } else { PartitionKind::Unknown }).collect()
+        }
+        KeyGenerator::Custom => {
+            let beside = split(typed_beside)?;
+            let beside_names: Vec<&String> = beside.iter().map(|(f, _)| f).collect();
+            fields
+                .iter()
+                .enumerate()
+                .map(|(i, (_, kind))| {
+                    kind.or_else(|| (beside_names == names.iter().collect::<Vec<_>>()).then(|| beside[i].1).flatten())
+                        .unwrap_or(PartitionKind::Unknown)
+                })
+                .collect()
+        }
+        _ => vec![PartitionKind::Simple; names.len()],
+    };
+    Ok((names, kinds))
+}
+
+impl CreateOptions {
+    /// The partition field names and kinds: `field`, `field:simple` or `field:timestamp`.
+    pub fn partition_specs(&self) -> Result<(Vec<String>, Vec<PartitionKind>)> {
+        let mut names = Vec::new();
+        let mut kinds = Vec::new();
+        for spec in &self.partition_fields {
+            let (field, kind) = PartitionKind::split(spec).map_err(|why| Error::invalid_arg("partition_by", why))?;
+            names.push(field.to_string());
+            kinds.push(kind.unwrap_or(PartitionKind::Simple));
+        }
+        Ok((names, kinds))
     }
 }
 
@@ -555,6 +684,8 @@ mod tests {
             hive_style: true,
             inline_compaction: None,
             table_version: 6,
+            keygen_options: Default::default(),
+            url_encode: true,
         }
     }
 

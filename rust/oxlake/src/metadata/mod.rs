@@ -425,6 +425,8 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         hive_style: false,
         inline_compaction: None,
         table_version: 6,
+        keygen_options: Default::default(),
+        url_encode: true,
     };
     let mut mdt =
         match Table::create(&metadata_uri(data), data.options().bare(), create, entries::record_schema()).await {

@@ -409,6 +409,8 @@ mod tests {
             hive_style: true,
             inline_compaction: None,
             table_version: 6,
+            keygen_options: Default::default(),
+            url_encode: true,
         };
         Table::create(dir.join("t").to_str().unwrap(), TableOptions::default(), create, schema()).await.unwrap()
     }

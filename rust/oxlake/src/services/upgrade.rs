@@ -129,8 +129,22 @@ async fn upgraded_config(table: &Table, to: u32) -> Result<(String, TableConfig)
         crate::config::KeyGenerator::Complex => "COMPLEX",
         crate::config::KeyGenerator::NonPartitioned => "NON_PARTITION",
         crate::config::KeyGenerator::Timestamp => "TIMESTAMP",
+        crate::config::KeyGenerator::Custom => "CUSTOM",
         crate::config::KeyGenerator::Other(_) => "USER_PROVIDED",
     };
+    // Version 8 records a custom key generator's partition types with the fields (Apache Hudi's
+    // handler takes them from the writer's options; oxlake has them beside, when it wrote them).
+    let typed_fields = (cfg.key_generator == crate::config::KeyGenerator::Custom
+        && !cfg.partition_kinds.contains(&crate::config::PartitionKind::Unknown))
+    .then(|| {
+        let typed = cfg.partition_fields.iter().zip(&cfg.partition_kinds);
+        typed
+            .map(|(f, k)| {
+                format!("{f}:{}", if *k == crate::config::PartitionKind::Timestamp { "TIMESTAMP" } else { "SIMPLE" })
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    });
     let (mode, strategy) = match cfg.merge_mode {
         crate::config::MergeMode::EventTime => ("EVENT_TIME_ORDERING", crate::config::EVENT_TIME_STRATEGY),
         crate::config::MergeMode::CommitTime => ("COMMIT_TIME_ORDERING", crate::config::COMMIT_TIME_STRATEGY),
@@ -148,6 +162,9 @@ async fn upgraded_config(table: &Table, to: u32) -> Result<(String, TableConfig)
         (keys::MERGE_MODE, Some(mode)),
         (keys::MERGE_STRATEGY_ID, Some(strategy)),
     ];
+    if let Some(typed) = &typed_fields {
+        edits.push((keys::PARTITION_FIELDS, Some(typed)));
+    }
     if to >= 9
         && let Some(o) = &ordering
     {

@@ -346,8 +346,9 @@ async fn check_empty(storage: &Storage) -> Result<()> {
 
 /// Key, partition and ordering fields must exist; keys and partitions must have a textual form.
 fn check_fields(create: &CreateOptions, schema: &SchemaRef) -> Result<()> {
+    let (partition_fields, kinds) = create.partition_specs()?;
     let all = create.record_key_fields.iter().map(|f| ("record_key", f));
-    let all = all.chain(create.partition_fields.iter().map(|f| ("partition_by", f)));
+    let all = all.chain(partition_fields.iter().map(|f| ("partition_by", f)));
     let all = all.chain(create.ordering_field.iter().map(|f| ("ordering_field", f)));
     for (arg, name) in all {
         let field = schema
@@ -358,6 +359,22 @@ fn check_fields(create: &CreateOptions, schema: &SchemaRef) -> Result<()> {
             return Err(Error::invalid_arg(
                 arg,
                 format!("column `{name}` of type {} cannot be used", field.data_type()),
+            ));
+        }
+    }
+    let timestamp = kinds.contains(&crate::config::PartitionKind::Timestamp);
+    crate::keys::timestamp::check_options(&create.keygen_options, timestamp)?;
+    // A timestamp-based field takes numbers, text or timestamps (and dates in days).
+    for (name, _) in partition_fields.iter().zip(&kinds).filter(|(_, k)| **k == crate::config::PartitionKind::Timestamp)
+    {
+        let t = schema.field_with_name(name).map(|f| f.data_type().clone()).map_err(Error::from)?;
+        let usable = t.is_numeric()
+            || matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Timestamp(..))
+            || matches!(t, DataType::Date32 | DataType::Date64);
+        if !usable {
+            return Err(Error::invalid_arg(
+                "partition_by",
+                format!("column `{name}` of type {t} cannot be partitioned by time"),
             ));
         }
     }
@@ -569,6 +586,8 @@ mod tests {
             hive_style: true,
             inline_compaction: None,
             table_version: 6,
+            keygen_options: Default::default(),
+            url_encode: true,
         }
     }
 

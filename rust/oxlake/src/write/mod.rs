@@ -174,8 +174,30 @@ impl Table {
 
     fn check_writable(&self) -> Result<()> {
         let cfg = self.config();
-        if matches!(cfg.key_generator, crate::config::KeyGenerator::Timestamp | crate::config::KeyGenerator::Other(_)) {
-            return Err(Error::unsupported(format!("writing with key generator {:?}", cfg.key_generator)));
+        if let crate::config::KeyGenerator::Other(class) = &cfg.key_generator {
+            return Err(Error::unsupported(format!("writing with the key generator {class}")));
+        }
+        if cfg.key_generator == crate::config::KeyGenerator::Timestamp
+            && (cfg.record_key_fields.len() != 1 || cfg.partition_fields.len() != 1)
+        {
+            return Err(Error::unsupported(format!(
+                "writing with Apache Hudi's timestamp key generator and record key fields {:?}, partition fields {:?} \
+                 (it takes one of each)",
+                cfg.record_key_fields, cfg.partition_fields
+            )));
+        }
+        if let Some(Err(why)) = crate::keys::KeySpec::from_config(cfg).timestamp {
+            return Err(Error::unsupported(format!("writing with the table's timestamp key generator options: {why}")));
+        }
+        if let Some(i) = cfg.partition_kinds.iter().position(|k| *k == crate::config::PartitionKind::Unknown) {
+            return Err(Error::unsupported(format!(
+                "writing partition field `{}`: the table's custom key generator does not record whether it is SIMPLE \
+                 or TIMESTAMP (Apache Hudi 0.x keeps that in the writer's options); set `{}` in hoodie.properties \
+                 to the typed list, e.g. `{}:SIMPLE`",
+                cfg.partition_fields[i],
+                crate::config::keys::WRITE_PARTITION_FIELDS,
+                cfg.partition_fields[i]
+            )));
         }
         if !cfg.populate_meta_fields {
             return Err(Error::unsupported("writing tables without meta fields"));

@@ -39,6 +39,8 @@ async fn create(dir: &tempfile::TempDir) -> Table {
         hive_style: true,
         inline_compaction: None,
         table_version: 6,
+        keygen_options: Default::default(),
+        url_encode: true,
     };
     Table::create(dir.path().join("t").to_str().unwrap(), oxlake::services::default_options(), opts, schema())
         .await
@@ -166,6 +168,8 @@ async fn filters_prune_row_groups() {
         hive_style: true,
         inline_compaction: None,
         table_version: 6,
+        keygen_options: Default::default(),
+        url_encode: true,
     };
     let mut t =
         Table::create(dir.path().join("t").to_str().unwrap(), oxlake::services::default_options(), opts, schema())

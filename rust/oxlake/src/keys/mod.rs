@@ -9,13 +9,25 @@
 //! escaped as Hive and Hudi's `PartitionPathEncodeUtils.escapePathName` do, and unescaped when read
 //! back from a path: the escaped segment is the directory name on disk and the object key on S3,
 //! with no further encoding by the storage layer.
+//!
+//! A timestamp-based partition field (Apache Hudi's timestamp-based and custom key generators)
+//! has for its segment the value read as an instant and printed with a date pattern
+//! ([`timestamp`]); without url encoding a `/` in the pattern makes nested directories. Such a
+//! path does not give the value back, so readers never prune by it.
+
+use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
 
-use crate::config::TableConfig;
+use crate::config::{PartitionKind, TableConfig};
 use crate::error::{Error, Result};
+
+pub mod joda;
+pub mod timestamp;
+
+use timestamp::TimestampFormat;
 
 /// Complex-key placeholder for a null value.
 pub const NULL_KEY: &str = "__null__";
@@ -53,18 +65,86 @@ pub struct KeySpec {
     pub hive_style: bool,
     /// `hoodie.datasource.write.partitionpath.urlencode`: partition values are escaped in paths.
     pub url_encode: bool,
+    /// How each partition field makes its segment (aligned with `partition_fields`).
+    pub partition_kinds: Vec<PartitionKind>,
+    /// The table's timestamp format, when a partition field is timestamp-based; `Err` says why the
+    /// table's `hoodie.keygen.timebased.*` options make none (writes are refused with it).
+    pub timestamp: Option<std::result::Result<Arc<TimestampFormat>, String>>,
 }
 
 impl KeySpec {
     /// The key spec of a table's configuration.
     pub fn from_config(cfg: &TableConfig) -> Self {
+        let timestamp = cfg
+            .partition_kinds
+            .contains(&PartitionKind::Timestamp)
+            .then(|| TimestampFormat::from_options(&cfg.raw).map(Arc::new));
         KeySpec {
             record_key_fields: cfg.record_key_fields.clone(),
             partition_fields: cfg.partition_fields.clone(),
             complex_keys: cfg.complex_keys(),
             hive_style: cfg.hive_style,
             url_encode: cfg.url_encode,
+            partition_kinds: cfg.partition_kinds.clone(),
+            timestamp,
         }
+    }
+
+    /// A spec of simple partition fields (tests, and tables oxlake creates without timestamps).
+    pub fn simple(
+        record_key_fields: Vec<String>,
+        partition_fields: Vec<String>,
+        complex_keys: bool,
+        hive_style: bool,
+        url_encode: bool,
+    ) -> Self {
+        let partition_kinds = vec![PartitionKind::Simple; partition_fields.len()];
+        KeySpec {
+            record_key_fields,
+            partition_fields,
+            complex_keys,
+            hive_style,
+            url_encode,
+            partition_kinds,
+            timestamp: None,
+        }
+    }
+
+    fn kind(&self, i: usize) -> PartitionKind {
+        self.partition_kinds.get(i).copied().unwrap_or(PartitionKind::Simple)
+    }
+
+    /// The text each partition field's segment is made from: the value as text for simple
+    /// fields, the printed instant for timestamp-based ones (never null: Hudi's default instant).
+    fn segment_columns(&self, batch: &RecordBatch) -> Result<Vec<StringArray>> {
+        let mut out = Vec::with_capacity(self.partition_fields.len());
+        for (i, name) in self.partition_fields.iter().enumerate() {
+            out.push(match self.kind(i) {
+                PartitionKind::Simple => string_columns(batch, std::slice::from_ref(name), "partition")?.remove(0),
+                PartitionKind::Timestamp => {
+                    let format = match &self.timestamp {
+                        Some(Ok(f)) => f,
+                        Some(Err(why)) => {
+                            return Err(Error::unsupported(format!(
+                                "partitioning by `{name}` by time: the table's key generator options are not usable: {why}"
+                            )));
+                        }
+                        None => return Err(Error::unsupported(format!("partitioning by `{name}` by time: no format"))),
+                    };
+                    let col = batch
+                        .column_by_name(name)
+                        .ok_or_else(|| Error::invalid_data(format!("partition column `{name}` is missing")))?;
+                    format.segments(col, name)?
+                }
+                PartitionKind::Unknown => {
+                    return Err(Error::unsupported(format!(
+                        "writing partition field `{name}`: the table's custom key generator does not record whether                          it is SIMPLE or TIMESTAMP (Apache Hudi 0.x keeps that in the writer's options); set `{}`                          in hoodie.properties to the typed list, e.g. `{name}:SIMPLE`",
+                        crate::config::keys::WRITE_PARTITION_FIELDS
+                    )));
+                }
+            });
+        }
+        Ok(out)
     }
 
     /// The record key of every row. A null or empty simple key is invalid data (as in Hudi); so is
@@ -124,7 +204,7 @@ impl KeySpec {
         if self.partition_fields.is_empty() {
             return Ok(Partitions { paths: vec![String::new()], ids: vec![0; rows] });
         }
-        let cols = string_columns(batch, &self.partition_fields, "partition")?;
+        let cols = self.segment_columns(batch)?;
         let mut seen: hashbrown::HashMap<Vec<Option<&str>>, u32> = hashbrown::HashMap::new();
         let mut id_of_path: hashbrown::HashMap<String, u32> = hashbrown::HashMap::new();
         let mut paths = Vec::new();
@@ -165,13 +245,17 @@ impl KeySpec {
             return Ok(());
         }
         let cols = string_columns(batch, &self.partition_fields, "partition")?;
+        // A timestamp-based field's values differ within one partition by design.
+        let compared: Vec<usize> =
+            (0..self.partition_fields.len()).filter(|&i| self.kind(i) == PartitionKind::Simple).collect();
         let mut first: hashbrown::HashMap<(u32, &str), usize> = hashbrown::HashMap::new();
         for (row, &id) in partitions.ids.iter().enumerate() {
             if !shared[id as usize] {
                 continue;
             }
             let prev = *first.entry((id, keys.value(row))).or_insert(row);
-            for (name, c) in self.partition_fields.iter().zip(&cols) {
+            for &i in &compared {
+                let (name, c) = (&self.partition_fields[i], &cols[i]);
                 let (a, b) = (value(c, prev), value(c, row));
                 if a != b {
                     return Err(Error::invalid_data(format!(
@@ -199,10 +283,27 @@ impl KeySpec {
 
     fn path_of(&self, values: &[Option<&str>], row: usize) -> Result<String> {
         let mut segments = Vec::with_capacity(values.len());
-        for (name, v) in self.partition_fields.iter().zip(values) {
+        for (i, (name, v)) in self.partition_fields.iter().zip(values).enumerate() {
+            let timestamp = self.kind(i) == PartitionKind::Timestamp;
             let v: std::borrow::Cow<'_, str> = match v {
-                None | Some("") => DEFAULT_PARTITION.into(),
+                None | Some("") if !timestamp => DEFAULT_PARTITION.into(),
                 Some(v) if self.url_encode => escape_path_name(v),
+                Some(v) if timestamp => {
+                    // A date pattern's `/` makes nested directories (Apache Hudi's `yyyy/MM/dd`);
+                    // each must still be a directory name.
+                    if let Some(bad) = v
+                        .split('/')
+                        .find(|d| d.is_empty() || *d == "." || *d == ".." || d.chars().any(|c| c.is_ascii_control()))
+                    {
+                        return Err(Error::invalid_data(format!(
+                            "partition `{v}` of `{name}` (row {row}): {bad:?} cannot be a directory name"
+                        )));
+                    }
+                    (*v).into()
+                }
+                None => {
+                    return Err(Error::invalid_data(format!("partition field `{name}` (row {row}) has no segment")));
+                }
                 Some(v) => {
                     // Without url encoding the value is the directory name as it is (Hudi's default):
                     // one that cannot be a single directory name is refused, not written elsewhere.
@@ -233,6 +334,10 @@ impl KeySpec {
     pub fn parse_partition_path(&self, path: &str) -> Option<Vec<Option<String>>> {
         if self.partition_fields.is_empty() {
             return Some(vec![]);
+        }
+        // A printed instant is not the field's value (and may span several directories).
+        if self.partition_kinds.iter().any(|k| *k != PartitionKind::Simple) {
+            return None;
         }
         let segments: Vec<&str> = path.split('/').collect();
         if segments.len() != self.partition_fields.len() {
@@ -380,13 +485,13 @@ mod tests {
     }
 
     fn spec(keys: &[&str], parts: &[&str], complex: bool, hive: bool) -> KeySpec {
-        KeySpec {
-            record_key_fields: keys.iter().map(|s| s.to_string()).collect(),
-            partition_fields: parts.iter().map(|s| s.to_string()).collect(),
-            complex_keys: complex,
-            hive_style: hive,
-            url_encode: false,
-        }
+        KeySpec::simple(
+            keys.iter().map(|s| s.to_string()).collect(),
+            parts.iter().map(|s| s.to_string()).collect(),
+            complex,
+            hive,
+            false,
+        )
     }
 
     #[test]
