@@ -15,7 +15,7 @@ import pytest
 from conftest import SCHEMA, hudi_read, rows, trips, trips_table
 
 pyspark = pytest.importorskip("pyspark")
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -681,3 +681,48 @@ def test_spark_writes_a_version_8_table(spark: SparkSession, tmp_path: Path, tab
     completed = [i for i in t.timeline() if i.state == "completed"]
     assert len(completed) == 3 and all(i.completion and i.completion > i.time for i in completed)
     assert all("_" in p.name for p in Path(path, ".hoodie/timeline").glob("*.*commit"))
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_spark_writes_a_table_partitioned_by_time(
+    spark: SparkSession, tmp_path: Path, table_type: str
+) -> None:
+    """Many `ts` values print as one partition (the hour): the tasks must still own whole file
+    groups and every copy of a key, or two would update one group or insert one key twice. The
+    write routes rows by file group and key instead of shuffling by the partition column."""
+    path = str(tmp_path / "t")
+    oxlake.create_table(
+        path,
+        SCHEMA,
+        "id",
+        partition_by=["ts:timestamp"],
+        ordering_field="fare",
+        table_type=table_type,
+        key_generator_options={
+            "hoodie.keygen.timebased.timestamp.type": "EPOCHMILLISECONDS",
+            "hoodie.keygen.timebased.output.dateformat": "yyyy-MM-dd HH",
+        },
+    )
+    hour = 1_705_311_000_000
+
+    def batch(ids: list[int], fare: float, shift: int = 0) -> pa.Table:
+        data = trips(ids, fare=fare)
+        return data.set_column(3, "ts", pa.array([hour + i * 1000 + shift for i in ids], pa.int64()))
+
+    def frame(data: pa.Table) -> DataFrame:
+        return spark.createDataFrame(data.to_pandas()).repartition(8)
+
+    # New keys twice in one input, the copies at other instants of the same hour.
+    first = pa.concat_tables([batch(list(range(300)), 5.0, 1), batch(list(range(300)), 10.0)])
+    assert oxlake.spark.write(frame(first), path, "upsert").num_inserts == 300
+    assert oxlake.Table(path).to_arrow().num_rows == 300
+    # Every key again, twice, at yet other instants of that hour.
+    twice = pa.concat_tables([batch(list(range(300)), 20.0, 2), batch(list(range(300)), 30.0, 3)])
+    r = oxlake.spark.write(frame(twice), path, "upsert")
+    assert (r.num_inserts, r.num_updates) == (0, 300)
+    t = oxlake.Table(path)
+    got = t.to_arrow()
+    assert got.num_rows == 300 and sorted(got["id"].to_pylist()) == list(range(300))
+    assert set(got["_hoodie_partition_path"].to_pylist()) == {"ts=2024-01-15 09"}
+    assert set(got["fare"].to_pylist()) == {30.0 + i for i in range(300)}
+    assert rows(got) == rows(hudi_read(path))

@@ -16,7 +16,7 @@ visible.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -192,7 +192,7 @@ def write(
 
     arrow_schema = to_arrow_schema(df.schema)
     table = _open_or_create(uri, arrow_schema, storage_options, create_options)
-    partition_by = [c for c in table.properties.get("hoodie.table.partition.fields", "").split(",") if c]
+    partition_by = _shuffle_columns(table.properties)
     pending = _native.begin_write(table._t, operation)
     instant = pending.instant
     try:
@@ -223,6 +223,19 @@ def write(
 
 
 _ROUTE = "_oxlake_route"
+
+
+def _shuffle_columns(properties: Mapping[str, str]) -> list[str]:
+    """The partition columns whose values name the partition path, one directory value per
+    distinct value (a shuffle by them gives each task whole partitions); none when a field is
+    partitioned by time (many values print as one partition): such writes are routed by file
+    group and key instead."""
+    keygen = properties.get("hoodie.table.keygenerator.type") or properties.get(
+        "hoodie.table.keygenerator.class", ""
+    )
+    if "TIMESTAMP" in keygen.upper() or "CUSTOM" in keygen.upper():
+        return []
+    return [c for c in properties.get("hoodie.table.partition.fields", "").split(",") if c]
 
 
 def _routed(
