@@ -215,13 +215,27 @@ pub(crate) async fn find_conflict(
         if other.time == time || seen.contains(&other.time) {
             continue;
         }
-        let meta = table.timeline().commit_metadata(table.storage(), other).await?;
+        let Some(meta) = unless_gone(table.timeline().commit_metadata(table.storage(), other).await)? else {
+            return Ok(Some(other.time.clone()));
+        };
         let theirs = Footprint::of(&meta, &KeyChanges::default());
-        if groups_conflict(ours, &theirs) || wrote_same_keys(table, keys, &meta).await? {
+        if groups_conflict(ours, &theirs) || unless_gone(wrote_same_keys(table, keys, &meta).await)?.unwrap_or(true) {
             return Ok(Some(other.time.clone()));
         }
     }
     Ok(None)
+}
+
+/// `None` for what a commit completed since this write began no longer has: its instant file
+/// archived, or its files cleaned (a writer stopped long enough for compaction, archival or
+/// cleaning to pass it). It cannot be checked, so the caller takes it to conflict: the write is
+/// retried on the table as it is now, never committed on a guess.
+fn unless_gone<T>(result: Result<T>) -> Result<Option<T>> {
+    match result {
+        Ok(v) => Ok(Some(v)),
+        Err(crate::error::Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether the completed commit `theirs` wrote any key that `keys` holds, in the partitions both
@@ -291,7 +305,9 @@ async fn stale_log(
         .collect();
     let since: Vec<&Instant> = table.timeline().completed_data().filter(|i| !seen.contains(&i.time)).collect();
     for other in since {
-        let meta = table.timeline().commit_metadata(table.storage(), other).await?;
+        let Some(meta) = unless_gone(table.timeline().commit_metadata(table.storage(), other).await)? else {
+            return Ok(Some(other.time.clone()));
+        };
         if meta.compacted {
             compactions
                 .extend(meta.write_stats().map(|(p, s)| ((p.to_string(), s.file_id.clone()), other.time.clone())));
@@ -318,6 +334,36 @@ mod tests {
             .map(|(p, ks)| (p.to_string(), "f".to_string(), StringArray::from_iter_values(ks.iter())))
             .collect();
         Footprint::of(&metadata, &KeyChanges { written, deleted: vec![] })
+    }
+
+    /// A writer stopped long enough for the commit it checks to be archived (its instant file
+    /// gone after the timeline was listed) takes that commit to conflict: it is never skipped,
+    /// and the write fails as a conflict, not a storage error.
+    #[tokio::test]
+    async fn a_commit_archived_meanwhile_is_taken_to_conflict() {
+        use crate::config::TableType;
+        use crate::table::TableOptions;
+        use crate::test_support::{by_parity, id_city_table};
+        use crate::write::{WriteConfig, WriteOperation};
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        let other = t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let other = other.instant.unwrap();
+        t.reload().await.unwrap();
+        let completed = t.timeline().get(&other).unwrap().clone();
+        t.storage().delete(&t.timeline().path_of(&completed)).await.unwrap();
+        let ours = footprint(&[("elsewhere", "g9")], &[]);
+        let found = find_conflict(
+            &t,
+            "99990101000000000",
+            &HashSet::new(),
+            &CommitMetadata::default(),
+            &KeyChanges::default(),
+            Some(&ours),
+        )
+        .await
+        .unwrap();
+        assert_eq!(found, Some(other));
     }
 
     #[test]
