@@ -23,8 +23,9 @@ pub struct Timeline {
     /// With [`Timeline::with_archived`]: what archived instants recorded, by time and kind (their
     /// files are gone from the timeline directory).
     archived: Option<Arc<BTreeMap<(String, Action), serde_json::Value>>>,
-    /// Instant times oxlake rolled back ([`ROLLED_BACK_DIR`]): a file of one of them is never
-    /// committed, even once it is older than the active timeline.
+    /// Instant times that never read as committed, even once older than the active timeline:
+    /// those oxlake rolled back ([`ROLLED_BACK_DIR`]), and those a restricted timeline withholds
+    /// ([`Timeline::retain`]).
     rolled_back: Arc<BTreeSet<String>>,
 }
 
@@ -133,9 +134,25 @@ impl Timeline {
         archived.get(&(instant.time.clone(), kind(instant.action)))
     }
 
-    /// Keeps only the instants `keep` accepts.
-    pub(crate) fn retain(&mut self, keep: impl Fn(&Instant) -> bool) {
-        self.instants.retain(|i| keep(i));
+    /// Keeps only the instants `keep` accepts. The times of the others, and the times `withheld`,
+    /// never read as committed: not even once older than the start of the timeline, where a time
+    /// with no instant left reads as archived, hence committed ([`Timeline::is_committed`]).
+    pub(crate) fn retain(&mut self, keep: impl Fn(&Instant) -> bool, withheld: impl IntoIterator<Item = String>) {
+        let mut never: BTreeSet<String> = self.rolled_back.as_ref().clone();
+        never.extend(withheld);
+        self.instants.retain(|i| {
+            let kept = keep(i);
+            if !kept {
+                never.insert(i.time.clone());
+            }
+            kept
+        });
+        self.rolled_back = Arc::new(never);
+    }
+
+    /// The times oxlake rolled back ([`ROLLED_BACK_DIR`]; with those a restriction withheld).
+    pub fn rolled_back(&self) -> impl Iterator<Item = &str> {
+        self.rolled_back.iter().map(String::as_str)
     }
 
     /// The instants at one time (usually one; a savepoint shares its commit's time).

@@ -255,19 +255,20 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     let timeline = data.timeline();
     let built_at = mdt.config().raw.get(BUILT_AT_KEY).cloned().unwrap_or_else(|| UNKNOWN_BUILD_TIME.to_string());
     // An instant archived from the data timeline (older than where its write timeline starts,
-    // with nothing left at its time) completed: Apache Hudi archives completed instants only.
-    let start = timeline.write_timeline_start();
-    let completed = |time: &str| match timeline.instants_at(time) {
-        [] => start.is_some_and(|s| time < s),
-        at => at.iter().any(|d| d.is_completed()),
-    };
+    // with nothing left at its time) completed: Apache Hudi archives completed instants only. A
+    // time oxlake rolled back did not, however old: a writer frozen past its heartbeat may complete
+    // its metadata deltacommit after the rollback, into the slice of a later compaction.
+    let completed = |time: &str| timeline.is_committed(time);
     // A compaction of the metadata table carries the time of the data instant it follows,
     // suffixed (see `sync::compact_if_due`).
     // The metadata table's own archived instants (older than its write timeline) completed too:
     // its archival passes data cleans and rollbacks still on the data timeline (Java's rule).
     let mdt_start = mdt.timeline().write_timeline_start().map(str::to_string);
     let listed = mdt.timeline().instants().to_vec();
-    mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)));
+    // What is withheld never reads as committed, nor what the data table rolled back: an orphan
+    // deltacommit may be archived from the metadata table while its logs are still read.
+    let rolled_back: Vec<String> = timeline.rolled_back().map(str::to_string).collect();
+    mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)), rolled_back);
     let have: HashSet<&str> = mdt.timeline().completed_data().map(|i| i.time.as_str()).collect();
     let had = |time: &str| have.contains(time) || mdt_start.as_deref().is_some_and(|s| time < s);
     let pending_then: HashSet<&str> =

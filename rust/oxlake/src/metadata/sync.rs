@@ -581,6 +581,46 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_metadata_deltacommit_of_a_write_rolled_back_before_it_stays_unread_once_archived() {
+        // Found by the stress test (writers frozen past their heartbeat): a writer rolled back by
+        // another process went on to complete its metadata deltacommit, into the slice of a later
+        // compaction; once archival moved the data timeline's start past its time, its records
+        // read as committed (a log file in the files index, deleted keys gone from the record
+        // index).
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), TableType::MergeOnRead).await;
+        let config = WriteConfig::default();
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &config).await.unwrap();
+        let mut frozen = another(&t).await;
+        let tx = frozen.begin_write(WriteOperation::Delete).await.unwrap();
+        let time = tx.time().to_string();
+        let part = frozen.write_files(WriteOperation::Delete, vec![by_parity(&[1])], &time, &config).await.unwrap();
+        let mut other = another(&t).await;
+        let pending = other.timeline().get(&time).unwrap().with_state(State::Inflight);
+        crate::commit::rollback_pending(&other, &pending).await.unwrap();
+        for i in 1..=11 {
+            other.write(WriteOperation::Insert, vec![by_parity(&[2 * i + 100])], &config).await.unwrap();
+        }
+        assert!(compacted(&t).await);
+        let err = frozen.commit_write(tx, WriteOperation::Delete, vec![part], false).await.unwrap_err();
+        assert!(matches!(err, Error::CommitConflict { .. }), "{err}");
+        let mdt = Table::open(&metadata_uri(&t), t.options().bare()).await.unwrap();
+        assert!(mdt.timeline().get(&time).is_some_and(Instant::is_completed), "its metadata deltacommit completed");
+        other.reload().await.unwrap();
+        // A merge-on-read table archives only what its latest compaction holds.
+        other.write(WriteOperation::Upsert, vec![by_parity(&[2])], &config).await.unwrap();
+        other.compact(&crate::services::CompactionConfig::default()).await.unwrap();
+        other.write(WriteOperation::Insert, vec![by_parity(&[1000])], &config).await.unwrap();
+        other.archive(crate::services::ArchiveConfig { min_commits: 2, max_commits: 3 }).await.unwrap();
+        assert!(other.timeline().write_timeline_start().is_some_and(|s| time.as_str() < s), "archived past it");
+        t.reload().await.unwrap();
+        assert!(!t.timeline().is_committed(&time));
+        let report = t.validate_metadata().await.unwrap();
+        assert!(report.ok(), "{:?}", report.differences);
+        assert_eq!(indexed(&t).await, stored(&t).await);
+    }
+
+    #[tokio::test]
     async fn a_deltacommit_takes_back_a_metadata_compaction_in_flight_before_it_writes() {
         // The compaction may have checked for concurrent deltacommits just before this one's
         // requested file appeared: it must not complete over the slice this one writes into.

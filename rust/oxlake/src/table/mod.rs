@@ -281,9 +281,14 @@ impl Table {
         &self.derived
     }
 
-    /// Keeps only the instants `keep` accepts (the metadata table's reader rules).
-    pub(crate) fn restrict_timeline(&mut self, keep: impl Fn(&Instant) -> bool) {
-        self.timeline.retain(keep);
+    /// Keeps only the instants `keep` accepts (the metadata table's reader rules); the others, and
+    /// the times `withheld`, never read as committed ([`crate::timeline::Timeline::retain`]).
+    pub(crate) fn restrict_timeline(
+        &mut self,
+        keep: impl Fn(&Instant) -> bool,
+        withheld: impl IntoIterator<Item = String>,
+    ) {
+        self.timeline.retain(keep, withheld);
         self.derived = DerivedCache::default();
     }
 
