@@ -103,6 +103,27 @@ def test_every_timeline_file_is_layout_2_and_decodes_as_java_reads_it(
     assert len({i.completion for i in completed}) == len(completed)
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
+def test_a_writes_completion_is_the_checkpoint_of_incremental_reads(
+    table_path: str, table_version: int
+) -> None:
+    """`WriteResult.completion`: the completion time on version 8 (the instant on 6), what
+    incremental windows compare against; reading from a write's completion gives exactly the
+    later writes, in both readers."""
+    t = trips_table(table_path, table_version=table_version)
+    results = [t.insert(trips(list(range(4)))), t.upsert(trips([1], ts=2, name="u")), t.insert(trips([7, 8]))]
+    by_time = {i.time: i for i in t.timeline()}
+    for r in results:
+        assert r.instant is not None and r.completion is not None
+        expected = by_time[r.instant].completion if table_version == 8 else r.instant
+        assert r.completion == expected
+    assert table_version == 6 or all(r.completion > r.instant for r in results)
+    after_first = rows(t.scan(query="incremental", start=results[0].completion))
+    assert [(r["id"], r["name"]) for r in after_first] == [(1, "u1"), (7, "n7"), (8, "n8")]
+    assert after_first == rows(hudi_read(table_path, start=results[0].completion))
+    assert rows(t.scan(query="incremental", start=results[-1].completion)) == []
+
+
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_merge_on_read_logs_are_named_with_their_own_deltacommit(table_path: str, table_type: str) -> None:
     t = trips_table(table_path, table_type=table_type, table_version=8)

@@ -215,11 +215,11 @@ def write(
             yield pa.RecordBatch.from_pydict({"written": [written]})
 
         parts = [r["written"] for r in data.mapInArrow(write_partition, "written binary").collect()]
-        landed, inserts, updates, deletes, files = pending.commit([bytes(p) for p in parts])
+        landed, inserts, updates, deletes, files, completion = pending.commit([bytes(p) for p in parts])
     except BaseException:
         pending.abort()
         raise
-    return WriteResult(landed, inserts, updates, deletes, list(files))
+    return WriteResult(landed, inserts, updates, deletes, list(files), completion)
 
 
 _ROUTE = "_oxlake_route"

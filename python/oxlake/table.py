@@ -61,13 +61,18 @@ class ClusteringResult:
 
 @dataclass(frozen=True)
 class WriteResult:
-    """What a write did. `instant` is None when there was nothing to write."""
+    """What a write did. `instant` is None when there was nothing to write. `completion` is
+    when it completed as readers order commits: its completion time on table versions 8 and 9
+    (Apache Hudi 1.x orders commits by it), the instant itself on version 6. Incremental queries
+    (`start=`, `end=`) compare against it: keep it as the checkpoint of a change stream
+    (`scan(query="incremental", start=result.completion)` reads what committed after)."""
 
     instant: str | None
     num_inserts: int
     num_updates: int
     num_deletes: int
     files: list[str]
+    completion: str | None = None
 
 
 # An error of a scan crosses the Arrow C stream interface as text: `[oxlake.<class>] <message>`.
@@ -404,10 +409,10 @@ class Table:
         schema_mode: str | None = None,
     ) -> WriteResult:
         stream = _arrow_stream(data)
-        instant, ins, upd, dels, files = self._t.write(
+        instant, ins, upd, dels, files, completion = self._t.write(
             operation, stream, target_file_size, conflict_retries, schema_mode or "strict"
         )
-        return WriteResult(instant, ins, upd, dels, list(files))
+        return WriteResult(instant, ins, upd, dels, list(files), completion)
 
     # `conflict_retries`: a write that loses a conflict with another writer (CommitConflictError:
     # the same file groups or keys committed first) is planned and written again, against the

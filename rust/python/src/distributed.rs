@@ -132,7 +132,7 @@ impl PyPendingWrite {
             let mut t = inner.lock().await;
             t.commit_write(tx, op, parts, true).await
         })?;
-        Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files))
+        Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files, r.completion))
     }
 
     /// Rolls the write back: every file its tasks wrote is deleted. Idempotent.

@@ -16,7 +16,8 @@ use crate::errors::InvalidArgumentError;
 use crate::runtime::run;
 
 /// What a write did: (instant, inserts, updates, deletes, files); `oxlake.WriteResult` in Python.
-pub(crate) type WriteSummary = (Option<String>, u64, u64, u64, Vec<String>);
+/// A write's result: instant, inserts, updates, deletes, files, completion time.
+pub(crate) type WriteSummary = (Option<String>, u64, u64, u64, Vec<String>, Option<String>);
 
 #[pyclass(name = "Table", module = "oxlake._native")]
 pub struct PyTable {
@@ -265,7 +266,7 @@ impl PyTable {
             let mut t = inner.lock().await;
             t.write(op, batches, &config).await
         })?;
-        Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files))
+        Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files, r.completion))
     }
 
     // ---- reads ----------------------------------------------------------------------------

@@ -85,6 +85,10 @@ impl WriteOperation {
 pub struct WriteResult {
     /// The committed instant, `None` when there was nothing to write.
     pub instant: Option<String>,
+    /// When it completed, as readers order commits: its completion time on timeline layout 2
+    /// (table versions 8 and 9), the instant itself on version 6. Incremental queries compare
+    /// against these, so this is the checkpoint to read changes after.
+    pub completion: Option<String>,
     /// Records inserted.
     pub num_inserts: u64,
     /// Records updated.
@@ -434,6 +438,7 @@ impl Table {
             }
         }
         let instant = tx.commit_with_keys(self, &metadata, &keys, &entries).await?;
+        result.completion = Some(instant.completion.clone().unwrap_or_else(|| instant.time.clone()));
         result.instant = Some(instant.time);
         inline::archive(self).await;
         Ok(result)
