@@ -100,7 +100,8 @@ impl Zone {
 /// `+8`, `+08`, `+8:00`, `+08:00`, `+0800` (Java's custom GMT ids) in seconds.
 fn gmt_offset(text: &str) -> Option<i32> {
     let sign = if text.starts_with('-') { -1 } else { 1 };
-    let body = &text[1..];
+    // Digits and a colon only: the slicing below is by bytes.
+    let body = text.strip_prefix(['+', '-']).filter(|b| b.is_ascii())?;
     let (h, m) = match body.split_once(':') {
         Some((h, m)) if (1..=2).contains(&h.len()) && m.len() == 2 => (h, m),
         None if (1..=2).contains(&body.len()) => (body, "0"),
@@ -149,7 +150,8 @@ enum Field {
 }
 
 impl Field {
-    /// The most digits Joda reads for the field when the next token is not a number.
+    /// The most digits Joda reads for the field (a year reads only as many as its letters when
+    /// a number follows it).
     fn max_digits(self) -> usize {
         match self {
             Field::Year => 9,
@@ -272,12 +274,12 @@ impl Pattern {
             }
             let next_numeric = raw.get(k + 1).is_some_and(|&(c2, n2)| numeric_letter(c2, n2));
             let number = |field: Field| {
-                let max = if next_numeric { n.max(1) } else { field.max_digits().max(n) };
+                let max = if field == Field::Year && next_numeric { n } else { field.max_digits().max(n) };
                 Token::Number { field, min: n, max }
             };
             tokens.push(match c {
-                'y' | 'Y' | 'u' if n == 2 => Token::TwoDigitYear { lenient: !next_numeric },
-                'y' | 'Y' | 'u' => number(Field::Year),
+                'y' | 'Y' if n == 2 => Token::TwoDigitYear { lenient: !next_numeric },
+                'y' | 'Y' => number(Field::Year),
                 'M' if n >= 3 => Token::MonthText { full: n >= 4 },
                 'M' => number(Field::Month),
                 'd' => number(Field::Day),
@@ -362,9 +364,10 @@ impl Pattern {
         Some(out)
     }
 
-    /// Reads `text`, which must match the whole pattern: the wall-clock time and the offset or
-    /// zone it names, if any.
-    pub fn parse(&self, text: &str) -> Option<Parsed> {
+    /// Reads `text`, which must match the whole pattern (`None` otherwise): the wall-clock time and
+    /// the offset or zone it names, if any; `Err` when it matches but names no time (a month 13,
+    /// February 30), as Joda's parser, which checks the values once the text has matched.
+    pub fn parse(&self, text: &str) -> Option<std::result::Result<Parsed, String>> {
         let mut f = Fields::default();
         let mut rest = text;
         for token in &self.tokens {
@@ -373,7 +376,7 @@ impl Pattern {
                 Token::Number { field, max, .. } => {
                     let signed = *field == Field::Year;
                     let (v, r) = read_number(rest, *max, signed)?;
-                    f.set(*field, v)?;
+                    f.set(*field, v);
                     r
                 }
                 Token::TwoDigitYear { lenient } => {
@@ -387,7 +390,11 @@ impl Pattern {
                     f.month = Some(i as i64 + 1);
                     r
                 }
-                Token::DayOfWeekText { .. } => read_name(rest, &DAYS)?.1,
+                Token::DayOfWeekText { .. } => {
+                    let (i, r) = read_name(rest, &DAYS)?;
+                    f.set(Field::DayOfWeek, i as i64 + 1);
+                    r
+                }
                 Token::HalfDay => {
                     let (i, r) = read_name(rest, &["AM", "PM"])?;
                     f.pm = Some(i == 1);
@@ -421,14 +428,15 @@ impl Pattern {
         if !rest.is_empty() {
             return None;
         }
-        Some(Parsed { local: f.local()?, zone: f.zone })
+        Some(f.local().map(|local| Parsed { local, zone: f.zone.clone() }))
     }
 }
 
 /// What a pattern read: a wall-clock time, and the zone or offset the text named.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Parsed {
-    /// The wall-clock time (fields the pattern does not name from 1970-01-01T00:00).
+    /// The wall-clock time (fields the pattern does not name from 1970-01-01T00:00, the year from
+    /// 2000 when a month or day is named without one).
     pub local: NaiveDateTime,
     /// The offset or zone the text named, if the pattern reads one.
     pub zone: Option<Zone>,
@@ -454,41 +462,73 @@ struct Fields {
     minute: Option<i64>,
     second: Option<i64>,
     millis: Option<u32>,
+    /// 1 (Monday) to 7.
+    day_of_week: Option<i64>,
     zone: Option<Zone>,
+    /// The first value out of its field's range, named.
+    invalid: Option<String>,
 }
 
 impl Fields {
-    fn set(&mut self, field: Field, v: i64) -> Option<()> {
-        let in_range = |lo: i64, hi: i64| (lo..=hi).contains(&v).then_some(v);
+    /// Records a value read for `field`; one out of range is remembered (Joda checks once the
+    /// whole text matched).
+    fn set(&mut self, field: Field, v: i64) {
+        let (lo, hi) = match field {
+            Field::Year => (i64::MIN, i64::MAX),
+            Field::Month => (1, 12),
+            Field::Day => (1, 31),
+            Field::DayOfYear => (1, 366),
+            Field::HourOfDay => (0, 23),
+            Field::ClockHourOfDay => (1, 24),
+            Field::HourOfHalfDay => (0, 11),
+            Field::ClockHourOfHalfDay => (1, 12),
+            Field::Minute | Field::Second => (0, 59),
+            Field::DayOfWeek => (1, 7),
+        };
+        if !(lo..=hi).contains(&v) {
+            self.invalid.get_or_insert_with(|| format!("{v} is not a valid {field:?} ({lo} to {hi})"));
+            return;
+        }
         match field {
             Field::Year => self.year = Some(v),
-            Field::Month => self.month = Some(in_range(1, 12)?),
-            Field::Day => self.day = Some(in_range(1, 31)?),
-            Field::DayOfYear => self.day_of_year = Some(in_range(1, 366)?),
-            Field::HourOfDay => self.hour = Some(in_range(0, 23)?),
-            Field::ClockHourOfDay => self.hour = Some(in_range(1, 24)? % 24),
-            Field::HourOfHalfDay => self.half_hour = Some(in_range(0, 11)?),
-            Field::ClockHourOfHalfDay => self.half_hour = Some(in_range(1, 12)? % 12),
-            Field::Minute => self.minute = Some(in_range(0, 59)?),
-            Field::Second => self.second = Some(in_range(0, 59)?),
-            Field::DayOfWeek => {
-                in_range(1, 7)?;
-            }
+            Field::Month => self.month = Some(v),
+            Field::Day => self.day = Some(v),
+            Field::DayOfYear => self.day_of_year = Some(v),
+            Field::HourOfDay => self.hour = Some(v),
+            Field::ClockHourOfDay => self.hour = Some(v % 24),
+            Field::HourOfHalfDay => self.half_hour = Some(v),
+            Field::ClockHourOfHalfDay => self.half_hour = Some(v % 12),
+            Field::Minute => self.minute = Some(v),
+            Field::Second => self.second = Some(v),
+            Field::DayOfWeek => self.day_of_week = Some(v),
         }
-        Some(())
     }
 
-    /// Joda fills what the pattern does not name from 1970-01-01T00:00:00.000.
-    fn local(&self) -> Option<NaiveDateTime> {
-        let year = i32::try_from(self.year.unwrap_or(1970)).ok()?;
+    /// The wall-clock time, as Joda's parser bucket sets the fields read onto
+    /// 1970-01-01T00:00:00.000, larger fields first: the year is 2000 when the largest field read is
+    /// a month or a day (`withDefaultYear`), and a day of the week, set last, moves the date within
+    /// its (Monday-first) week.
+    fn local(&self) -> std::result::Result<NaiveDateTime, String> {
+        if let Some(why) = &self.invalid {
+            return Err(why.clone());
+        }
+        let dated =
+            self.month.is_some() || self.day.is_some() || self.day_of_year.is_some() || self.day_of_week.is_some();
+        let year = self.year.unwrap_or(if dated { 2000 } else { 1970 });
+        let year = i32::try_from(year).map_err(|_| format!("year {year} is out of range"))?;
         let date = match self.day_of_year {
-            Some(d) => NaiveDate::from_yo_opt(year, u32::try_from(d).ok()?)?,
-            None => NaiveDate::from_ymd_opt(
-                year,
-                u32::try_from(self.month.unwrap_or(1)).ok()?,
-                u32::try_from(self.day.unwrap_or(1)).ok()?,
-            )?,
+            Some(d) => NaiveDate::from_yo_opt(year, d as u32),
+            None => NaiveDate::from_ymd_opt(year, self.month.unwrap_or(1) as u32, self.day.unwrap_or(1) as u32),
         };
+        let mut date = date.ok_or_else(|| {
+            format!("no such day: year {year}, month {:?}, day {:?}", self.month, self.day.or(self.day_of_year))
+        })?;
+        if let Some(dow) = self.day_of_week {
+            let shift = dow - i64::from(date.weekday().number_from_monday());
+            date = date
+                .checked_add_signed(chrono::TimeDelta::days(shift))
+                .ok_or_else(|| format!("year {year} is out of range"))?;
+        }
         let hour = match (self.hour, self.half_hour) {
             (Some(h), _) => h,
             (None, Some(h)) => h + if self.pm == Some(true) { 12 } else { 0 },
@@ -500,13 +540,15 @@ impl Fields {
                 }
             }
         };
+        // Every value was checked against its field's range in `set`.
         let time = NaiveTime::from_hms_milli_opt(
-            u32::try_from(hour).ok()?,
-            u32::try_from(self.minute.unwrap_or(0)).ok()?,
-            u32::try_from(self.second.unwrap_or(0)).ok()?,
+            hour as u32,
+            self.minute.unwrap_or(0) as u32,
+            self.second.unwrap_or(0) as u32,
             self.millis.unwrap_or(0),
-        )?;
-        Some(date.and_time(time))
+        )
+        .ok_or_else(|| format!("no such time: {hour}:{:?}:{:?}", self.minute, self.second))?;
+        Ok(date.and_time(time))
     }
 }
 
@@ -589,7 +631,7 @@ mod tests {
     }
 
     fn millis(text: &str, pattern: &str, zone: &Zone) -> i64 {
-        p(pattern).parse(text).unwrap().millis(zone).unwrap()
+        p(pattern).parse(text).unwrap().unwrap().millis(zone).unwrap()
     }
 
     #[test]
@@ -620,20 +662,41 @@ mod tests {
         assert_eq!(millis("1/4/2020 1 PM", "d/M/yyyy h a", &utc), 1_585_746_000_000);
         assert_eq!(p("yyyyMMdd").parse("202004"), None);
         assert_eq!(p("yyyy-MM-dd").parse("2020-04-01 "), None, "the whole text must match");
-        assert_eq!(p("yyyy-MM-dd").parse("2020-13-01"), None);
-        assert_eq!(p("yyyy-MM-dd ZZZ").parse("2020-04-01 Asia/Tokyo").unwrap().zone, Some(Zone::parse("JST").unwrap()));
-        assert_eq!(p("yy").parse("99").unwrap().local.year(), 1999);
+        // A text that matches names its values, checked after: an error, not a mismatch.
+        assert!(p("yyyy-MM-dd").parse("2020-13-01").unwrap().is_err());
+        assert!(p("yyyy-MM-dd").parse("2021-02-29").unwrap().is_err());
+        assert_eq!(
+            p("yyyy-MM-dd ZZZ").parse("2020-04-01 Asia/Tokyo").unwrap().unwrap().zone,
+            Some(Zone::parse("JST").unwrap())
+        );
+        assert_eq!(p("yy").parse("99").unwrap().unwrap().local.year(), 1999);
+        // Only a year reads as many digits as its letters before a number: `Hmm` reads two
+        // digits of hour from `930` (93: no such hour), as Joda does.
+        assert!(p("Hmm").parse("930").unwrap().is_err());
+        assert_eq!(millis("0930", "HHmm", &utc), 34_200_000);
+        // A month or day without a year is in 2000 (so that 29 February parses); a time alone
+        // stays in 1970.
+        assert_eq!(p("MM-dd").parse("02-29").unwrap().unwrap().local.to_string(), "2000-02-29 00:00:00");
+        assert_eq!(millis("01", "HH", &utc), 3_600_000);
+        // A day of the week moves the date within its week, set last.
+        assert_eq!(
+            p("yyyy-MM-dd EEE").parse("2024-01-15 Wed").unwrap().unwrap().local.to_string(),
+            "2024-01-17 00:00:00"
+        );
     }
 
     #[test]
     fn refuses_what_it_cannot_honour() {
-        for bad in ["yyyy-ww", "G yyyy", "z", "'open", ""] {
+        for bad in ["yyyy-ww", "G yyyy", "z", "'open", "", "uuuu"] {
             assert!(Pattern::compile(bad).is_err(), "{bad}");
         }
         for bad in ["+08:00", "Mars/Olympus", "GMT+25", "utc"] {
             assert!(Zone::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Zone::parse("GMT+0530"), Ok(Zone::Fixed(19800)));
+        for hostile in ["GMT+1é1", "GMT-éé", "GMT+1€", "GMT+é", "GMT+12:é"] {
+            assert!(Zone::parse(hostile).is_err(), "{hostile}");
+        }
     }
 
     proptest::proptest! {
@@ -643,7 +706,7 @@ mod tests {
                 Zone::parse("Asia/Kolkata").unwrap()][z].clone();
             let pat = p("yyyy-MM-dd'T'HH:mm:ss.SSSZZ");
             let text = pat.print(ms, &zone).unwrap();
-            proptest::prop_assert_eq!(pat.parse(&text).unwrap().millis(&Zone::Fixed(0)), Some(ms));
+            proptest::prop_assert_eq!(pat.parse(&text).unwrap().unwrap().millis(&Zone::Fixed(0)), Some(ms));
         }
     }
 }

@@ -36,6 +36,14 @@ pub const EMPTY_KEY: &str = "__empty__";
 /// Partition path segment of a null or empty partition value.
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
 
+/// Whether a partition path has a default segment: it holds null and empty values alike, so
+/// versions of one record there may differ in that field.
+pub fn has_default_segment(partition: &str) -> bool {
+    partition
+        .split('/')
+        .any(|s| s == DEFAULT_PARTITION || s.split_once('=').is_some_and(|(_, v)| v == DEFAULT_PARTITION))
+}
+
 /// The partitions of a batch: distinct paths, and the index of its path for every row.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Partitions {
@@ -327,6 +335,18 @@ impl KeySpec {
             segments.push(segment);
         }
         Ok(segments.join("/"))
+    }
+
+    /// The partition fields whose value is the same in every version of a record: simple fields,
+    /// whose path segment is made from the value alone. A timestamp-based field prints many
+    /// values as one segment (a record may move within its partition), so it is not one of them;
+    /// nor is any field in a partition with a default segment ([`has_default_segment`]).
+    pub fn fixed_partition_fields(&self) -> impl Iterator<Item = &str> {
+        self.partition_fields
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.kind(*i) == PartitionKind::Simple)
+            .map(|(_, f)| f.as_str())
     }
 
     /// Parses a partition path into one value per partition field (`None` for the default

@@ -283,8 +283,11 @@ impl TimestampFormat {
             };
         }
         let zone = self.input_zone.clone().unwrap_or(Zone::Fixed(0));
+        // The first format the whole text matches decides (Joda's parser of several formats);
+        // values out of range are an error then, not a reason to try the next.
         for pattern in &self.inputs {
             let Some(parsed) = pattern.parse(text) else { continue };
+            let parsed = parsed.map_err(|why| format!("{text:?} as `{}`: {why}", pattern.source()))?;
             let millis = parsed.millis(&zone).ok_or_else(|| format!("{text:?} names no instant in its time zone"))?;
             // Without an output zone, Joda prints in the zone the text was read in.
             let out = self.output_zone.clone().or(self.input_zone.clone()).or(parsed.zone).unwrap_or(Zone::Fixed(0));
@@ -315,6 +318,11 @@ pub fn check_options(options: &BTreeMap<String, String>, timestamp: bool) -> Res
     if let Some(k) = options.keys().find(|k| !k.strip_prefix(PREFIX).is_some_and(|s| OPTIONS.contains(&s))) {
         let known: Vec<String> = OPTIONS.iter().map(|s| format!("{PREFIX}{s}")).collect();
         return Err(Error::invalid_arg(arg, format!("`{k}` is not one of {}", known.join(", "))));
+    }
+    // Tables Apache Hudi 0.14's SQL writer made may lack the type (it is taken from the input
+    // format then); a new table names it, as Java's writers require.
+    if timestamp && !options.contains_key(&format!("{PREFIX}{TYPE}")) {
+        return Err(Error::invalid_arg(arg, format!("`{PREFIX}{TYPE}` is required")));
     }
     match (timestamp, options.is_empty()) {
         (true, _) => TimestampFormat::from_options(options).map(|_| ()).map_err(|why| Error::invalid_arg(arg, why)),

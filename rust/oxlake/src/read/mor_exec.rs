@@ -300,15 +300,19 @@ impl GroupState {
             let added = log.add(content, &project)?;
             self.reservation.try_grow(added)?;
         }
+        // In a default partition, null and empty values of a partition column share the slice:
+        // the predicate waits for the merge there.
+        let filtered = !crate::keys::has_default_segment(&slice.partition);
         let base = match &slice.base {
-            Some((path, size)) => Some(self.base_stream(path, *size)?),
+            Some((path, size)) => Some(self.base_stream(path, *size, filtered)?),
             None => None,
         };
         Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None })
     }
 
-    /// The Parquet scan of a base file: projected, with the key-only predicate pushed down.
-    fn base_stream(&self, path: &str, size: u64) -> Result<SendableRecordBatchStream> {
+    /// The Parquet scan of a base file: projected, with the key-only predicate pushed down when
+    /// `filtered`.
+    fn base_stream(&self, path: &str, size: u64, filtered: bool) -> Result<SendableRecordBatchStream> {
         let ctx = &self.ctx;
         // A file of an older schema version is read under its own column names (the key and
         // partition columns the predicate uses keep theirs).
@@ -318,7 +322,7 @@ impl GroupState {
             .and_then(|c| crate::format::file_name::base_file_instant(path).and_then(|t| c.columns_at(&t)));
         let file_schema = view.as_ref().map_or_else(|| ctx.table_schema.clone(), |v| v.file_schema(&ctx.table_schema));
         let mut source = ParquetSource::new(file_schema).with_table_parquet_options(ctx.parquet_options.clone());
-        if let Some(p) = &ctx.base_predicate {
+        if let Some(p) = ctx.base_predicate.as_ref().filter(|_| filtered) {
             source = source.with_predicate(p.clone());
         }
         let config = FileScanConfigBuilder::new(ctx.store_url.clone(), Arc::new(source))

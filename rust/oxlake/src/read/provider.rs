@@ -186,13 +186,14 @@ impl HudiTableProvider {
         let position = |i: usize| scan_columns.iter().position(|&c| c == i).unwrap_or_default();
         let output: Vec<usize> = scan_projection.iter().map(|&i| position(i)).collect();
         let spec = merge.project(position);
-        // Only filters on the key and partition columns may drop base rows before the merge
-        // (docs/ARCHITECTURE.md, "Merge-on-read reads"): a base row failing another filter may still
-        // win over its log version.
+        // Only filters on columns that are the same in every version of a record (the key, the
+        // partition columns made from the value alone) may drop base rows before the merge
+        // (docs/ARCHITECTURE.md, "Merge-on-read reads"): a base row failing another filter may
+        // still win over its log version.
         let key_columns: Vec<&str> = [RECORD_KEY, PARTITION_PATH]
             .into_iter()
             .chain(self.keys.record_key_fields.iter().map(String::as_str))
-            .chain(self.keys.partition_fields.iter().map(String::as_str))
+            .chain(self.keys.fixed_partition_fields())
             .collect();
         let safe: Vec<Expr> = filters
             .iter()

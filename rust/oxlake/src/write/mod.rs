@@ -477,10 +477,11 @@ fn key_changes(work: &[plan::FileWork], incoming: &Incoming) -> Result<crate::me
 /// the root got one gets it from its next write.
 async fn write_partition_markers(table: &Table, instant: &str, plan: &plan::WritePlan) -> Result<()> {
     use crate::format::file_name::{PARTITION_METADATA, file_path};
-    let depth = table.config().partition_fields.len();
     let partitions: std::collections::BTreeSet<&str> = plan.work.iter().map(|w| w.partition.as_str()).collect();
     for partition in partitions {
         let path = file_path(partition, PARTITION_METADATA);
+        // The directories below the table root, as Java counts them (`yyyy/MM/dd` is 3 deep).
+        let depth = partition.split('/').filter(|s| !s.is_empty()).count();
         let text = format!(
             "#partition metadata\n#{}\ncommitTime={instant}\npartitionDepth={depth}\n",
             chrono::Utc::now().format("%a %b %d %H:%M:%S UTC %Y")
