@@ -561,3 +561,24 @@ def test_upgrade_keeps_the_metadata_table_in_step(table_path: str, table_type: s
     assert t.validate().ok
     assert rows(t.scan()) == rows(hudi_read(table_path))
     assert {r["id"]: r["name"] for r in rows(t.scan())}[4] == "after4"
+
+
+@pytest.mark.parametrize("metadata", [False, True], ids=["listing", "metadata-table"])
+def test_a_compaction_rolled_back_runs_again_at_its_time(table_path: str, metadata: bool) -> None:
+    """Found by the model test: the rolled-back compaction's completion claim stayed, so the next
+    writer waited for it (30 s, until its heartbeat expired) and then took back the plan's next
+    run at that time, which failed for ever with "rolled back by another process"."""
+    t = trips_table(table_path, table_type="merge_on_read", table_version=8)
+    if metadata:
+        t.build_metadata(files_shards=2)
+    t.insert(trips([0, 1, 2, 6]))
+    t.delete(trips([1]))
+    compaction = t.compact().instants
+    t.rollback(compaction[-1])
+    t.clean(policy="keep_latest_commits", retain=3)
+    t.delete(trips([2]))
+    assert t.compact().instants[0] == compaction[-1], "the plan ran again at its time"
+    assert sorted(r["id"] for r in rows(t.scan())) == [0, 6]
+    assert sorted(r["id"] for r in rows(hudi_read(table_path))) == [0, 6]
+    assert [i.state for i in t.timeline()] == ["completed"] * len(t.timeline())
+    assert not metadata or t.validate().ok

@@ -43,6 +43,31 @@ fn completing(bytes: &[u8]) -> Option<String> {
     (parts.next()? == "completion").then(|| parts.next().map(str::to_string)).flatten()
 }
 
+/// Gives up the completion claims of the instant `target`, rolled back (timeline layout 2). A claim
+/// left standing reads as an earlier completion still pending: every later committer would wait
+/// for it, and then take back the next attempt at that time (a compaction plan runs again at its
+/// time) as if it were the one that claimed. The marker stays, emptied of its claim, so that no
+/// later claim takes a completion time a reader may have seen.
+pub(crate) async fn release_claims(table: &Table, target: &str) -> Result<()> {
+    if table.timeline().layout() < 2 {
+        return Ok(());
+    }
+    let storage = table.storage();
+    for f in storage.list_dir(CLAIMS_DIR).await? {
+        // A completion is later than the requested time.
+        let c = marker_time(&f.path);
+        if c.len() != 17 || c <= target {
+            continue;
+        }
+        if let Some(bytes) = storage.get_opt(&f.path).await?
+            && completing(&bytes).as_deref() == Some(target)
+        {
+            storage.put(&f.path, Bytes::from(format!("released {target}"))).await?;
+        }
+    }
+    Ok(())
+}
+
 fn marker_time(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }

@@ -281,6 +281,7 @@ pub(super) async fn undo(table: &Table, target: &Instant, r: &Instant, was_compl
     timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
     failpoint("rollback-after-inflight");
     let (deleted, added) = undo_files_of(storage, target, &r.time).await?;
+    super::completion::release_claims(table, &target.time).await?;
     failpoint("rollback-after-delete");
     let change = change::Change {
         added: &added,
