@@ -21,7 +21,7 @@ import oxlake
 import pyarrow as pa
 import pytest
 from conftest import SCHEMA
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 #: Examples per test (raise it for a longer run: `OXLAKE_MODEL_EXAMPLES=500 pytest tests/test_model.py`).
@@ -204,13 +204,55 @@ service = st.one_of(
 
 
 class Entry:
-    """A completed data instant: the keys it wrote, and the model after it."""
+    """A completed data instant: its operation (a write and its rows, or None for a compaction or
+    clustering, which rewrites each key's visible version alone), the keys it wrote and the model
+    after it."""
 
-    def __init__(
-        self, instant: str, written: set[tuple[str, int]], model: Model, mor: MorModel | None
-    ) -> None:
-        self.instant, self.written, self.model, self.mor = instant, written, model, mor
+    def __init__(self, instant: str, op: tuple[str, list[Row]] | None) -> None:
+        self.instant, self.op = instant, op
+        self.written: set[tuple[str, int]] = set()
+        self.model: Model = {}
+        self.mor: MorModel | None = None
         self.kept = True  # False once a clean may have removed what reading as of it needs
+
+
+class History:
+    """The completed data instants in timeline order, each with the model after it.
+
+    A compaction rolled back keeps its plan and runs again at its own time, older than writes
+    made meanwhile: it takes its place among them, and the models after it are computed again (its
+    plan names the slices as they were at its time, so it rewrites what was written before it)."""
+
+    def __init__(self, merge_on_read: bool) -> None:
+        self.merge_on_read = merge_on_read
+        self.entries: list[Entry] = []
+
+    def state(self, upto: int) -> tuple[Model, MorModel | None]:
+        """The model after the first `upto` entries."""
+        if upto == 0:
+            return {}, MorModel() if self.merge_on_read else None
+        e = self.entries[upto - 1]
+        return dict(e.model), e.mor.copy() if e.mor is not None else None
+
+    def record(self, instant: str, op: tuple[str, list[Row]] | None) -> None:
+        at = sum(1 for e in self.entries if e.instant < instant)
+        self.entries.insert(at, Entry(instant, op))
+        model, mor = self.state(at)
+        for e in self.entries[at:]:
+            if e.op is None:
+                if mor is not None:
+                    mor.collapse()
+                e.written = set()
+            elif mor is not None:
+                e.written = mor.apply(*e.op)
+                model = mor.visible()
+            else:
+                model, e.written = apply(model, *e.op)
+            e.model, e.mor = dict(model), mor.copy() if mor is not None else None
+
+    def back_to(self, index: int) -> None:
+        """Keeps the entries up to `index` (none for -1)."""
+        del self.entries[index + 1 :]
 
 
 @pytest.mark.parametrize("table_version", [6, 8])
@@ -218,6 +260,21 @@ class Entry:
 @pytest.mark.parametrize("metadata", [False, True], ids=["listing", "metadata-table"])
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(service, min_size=1, max_size=10))
+# A compaction rolled back runs again at its time, older than a write made meanwhile.
+@example(
+    [
+        ("insert", [{"id": 0, "name": "a", "city": "sf", "ts": 0, "fare": 1.0}]),
+        ("upsert", [{"id": 0, "name": "b", "city": "sf", "ts": 1, "fare": 1.0}]),
+        ("compact", []),
+        ("rollback", []),
+        ("insert", [{"id": 1, "name": "c", "city": "nyc", "ts": 0, "fare": 1.0}]),
+        ("compact", []),
+        ("upsert", [{"id": 0, "name": "d", "city": "sf", "ts": 2, "fare": 1.0}]),
+        ("rollback", []),
+        ("compact", []),
+        ("cluster", []),
+    ]
+)
 def test_services_interleaved_with_writes(
     table_type: str, table_version: int, metadata: bool, ops: list[tuple[str, Any]]
 ) -> None:
@@ -236,49 +293,34 @@ def test_services_interleaved_with_writes(
         )
         if metadata:
             t.build_metadata(files_shards=2)
-        model: Model = {}
-        mor = MorModel() if table_type == "merge_on_read" else None
-        history: list[Entry] = []
+        h = History(table_type == "merge_on_read")
+        history = h.entries
         savepoints: list[str] = []
 
-        def record(instant: str, written: set[tuple[str, int]]) -> None:
-            history.append(Entry(instant, written, dict(model), mor.copy() if mor else None))
-
-        def back_to(index: int) -> None:
-            nonlocal model, mor
-            del history[index + 1 :]
-            model = dict(history[-1].model) if history else {}
-            if mor is not None:
-                mor = history[-1].mor.copy() if history and history[-1].mor else MorModel()
+        def current() -> tuple[Model, MorModel | None]:
+            return h.state(len(history))
 
         for name, arg in ops:
+            model, mor = current()
             if name in ("insert", "upsert", "delete", "insert_overwrite"):
                 batch = arg
                 if name == "insert":
                     stored = mor.versions if mor is not None else model
                     batch = [r for r in batch if (r["city"], r["id"]) not in stored]
                 res = getattr(t, name)(pa.Table.from_pylist(batch, schema=SCHEMA))
-                if mor is not None:
-                    written = mor.apply(name, batch)
-                    model = mor.visible()
-                else:
-                    model, written = apply(model, name, batch)
                 if res.instant is not None:
-                    record(res.instant, written)
+                    h.record(res.instant, (name, batch))
             elif name == "compact":
                 if mor is None:
                     with pytest.raises(oxlake.InvalidArgumentError):
                         t.compact()
                     continue
                 for instant in t.compact().instants:
-                    mor.collapse()
-                    record(instant, set())
+                    h.record(instant, None)
             elif name == "cluster":
                 r = t.cluster(sort_by=["fare"], small_file_limit=1 << 40)
                 if r.instant is not None:
-                    if mor is not None:
-                        mor.collapse()
-                    record(r.instant, set())
+                    h.record(r.instant, None)
             elif name == "clean":
                 t.clean(policy="keep_latest_commits", retain=arg)
                 for e in history[: max(len(history) - arg, 0)]:
@@ -296,7 +338,7 @@ def test_services_interleaved_with_writes(
                 except oxlake.InvalidArgumentError as e:
                     assert not previous_kept and "no longer readable" in str(e)
                     continue
-                back_to(len(history) - 2)
+                h.back_to(len(history) - 2)
             elif name == "savepoint" and history:
                 if history[-1].instant in savepoints:
                     with pytest.raises(oxlake.InvalidArgumentError, match="already savepointed"):
@@ -307,8 +349,9 @@ def test_services_interleaved_with_writes(
             elif name == "restore" and savepoints:
                 target = savepoints[-1]
                 t.restore(target)
-                back_to(next(i for i, e in enumerate(history) if e.instant == target))
+                h.back_to(next(i for i, e in enumerate(history) if e.instant == target))
             event(f"ran {name}")
+            model, _ = current()
             assert read(t) == as_set(list(model.values())), (name, arg)
             if metadata:
                 report = t.validate()
@@ -320,8 +363,10 @@ def test_services_interleaved_with_writes(
             if i.state == "completed" and i.action in ("commit", "deltacommit", "replacecommit")
         ]
         bound = window_bounds(t)
-        for i, e in enumerate(history):
-            start = bound[history[i - 1].instant] if i else None
+        # Windows follow completion times (a compaction run again completes after newer writes).
+        by_completion = sorted(history, key=lambda e: bound[e.instant])
+        for i, e in enumerate(by_completion):
+            start = bound[by_completion[i - 1].instant] if i else None
             try:
                 snapshot = read(t, as_of=e.instant)
                 window = read(t, query="incremental", start=start, end=bound[e.instant])

@@ -582,3 +582,41 @@ def test_a_compaction_rolled_back_runs_again_at_its_time(table_path: str, metada
     assert sorted(r["id"] for r in rows(hudi_read(table_path))) == [0, 6]
     assert [i.state for i in t.timeline()] == ["completed"] * len(t.timeline())
     assert not metadata or t.validate().ok
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_a_clustering_rolled_back_leaves_no_plan_behind(table_path: str, version: int) -> None:
+    """Found by the model test: on timeline layout 2 a clustering is pending as `clustering` and
+    completes as a replacecommit; its rollback removed `replacecommit` files only, so the plan
+    stayed inflight for ever and no clustering of those file groups ran again."""
+    t = trips_table(table_path, table_type="merge_on_read", table_version=version)
+    t.insert(trips([0, 1, 2]))
+    t.upsert(trips([3, 4]))
+    clustering = t.cluster(small_file_limit=1 << 40).instant
+    assert clustering is not None
+    t.rollback(clustering)
+    assert [i.state for i in t.timeline()] == ["completed"] * len(t.timeline())
+    t.upsert(trips([5]))
+    again = t.cluster(small_file_limit=1 << 40).instant
+    assert again is not None and again > clustering
+    assert sorted(r["id"] for r in rows(t.scan())) == [0, 1, 2, 3, 4, 5]
+    assert sorted(r["id"] for r in rows(hudi_read(table_path))) == [0, 1, 2, 3, 4, 5]
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_a_restore_past_a_compaction_removes_its_plan(table_path: str, version: int) -> None:
+    """A compaction rolled back alone keeps its plan to run again; under a restore it goes with
+    the writes it compacted (as Java's restore removes it), and its file slices are free for the
+    next compaction, which leaves no plan pending behind it."""
+    t = trips_table(table_path, table_type="merge_on_read", table_version=version)
+    t.insert(trips([0, 1]))
+    t.upsert(trips([0], ts=2, name="kept"))
+    savepoint = t.timeline()[-1].time
+    t.savepoint(savepoint)
+    t.upsert(trips([1], ts=3, name="gone"))
+    compaction = t.compact().instants
+    t.restore(savepoint)
+    assert all(i.time != compaction[-1] for i in t.timeline())
+    assert t.compact().instants
+    assert [i.state for i in t.timeline()] == ["completed"] * len(t.timeline())
+    assert {r["id"]: r["name"] for r in rows(t.scan())} == {0: "kept0", 1: "n1"}

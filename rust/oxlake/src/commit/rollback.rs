@@ -133,7 +133,18 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
         return Err(Error::invalid_arg("instant", format!("{time} is savepointed; delete the savepoint first")));
     }
     let meta = table.timeline().commit_metadata(table.storage(), &latest).await?;
-    let action = if meta.compacted { Action::Compaction } else { latest.action };
+    // The target as it was pending: a compaction completes as a commit, and on timeline layout 2
+    // a clustering as a replacecommit (its plan stays under `clustering`).
+    let action = match latest.action {
+        _ if meta.compacted => Action::Compaction,
+        Action::ReplaceCommit
+            if table.timeline().layout() >= 2
+                && meta.operation_type.as_deref() == Some(crate::format::commit::CLUSTER) =>
+        {
+            Action::Clustering
+        }
+        other => other,
+    };
     let storage = table.storage().clone();
     let plan = rollback_plan(&time, action, true, rollback_requests(table, &meta))?;
     let requested = claim(table, Action::Rollback, |_| Ok(plan.clone())).await?;

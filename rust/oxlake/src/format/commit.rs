@@ -26,6 +26,9 @@ pub struct CommitMetadata {
     pub operation_type: Option<String>,
 }
 
+/// `operationType` of a clustering replacecommit (Apache Hudi's name).
+pub const CLUSTER: &str = "CLUSTER";
+
 /// `HoodieWriteStat` as Apache Hudi 1.x writes it (its writer schema in the timeline files of the
 /// version 9 tables of `../shared/compat`); the fields oxlake does not fill stay null.
 const WRITE_STAT_SCHEMA: &str = concat!(

@@ -24,7 +24,7 @@ use parquet::arrow::AsyncArrowWriter;
 
 use crate::commit::Transaction;
 use crate::error::{Error, Result};
-use crate::format::commit::{CommitMetadata, WriteStat};
+use crate::format::commit::{CLUSTER, CommitMetadata, WriteStat};
 use crate::format::file_name::{BaseFileName, LogFileName, new_file_id};
 use crate::format::instant::Action;
 use crate::read::{HudiTableProvider, PlannedFile, PlannedSlice, ScanPlan};
@@ -34,9 +34,6 @@ use crate::storage::Storage;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, LogFile};
 use crate::write::WriteConfig;
-
-/// `operationType` of a clustering replacecommit (Apache Hudi's name).
-const CLUSTER: &str = "CLUSTER";
 
 /// How clustering chooses and writes file groups.
 #[derive(Clone, Debug)]

@@ -127,15 +127,16 @@ async fn finish(
         if table.timeline().completed_data().any(|i| i.time == target.commit_time) {
             rollback_latest(table, &target.commit_time).await?;
             crate::commit::failpoint("restore-after-rollback");
-        } else {
-            let pending = table
-                .timeline()
-                .pending()
-                .find(|i| i.time == target.commit_time && i.action == Action::Compaction)
-                .cloned();
-            if let Some(pending) = pending {
-                remove_compaction_plan(table, &pending).await?;
-            }
+        }
+        // A compaction's plan outlives a rollback of its commit (to run again); under a restore
+        // it goes, whether it was pending or completed, as Java's restore removes it.
+        let pending = table
+            .timeline()
+            .pending()
+            .find(|i| i.time == target.commit_time && i.action == Action::Compaction)
+            .cloned();
+        if let Some(pending) = pending {
+            remove_compaction_plan(table, &pending).await?;
         }
         progress::advance(progress, 1);
     }
@@ -151,6 +152,12 @@ async fn remove_compaction_plan(table: &mut Table, pending: &Instant) -> Result<
         crate::commit::rollback_pending(table, pending).await?;
     }
     let storage = table.storage().clone();
+    // Its slices are given back first: a claim outliving its plan would have the next compactor
+    // of those slices close the plan's time with an empty plan, pending for ever.
+    let path = table.timeline().path_of(&pending.with_state(State::Requested));
+    if let Some(plan) = storage.get_opt(&path).await? {
+        crate::commit::slice_claims::release(table, &pending.time, &path, &plan).await?;
+    }
     table.timeline().remove_pending(&storage, pending).await?;
     log::info!("{}: the restore removed compaction plan {}", table.uri(), pending.time);
     table.reload().await
