@@ -92,7 +92,7 @@ def every_read(t: oxlake.Table, times: list[str]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_archival_keeps_every_read_as_it_was(table_path: str, table_type: str) -> None:
-    t = trips_table(table_path, table_type=table_type)
+    t = trips_table(table_path, table_type=table_type, table_version=6)
     t.set_archival(4, 6, inline=False)
     t.insert(trips(list(range(12))))
     for n in range(1, 40):
@@ -133,7 +133,7 @@ def test_archival_keeps_every_read_as_it_was(table_path: str, table_type: str) -
 
 
 def test_the_archive_decodes_with_apache_hudis_schema(table_path: str) -> None:
-    t = trips_table(table_path)
+    t = trips_table(table_path, table_version=6)
     t.set_archival(2, 3, inline=False)
     for n in range(8):
         t.upsert(trips([n, n + 1], ts=n))
@@ -173,7 +173,7 @@ def test_the_archive_decodes_with_apache_hudis_schema(table_path: str) -> None:
 
 def test_commits_archive_inline_and_stop_at_what_must_stay(table_path: str) -> None:
     t = oxlake.create_table(
-        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type="merge_on_read"
+        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type="merge_on_read", table_version=6
     )
     t.set_archival(3, 5)
     t.insert(trips(list(range(4))))
@@ -200,7 +200,7 @@ def test_commits_archive_inline_and_stop_at_what_must_stay(table_path: str) -> N
 
 
 def test_the_metadata_table_timeline_is_archived_too(table_path: str) -> None:
-    t = trips_table(table_path)
+    t = trips_table(table_path, table_version=6)
     t.build_metadata()
     t.set_archival(3, 5, inline=False)
     for n in range(14):
@@ -227,7 +227,7 @@ def pa_keys(ids: list[int]) -> Any:
 
 @pytest.mark.parametrize("failpoint", ["archive-after-write", "archive-after-pending"])
 def test_a_crash_while_archiving_leaves_every_read(table_path: str, failpoint: str) -> None:
-    t = trips_table(table_path)
+    t = trips_table(table_path, table_version=6)
     t.set_archival(2, 4, inline=False)
     for n in range(9):
         t.upsert(trips([n, 10 + n], ts=n))
@@ -249,7 +249,7 @@ def test_a_crash_while_archiving_leaves_every_read(table_path: str, failpoint: s
 def test_a_pending_write_holds_archival_back(table_path: str, tmp_path: Path) -> None:
     from conftest import run_paused
 
-    t = trips_table(table_path)
+    t = trips_table(table_path, table_version=6)
     t.set_archival(2, 3, inline=False)
     for n in range(8):
         t.upsert(trips([n], ts=n))
@@ -267,7 +267,7 @@ def test_a_pending_write_holds_archival_back(table_path: str, tmp_path: Path) ->
 
 
 def test_rolling_back_the_oldest_active_commit_after_archival_is_refused(table_path: str) -> None:
-    t = trips_table(table_path)
+    t = trips_table(table_path, table_version=6)
     t.set_archival(2, 3, inline=False)
     for n in range(8):
         t.upsert(trips([n], ts=n))
@@ -292,7 +292,7 @@ def test_a_writer_slow_between_claiming_its_time_and_its_requested_file_is_never
     completes, and its commit would hide archived ones)."""
     from conftest import run_paused
 
-    t = trips_table(table_path)
+    t = trips_table(table_path, table_version=6)
     t.set_archival(2, 3, inline=True)
     t.upsert(trips([0], ts=0))
     code = (
@@ -328,7 +328,7 @@ def test_a_writer_that_completes_while_an_archival_chooses_is_never_archived_aro
     files would read as uncommitted."""
     from conftest import run_paused
 
-    t = trips_table(table_path)
+    t = trips_table(table_path, table_version=6)
     t.set_archival(2, 3, inline=False)
     t.upsert(trips([0], ts=0))
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))

@@ -28,6 +28,7 @@ def t(request: pytest.FixtureRequest, table_path: str) -> oxlake.Table:
         ordering_field="ts",
         table_type=request.param,
         heartbeat_interval=HEARTBEAT,
+        table_version=6,
     )
 
 
@@ -194,7 +195,7 @@ def test_a_crashed_clustering(t: oxlake.Table, point: str) -> None:
 
 
 def test_console_script(table_path: str) -> None:
-    t = oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"])
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"], table_version=6)
     scattered(t, 6)
     out = subprocess.run(
         [sys.executable, "-m", "oxlake.cli", "cluster", table_path, "--sort-by", "fare"],

@@ -7,7 +7,7 @@ from pathlib import Path
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, rows, trips
+from conftest import SCHEMA, rows, trips, trips_table
 
 
 def expected(*tables: pa.Table) -> list[dict]:
@@ -258,9 +258,11 @@ def test_target_file_size_splits_new_groups(table_path: str) -> None:
     assert len(rows(t.scan())) == 3000
 
 
-def test_commit_metadata_is_what_hudi_expects(table: oxlake.Table) -> None:
+def test_commit_metadata_is_what_hudi_expects(table_path: str) -> None:
+    """Version 6's JSON commit metadata (version 8's Avro: test_version8.py)."""
     import json
 
+    table = trips_table(table_path, table_version=6)
     res = table.insert(trips([1, 2, 3]))
     meta = json.loads((Path(table.uri) / ".hoodie" / f"{res.instant}.commit").read_text())
     assert meta["operationType"] == "INSERT"

@@ -58,7 +58,9 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
 
 
 def damaged_table(path: str, table_type: str = "merge_on_read") -> oxlake.Table:
-    t = oxlake.create_table(path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type)
+    t = oxlake.create_table(
+        path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type, table_version=6
+    )
     t.insert(trips([1, 2, 3], city="sf"))
     t.upsert(trips([1], ts=2, name="u", city="sf"))
     t.delete(trips([2], ts=3, city="sf"))
@@ -498,7 +500,7 @@ def test_a_damaged_pending_compaction_plan_is_an_error_naming_it(table_path: str
 
 @pytest.mark.parametrize("damage", DAMAGES)
 def test_a_damaged_pending_clean_plan_is_an_error_naming_it(table_path: str, damage: str) -> None:
-    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_version=6)
     for ts in range(3):
         t.upsert(trips([1, 2], ts=ts))
     crash(table_path, "clean(retain=1)", "clean-after-delete")

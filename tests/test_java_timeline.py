@@ -116,7 +116,13 @@ def test_clean_files_decode_as_java_reads_them(
     table_path: str, hudi: dict[str, Any], table_type: str, metadata: bool
 ) -> None:
     t = oxlake.create_table(
-        table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=table_type,
+        table_version=6,
     )
     if metadata:
         t.build_metadata()
@@ -160,7 +166,7 @@ def test_clean_files_decode_as_java_reads_them(
 def test_a_pending_clean_of_an_earlier_oxlake_json_plan_is_resumed(
     table_path: str, hudi: dict[str, Any]
 ) -> None:
-    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_version=6)
     for ts in range(3):
         t.upsert(trips([1, 2], ts=ts))
     expected = rows(t.scan())
@@ -198,7 +204,7 @@ def test_a_pending_clean_of_an_earlier_oxlake_json_plan_is_resumed(
 
 
 def test_a_completed_json_clean_of_an_earlier_oxlake_still_guards_reads(table_path: str) -> None:
-    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_version=6)
     for ts in range(3):
         t.upsert(trips([1, 2], ts=ts))
     files = sorted(data_files(t), key=lambda f: f.rsplit("_", 1)[-1])
@@ -230,7 +236,7 @@ def full_path(t: oxlake.Table, rel: str) -> str:
 def test_rollback_files_decode_as_java_reads_them(
     table_path: str, hudi: dict[str, Any], table_type: str
 ) -> None:
-    t = trips_table(table_path, table_type=table_type)
+    t = trips_table(table_path, table_type=table_type, table_version=6)
     t.insert(trips(list(range(6))))
     before_rows = rows(t.scan())
     before = data_files(t)
@@ -277,7 +283,7 @@ def test_rollback_files_decode_as_java_reads_them(
 def test_a_rollback_of_a_failed_write_decodes_and_a_json_one_still_resumes(
     table_path: str, hudi: dict[str, Any]
 ) -> None:
-    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_version=6)
     t.insert(trips([1, 2]))
     expected = rows(t.scan())
     last = max(i.time for i in t.timeline())
@@ -312,7 +318,7 @@ def test_a_rollback_of_a_failed_write_decodes_and_a_json_one_still_resumes(
 def test_savepoint_and_restore_files_decode_as_java_reads_them(
     table_path: str, hudi: dict[str, Any], table_type: str
 ) -> None:
-    t = trips_table(table_path, table_type=table_type)
+    t = trips_table(table_path, table_type=table_type, table_version=6)
     t.insert(trips(list(range(6))))
     t.upsert(trips([0, 4], ts=2, name="second"))
     saved = max(i.time for i in t.timeline() if i.state == "completed")
@@ -365,7 +371,9 @@ def test_savepoint_and_restore_files_decode_as_java_reads_them(
 def test_a_non_partitioned_table_has_its_root_partition_marker(table_path: str, table_type: str) -> None:
     """Apache Hudi finds a partition by its `.hoodie_partition_metadata`, the root of a
     non-partitioned table too (depth 0); a table written without one gets it from its next write."""
-    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type)
+    t = oxlake.create_table(
+        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type, table_version=6
+    )
     marker = Path(table_path, ".hoodie_partition_metadata")
     assert not marker.exists()
     first = t.insert(trips([1, 2])).instant
@@ -384,7 +392,7 @@ def test_a_non_partitioned_table_has_its_root_partition_marker(table_path: str, 
 def test_compaction_and_clustering_plans_decode_as_java_reads_them(
     table_path: str, hudi: dict[str, Any]
 ) -> None:
-    t = trips_table(table_path, table_type="merge_on_read")
+    t = trips_table(table_path, table_type="merge_on_read", table_version=6)
     t.insert(trips(list(range(6))))
     t.upsert(trips([0, 3], ts=2, name="v2"))
     slices_before = data_files(t)
@@ -424,7 +432,7 @@ def test_compaction_and_clustering_plans_decode_as_java_reads_them(
 def test_a_restore_removes_compaction_plans_made_after_the_savepoint(table_path: str) -> None:
     """Java's restore rolls back every instant of the write timeline after the savepoint; a plan
     left pending would fail each time it ran (its slices' logs are gone)."""
-    t = trips_table(table_path, table_type="merge_on_read")
+    t = trips_table(table_path, table_type="merge_on_read", table_version=6)
     t.insert(trips(list(range(6))))
     t.upsert(trips([0, 3], ts=2, name="v2"))
     saved = max(i.time for i in t.timeline() if i.state == "completed")

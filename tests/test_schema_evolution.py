@@ -32,7 +32,13 @@ BASE = pa.schema(
 
 def make(path: str, table_type: str, schema: pa.Schema = BASE) -> oxlake.Table:
     return oxlake.create_table(
-        path, schema, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+        path,
+        schema,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=table_type,
+        table_version=6,
     )
 
 
@@ -479,7 +485,13 @@ def test_random_evolving_writes_equal_a_model(
         [pa.field("id", pa.int64(), False), pa.field("city", pa.string()), pa.field("ts", pa.int64())]
     )
     t = oxlake.create_table(
-        path, schema, record_key="id", partition_by=["city"], ordering_field="ts", table_type=table_type
+        path,
+        schema,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=table_type,
+        table_version=6,
     )
     model: dict[int, dict[str, Any]] = {}
     types: dict[str, pa.DataType] = {}  # the evolving columns' types, once a write added them

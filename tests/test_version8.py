@@ -368,7 +368,7 @@ def key_of(t: oxlake.Table) -> list[str]:
 
 def v6_table_with_history(path: str, table_type: str) -> oxlake.Table:
     """A version 6 table with every kind of instant and an archived timeline."""
-    t = trips_table(path, table_type=table_type)
+    t = trips_table(path, table_type=table_type, table_version=6)
     t.set_archival(2, 4, inline=False)
     t.insert(trips(list(range(6))))
     for n in range(5):
@@ -444,7 +444,7 @@ def test_an_upgrade_killed_midway_reads_as_before_and_is_finished(table_path: st
 
 
 def test_a_write_that_began_on_version_6_fails_after_the_upgrade(table_path: str, tmp_path: Path) -> None:
-    t = trips_table(table_path, table_type="merge_on_read")
+    t = trips_table(table_path, table_type="merge_on_read", table_version=6)
     t.insert(trips(list(range(4))))
     code = (
         "import sys, oxlake; from conftest import trips;"
@@ -542,7 +542,7 @@ def test_a_log_of_an_archived_deltacommit_joins_the_slice_of_its_completion(
 
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_upgrade_keeps_the_metadata_table_in_step(table_path: str, table_type: str) -> None:
-    t = trips_table(table_path, table_type=table_type)
+    t = trips_table(table_path, table_type=table_type, table_version=6)
     t.build_metadata(files_shards=2)
     t.insert(trips(list(range(10))))
     t.upsert(trips([1, 2], ts=2, name="u"))

@@ -314,7 +314,8 @@ NAIVE = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("at", pa
 
 
 def naive_table(path: str) -> tuple[oxlake.Table, pa.Table]:
-    t = oxlake.create_table(path, NAIVE, record_key="id")
+    # Version 6: its commit metadata is JSON, read below (version 8's Avro: test_version8.py).
+    t = oxlake.create_table(path, NAIVE, record_key="id", table_version=6)
     data = pa.table({"id": [1, 2], "at": [dt.datetime(2024, 1, 1, 12, 30), None]}, schema=NAIVE)
     t.insert(data)
     return t, data

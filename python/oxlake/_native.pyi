@@ -138,7 +138,7 @@ def create_table(
     storage_options: dict[str, str] | None = None,
     heartbeat_interval: float = 10.0,
     inline_compaction: int | None = None,
-    table_version: int = 6,
+    table_version: int = 8,
     key_generator_options: dict[str, str] | None = None,
     url_encode: bool = True,
 ) -> Table: ...

@@ -583,17 +583,17 @@ def create_table(
     hive_style: bool = True,
     heartbeat_interval: float = 10.0,
     inline_compaction: int | None = None,
-    table_version: int = 6,
+    table_version: int = 8,
     key_generator_options: Mapping[str, str] | None = None,
     url_encode: bool = True,
 ) -> Table:
     """Creates an Apache Hudi table and returns it open.
 
-    `table_version` is the Hudi table format: 6 (read and written by Apache Hudi 0.14 and 0.15),
-    8 (Apache Hudi 1.0: the timeline under `.hoodie/timeline/`, instants named with their
-    completion times, commit metadata in Avro) or 9 (Apache Hudi 1.1). Choose 6 while any job on
-    the table still runs Hudi 0.x; 8 or 9 once all run Hudi 1.x (`Table.upgrade` moves a version 6
-    table there). Their archived timeline is Hudi 1.x's LSM timeline (`.hoodie/timeline/history`).
+    `table_version` is the Hudi table format: 8 (the default; Apache Hudi 1.0: the timeline under
+    `.hoodie/timeline/`, instants named with their completion times, commit metadata in Avro), 9
+    (Apache Hudi 1.1) or 6 (read and written by Apache Hudi 0.14 and 0.15). Choose 6 while any
+    job on the table still runs Hudi 0.x; 8 once all run Hudi 1.x (`Table.upgrade` moves a
+    version 6 table there later). Their archived timeline is Hudi 1.x's LSM timeline (`.hoodie/timeline/history`).
 
     `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
     `partition_by` the partition fields (`field=value` directories when `hive_style`; values are

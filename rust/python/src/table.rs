@@ -38,7 +38,7 @@ fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_int
 
 /// Creates a table and returns it open.
 #[pyfunction]
-#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=6, key_generator_options=None, url_encode=true))]
+#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=8, key_generator_options=None, url_encode=true))]
 #[allow(clippy::too_many_arguments)]
 pub fn create_table(
     py: Python<'_>,
