@@ -96,6 +96,13 @@ def table_path(tmp_path: Path) -> str:
     return str(tmp_path / "t")
 
 
+def checkpoint(result: oxlake.WriteResult) -> str:
+    """Where an incremental read continues after the write `result`: its instant on a version 6
+    table, its completion time on versions 8 and 9 (windows of completion times)."""
+    assert result.instant is not None
+    return result.completion or result.instant
+
+
 def trips_table(path: str, **options: Any) -> oxlake.Table:
     """A new table for `trips` rows: keyed by id, partitioned by city, ordered by ts."""
     return oxlake.create_table(

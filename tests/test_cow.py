@@ -7,7 +7,7 @@ from pathlib import Path
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, rows, trips, trips_table
+from conftest import SCHEMA, checkpoint, rows, trips, trips_table
 
 
 def expected(*tables: pa.Table) -> list[dict]:
@@ -135,11 +135,12 @@ def test_incremental_between_consecutive_instants(table: oxlake.Table) -> None:
         out = table.to_arrow(query="incremental", start=start, end=end)
         return sorted(out["id"].to_pylist())
 
-    assert window(None, a.instant) == [1, 2, 3]
-    assert window(a.instant, b.instant) == [2, 4]
-    assert window(b.instant, c.instant) == [3]
-    assert window(c.instant, None) == []
-    assert window(a.instant, None) == [2, 3, 4]
+    a, b, c = checkpoint(a), checkpoint(b), checkpoint(c)
+    assert window(None, a) == [1, 2, 3]
+    assert window(a, b) == [2, 4]
+    assert window(b, c) == [3]
+    assert window(c, None) == []
+    assert window(a, None) == [2, 3, 4]
 
 
 def test_filters_sql_and_tuples(table: oxlake.Table) -> None:

@@ -78,7 +78,7 @@ def test_killed_writer_leaves_committed_data(table_path: str, failpoint: str) ->
 
 def test_live_writer_is_not_rolled_back(table_path: str) -> None:
     """A pending instant with a fresh heartbeat belongs to a live writer: leave it alone."""
-    t = oxlake.create_table(table_path, SCHEMA, record_key="id", heartbeat_interval=30.0)
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", heartbeat_interval=30.0, table_version=6)
     t.insert(trips([1]))
     hb = Path(table_path) / ".hoodie" / ".heartbeat"
     hb.mkdir(exist_ok=True)

@@ -212,7 +212,9 @@ def test_a_writer_killed_around_the_metadata_commit(table_path: str, failpoint: 
 
 
 def test_a_build_that_never_completed_is_not_used(table_path: str) -> None:
-    table = oxlake.create_table(table_path, SCHEMA, record_key="id", heartbeat_interval=HEARTBEAT)
+    table = oxlake.create_table(
+        table_path, SCHEMA, record_key="id", heartbeat_interval=HEARTBEAT, table_version=6
+    )
     table.insert(trips(list(range(10))))
     instant = table.build_metadata()
     # The build crashed after writing the metadata table, before its instant completed (and

@@ -12,7 +12,7 @@ from pathlib import Path
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, hudi_read, rows, trips
+from conftest import SCHEMA, checkpoint, hudi_read, rows, trips
 
 
 @pytest.fixture
@@ -27,30 +27,45 @@ def mor(table_path: str) -> oxlake.Table:
     )
 
 
+@pytest.fixture
+def mor6(table_path: str) -> oxlake.Table:
+    """Version 6 naming: a log file carries its slice's base instant and a version counted up
+    (version 8 logs carry their own delta commit's instant: `test_version8.py`)."""
+    return oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+        table_version=6,
+    )
+
+
 def log_files(t: oxlake.Table) -> list[Path]:
     return sorted(p for p in Path(t.uri).rglob(".*.log.*"))
 
 
-def test_updates_and_deletes_go_to_log_files(mor: oxlake.Table) -> None:
-    first = mor.insert(trips(list(range(9))))
-    bases = sorted(Path(mor.uri).rglob("*.parquet"))
-    up = mor.upsert(trips([1, 4], ts=2, name="u"))
-    gone = mor.delete(trips([2]).select(["id", "city"]))
+def test_updates_and_deletes_go_to_log_files(mor6: oxlake.Table) -> None:
+    first = mor6.insert(trips(list(range(9))))
+    bases = sorted(Path(mor6.uri).rglob("*.parquet"))
+    up = mor6.upsert(trips([1, 4], ts=2, name="u"))
+    gone = mor6.delete(trips([2]).select(["id", "city"]))
     # Base files are never rewritten: one new log file per touched file group and write.
-    assert sorted(Path(mor.uri).rglob("*.parquet")) == bases
-    logs = log_files(mor)
+    assert sorted(Path(mor6.uri).rglob("*.parquet")) == bases
+    logs = log_files(mor6)
     assert len(logs) == 2  # ids 1 and 4 live in one file group (nyc), 2 in another
     assert all(p.name.split("_")[1].startswith(first.instant) for p in logs)
-    assert [i.action for i in mor.timeline()] == ["deltacommit"] * 3
-    out = {r["id"]: r for r in rows(mor.scan())}
+    assert [i.action for i in mor6.timeline()] == ["deltacommit"] * 3
+    out = {r["id"]: r for r in rows(mor6.scan())}
     assert sorted(out) == [0, 1, 3, 4, 5, 6, 7, 8]
     assert out[1]["name"] == "u1" and out[4]["ts"] == 2 and out[5]["name"] == "n5"
-    meta = {r["id"]: r for r in mor.to_arrow().to_pylist()}
+    meta = {r["id"]: r for r in mor6.to_arrow().to_pylist()}
     assert meta[1]["_hoodie_commit_time"] == up.instant
     assert meta[0]["_hoodie_commit_time"] == first.instant
     assert gone.num_deletes == 1
     # Read-optimized: the base files alone, as of the first write.
-    assert rows(mor.to_arrow(query="read_optimized")) == rows(trips(list(range(9))))
+    assert rows(mor6.to_arrow(query="read_optimized")) == rows(trips(list(range(9))))
 
 
 def test_event_time_ordering_across_logs(mor: oxlake.Table) -> None:
@@ -82,9 +97,9 @@ def test_time_travel_and_incremental(mor: oxlake.Table) -> None:
     assert rows(mor.to_arrow(as_of=a.instant)) == rows(trips(list(range(6))))
     names = {r["id"]: r["name"] for r in rows(mor.to_arrow(as_of=b.instant))}
     assert (names[1], names[2]) == ("b1", "b2")
-    window = rows(mor.to_arrow(query="incremental", start=a.instant, end=b.instant))
+    window = rows(mor.to_arrow(query="incremental", start=checkpoint(a), end=checkpoint(b)))
     assert [(r["id"], r["name"]) for r in window] == [(1, "b1"), (2, "b2")]
-    window = rows(mor.to_arrow(query="incremental", start=b.instant, end=c.instant))
+    window = rows(mor.to_arrow(query="incremental", start=checkpoint(b), end=checkpoint(c)))
     assert [(r["id"], r["name"]) for r in window] == [(2, "c2"), (8, "c8")]
 
 
@@ -115,24 +130,24 @@ def test_a_filter_on_the_partition_column_sees_the_version_the_merge_keeps_in_a_
     assert rows(t.scan(filter=[("r", "=", "")]), key="id") == [{"id": "a", "r": "", "v": 10}]
 
 
-def test_a_corrupt_block_of_a_committed_instant_is_an_error(mor: oxlake.Table) -> None:
-    mor.insert(trips([1, 2, 3], city="sf"))
-    mor.upsert(trips([1], ts=2, name="u", city="sf"))
-    mor.upsert(trips([2], ts=2, name="v", city="sf"))
-    first, second = log_files(mor)  # versions 1 and 2 of the one file group
+def test_a_corrupt_block_of_a_committed_instant_is_an_error(mor6: oxlake.Table) -> None:
+    mor6.insert(trips([1, 2, 3], city="sf"))
+    mor6.upsert(trips([1], ts=2, name="u", city="sf"))
+    mor6.upsert(trips([2], ts=2, name="v", city="sf"))
+    first, second = log_files(mor6)  # versions 1 and 2 of the one file group
     assert (first.name.split(".")[-1][:2], second.name.split(".")[-1][:2]) == ("1_", "2_")
     data = second.read_bytes()
     # Damage the second log's block: its reverse pointer no longer matches. Its instant
     # completed, so skipping it would answer with the older row (issue 22).
     second.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
     with pytest.raises(oxlake.CorruptTableError, match=second.name):
-        mor.to_arrow()
+        mor6.to_arrow()
     second.write_bytes(data[: len(data) // 2])
     with pytest.raises(oxlake.CorruptTableError, match=second.name):
-        mor.to_arrow()
+        mor6.to_arrow()
     # Past what the instant wrote, a damaged tail (a torn append that never committed) is skipped.
     second.write_bytes(data + data[: len(data) // 2])
-    assert {r["id"]: r["name"] for r in rows(mor.scan())} == {1: "u1", 2: "v2", 3: "n3"}
+    assert {r["id"]: r["name"] for r in rows(mor6.scan())} == {1: "u1", 2: "v2", 3: "n3"}
     assert first.exists()
 
 
@@ -186,28 +201,28 @@ def test_compaction_rewrites_slices_and_keeps_the_rows(mor: oxlake.Table) -> Non
     assert rows(hudi_read(mor.uri)) == rows(mor.scan())
 
 
-def test_writes_during_a_pending_compaction_land_in_the_new_slice(mor: oxlake.Table) -> None:
-    mor.insert(trips(list(range(6)), city="sf"))
-    mor.upsert(trips([1], ts=2, name="u", city="sf"))
+def test_writes_during_a_pending_compaction_land_in_the_new_slice(mor6: oxlake.Table) -> None:
+    mor6.insert(trips(list(range(6)), city="sf"))
+    mor6.upsert(trips([1], ts=2, name="u", city="sf"))
     # A compaction that crashed after planning and starting: its plan stays requested.
     code = "import oxlake, sys; oxlake.Table(sys.argv[1]).compact()"
     env = {**os.environ, "OXLAKE_FAILPOINT": "after-inflight"}
-    proc = subprocess.run([sys.executable, "-c", code, mor.uri], env=env, capture_output=True)
+    proc = subprocess.run([sys.executable, "-c", code, mor6.uri], env=env, capture_output=True)
     assert proc.returncode != 0
-    pending = [i for i in mor.timeline() if i.action == "compaction"]
+    pending = [i for i in mor6.timeline() if i.action == "compaction"]
     assert len(pending) == 1 and pending[0].state == "inflight"
     c = pending[0].time
     # A writer meanwhile: its log is named with the compaction's instant.
-    mor.upsert(trips([2], ts=2, name="v", city="sf"))
-    assert any(p.name.split("_")[1].startswith(c) for p in log_files(mor))
-    expected = rows(mor.scan())
+    mor6.upsert(trips([2], ts=2, name="v", city="sf"))
+    assert any(p.name.split("_")[1].startswith(c) for p in log_files(mor6))
+    expected = rows(mor6.scan())
     assert {r["id"]: r["name"] for r in expected}[2] == "v2"
     # Once the crashed run's heartbeat expires, the next run undoes its files and executes the plan.
     time.sleep(0.3)
-    result = oxlake.Table(mor.uri, heartbeat_interval=0.05).compact(min_log_files=99)
+    result = oxlake.Table(mor6.uri, heartbeat_interval=0.05).compact(min_log_files=99)
     assert result.instants == [c]
-    assert rows(mor.scan()) == expected
-    assert rows(hudi_read(mor.uri)) == expected
+    assert rows(mor6.scan()) == expected
+    assert rows(hudi_read(mor6.uri)) == expected
 
 
 def test_inline_compaction_after_n_deltacommits(table_path: str) -> None:

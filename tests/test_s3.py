@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import oxlake
 import pytest
-from conftest import SCHEMA, rows, trips
+from conftest import SCHEMA, checkpoint, rows, trips
 from seaweed import SeaweedS3
 
 
@@ -36,7 +36,7 @@ def test_round_trip_on_s3(s3: SeaweedS3) -> None:
     del expect[5]
     assert rows(again.scan()) == sorted(expect.values(), key=lambda r: r["id"])
     assert len(rows(again.scan(as_of=a.instant))) == 20
-    assert sorted(r["id"] for r in rows(again.scan(query="incremental", start=a.instant))) == [1, 2, 30]
+    assert sorted(r["id"] for r in rows(again.scan(query="incremental", start=checkpoint(a)))) == [1, 2, 30]
     assert [r["id"] for r in rows(again.scan(filter="city = 'nyc' AND id < 10"))] == [1, 4, 7]
     assert [i.action for i in again.timeline()] == ["commit", "commit", "commit"]
 
@@ -44,7 +44,10 @@ def test_round_trip_on_s3(s3: SeaweedS3) -> None:
 def test_second_writer_claiming_the_same_instant_is_refused(s3: SeaweedS3) -> None:
     """Instants are claimed with a conditional create: on S3 only one writer gets a given time."""
     opts = s3.storage_options()
-    t = oxlake.create_table("s3://lake/claims", SCHEMA, record_key="id", storage_options=opts)
+    # Timeline layout 1: the instant files sit in `.hoodie/`.
+    t = oxlake.create_table(
+        "s3://lake/claims", SCHEMA, record_key="id", storage_options=opts, table_version=6
+    )
     res = t.insert(trips([1]))
     requested = f"lake/claims/.hoodie/{res.instant}.commit.requested"
     # The instant is taken: another writer's conditional create of it is refused by the store.

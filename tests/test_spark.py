@@ -227,10 +227,19 @@ def source(spark: SparkSession) -> SparkSession:
     return spark
 
 
-def committed_files(path: str, time: str, action: str) -> list[str]:
+def committed_files(path: str, instant: oxlake.Instant) -> list[str]:
+    """The files a completed instant's commit metadata names (JSON on timeline layout 1, Avro
+    under `.hoodie/timeline/` on layout 2)."""
     import json
 
-    meta = json.loads((Path(path) / ".hoodie" / f"{time}.{action}").read_text())
+    import fastavro
+
+    if instant.completion is None:
+        meta = json.loads((Path(path) / ".hoodie" / f"{instant.time}.{instant.action}").read_text())
+    else:
+        name = f"{instant.time}_{instant.completion}.{instant.action}"
+        with open(Path(path) / ".hoodie" / "timeline" / name, "rb") as fh:
+            [meta] = list(fastavro.reader(fh))
     return [s["path"] for stats in meta["partitionToWriteStats"].values() for s in stats]
 
 
@@ -375,7 +384,7 @@ def test_data_source_write_round_trip(source: SparkSession, tmp_path: Path, tabl
         file_ids = [n.split("_", 1)[0] for n in names]
         assert len(file_ids) == len(set(file_ids)), names  # merged: one base file per group
     # Nothing but the committed files is left behind.
-    committed = {f.rsplit("/", 1)[-1] for i in completed for f in committed_files(path, i.time, i.action)}
+    committed = {f.rsplit("/", 1)[-1] for i in completed for f in committed_files(path, i)}
     on_disk = {
         p.name for p in Path(path).rglob("*") if p.is_file() and "_" in p.name and ".hoodie" not in str(p)
     }

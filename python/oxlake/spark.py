@@ -16,7 +16,8 @@ visible.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import json
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -180,6 +181,7 @@ def write(
     storage_options: dict[str, str] | None = None,
     target_file_size: int | None = None,
     schema_mode: str | None = None,
+    extra_metadata: Mapping[str, str] | None = None,
     **create_options: Any,
 ) -> WriteResult:
     """Writes a Spark DataFrame into the table at `uri` as one commit (`operation`: upsert,
@@ -187,10 +189,9 @@ def write(
     write with `create_options` (those of `oxlake.create_table`: `record_key`, `partition_by`,
     `ordering_field`, `table_type`, ...). `schema_mode` as for `Table.upsert`: strict by default,
     `"merge"` evolves the table's schema (new nullable columns, wider types, missing columns
-    null). On any failure the write is rolled back and the table stays as it was."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    arrow_schema = to_arrow_schema(df.schema)
+    null). `extra_metadata` is recorded in the commit (see `Table.upsert`). On any failure the
+    write is rolled back and the table stays as it was."""
+    arrow_schema = _arrow_schema_of(df.schema)
     table = _open_or_create(uri, arrow_schema, storage_options, create_options)
     partition_by = _shuffle_columns(table.properties)
     pending = _native.begin_write(table._t, operation)
@@ -206,7 +207,7 @@ def write(
         def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
 
-            rows = pa.Table.from_batches(list(batches), schema=arrow_schema)
+            rows = _from_spark(batches, arrow_schema)
             writer = Table(uri, storage_options)
             task = _task_id(TaskContext.get())
             written = _native.write_files(
@@ -215,7 +216,10 @@ def write(
             yield pa.RecordBatch.from_pydict({"written": [written]})
 
         parts = [r["written"] for r in data.mapInArrow(write_partition, "written binary").collect()]
-        landed, inserts, updates, deletes, files, completion = pending.commit([bytes(p) for p in parts])
+        extra = dict(extra_metadata) if extra_metadata is not None else None
+        landed, inserts, updates, deletes, files, completion = pending.commit(
+            [bytes(p) for p in parts], extra
+        )
     except BaseException:
         pending.abort()
         raise
@@ -223,6 +227,105 @@ def write(
 
 
 _ROUTE = "_oxlake_route"
+
+#: The commit's extra-metadata key of a streaming writer's checkpoint, as Apache Hudi's
+#: `HoodieStreamingSink` records it: a JSON object of writer identifier to its last batch id.
+SINK_CHECKPOINT_KEY = "_hudi_streaming_sink_checkpoint"
+#: The identifier of a streaming writer that names none (Apache Hudi's default).
+DEFAULT_CHECKPOINT_IDENTIFIER = "default_single_writer"
+
+
+def write_batch(
+    df: DataFrame,
+    batch_id: int,
+    uri: str,
+    operation: str = "upsert",
+    *,
+    checkpoint_identifier: str = DEFAULT_CHECKPOINT_IDENTIFIER,
+    storage_options: dict[str, str] | None = None,
+    **options: Any,
+) -> WriteResult | None:
+    """Writes one micro-batch of a streaming query (`foreachBatch`) as one commit, exactly once:
+    the commit records `batch_id` under `checkpoint_identifier` (Apache Hudi's streaming sink
+    checkpoint, `_hudi_streaming_sink_checkpoint`), and a batch the table already holds (replayed
+    after a failure between the commit and Spark's own checkpoint) is skipped: returns None.
+    Tasks write natively on the executors, as `write` (whose `options` it takes)::
+
+        stream.writeStream.foreachBatch(
+            lambda df, batch_id: oxlake.spark.write_batch(df, batch_id, uri, record_key="id")
+        ).option("checkpointLocation", ...).start()
+
+    Give each streaming query writing the table its own `checkpoint_identifier`."""
+    try:
+        table: Table | None = Table(uri, storage_options)
+    except _native.TableNotFoundError:
+        table = None
+    if table is not None:
+        done = committed_batch(table, checkpoint_identifier)
+        if done is not None and batch_id <= done:
+            return None
+    checkpoint = {SINK_CHECKPOINT_KEY: json.dumps({checkpoint_identifier: str(batch_id)})}
+    return write(df, uri, operation, storage_options=storage_options, extra_metadata=checkpoint, **options)
+
+
+def committed_batch(table: Table, identifier: str = DEFAULT_CHECKPOINT_IDENTIFIER) -> int | None:
+    """The last batch id the streaming writer `identifier` committed to `table`: from the newest
+    commit of the active timeline recording one (Apache Hudi's
+    `CommitUtils.getValidCheckpointForCurrentWriter`). None when none does."""
+    for instant in reversed(table.timeline()):
+        if instant.state != "completed" or instant.action not in ("commit", "deltacommit", "replacecommit"):
+            continue
+        recorded = table.extra_metadata(instant.time).get(SINK_CHECKPOINT_KEY)
+        if not recorded:
+            continue
+        try:
+            batches = json.loads(recorded)
+        except ValueError:
+            raise _native.CorruptTableError(
+                f"commit {instant.time}: {SINK_CHECKPOINT_KEY} is not JSON: {recorded[:80]!r}"
+            ) from None
+        if isinstance(batches, dict) and identifier in batches:
+            return int(batches[identifier])
+    return None
+
+
+def _arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema of a Spark schema, timestamps with a time zone in UTC (the instants
+    they are; Spark hands them over in its session time zone, converted by `_from_spark`)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+
+
+def _from_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """Spark's Arrow batches as one table of `schema` (from `_arrow_schema_of`): the time zone of
+    timestamps is the session's, relabelled UTC (the same instants); nothing else changes."""
+    out = []
+    for batch in batches:
+        if batch.schema != schema:
+            if [_utc(t) for t in batch.schema.types] != schema.types or batch.schema.names != schema.names:
+                raise _native.SchemaMismatchError(f"Spark handed over {batch.schema}, expected {schema}")
+            batch = pa.RecordBatch.from_arrays(
+                [c.cast(t) if c.type != t else c for c, t in zip(batch.columns, schema.types, strict=True)],
+                schema=schema,
+            )
+        out.append(batch)
+    return pa.Table.from_batches(out, schema=schema)
+
+
+def _utc(t: pa.DataType) -> pa.DataType:
+    """`t` with every timestamp that has a time zone in UTC (nested ones too)."""
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return pa.timestamp(t.unit, "UTC")
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_utc(f.type)) for f in t])
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_utc(t.value_type)))
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_utc(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(t.key_field.with_type(_utc(t.key_type)), t.item_field.with_type(_utc(t.item_type)))
+    return t
 
 
 def _shuffle_columns(properties: Mapping[str, str]) -> list[str]:
@@ -247,7 +350,7 @@ def _routed(
     from pyspark.sql.types import StringType, StructField, StructType
 
     def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = pa.Table.from_batches(list(batches), schema=schema)
+        rows = _from_spark(batches, schema)
         routes = pa.table(_native.route(Table(uri, storage_options)._t, operation, rows)).column("route")
         yield from rows.append_column(_ROUTE, routes).to_batches()
 

@@ -18,14 +18,18 @@ Options (all strings): reading: `columns` (comma-separated), `filter` (SQL), `as
 `start`, `end`, `with_meta_columns`, `batch_size`, `split_bytes`; writing: `operation` (mode
 `overwrite` means `insert_overwrite_table`), `target_file_size`, `schema_mode` (`merge` evolves
 the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's first write
-`record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`; both: `storage.*`
-(storage options, for example `storage.aws_endpoint`).
+`record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`;
+both: `storage.*` (storage options, for example `storage.aws_endpoint`).
+
+Streaming: `writeStream.format("oxlake")` (Spark 4.1: `OxlakeStreamWriter`, option
+`checkpoint_identifier`) and `readStream.format("oxlake")` (`OxlakeStreamReader`).
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,19 +40,34 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
     InputPartition,
     WriterCommitMessage,
 )
 from pyspark.sql.types import StructType
 
+try:
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter as _StreamWriterBase
+
+    _ARROW_STREAM_WRITER = True
+except ImportError:  # Spark 4.0: no Arrow stream writer
+    from pyspark.sql.datasource import DataSourceStreamWriter as _StreamWriterBase  # type: ignore[assignment]
+
+    _ARROW_STREAM_WRITER = False
+
 from oxlake import _native
 from oxlake.spark import (
+    DEFAULT_CHECKPOINT_IDENTIFIER,
     DEFAULT_SPLIT_BYTES,
+    SINK_CHECKPOINT_KEY,
+    _arrow_schema_of,
     _as_spark,
+    _from_spark,
     _open_or_create,
     _read_columns,
     _result_schema,
     _task_id,
+    committed_batch,
     spark_schema,
 )
 from oxlake.table import Split, Table
@@ -82,13 +101,14 @@ class _Options:
         if not uri:
             raise _native.InvalidArgumentError("give the table's URI: .load(uri) or .save(uri)")
         storage = {k[len("storage.") :]: v for k, v in options.items() if k.startswith("storage.")}
-        return _Options(uri, storage, dict(options))
+        # Spark's option names are case-insensitive (it hands them over in lower case).
+        return _Options(uri, storage, {k.lower(): v for k, v in options.items()})
 
     def get(self, key: str) -> str | None:
-        return self.raw.get(key)
+        return self.raw.get(key.lower())
 
     def int(self, key: str, default: int | None) -> int | None:
-        value = self.raw.get(key)
+        value = self.get(key)
         try:
             return default if value is None else int(value)
         except ValueError:
@@ -96,6 +116,20 @@ class _Options:
 
     def table(self) -> Table:
         return Table(self.uri, self.storage or None)
+
+
+def _create_options(opts: _Options) -> dict[str, Any]:
+    """The options of `create_table` a write names, for a table's first write."""
+    created: dict[str, Any] = {}
+    for key in ("record_key", "partition_by"):
+        if (names := _list(opts.get(key))) is not None:
+            created[key] = names
+    for key in ("ordering_field", "table_type"):
+        if (value := opts.get(key)) is not None:
+            created[key] = value
+    if (version := opts.int("table_version", None)) is not None:
+        created["table_version"] = version
+    return created
 
 
 class OxlakeDataSource(DataSource):
@@ -122,6 +156,18 @@ class OxlakeDataSource(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> OxlakeWriter:
         return OxlakeWriter(_Options.of(self.options), schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> OxlakeStreamWriter:  # noqa: N802
+        if not _ARROW_STREAM_WRITER:
+            raise _native.UnsupportedError(
+                "writeStream.format('oxlake') needs Spark 4.1 or later; on older versions use "
+                "foreachBatch with oxlake.spark.write_batch"
+            )
+        return OxlakeStreamWriter(_Options.of(self.options), schema, overwrite)
+
+    def streamReader(self, schema: StructType) -> OxlakeStreamReader:  # noqa: N802
+        opts, columns, arrow_schema = self._read_plan()
+        return OxlakeStreamReader(opts, columns, arrow_schema)
 
 
 @dataclass(frozen=True)
@@ -179,28 +225,19 @@ class OxlakeWriter(DataSourceArrowWriter):
     it; `commit` and `abort` take the pending write over in whichever process Spark runs them."""
 
     def __init__(self, opts: _Options, schema: StructType, overwrite: bool) -> None:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         self.opts = opts
         self.operation = "insert_overwrite_table" if overwrite else (opts.get("operation") or "upsert")
-        self.arrow_schema = to_arrow_schema(schema)
+        self.arrow_schema = _arrow_schema_of(schema)
         table = _open_or_create(opts.uri, self.arrow_schema, opts.storage or None, self._create_options())
         pending = _native.begin_write(table._t, self.operation)
         self.instant = pending.instant
         self.token = pending.token
 
     def _create_options(self) -> dict[str, Any]:
-        created: dict[str, Any] = {}
-        for key in ("record_key", "partition_by"):
-            if (names := _list(self.opts.get(key))) is not None:
-                created[key] = names
-        for key in ("ordering_field", "table_type"):
-            if (value := self.opts.get(key)) is not None:
-                created[key] = value
-        return created
+        return _create_options(self.opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Written:
-        data = pa.Table.from_batches(list(iterator), schema=self.arrow_schema)
+        data = _from_spark(iterator, self.arrow_schema)
         files = _native.write_files(
             self.opts.table()._t,
             self.operation,
@@ -223,6 +260,165 @@ class OxlakeWriter(DataSourceArrowWriter):
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         _native.resume_write(self.opts.table()._t, self.operation, self.token).abort()
+
+
+# ---- streaming ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Rows(WriterCommitMessage):
+    """A task's rows of a micro-batch, as an Arrow IPC stream."""
+
+    ipc: bytes
+
+
+class OxlakeStreamWriter(_StreamWriterBase):
+    """`writeStream.format("oxlake")`: each micro-batch is one commit, exactly once. The commit
+    records the batch id under the option `checkpoint_identifier` (Apache Hudi's streaming sink
+    checkpoint); a batch the table already holds, replayed after a failure, is skipped.
+
+    Spark's Python streaming sink gives the driver's commit no way to reach the tasks before
+    they write, so the tasks hand their rows to the driver (Arrow IPC) and the driver writes
+    them natively as one commit: a micro-batch must fit the driver's memory. For micro-batches
+    larger than that, `foreachBatch` with `oxlake.spark.write_batch` writes on the executors."""
+
+    def __init__(self, opts: _Options, schema: StructType, overwrite: bool) -> None:
+        if overwrite:
+            raise _native.InvalidArgumentError(
+                "a streaming write appends (outputMode append or update); "
+                "use foreachBatch with oxlake.spark.write_batch(..., operation='insert_overwrite_table')"
+            )
+        self.opts = opts
+        self.operation = opts.get("operation") or "upsert"
+        self.identifier = opts.get("checkpoint_identifier") or DEFAULT_CHECKPOINT_IDENTIFIER
+        self.arrow_schema = _arrow_schema_of(schema)
+        # The table exists before the first batch (created here with the write's options).
+        _open_or_create(opts.uri, self.arrow_schema, opts.storage or None, _create_options(opts))
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> _Rows:
+        data = _from_spark(iterator, self.arrow_schema)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, data.schema) as out:
+            out.write_table(data)
+        return _Rows(sink.getvalue().to_pybytes())
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        table = self.opts.table()
+        done = committed_batch(table, self.identifier)
+        if done is not None and batchId <= done:
+            return  # committed before a failure kept Spark from recording it
+        parts = [pa.ipc.open_stream(m.ipc).read_all() for m in messages if isinstance(m, _Rows)]
+        data = pa.concat_tables(parts) if parts else self.arrow_schema.empty_table()
+        checkpoint = {SINK_CHECKPOINT_KEY: json.dumps({self.identifier: str(batchId)})}
+        table._write(
+            self.operation,
+            data,
+            self.opts.int("target_file_size", None),
+            0,
+            self.opts.get("schema_mode"),
+            checkpoint,
+        )
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
+        pass  # nothing was written: the rows never left the messages
+
+
+class OxlakeStreamReader(DataSourceStreamReader):
+    """`readStream.format("oxlake")`: offsets are the window bounds of completed commits (the
+    requested time on a version 6 table, the completion time on versions 8 and 9); each
+    micro-batch is the incremental query (option `query`: `incremental`, the default, or
+    `changes`) between two offsets, read natively in splits on the executors.
+
+    Options: `starting` (`earliest`, the default; `latest`; or an instant time: what committed
+    after it), `maxInstantsPerTrigger` (commits per micro-batch), and those of the batch read
+    (`columns`, `filter`, `with_meta_columns`, `batch_size`, `split_bytes`). A window reaching
+    commits whose files a clean removed is an error naming `starting`, never rows silently
+    missing."""
+
+    def __init__(self, opts: _Options, columns: list[str] | None, schema: pa.Schema) -> None:
+        self.opts = opts
+        self.columns = columns
+        self.schema = schema
+        self.query = opts.get("query") or "incremental"
+        if self.query not in ("incremental", "changes"):
+            raise _native.InvalidArgumentError(
+                f"a streaming read takes query 'incremental' or 'changes', not {self.query!r}"
+            )
+        self.max_instants = opts.int("maxInstantsPerTrigger", None)
+        if self.max_instants is not None and self.max_instants < 1:
+            raise _native.InvalidArgumentError("maxInstantsPerTrigger must be at least 1")
+
+    def _bounds(self) -> list[str]:
+        """The window bounds of the completed commits, in order."""
+        table = self.opts.table()
+        data = ("commit", "deltacommit", "replacecommit")
+        return sorted(
+            i.completion or i.time for i in table.timeline() if i.state == "completed" and i.action in data
+        )
+
+    def initialOffset(self) -> dict[str, Any]:  # noqa: N802
+        starting = self.opts.get("starting") or "earliest"
+        if starting == "earliest":
+            return {"bound": None}
+        if starting == "latest":
+            bounds = self._bounds()
+            return {"bound": bounds[-1] if bounds else None}
+        if not (starting.isdigit() and len(starting) in (14, 17)):
+            raise _native.InvalidArgumentError(
+                "option starting: expected earliest, latest or an instant time "
+                f"(yyyyMMddHHmmssSSS), got {starting!r}"
+            )
+        return {"bound": starting}
+
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802
+        # Spark's limits count rows, files or bytes; its files limit carries the commits.
+        from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
+
+        return ReadAllAvailable() if self.max_instants is None else ReadMaxFiles(self.max_instants)
+
+    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:  # noqa: N802
+        from pyspark.sql.streaming.datasource import ReadMaxFiles
+
+        after = start.get("bound")
+        newer = [b for b in self._bounds() if after is None or b > after]
+        if not newer:
+            return start
+        if isinstance(limit, ReadMaxFiles):
+            newer = newer[: max(limit.max_files, 1)]
+        return {"bound": newer[-1]}
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        o = self.opts
+        try:
+            splits = o.table().splits(
+                self.columns,
+                o.get("filter"),
+                None,
+                self.query,
+                start.get("bound"),
+                end.get("bound"),
+                target_bytes=o.int("split_bytes", DEFAULT_SPLIT_BYTES) or DEFAULT_SPLIT_BYTES,
+            )
+        except _native.InvalidArgumentError as e:
+            if "no longer readable" not in str(e):
+                raise
+            raise _native.InvalidArgumentError(
+                f"the stream's next window ({start.get('bound')}, {end.get('bound')}] reaches commits "
+                f"a clean removed ({e}); restart the query with a new checkpoint and option starting "
+                "set to 'latest' or a later instant to skip ahead"
+            ) from None
+        return [_SplitPartition(s.data) for s in splits]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, _SplitPartition)
+        batch_size = self.opts.int("batch_size", 65536)
+        scan = self.opts.table().scan_split(
+            Split(partition.data, 0, 0), self.columns, self.opts.get("filter"), batch_size
+        )
+        yield from _as_spark(iter(scan), self.schema)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        pass
 
 
 # ---- Spark filters as SQL for the native planner --------------------------------------------

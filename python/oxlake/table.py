@@ -238,6 +238,12 @@ class Table:
         """`hoodie.properties`."""
         return dict(self._t.properties)
 
+    def extra_metadata(self, instant: str) -> dict[str, str]:
+        """The `extraMetadata` the completed commit at `instant` recorded: the writer's schema,
+        a streaming sink's checkpoint (`_hudi_streaming_sink_checkpoint`), a write's
+        `extra_metadata`."""
+        return dict(self._t.extra_metadata(instant))
+
     def timeline(self, *, include_archived: bool = False) -> list[Instant]:
         """Every instant of the active timeline, oldest first; with `include_archived=True` also
         those archival moved to `.hoodie/archived` (see `archive`)."""
@@ -407,10 +413,12 @@ class Table:
         target_file_size: int | None,
         conflict_retries: int = 0,
         schema_mode: str | None = None,
+        extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         stream = _arrow_stream(data)
+        extra = dict(extra_metadata) if extra_metadata is not None else None
         instant, ins, upd, dels, files, completion = self._t.write(
-            operation, stream, target_file_size, conflict_retries, schema_mode or "strict"
+            operation, stream, target_file_size, conflict_retries, schema_mode or "strict", extra
         )
         return WriteResult(instant, ins, upd, dels, list(files), completion)
 
@@ -426,6 +434,10 @@ class Table:
     # double -> string, bytes <-> string, date -> string, wider decimals), and table columns
     # missing from `data` are null in its rows. Anything else is a SchemaMismatchError naming
     # the column and both types; the table is left as it was.
+    #
+    # `extra_metadata`: string pairs recorded in the commit's `extraMetadata` (read back with
+    # `Table.extra_metadata`), as Apache Hudi records a streaming sink's checkpoint or a job's
+    # own keys; the keys of the commit's schema (`schema`, `latestSchema`) are refused.
 
     def insert(
         self,
@@ -434,10 +446,11 @@ class Table:
         target_file_size: int | None = None,
         conflict_retries: int = 0,
         schema_mode: str | None = None,
+        extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Adds records (duplicate keys in `data` are combined by the ordering field first).
         `schema_mode="merge"` evolves the table's schema to take `data`'s (see above)."""
-        return self._write("insert", data, target_file_size, conflict_retries, schema_mode)
+        return self._write("insert", data, target_file_size, conflict_retries, schema_mode, extra_metadata)
 
     def upsert(
         self,
@@ -446,27 +459,40 @@ class Table:
         target_file_size: int | None = None,
         conflict_retries: int = 0,
         schema_mode: str | None = None,
+        extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Updates records whose key exists and inserts the others. `schema_mode="merge"`
         evolves the table's schema to take `data`'s; the columns `data` lacks are then null in
         the rows written (also in updated ones: not a partial update)."""
-        return self._write("upsert", data, target_file_size, conflict_retries, schema_mode)
+        return self._write("upsert", data, target_file_size, conflict_retries, schema_mode, extra_metadata)
 
-    def delete(self, data: Any, *, conflict_retries: int = 0) -> WriteResult:
+    def delete(
+        self, data: Any, *, conflict_retries: int = 0, extra_metadata: Mapping[str, str] | None = None
+    ) -> WriteResult:
         """Deletes the records whose keys are in `data` (record key and partition columns)."""
-        return self._write("delete", data, None, conflict_retries)
+        return self._write("delete", data, None, conflict_retries, None, extra_metadata)
 
     def insert_overwrite(
-        self, data: Any, *, target_file_size: int | None = None, schema_mode: str | None = None
+        self,
+        data: Any,
+        *,
+        target_file_size: int | None = None,
+        schema_mode: str | None = None,
+        extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Replaces every partition present in `data` with `data`."""
-        return self._write("insert_overwrite", data, target_file_size, 0, schema_mode)
+        return self._write("insert_overwrite", data, target_file_size, 0, schema_mode, extra_metadata)
 
     def insert_overwrite_table(
-        self, data: Any, *, target_file_size: int | None = None, schema_mode: str | None = None
+        self,
+        data: Any,
+        *,
+        target_file_size: int | None = None,
+        schema_mode: str | None = None,
+        extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Replaces the whole table with `data`."""
-        return self._write("insert_overwrite_table", data, target_file_size, 0, schema_mode)
+        return self._write("insert_overwrite_table", data, target_file_size, 0, schema_mode, extra_metadata)
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -593,7 +619,8 @@ def create_table(
     `.hoodie/timeline/`, instants named with their completion times, commit metadata in Avro), 9
     (Apache Hudi 1.1) or 6 (read and written by Apache Hudi 0.14 and 0.15). Choose 6 while any
     job on the table still runs Hudi 0.x; 8 once all run Hudi 1.x (`Table.upgrade` moves a
-    version 6 table there later). Their archived timeline is Hudi 1.x's LSM timeline (`.hoodie/timeline/history`).
+    version 6 table there later). Their archived timeline is Hudi 1.x's LSM timeline
+    (`.hoodie/timeline/history`).
 
     `record_key` names one field (simple keys) or several (complex keys `f1:v1,f2:v2`);
     `partition_by` the partition fields (`field=value` directories when `hive_style`; values are

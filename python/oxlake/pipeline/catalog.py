@@ -135,6 +135,14 @@ class Catalog:
         merge-on-read table: its compactions complete as `commit`s and change no content)."""
         return [i.time for i in self.table.timeline() if i.state == "completed" and i.action == "deltacommit"]
 
+    def _window_bound(self, instant: str) -> str:
+        """What an incremental window ending at the version `instant` is bounded by: its
+        requested time on a version 6 table, its completion time on versions 8 and 9."""
+        for i in self.table.timeline():
+            if i.time == instant and i.state == "completed" and i.action == "deltacommit":
+                return i.completion or i.time
+        raise _native.InvalidArgumentError(f"{instant} is not a version of {self.uri}")
+
     def latest(self) -> str | None:
         instants = self.instants()
         return instants[-1] if instants else None
@@ -233,7 +241,8 @@ class Catalog:
                 return snap.select("layer", "partition", F.lit(ADDED).alias("change"), *rest)
             kinds = pa.array([ADDED] * snap.num_rows, pa.string())
             return snap.drop_columns(["version"]).add_column(2, "change", kinds)
-        start = self.instant_of(since)
+        # Windows of changes are completion times on tables of version 8 and 9.
+        start, end = self._window_bound(self.instant_of(since)), self._window_bound(end)
         filt = self._layer_filter(layers, with_state) or None
         columns = [*SCHEMA.names, *self._struct_columns(layers)]
         if spark is not None:

@@ -121,7 +121,13 @@ impl PyPendingWrite {
     /// Completes the write with every task's result; base files several tasks wrote for one file
     /// group are merged and files of failed task attempts removed first. On a conflict the write
     /// is rolled back and `CommitConflictError` raised.
-    fn commit(&self, py: Python<'_>, parts: Vec<Vec<u8>>) -> PyResult<WriteSummary> {
+    #[pyo3(signature = (parts, extra_metadata=None))]
+    fn commit(
+        &self,
+        py: Python<'_>,
+        parts: Vec<Vec<u8>>,
+        extra_metadata: Option<std::collections::BTreeMap<String, String>>,
+    ) -> PyResult<WriteSummary> {
         let parts =
             parts.iter().map(|p| WrittenFiles::from_json(p)).collect::<oxlake::Result<Vec<_>>>().map_err(to_py)?;
         let Some(tx) = self.take()? else {
@@ -130,7 +136,7 @@ impl PyPendingWrite {
         let (inner, op) = (self.table.inner.clone(), self.op);
         let r = run(py, async move {
             let mut t = inner.lock().await;
-            t.commit_write(tx, op, parts, true).await
+            t.commit_write_with(tx, op, parts, true, &extra_metadata.unwrap_or_default()).await
         })?;
         Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files, r.completion))
     }

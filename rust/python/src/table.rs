@@ -242,7 +242,8 @@ impl PyTable {
     // ---- writes ---------------------------------------------------------------------------
 
     /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).
-    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict"))]
+    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict", extra_metadata=None))]
+    #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
         py: Python<'_>,
@@ -251,6 +252,7 @@ impl PyTable {
         target_file_size: Option<u64>,
         conflict_retries: u32,
         schema_mode: &str,
+        extra_metadata: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<WriteSummary> {
         let op = WriteOperation::parse(operation)
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
@@ -259,6 +261,7 @@ impl PyTable {
         let config = WriteConfig {
             conflict_retries,
             schema_mode,
+            extra_metadata: extra_metadata.unwrap_or_default(),
             ..WriteConfig::default().with_target_file_size(target_file_size)
         };
         let inner = self.inner.clone();
@@ -267,6 +270,16 @@ impl PyTable {
             t.write(op, batches, &config).await
         })?;
         Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files, r.completion))
+    }
+
+    /// The `extraMetadata` of the completed commit at `instant`.
+    fn extra_metadata(&self, py: Python<'_>, instant: String) -> PyResult<std::collections::BTreeMap<String, String>> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            t.extra_metadata(&instant).await
+        })
     }
 
     // ---- reads ----------------------------------------------------------------------------

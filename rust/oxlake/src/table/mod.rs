@@ -216,6 +216,20 @@ impl Table {
         &self.timeline
     }
 
+    /// The `extraMetadata` the completed data instant at `time` recorded (its writer's schema,
+    /// a streaming sink's checkpoint, ...).
+    pub async fn extra_metadata(&self, time: &str) -> Result<std::collections::BTreeMap<String, String>> {
+        let time = crate::format::instant::normalize_time(time)?;
+        let instant = self.timeline.get(&time).filter(|i| i.is_completed() && i.action.writes_data());
+        let Some(instant) = instant else {
+            return Err(Error::invalid_arg(
+                "instant",
+                format!("{time} is not a completed commit of the active timeline"),
+            ));
+        };
+        Ok(self.timeline.commit_metadata(&self.storage, instant).await?.extra_metadata)
+    }
+
     /// How this process opened it.
     pub fn options(&self) -> &TableOptions {
         &self.options

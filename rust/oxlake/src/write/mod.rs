@@ -14,6 +14,7 @@ mod log_file;
 mod overlaps;
 mod plan;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use arrow::array::make_comparator;
@@ -231,7 +232,7 @@ impl Table {
                 return Err(tx.fail(self, e).await);
             }
         };
-        let result = self.commit_write(tx, op, vec![files], false).await?;
+        let result = self.commit_write_with(tx, op, vec![files], false, &config.extra_metadata).await?;
         if op.action(self.config().table_type) == Action::DeltaCommit && result.instant.is_some() {
             inline::compact(self, config).await;
         }
@@ -395,16 +396,35 @@ impl Table {
         &mut self,
         tx: Transaction,
         op: WriteOperation,
-        mut parts: Vec<WrittenFiles>,
+        parts: Vec<WrittenFiles>,
         reconcile: bool,
     ) -> Result<WriteResult> {
+        self.commit_write_with(tx, op, parts, reconcile, &BTreeMap::new()).await
+    }
+
+    /// [`Table::commit_write`], recording `extra` in the commit's `extraMetadata`.
+    pub async fn commit_write_with(
+        &mut self,
+        tx: Transaction,
+        op: WriteOperation,
+        mut parts: Vec<WrittenFiles>,
+        reconcile: bool,
+        extra: &BTreeMap<String, String>,
+    ) -> Result<WriteResult> {
+        if let Err(e) = check_extra_metadata(extra) {
+            return Err(tx.fail(self, e).await);
+        }
         if reconcile
             && let Err(e) =
                 overlaps::merge_overlapping_rewrites(self, tx.time(), &mut parts, &WriteConfig::default()).await
         {
             return Err(tx.fail(self, e).await);
         }
-        let mut metadata = CommitMetadata { operation_type: Some(op.hudi_name().to_string()), ..Default::default() };
+        let mut metadata = CommitMetadata {
+            operation_type: Some(op.hudi_name().to_string()),
+            extra_metadata: extra.clone(),
+            ..Default::default()
+        };
         let schema = self.written_schema(&parts).and_then(|s| metadata.set_schema(&s, &self.config().name));
         if let Err(e) = schema {
             return Err(tx.fail(self, e).await);
@@ -590,6 +610,18 @@ fn dedup(input: Incoming) -> Result<Incoming> {
         partitions: Partitions { paths: input.partitions.paths.clone(), ids },
         ordering: input.ordering.as_ref().map(|o| take(o.as_ref())).transpose()?,
     })
+}
+
+/// Refuses extra metadata under the keys the commit's schema is recorded at.
+fn check_extra_metadata(extra: &BTreeMap<String, String>) -> Result<()> {
+    let reserved = [CommitMetadata::SCHEMA_KEY, crate::schema::internal::LATEST_SCHEMA_KEY];
+    match extra.keys().find(|k| reserved.contains(&k.as_str()) || k.is_empty()) {
+        Some(k) => Err(Error::invalid_arg(
+            "extra_metadata",
+            format!("`{k}` is where the commit records the table's schema; choose another key"),
+        )),
+        None => Ok(()),
+    }
 }
 
 fn downcast_str(a: ArrayRef) -> Result<StringArray> {

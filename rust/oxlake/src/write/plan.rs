@@ -42,6 +42,9 @@ pub struct WriteConfig {
     pub conflict_retries: u32,
     /// Whether the write may evolve the table's schema (see [`crate::schema::evolve`]).
     pub schema_mode: crate::schema::evolve::SchemaMode,
+    /// Recorded in the commit's `extraMetadata` (a streaming sink's checkpoint, a job's name);
+    /// the keys oxlake and Apache Hudi keep the schema under are refused.
+    pub extra_metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
@@ -77,6 +80,7 @@ impl Default for WriteConfig {
             task: TaskId::ALONE,
             conflict_retries: 0,
             schema_mode: crate::schema::evolve::SchemaMode::Strict,
+            extra_metadata: std::collections::BTreeMap::new(),
         }
     }
 }

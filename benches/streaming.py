@@ -1,0 +1,95 @@
+"""A stream's long run: many micro-batches of a small upsert into one merge-on-read table, each
+committed as a streaming sink commits it (the batch id recorded as Apache Hudi's streaming
+checkpoint, the last one looked up first), with inline compaction and archival and the metadata
+table kept in step. Prints, per block of batches, the mean time of a batch and the number of files
+under `.hoodie/`: both should stay flat as commits accumulate.
+
+    python benches/streaming.py --batches 2000 --rows 200 [--s3]
+
+Spark's own overhead per micro-batch (planning, tasks) is left out: it does not depend on the
+table. `tests/test_streaming.py` runs the same commits through Spark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import oxlake
+import oxlake.spark
+import pyarrow as pa
+
+SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
+
+
+def hoodie_files(root: Path) -> int:
+    return sum(1 for p in (root / ".hoodie").rglob("*") if p.is_file())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=2000)
+    ap.add_argument("--rows", type=int, default=200, help="rows per micro-batch")
+    ap.add_argument("--keys", type=int, default=100_000, help="distinct keys the stream updates")
+    ap.add_argument("--block", type=int, default=100, help="batches per line of the report")
+    ap.add_argument("--metadata", action=argparse.BooleanOptionalAction, default=True)
+    args = ap.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="oxlake-stream-")) / "t"
+    try:
+        t = oxlake.create_table(
+            str(root),
+            SCHEMA,
+            record_key="id",
+            partition_by=["city"],
+            ordering_field="ts",
+            table_type="merge_on_read",
+            inline_compaction=10,
+        )
+        if args.metadata:
+            t.build_metadata()
+        cities = ["sf", "nyc", "chennai", "são paulo"]
+        times: list[float] = []
+        print(f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'.hoodie files':>14} {'active instants':>16}")
+        for batch in range(args.batches):
+            ids = [(batch * args.rows + i * 7919) % args.keys for i in range(args.rows)]
+            data = pa.table(
+                {
+                    "id": pa.array(ids, pa.int64()),
+                    "city": [cities[i % len(cities)] for i in ids],
+                    "ts": pa.array([batch] * len(ids), pa.int64()),
+                    "v": [f"b{batch}"] * len(ids),
+                },
+                schema=SCHEMA,
+            )
+            started = time.perf_counter()
+            done = oxlake.spark.committed_batch(t)
+            assert done is None or done < batch
+            checkpoint = {oxlake.spark.SINK_CHECKPOINT_KEY: json.dumps({"default_single_writer": str(batch)})}
+            t.upsert(data, extra_metadata=checkpoint)
+            times.append(time.perf_counter() - started)
+            if (batch + 1) % args.block == 0:
+                block = times[-args.block :]
+                p95 = statistics.quantiles(block, n=20)[18]
+                active = len(t.timeline())
+                print(
+                    f"{batch + 1:>8} {1000 * statistics.mean(block):>9.1f} {1000 * p95:>7.1f} "
+                    f"{hoodie_files(root):>14} {active:>16}",
+                    flush=True,
+                )
+        report = t.validate() if args.metadata else None
+        print(f"validate: {'ok' if report is None or report.ok else report}")
+        print(f"rows: {t.to_arrow(columns=['id']).num_rows:,}")
+    finally:
+        if not os.environ.get("KEEP"):
+            shutil.rmtree(root.parent, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

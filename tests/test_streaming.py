@@ -1,0 +1,364 @@
+"""Spark Structured Streaming: oxlake as an exactly-once sink (the `oxlake` data source's stream
+writer, and `foreachBatch` with `oxlake.spark.write_batch`) and as a change-stream source
+(`readStream.format("oxlake")`), on a real Spark session (`local[2]`) whose session time zone is
+not UTC; and Spark's types, timestamps included, through every write path.
+
+A batch replayed after a failure is made the way Spark makes one: the query's last entry under
+`<checkpoint>/commits/` is removed (as if the driver died after the table's commit, before
+Spark's), and the query restarted from its checkpoint runs that batch again."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import oxlake
+import oxlake.spark
+import pyarrow as pa
+import pytest
+from conftest import hudi_read
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import types as T  # noqa: E402
+
+ZONE = "America/Los_Angeles"
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("oxlake-streaming-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", ZONE)
+        .config("spark.driver.memory", "1g")
+        .getOrCreate()
+    )
+    if hasattr(session, "dataSource"):
+        oxlake.spark.register(session)
+    yield session
+    session.stop()
+
+
+needs_streaming_source = pytest.mark.skipif(
+    pyspark.__version__ < "4.1", reason="Python streaming data sources with Arrow writers need Spark 4.1"
+)
+
+EVENT = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("city", T.StringType(), True),
+        T.StructField("ts", T.LongType(), True),
+        T.StructField("v", T.StringType(), True),
+    ]
+)
+
+
+def drop(source: Path, name: str, rows: list[tuple[int, str, int, str]]) -> None:
+    """A new JSON file of `rows` in the file source's directory."""
+    source.mkdir(parents=True, exist_ok=True)
+    tmp = source / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps(dict(zip(EVENT.names, r, strict=True))) + "\n" for r in rows))
+    tmp.rename(source / f"{name}.json")
+
+
+def table_rows(uri: str) -> dict[int, tuple[str, int, str]]:
+    t = oxlake.Table(uri).to_arrow(columns=["id", "city", "ts", "v"])
+    return {r["id"]: (r["city"], r["ts"], r["v"]) for r in t.to_pylist()}
+
+
+def forget_last_batch(checkpoint: Path) -> int:
+    """Removes Spark's record that its last batch committed; returns that batch id."""
+    commits = sorted(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(commits[-1])).unlink()
+    (checkpoint / "commits" / f".{commits[-1]}.crc").unlink(missing_ok=True)
+    return commits[-1]
+
+
+def checkpoints_of(uri: str) -> list[int]:
+    t = oxlake.Table(uri)
+    out = []
+    for i in t.timeline():
+        if i.state == "completed" and i.action in ("commit", "deltacommit"):
+            recorded = t.extra_metadata(i.time).get(oxlake.spark.SINK_CHECKPOINT_KEY)
+            if recorded:
+                out.append(int(json.loads(recorded)[oxlake.spark.DEFAULT_CHECKPOINT_IDENTIFIER]))
+    return out
+
+
+def run_foreach_batch(spark: SparkSession, source: Path, uri: str, checkpoint: Path) -> None:
+    def sink(df: DataFrame, batch_id: int) -> None:
+        oxlake.spark.write_batch(
+            df,
+            batch_id,
+            uri,
+            record_key="id",
+            partition_by=["city"],
+            ordering_field="ts",
+            table_type="merge_on_read",
+        )
+
+    query = (
+        spark.readStream.schema(EVENT)
+        .json(str(source))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+
+
+def test_foreach_batch_writes_each_micro_batch_once(spark: SparkSession, tmp_path: Path) -> None:
+    source, uri, checkpoint = tmp_path / "in", str(tmp_path / "t"), tmp_path / "cp"
+    drop(source, "a", [(1, "sf", 1, "a1"), (2, "nyc", 1, "a2")])
+    run_foreach_batch(spark, source, uri, checkpoint)
+    drop(source, "b", [(2, "nyc", 2, "b2"), (3, "sf", 1, "b3")])
+    run_foreach_batch(spark, source, uri, checkpoint)
+    assert checkpoints_of(uri) == [0, 1]
+    # The driver died after the table's commit of batch 1, before Spark's: batch 1 runs again.
+    assert forget_last_batch(checkpoint) == 1
+    run_foreach_batch(spark, source, uri, checkpoint)
+    assert checkpoints_of(uri) == [0, 1], "the replayed batch is not committed twice"
+    expected = {1: ("sf", 1, "a1"), 2: ("nyc", 2, "b2"), 3: ("sf", 1, "b3")}
+    assert table_rows(uri) == expected
+    assert {r["id"]: r["v"] for r in hudi_read(uri).to_pylist()} == {k: v[2] for k, v in expected.items()}
+
+
+def test_write_batch_skips_a_batch_the_table_holds(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    df = spark.createDataFrame([(1, "sf", 1, "x")], EVENT)
+    first = oxlake.spark.write_batch(df, 7, uri, operation="insert", record_key="id", ordering_field="ts")
+    assert first is not None and first.instant is not None
+    assert oxlake.spark.write_batch(df, 7, uri, operation="insert") is None
+    assert oxlake.spark.write_batch(df, 3, uri, operation="insert") is None
+    # Another query, named apart, writes its own batch 7.
+    other = oxlake.spark.write_batch(df, 7, uri, operation="upsert", checkpoint_identifier="other")
+    assert other is not None
+    t = oxlake.Table(uri)
+    assert (
+        t.extra_metadata(first.instant)[oxlake.spark.SINK_CHECKPOINT_KEY] == '{"default_single_writer": "7"}'
+    )
+    assert oxlake.spark.committed_batch(t) == 7 and oxlake.spark.committed_batch(t, "other") == 7
+    assert oxlake.spark.committed_batch(t, "nobody") is None
+    assert t.to_arrow().num_rows == 1
+
+
+def test_extra_metadata_cannot_replace_the_schema(tmp_path: Path) -> None:
+    t = oxlake.create_table(str(tmp_path / "t"), pa.schema([("id", pa.int64())]), record_key="id")
+    with pytest.raises(oxlake.InvalidArgumentError, match="schema"):
+        t.insert(pa.table({"id": [1]}), extra_metadata={"schema": "{}"})
+    assert t.timeline() == [] or all(i.state == "completed" for i in t.timeline())
+    assert t.to_arrow().num_rows == 0
+    r = t.insert(pa.table({"id": [1]}), extra_metadata={"job": "nightly", "√ %/": "ünï"})
+    assert r.instant is not None
+    meta = t.extra_metadata(r.instant)
+    assert meta["job"] == "nightly" and meta["√ %/"] == "ünï" and "schema" in meta
+
+
+def run_sink(spark: SparkSession, source: Path, uri: str, checkpoint: Path) -> None:
+    query = (
+        spark.readStream.schema(EVENT)
+        .json(str(source))
+        .writeStream.format("oxlake")
+        .option("record_key", "id")
+        .option("partition_by", "city")
+        .option("ordering_field", "ts")
+        .option("operation", "upsert")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(uri)
+    )
+    query.awaitTermination(120)
+    assert query.exception() is None
+
+
+@needs_streaming_source
+def test_the_stream_sink_commits_each_micro_batch_once(spark: SparkSession, tmp_path: Path) -> None:
+    source, uri, checkpoint = tmp_path / "in", str(tmp_path / "t"), tmp_path / "cp"
+    drop(source, "a", [(1, "sf", 1, "a1"), (2, "nyc", 1, "a2")])
+    run_sink(spark, source, uri, checkpoint)
+    drop(source, "b", [(2, "nyc", 2, "b2"), (3, "sf", 1, "b3"), (1, "sf", 0, "stale")])
+    run_sink(spark, source, uri, checkpoint)
+    assert checkpoints_of(uri) == [0, 1]
+    assert forget_last_batch(checkpoint) == 1
+    run_sink(spark, source, uri, checkpoint)
+    assert checkpoints_of(uri) == [0, 1]
+    expected = {1: ("sf", 1, "a1"), 2: ("nyc", 2, "b2"), 3: ("sf", 1, "b3")}
+    assert table_rows(uri) == expected
+    assert {r["id"]: r["v"] for r in hudi_read(uri).to_pylist()} == {k: v[2] for k, v in expected.items()}
+
+
+@needs_streaming_source
+def test_the_stream_source_reads_each_commit_once(spark: SparkSession, tmp_path: Path) -> None:
+    """A downstream query copies the change stream of one table into another: after each run
+    the copy equals the table; `maxInstantsPerTrigger` bounds each micro-batch."""
+    uri, copy, checkpoint = str(tmp_path / "t"), str(tmp_path / "copy"), tmp_path / "cp"
+    schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
+    t = oxlake.create_table(uri, schema, record_key="id", partition_by=["city"], ordering_field="ts")
+
+    def write(rows: list[tuple[int, str, int, str]]) -> None:
+        t.upsert(pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema))
+
+    batches: list[int] = []
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        batches.append(df.count())
+        oxlake.spark.write_batch(
+            df.drop("_change_type"),
+            batch_id,
+            copy,
+            record_key="id",
+            partition_by=["city"],
+            ordering_field="ts",
+        )
+
+    def run(**options: str) -> None:
+        reader = spark.readStream.format("oxlake").option("with_meta_columns", "false")
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        # Not `availableNow`: Spark reads everything available in one batch then, whatever the
+        # source's read limit.
+        query = (
+            reader.load(uri)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(processingTime="10 milliseconds")
+            .start()
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        assert query.exception() is None
+
+    write([(1, "sf", 1, "a"), (2, "nyc", 1, "a")])
+    write([(2, "nyc", 2, "b")])
+    write([(3, "sf", 1, "c")])
+    run(maxInstantsPerTrigger="1")
+    assert table_rows(copy) == table_rows(uri)
+    write([(1, "sf", 5, "d"), (4, "la", 1, "d")])
+    run(maxInstantsPerTrigger="1")
+    assert table_rows(copy) == table_rows(uri)
+    run(maxInstantsPerTrigger="1")  # nothing new: no batch
+    assert [b for b in batches if b] == [2, 1, 1, 2]
+
+
+@needs_streaming_source
+def test_the_stream_source_refuses_a_window_a_clean_removed(spark: SparkSession, tmp_path: Path) -> None:
+    uri = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.int64())])
+    t = oxlake.create_table(uri, schema, record_key="id", ordering_field="ts")
+    first = t.upsert(pa.table({"id": [1], "ts": [0]}, schema=schema))
+    for i in range(1, 4):
+        t.upsert(pa.table({"id": [1], "ts": [i]}, schema=schema))
+    t.clean(policy="keep_latest_commits", retain=1)
+    # The window after the first commit needs the second commit's file, which the clean removed.
+    query = (
+        spark.readStream.format("oxlake")
+        .option("starting", first.completion or first.instant)
+        .option("maxInstantsPerTrigger", "1")
+        .load(uri)
+        .writeStream.format("memory")
+        .queryName("cleaned")
+        .option("checkpointLocation", str(tmp_path / "cp"))
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match="starting"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+
+
+# ---- Spark's types through every write path ------------------------------------------------
+
+TYPES = T.StructType(
+    [
+        T.StructField("id", T.LongType(), False),
+        T.StructField("flag", T.BooleanType()),
+        T.StructField("i32", T.IntegerType()),
+        T.StructField("f32", T.FloatType()),
+        T.StructField("f64", T.DoubleType()),
+        T.StructField("dec", T.DecimalType(12, 3)),
+        T.StructField("s", T.StringType()),
+        T.StructField("bin", T.BinaryType()),
+        T.StructField("day", T.DateType()),
+        T.StructField("at", T.TimestampType()),
+        T.StructField("local", T.TimestampNTZType()),
+        T.StructField("tags", T.ArrayType(T.IntegerType())),
+        T.StructField(
+            "inner",
+            T.StructType([T.StructField("n", T.IntegerType()), T.StructField("at", T.TimestampType())]),
+        ),
+    ]
+)
+
+
+def typed_rows() -> list[tuple]:
+    # Wall-clock values in the session's zone, one of them in the hour daylight saving repeats.
+    at = datetime.datetime(2026, 11, 1, 1, 30, 15, 123456)
+    local = datetime.datetime(2026, 3, 8, 2, 30, 0, 1)
+    return [
+        (
+            i,
+            i % 2 == 0,
+            i,
+            1.5,
+            2.25,
+            decimal.Decimal("123456789.125"),
+            f"s√{i}",
+            b"\x00\xff",
+            datetime.date(2026, 2, 28),
+            at + datetime.timedelta(hours=i),
+            local,
+            [1, None, 3],
+            (i, at),
+        )
+        for i in range(3)
+    ]
+
+
+@pytest.mark.parametrize("path", ["write", "data_source"])
+def test_every_spark_type_round_trips_in_the_session_time_zone(
+    spark: SparkSession, tmp_path: Path, path: str
+) -> None:
+    """`oxlake.spark.write` and `df.write.format("oxlake")` took no timestamp column (PySpark's
+    `to_arrow_schema` asserted a time zone); timestamps are the instants Spark holds."""
+    uri = str(tmp_path / "t")
+    df = spark.createDataFrame(typed_rows(), TYPES)
+    if path == "write":
+        oxlake.spark.write(df, uri, "insert", record_key="id")
+    else:
+        if not hasattr(spark, "dataSource"):
+            pytest.skip("Python data sources need Spark 4")
+        df.write.format("oxlake").option("record_key", "id").option("operation", "insert").mode(
+            "append"
+        ).save(uri)
+    back = oxlake.spark.read(spark, uri, with_meta_columns=False)
+    assert sorted(back.collect(), key=lambda r: r["id"]) == sorted(df.collect(), key=lambda r: r["id"])
+    # The stored values are the instants Spark holds (microseconds since the epoch), and the
+    # wall-clock values of timestamps without a zone.
+    stored = oxlake.Table(uri).to_arrow(columns=["id", "at", "local"]).sort_by("id")
+    held = df.selectExpr("unix_micros(at) AS at", "CAST(local AS STRING) AS local").orderBy("id").collect()
+    assert stored.column("at").type == pa.timestamp("us", "UTC")
+    assert stored.column("at").cast(pa.int64()).to_pylist() == [r["at"] for r in held]
+    assert [str(v) for v in stored.column("local").to_pylist()] == [r["local"] for r in held]
+    # Read back by Spark in another session time zone: the same instants.
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Kolkata")
+    try:
+        again = oxlake.spark.read(spark, uri, with_meta_columns=False).selectExpr("unix_micros(at) AS at")
+        assert sorted(r["at"] for r in again.collect()) == sorted(r["at"] for r in held)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", ZONE)
+    shutil.rmtree(uri)
