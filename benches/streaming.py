@@ -4,7 +4,7 @@ checkpoint, the last one looked up first), with inline compaction and archival a
 table kept in step. Prints, per block of batches, the mean time of a batch and the number of files
 under `.hoodie/`: both should stay flat as commits accumulate.
 
-    python benches/streaming.py --batches 2000 --rows 200 [--s3]
+    python benches/streaming.py --batches 2000 --rows 200 [--keys N] [--table-type copy_on_write]
 
 Spark's own overhead per micro-batch (planning, tasks) is left out: it does not depend on the
 table. `tests/test_streaming.py` runs the same commits through Spark.
@@ -39,6 +39,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100_000, help="distinct keys the stream updates")
     ap.add_argument("--block", type=int, default=100, help="batches per line of the report")
     ap.add_argument("--metadata", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--table-type", default="merge_on_read", choices=["merge_on_read", "copy_on_write"])
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="oxlake-stream-")) / "t"
@@ -49,8 +50,8 @@ def main() -> None:
             record_key="id",
             partition_by=["city"],
             ordering_field="ts",
-            table_type="merge_on_read",
-            inline_compaction=10,
+            table_type=args.table_type,
+            inline_compaction=10 if args.table_type == "merge_on_read" else None,
         )
         if args.metadata:
             t.build_metadata()

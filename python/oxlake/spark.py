@@ -261,6 +261,9 @@ def write_batch(
     except _native.TableNotFoundError:
         table = None
     if table is not None:
+        # An earlier attempt at this batch whose driver died after deciding to commit is
+        # completed (or rolled back) first, so that it is seen below.
+        table.rollback_failed()
         done = committed_batch(table, checkpoint_identifier)
         if done is not None and batch_id <= done:
             return None
@@ -275,35 +278,48 @@ def committed_batch(table: Table, identifier: str = DEFAULT_CHECKPOINT_IDENTIFIE
     for instant in reversed(table.timeline()):
         if instant.state != "completed" or instant.action not in ("commit", "deltacommit", "replacecommit"):
             continue
-        recorded = table.extra_metadata(instant.time).get(SINK_CHECKPOINT_KEY)
+        try:
+            recorded = table.extra_metadata(instant.time).get(SINK_CHECKPOINT_KEY)
+        except _native.InvalidArgumentError:
+            continue  # archived since the timeline was listed: older than what is left to look at
         if not recorded:
             continue
         try:
             batches = json.loads(recorded)
-        except ValueError:
+            if isinstance(batches, dict) and identifier in batches:
+                return int(batches[identifier])
+        except (ValueError, TypeError):
             raise _native.CorruptTableError(
-                f"commit {instant.time}: {SINK_CHECKPOINT_KEY} is not JSON: {recorded[:80]!r}"
+                f"commit {instant.time}: {SINK_CHECKPOINT_KEY} is not a JSON object of batch ids: "
+                f"{recorded[:80]!r}"
             ) from None
-        if isinstance(batches, dict) and identifier in batches:
-            return int(batches[identifier])
     return None
 
 
 def _arrow_schema_of(schema: StructType) -> pa.Schema:
     """The Arrow schema of a Spark schema, timestamps with a time zone in UTC (the instants
     they are; Spark hands them over in its session time zone, converted by `_from_spark`)."""
+    import inspect
+
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    return to_arrow_schema(schema, timezone="UTC", prefers_large_types=False)
+    # Spark 4.2 asks for the time zone of timestamps; earlier versions take UTC themselves.
+    takes_zone = "timezone" in inspect.signature(to_arrow_schema).parameters
+    try:
+        converted = to_arrow_schema(schema, timezone="UTC") if takes_zone else to_arrow_schema(schema)
+    except (TypeError, ValueError) as e:  # a Spark type Arrow cannot hold (intervals, ...)
+        raise _native.SchemaMismatchError(f"cannot write Spark schema {schema.simpleString()}: {e}") from None
+    return pa.schema([f.with_type(_normal(f.type)) for f in converted])
 
 
 def _from_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
     """Spark's Arrow batches as one table of `schema` (from `_arrow_schema_of`): the time zone of
-    timestamps is the session's, relabelled UTC (the same instants); nothing else changes."""
+    timestamps is the session's, relabelled UTC (the same instants), and large types become
+    regular ones (`_normal`); nothing else changes."""
     out = []
     for batch in batches:
         if batch.schema != schema:
-            if [_utc(t) for t in batch.schema.types] != schema.types or batch.schema.names != schema.names:
+            if [_normal(t) for t in batch.schema.types] != schema.types or batch.schema.names != schema.names:
                 raise _native.SchemaMismatchError(f"Spark handed over {batch.schema}, expected {schema}")
             batch = pa.RecordBatch.from_arrays(
                 [c.cast(t) if c.type != t else c for c, t in zip(batch.columns, schema.types, strict=True)],
@@ -313,18 +329,24 @@ def _from_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Tabl
     return pa.Table.from_batches(out, schema=schema)
 
 
-def _utc(t: pa.DataType) -> pa.DataType:
-    """`t` with every timestamp that has a time zone in UTC (nested ones too)."""
+def _normal(t: pa.DataType) -> pa.DataType:
+    """`t` as oxlake takes it from Spark, nested types too: timestamps with a time zone in UTC
+    (the same instants), large strings, binaries and lists as regular ones (Spark's
+    `useLargeVarTypes`; the values are the same)."""
     if pa.types.is_timestamp(t) and t.tz is not None:
         return pa.timestamp(t.unit, "UTC")
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_utc(f.type)) for f in t])
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_utc(t.value_type)))
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_utc(t.value_type)))
+        return pa.struct([f.with_type(_normal(f.type)) for f in t])
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_normal(t.value_type)))
     if pa.types.is_map(t):
-        return pa.map_(t.key_field.with_type(_utc(t.key_type)), t.item_field.with_type(_utc(t.item_type)))
+        return pa.map_(
+            t.key_field.with_type(_normal(t.key_type)), t.item_field.with_type(_normal(t.item_type))
+        )
     return t
 
 
@@ -387,4 +409,7 @@ def _open_or_create(
             raise _native.InvalidArgumentError(
                 f"no table at {uri}: give record_key (and partition_by, ordering_field, ...) to create it"
             ) from None
-        return create_table(uri, schema, storage_options=storage_options, **create_options)
+        try:
+            return create_table(uri, schema, storage_options=storage_options, **create_options)
+        except _native.TableExistsError:
+            return Table(uri, storage_options)  # another writer created it meanwhile

@@ -278,9 +278,14 @@ class OxlakeStreamWriter(_StreamWriterBase):
     checkpoint); a batch the table already holds, replayed after a failure, is skipped.
 
     Spark's Python streaming sink gives the driver's commit no way to reach the tasks before
-    they write, so the tasks hand their rows to the driver (Arrow IPC) and the driver writes
-    them natively as one commit: a micro-batch must fit the driver's memory. For micro-batches
-    larger than that, `foreachBatch` with `oxlake.spark.write_batch` writes on the executors."""
+    they write, so the tasks hand their rows to the driver (Arrow IPC, one message per task:
+    under 2 GiB each) and the driver writes them natively as one commit: a micro-batch must fit
+    the driver's memory. For micro-batches larger than that, `foreachBatch` with
+    `oxlake.spark.write_batch` writes on the executors. A write that conflicts with another
+    writer is written again up to `conflict_retries` times (3). Batch ids are Spark's: a query
+    restarted with a new checkpoint location numbers from 0 again, so give it a new
+    `checkpoint_identifier` too (a batch id the table already holds under the identifier is
+    skipped)."""
 
     def __init__(self, opts: _Options, schema: StructType, overwrite: bool) -> None:
         if overwrite:
@@ -304,6 +309,9 @@ class OxlakeStreamWriter(_StreamWriterBase):
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         table = self.opts.table()
+        # An earlier attempt whose driver died after deciding to commit is completed (or rolled
+        # back) first, so that the check below sees it.
+        table.rollback_failed()
         done = committed_batch(table, self.identifier)
         if done is not None and batchId <= done:
             return  # committed before a failure kept Spark from recording it
@@ -314,7 +322,10 @@ class OxlakeStreamWriter(_StreamWriterBase):
             self.operation,
             data,
             self.opts.int("target_file_size", None),
-            0,
+            # A conflict with another writer: the batch is planned and written again.
+            (self.opts.int("conflict_retries", 3) or 0)
+            if self.operation in ("insert", "upsert", "delete")
+            else 0,
             self.opts.get("schema_mode"),
             checkpoint,
         )
@@ -329,16 +340,20 @@ class OxlakeStreamReader(DataSourceStreamReader):
     micro-batch is the incremental query (option `query`: `incremental`, the default, or
     `changes`) between two offsets, read natively in splits on the executors.
 
-    Options: `starting` (`earliest`, the default; `latest`; or an instant time: what committed
-    after it), `maxInstantsPerTrigger` (commits per micro-batch), and those of the batch read
-    (`columns`, `filter`, `with_meta_columns`, `batch_size`, `split_bytes`). A window reaching
+    Options: `starting` (`earliest`, the default: the table as it is, then each commit after;
+    `latest`; or a window bound, what committed after it: a completion time on versions 8 and
+    9), `maxInstantsPerTrigger` (commits per micro-batch after the first; Spark 4.2 passes it as
+    its files limit; `availableNow` triggers read all there is in one batch), and those of the
+    batch read (`columns`, `filter`, `with_meta_columns`, `batch_size`, `split_bytes`). The
+    columns are those of the query's start: a column added later is not read. A window reaching
     commits whose files a clean removed is an error naming `starting`, never rows silently
-    missing."""
+    missing. Offsets name the kind of their bound, so a stream goes on across `Table.upgrade`."""
 
     def __init__(self, opts: _Options, columns: list[str] | None, schema: pa.Schema) -> None:
         self.opts = opts
-        self.columns = columns
         self.schema = schema
+        # Always the columns of the start: a column added meanwhile would not match the schema.
+        self.columns = columns if columns is not None else list(schema.names)
         self.query = opts.get("query") or "incremental"
         if self.query not in ("incremental", "changes"):
             raise _native.InvalidArgumentError(
@@ -347,74 +362,106 @@ class OxlakeStreamReader(DataSourceStreamReader):
         self.max_instants = opts.int("maxInstantsPerTrigger", None)
         if self.max_instants is not None and self.max_instants < 1:
             raise _native.InvalidArgumentError("maxInstantsPerTrigger must be at least 1")
+        self._last: dict[str, Any] | None = None
 
-    def _bounds(self) -> list[str]:
-        """The window bounds of the completed commits, in order."""
-        table = self.opts.table()
+    def _state(self) -> tuple[list[tuple[str, str]], str]:
+        """The completed commits a micro-batch may take, as (requested time, window bound) in
+        bound order, and the kind of bound the table uses (`requested` or `completion`).
+
+        On a version 6 table, bounds are requested times: a write still pending would complete
+        below bounds already handed out and be skipped for ever, so none at or past the
+        earliest pending write is offered until it settles. On versions 8 and 9 a pending write
+        completes after every completion time there is."""
+        timeline = self.opts.table().timeline()
         data = ("commit", "deltacommit", "replacecommit")
-        return sorted(
-            i.completion or i.time for i in table.timeline() if i.state == "completed" and i.action in data
+        done = [i for i in timeline if i.state == "completed" and i.action in data]
+        by = "completion" if any(i.completion is not None for i in done) else "requested"
+        commits = sorted(((i.time, i.completion or i.time) for i in done), key=lambda c: c[1])
+        pending = [i.time for i in timeline if i.state != "completed" and i.action in data]
+        if by == "requested" and pending:
+            commits = [c for c in commits if c[1] < min(pending)]
+        return commits, by
+
+    @staticmethod
+    def _bound(offset: dict[str, Any], commits: list[tuple[str, str]], by: str) -> str | None:
+        """The bound of `offset` in the table's kind of bound: an offset of requested times
+        taken before an upgrade to version 8 is the latest completion of the commits it covered."""
+        bound = offset.get("bound")
+        if bound is None or offset.get("by", by) == by:
+            return bound
+        if by == "completion":
+            covered = [c for t, c in commits if t <= bound]
+            return max(covered) if covered else bound
+        raise _native.InvalidArgumentError(
+            f"the stream's offset {bound} is a completion time, and the table now windows by requested time"
         )
 
     def initialOffset(self) -> dict[str, Any]:  # noqa: N802
+        commits, by = self._state()
         starting = self.opts.get("starting") or "earliest"
         if starting == "earliest":
-            return {"bound": None}
+            return {"bound": None, "by": by}
         if starting == "latest":
-            bounds = self._bounds()
-            return {"bound": bounds[-1] if bounds else None}
+            return {"bound": commits[-1][1] if commits else None, "by": by}
         if not (starting.isdigit() and len(starting) in (14, 17)):
             raise _native.InvalidArgumentError(
                 "option starting: expected earliest, latest or an instant time "
                 f"(yyyyMMddHHmmssSSS), got {starting!r}"
             )
-        return {"bound": starting}
+        return {"bound": starting, "by": by}
 
-    def getDefaultReadLimit(self) -> Any:  # noqa: N802
+    def getDefaultReadLimit(self) -> Any:  # noqa: N802 (Spark 4.2 and later)
         # Spark's limits count rows, files or bytes; its files limit carries the commits.
         from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxFiles
 
         return ReadAllAvailable() if self.max_instants is None else ReadMaxFiles(self.max_instants)
 
-    def latestOffset(self, start: dict[str, Any], limit: Any) -> dict[str, Any]:  # noqa: N802
-        from pyspark.sql.streaming.datasource import ReadMaxFiles
-
-        after = start.get("bound")
-        newer = [b for b in self._bounds() if after is None or b > after]
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:  # noqa: N802
+        commits, by = self._state()
+        if start is None:  # Spark 4.1 and earlier: no start, no limit
+            start, most = self._last or self.initialOffset(), self.max_instants
+        else:
+            most = getattr(limit, "max_files", None)
+        after = self._bound(start, commits, by)
+        newer = [c for _, c in commits if after is None or c > after]
         if not newer:
             return start
-        if isinstance(limit, ReadMaxFiles):
-            newer = newer[: max(limit.max_files, 1)]
-        return {"bound": newer[-1]}
+        # The first micro-batch from `earliest` is the table as it is (the window from the
+        # beginning needs no older file); each later one is at most `most` commits.
+        if most is not None and after is not None:
+            newer = newer[: max(int(most), 1)]
+        self._last = {"bound": newer[-1], "by": by}
+        return self._last
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         o = self.opts
+        commits, by = self._state()
+        first, last = self._bound(start, commits, by), self._bound(end, commits, by)
         try:
             splits = o.table().splits(
                 self.columns,
                 o.get("filter"),
                 None,
                 self.query,
-                start.get("bound"),
-                end.get("bound"),
+                first,
+                last,
                 target_bytes=o.int("split_bytes", DEFAULT_SPLIT_BYTES) or DEFAULT_SPLIT_BYTES,
             )
         except _native.InvalidArgumentError as e:
             if "no longer readable" not in str(e):
                 raise
             raise _native.InvalidArgumentError(
-                f"the stream's next window ({start.get('bound')}, {end.get('bound')}] reaches commits "
-                f"a clean removed ({e}); restart the query with a new checkpoint and option starting "
-                "set to 'latest' or a later instant to skip ahead"
+                f"the stream's next window ({first}, {last}] reaches commits a clean removed ({e}); "
+                "restart the query with a new checkpoint and option starting set to 'latest' or a "
+                "later instant to skip ahead"
             ) from None
         return [_SplitPartition(s.data) for s in splits]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, _SplitPartition)
         batch_size = self.opts.int("batch_size", 65536)
-        scan = self.opts.table().scan_split(
-            Split(partition.data, 0, 0), self.columns, self.opts.get("filter"), batch_size
-        )
+        split = Split(partition.data, 0, 0)
+        scan = self.opts.table().scan_split(split, self.columns, self.opts.get("filter"), batch_size)
         yield from _as_spark(iter(scan), self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
