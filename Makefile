@@ -37,7 +37,7 @@ $(SPARK35)/.ready:
 
 spark35-test: develop $(SPARK35)/.ready
 	PYTHONPATH=$(CURDIR)/python PYSPARK_PYTHON=$(CURDIR)/$(SPARK35)/bin/python \
-		$(SPARK35)/bin/python -m pytest -q -p no:cacheprovider tests/test_spark.py
+		$(SPARK35)/bin/python -m pytest -q -p no:cacheprovider tests/test_spark.py tests/test_streaming.py
 
 # The stress suite at the sizes of the issue (tests/stress/README.md): long, outside the default run.
 stress-long: develop

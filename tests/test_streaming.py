@@ -50,6 +50,7 @@ def spark() -> Iterator[SparkSession]:
 
 
 SPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
+needs_data_source = pytest.mark.skipif(SPARK < (4, 0), reason="Python data sources need Spark 4")
 needs_streaming_source = pytest.mark.skipif(
     SPARK < (4, 1), reason="Python streaming data sources with Arrow writers need Spark 4.1"
 )
@@ -368,6 +369,7 @@ def test_every_spark_type_round_trips_in_the_session_time_zone(
     shutil.rmtree(uri)
 
 
+@needs_data_source
 @pytest.mark.parametrize("version", [6, 8])
 def test_the_stream_source_never_passes_a_write_that_completes_late(tmp_path: Path, version: int) -> None:
     """A write that began before another and commits after it: on version 6 its window bound
@@ -408,6 +410,7 @@ def test_the_stream_source_never_passes_a_write_that_completes_late(tmp_path: Pa
     assert reader.latestOffset(second, None) == second
 
 
+@needs_data_source
 def test_the_stream_source_goes_on_across_an_upgrade_to_version_8(tmp_path: Path) -> None:
     """An offset taken on a version 6 table (a requested time) stays valid after `upgrade(8)`,
     whose windows are completion times: nothing is read twice, nothing skipped."""
