@@ -343,9 +343,21 @@ impl Table {
             .iter()
             .flat_map(|s| s.base.iter().map(|b| b.path.as_str()).chain(s.logs.iter().map(|l| l.path.as_str())))
             .collect();
-        let stats = if has_stats { mdt.column_stats().await? } else { HashMap::new() };
         let uses_keys = predicate.literal_columns().iter().any(|c| key_columns.contains(c));
-        let blooms = if has_blooms && uses_keys { mdt.bloom_filters(&paths).await? } else { HashMap::new() };
+        let read = async {
+            let stats = if has_stats { mdt.column_stats().await? } else { HashMap::new() };
+            let blooms = if has_blooms && uses_keys { mdt.bloom_filters(&paths).await? } else { HashMap::new() };
+            Ok::<_, Error>((stats, blooms))
+        };
+        // The indexes only narrow the read: unreadable (a slow reader's snapshot of them compacted
+        // and removed meanwhile, a damaged file), every slice is read.
+        let (stats, blooms) = match read.await {
+            Ok(read) => read,
+            Err(e) => {
+                log::warn!("{}: metadata table unreadable ({e}); reading every file slice", self.uri());
+                return Ok(slices);
+            }
+        };
         // Column stats are kept by column name: a file older than the latest schema version
         // may hold a renamed or dropped column under a name the table now gives another one.
         let current = |path: &str| {

@@ -29,7 +29,8 @@ use parquet::file::metadata::PageIndexPolicy;
 use super::entries::{record_key_of, record_schema, strings};
 use super::{Index, MetadataTable, shard};
 use crate::error::{Error, Result};
-use crate::log::{Admission, LogContent};
+use crate::format::file_name::LogFileName;
+use crate::log::{Admission, CommittedLogs, LogContent};
 use crate::storage::ParquetFile;
 use crate::table::fs_view::FileSlice;
 
@@ -62,6 +63,27 @@ impl Select<'_> {
         };
         keys.range(min.to_string()..).next().is_some_and(|k| k.as_str() <= max)
     }
+}
+
+/// Fails if a log file that a completed deltacommit up to `upper` wrote into `slice` is not
+/// there: the index would answer without its records (a key it holds read as absent) without a
+/// word.
+fn check_logs_present(committed: &CommittedLogs, slice: &FileSlice, upper: &str) -> Result<()> {
+    let Some(base) = &slice.base else { return Ok(()) };
+    for (path, c) in committed.iter() {
+        if c.file_id != base.name.file_id || c.instant.as_str() > upper || slice.logs.iter().any(|l| &l.path == path) {
+            continue;
+        }
+        let of_slice = LogFileName::parse(path.rsplit('/').next().unwrap_or(path))
+            .is_some_and(|name| name.file_id == base.name.file_id && name.instant == base.name.instant);
+        if of_slice {
+            return Err(Error::corrupt(
+                path,
+                format!("missing: completed instant {} wrote {} bytes into this log file", c.instant, c.end),
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl MetadataTable {
@@ -109,10 +131,11 @@ impl MetadataTable {
             batches.extend(self.read_base(base, select).await.map_err(|e| e.in_file(path))?);
         }
         let Some(upper) = self.upper.clone() else { return Ok(batches) };
+        let admission = Admission::new(upper, Arc::new(self.table.timeline().clone()));
+        check_logs_present(&*admission.committed(self.table.storage()).await?, slice, &admission.upper)?;
         if slice.logs.is_empty() {
             return Ok(batches);
         }
-        let admission = Admission::new(upper, Arc::new(self.table.timeline().clone()));
         let content =
             crate::log::read_slice(self.table.storage(), &slice.logs, &self.table.schema(), &admission, None).await?;
         // The latest version of each key: (batch, row), or None when deleted.

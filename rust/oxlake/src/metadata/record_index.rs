@@ -173,13 +173,23 @@ impl Table {
         }]);
         let opts = ScanOptions { columns, filter: Some(filter.clone()), ..ScanOptions::default() };
         let mut plan = self.plan_scan(&ScanOptions { query: QueryType::Snapshot, ..ScanOptions::default() }).await?;
-        match self.fresh_metadata_table().await {
-            Some(mdt) if mdt.has(Index::RecordIndex) => {
-                let groups: HashSet<FileGroupId> =
-                    mdt.locate(&record_keys).await?.into_iter().map(|((_, p), f)| (p, f)).collect();
+        let located = match self.fresh_metadata_table().await {
+            Some(mdt) if mdt.has(Index::RecordIndex) => match mdt.locate(&record_keys).await {
+                Ok(located) => Some(located),
+                // The index only narrows the read (see `prune_by_indexes`).
+                Err(e) => {
+                    log::warn!("{}: record index unreadable ({e}); reading every file slice", self.uri());
+                    None
+                }
+            },
+            _ => None,
+        };
+        match located {
+            Some(located) => {
+                let groups: HashSet<FileGroupId> = located.into_iter().map(|((_, p), f)| (p, f)).collect();
                 plan.slices.retain(|s| groups.contains(&s.group_id()));
             }
-            _ => plan.slices = self.prune_by_indexes(std::mem::take(&mut plan.slices), &filter).await?,
+            None => plan.slices = self.prune_by_indexes(std::mem::take(&mut plan.slices), &filter).await?,
         }
         self.scan_split(Split::Scan(plan), &opts).await
     }

@@ -344,11 +344,18 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
     metadata.compacted = true;
     for index in current.indexes() {
         for shard in 0..current.shards(index) {
-            let written = match compacted_shard(current, index, shard).await {
-                Ok(batch) => super::entries::write_base(&mdt, &time, index, shard, &[batch]).await,
-                Err(e) => Err(e),
+            let batch = match compacted_shard(current, index, shard).await {
+                Ok(batch) => batch,
+                // The slices `current` saw were compacted and removed by other writers since it was
+                // opened (a writer stalled that long), or are damaged: this compaction gives way,
+                // and the write goes on (its deltacommit goes into the latest slice).
+                Err(e) => {
+                    let e = tx.fail(&mut mdt, e).await;
+                    log::warn!("{}: metadata compaction at {time} gave way: {e}", data.uri());
+                    return drop_plan(&mdt, &time).await;
+                }
             };
-            match written {
+            match super::entries::write_base(&mdt, &time, index, shard, &[batch]).await {
                 Ok(stat) => metadata.partition_to_write_stats.entry(index.name().to_string()).or_default().push(stat),
                 Err(e) => return Err(tx.fail(&mut mdt, e).await),
             }
@@ -578,6 +585,77 @@ mod tests {
         // The metadata table listed after another writer's commit completed, the data timeline
         // before: its records are not read (not completed on that timeline), and would be lost.
         a_compaction_beside_a_commit_gives_way(false).await;
+    }
+
+    #[tokio::test]
+    async fn a_metadata_compaction_whose_snapshot_was_compacted_away_gives_way() {
+        // Found by the stress test (writers frozen past their heartbeat): a writer stalled long
+        // enough for two compactions by others, which removed the slices its snapshot of the
+        // metadata table names; its own compaction then failed its write with a storage error.
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = due_for_compaction(dir.path()).await;
+        let stale = another(&t).await;
+        let current = stale.metadata_table().await.unwrap().unwrap();
+        // One commit the writer's snapshot lacks (a write in flight keeps it from compacting).
+        let mut holder = another(&t).await;
+        let in_flight = holder.begin_write(WriteOperation::Insert).await.unwrap();
+        t.write(WriteOperation::Insert, vec![by_parity(&[100])], &WriteConfig::default()).await.unwrap();
+        in_flight.abort(&mut holder).await.unwrap();
+        // Two compactions by others: the second removes the slices `current` reads.
+        for i in 0..=COMPACT_AFTER_LOGS as i64 {
+            t.write(WriteOperation::Insert, vec![by_parity(&[200 + 2 * i])], &WriteConfig::default()).await.unwrap();
+        }
+        let mut mdt = Table::open(&metadata_uri(&t), t.options().bare()).await.unwrap();
+        let compactions = |mdt: &Table| mdt.timeline().instants().iter().filter(|i| i.action == Action::Commit).count();
+        assert_eq!(compactions(&mdt), 2);
+        let read = current.view.groups().flat_map(|g| g.slices.values().next_back()).flat_map(|s| &s.logs);
+        let mut gone = 0;
+        for log in read {
+            gone += usize::from(mdt.storage().get_opt(&log.path).await.unwrap().is_none());
+        }
+        assert!(gone > 0, "the slices the stale snapshot reads were removed");
+        compact_if_due(&stale, &current, LATER).await.expect("the compaction gives way");
+        mdt.reload().await.unwrap();
+        assert_eq!(compactions(&mdt), 2, "no third compaction");
+        assert_eq!(mdt.timeline().pending().count(), 0, "nothing left pending");
+        t.reload().await.unwrap();
+        assert!(t.validate_metadata().await.unwrap().ok());
+    }
+
+    #[tokio::test]
+    async fn a_write_whose_index_is_unreadable_reads_the_keys_of_the_files_instead() {
+        // The metadata table narrows a write's lookup, never decides it: with the log files of its
+        // record index and bloom filters gone, an upsert still finds the keys it updates.
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), TableType::CopyOnWrite).await;
+        let config = WriteConfig::default();
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2, 3, 4])], &config).await.unwrap();
+        let mdt = Table::open(&metadata_uri(&t), t.options().bare()).await.unwrap();
+        for f in mdt.storage().list_table().await.unwrap() {
+            let index = f.path.starts_with("record_index/") || f.path.starts_with("bloom_filters/");
+            if index && f.path.contains(".log.") {
+                mdt.storage().delete(&f.path).await.unwrap();
+            }
+        }
+        t.write(WriteOperation::Upsert, vec![by_parity(&[2, 3, 5])], &config).await.unwrap();
+        let batches: Vec<RecordBatch> = t
+            .scan(&crate::read::ScanOptions::default())
+            .await
+            .unwrap()
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .map(|b| b.unwrap())
+            .collect();
+        let mut ids: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| {
+                let ids = b.column_by_name("id").unwrap();
+                ids.as_any().downcast_ref::<arrow::array::Int64Array>().unwrap().values().to_vec()
+            })
+            .collect();
+        ids.sort();
+        assert_eq!(ids, [1, 2, 3, 4, 5], "updated in place, not duplicated");
     }
 
     #[tokio::test]

@@ -316,6 +316,10 @@ type LookedUp = HashMap<String, (Vec<(BaseFile, Changes)>, Vec<u32>)>;
 /// The index lookup of a write: the record index of a fresh metadata table when it keeps one
 /// (no data file is read); else the key columns of the live files, skipping those whose bloom
 /// filters (and those of their logs) hold none of the partition's incoming keys.
+///
+/// The metadata table only narrows what is read: when reading it fails (a slow writer's snapshot
+/// of it compacted and removed meanwhile, a damaged file), the keys of every live file in the
+/// partitions written are read instead, which gives the same answer.
 async fn index_lookup(
     table: &Table,
     rows_by_partition: &BTreeMap<String, Vec<u32>>,
@@ -324,26 +328,61 @@ async fn index_lookup(
     incoming: &Arc<Incoming>,
     parallelism: usize,
 ) -> Result<LookedUp> {
-    use crate::metadata::Index;
-    let Some(mdt) = table.fresh_metadata_table().await else {
-        return lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await;
+    let answer = match table.fresh_metadata_table().await {
+        Some(mdt) => match indexed(table, &mdt, rows_by_partition, live, slice_logs, incoming).await {
+            Ok(answer) => answer,
+            Err(e) => {
+                log::warn!("{}: metadata table unreadable ({e}); reading the keys of the files written", table.uri());
+                Indexed::Unknown
+            }
+        },
+        None => Indexed::Unknown,
     };
+    match answer {
+        Indexed::Located(located) => record_index_lookup(located, rows_by_partition, live, incoming),
+        Indexed::Candidates(candidates) => {
+            lookup(table, rows_by_partition, &candidates, slice_logs, incoming, parallelism).await
+        }
+        Indexed::Unknown => lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await,
+    }
+}
+
+/// What the metadata table's indexes tell a write's lookup.
+enum Indexed {
+    /// The record index's answer: the file group of each (partition, key) it holds.
+    Located(HashMap<(String, String), String>),
+    /// The live files whose bloom filters may hold an incoming key (or that have none).
+    Candidates(HashMap<String, Vec<BaseFile>>),
+    /// Nothing: every live file of the partitions written is read.
+    Unknown,
+}
+
+/// Reads what the indexes of `mdt` tell the lookup of the incoming keys.
+async fn indexed(
+    table: &Table,
+    mdt: &crate::metadata::MetadataTable,
+    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    live: &HashMap<String, Vec<BaseFile>>,
+    slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
+    incoming: &Arc<Incoming>,
+) -> Result<Indexed> {
+    use crate::metadata::Index;
     if mdt.has(Index::RecordIndex) {
         let keys: std::collections::BTreeSet<String> =
             rows_by_partition.values().flatten().map(|&r| incoming.keys.value(r as usize).to_string()).collect();
         let located = mdt.plan_locate(&keys).await?;
         if record_index_pays(&located, rows_by_partition, live) {
-            return record_index_lookup(located.read().await?, rows_by_partition, live, incoming);
+            return Ok(Indexed::Located(located.read().await?));
         }
         log::info!(
             "{}: {} keys: reading the keys of the files written beats the record index",
             table.uri(),
             keys.len()
         );
-        return lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await;
+        return Ok(Indexed::Unknown);
     }
     if !mdt.has(Index::BloomFilters) {
-        return lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await;
+        return Ok(Indexed::Unknown);
     }
     let mut paths: Vec<&str> = Vec::new();
     for (partition, files) in live.iter().filter(|(p, _)| rows_by_partition.contains_key(*p)) {
@@ -376,7 +415,7 @@ async fn index_lookup(
             }
         }
     }
-    lookup(table, rows_by_partition, &candidates, slice_logs, incoming, parallelism).await
+    Ok(Indexed::Candidates(candidates))
 }
 
 /// An index entry costs about this many times a record key of a data file to find (a longer key,
