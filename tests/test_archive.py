@@ -179,9 +179,10 @@ def test_commits_archive_inline_and_stop_at_what_must_stay(table_path: str) -> N
     t.insert(trips(list(range(4))))
     for n in range(12):
         t.upsert(trips([n % 4], ts=n + 1))
-    # Merge-on-read: deltacommits no compaction folded in stay active.
-    assert len(commits(t)) == 13
-    assert not archive_files(table_path)
+    # Merge-on-read: the latest five deltacommits since the latest compaction stay (what the next
+    # inline compaction counts), older ones go although no compaction folded them in.
+    assert len(commits(t)) == 5
+    assert archive_files(table_path)
     t.compact()
     t.upsert(trips([0], ts=100))
     assert archive_files(table_path), "the commit after the compaction archives inline"
@@ -359,3 +360,27 @@ def test_a_writer_that_completes_while_an_archival_chooses_is_never_archived_aro
     t.archive()
     assert [r["id"] for r in rows(oxlake.Table(table_path).scan())] == expected
     assert [r["id"] for r in rows(hudi_read(table_path))] == expected
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_a_merge_on_read_stream_without_compactions_archives(table_path: str, version: int) -> None:
+    """A stream that never compacts (inserts write no log; or compaction runs elsewhere) kept
+    every deltacommit active, so its timeline grew with every commit. Archived deltacommits whose
+    logs no compaction folded in yet read as before: snapshots, time travel, windows, hudi-rs."""
+    t = trips_table(table_path, table_type="merge_on_read", table_version=version)
+    t.set_archival(3, 5, inline=False)
+    t.insert(trips(list(range(6))))
+    for n in range(1, 16):
+        t.upsert(trips([n % 6, 10 + n], ts=n + 1, name=f"v{n}"))  # one update (a log), one insert
+    times = commits(t)
+    before = every_read(t, times)
+    hudi_before = rows(hudi_read(table_path))
+    archived = t.archive()
+    assert archived and len(commits(t)) == 5
+    assert commits(t, archived=True) == times
+    assert every_read(oxlake.Table(table_path), times) == before
+    assert rows(hudi_read(table_path)) == hudi_before
+    # The logs of archived deltacommits are compacted like any other.
+    t.compact()
+    assert rows(t.scan()) == before["latest"]
+    assert rows(t.to_arrow(query="read_optimized")) == before["latest"]

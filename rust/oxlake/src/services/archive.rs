@@ -6,9 +6,10 @@
 //!
 //! Never archived: anything at or after the earliest pending instant (and the last commit before
 //! it), the first savepoint and later, the earliest commit the latest clean retains and later (a
-//! time-travel read the clean allows stays planned from the active timeline), merge-on-read
-//! deltacommits a compaction has not yet folded in, anything the metadata table has not compacted
-//! past, savepoints and restores.
+//! time-travel read the clean allows stays planned from the active timeline), on merge-on-read
+//! the latest compaction and the deltacommits since that the next inline compaction counts (the
+//! last `inline_compaction`, 5 by default), anything the metadata table has not compacted past,
+//! savepoints and restores.
 //!
 //! Order, so that a crash at any step leaves a readable table: the archive file is written first
 //! (a crash before the deletions archives the same instants again; readers drop duplicates), then
@@ -238,12 +239,24 @@ impl Table {
             }
         }
         if self.config().table_type == crate::config::TableType::MergeOnRead {
-            // Deltacommits after the latest compaction are what the next one counts and folds in.
+            // The next inline compaction counts the deltacommits since the latest one: the last
+            // `inline_compaction` of them stay, with that compaction while fewer landed (Apache
+            // Hudi's `CompactionUtils.getEarliestInstantToRetainForCompaction`, whose count
+            // defaults to 5). Older ones may go although their logs are not compacted yet (a
+            // stream of inserts writes none, and would never archive): readers place the logs of
+            // archived deltacommits by the archived completion times.
             let last_compaction = self.latest_compaction().await?;
-            let first_open = completed(self, Action::DeltaCommit)
-                .find(|d| last_compaction.as_deref().is_none_or(|c| d.time.as_str() > c));
-            if let Some(d) = first_open {
-                lower(&d.time);
+            let open: Vec<&Instant> = completed(self, Action::DeltaCommit)
+                .filter(|d| last_compaction.as_deref().is_none_or(|c| d.time.as_str() > c))
+                .collect();
+            let keep = self.config().inline_compaction.map_or(DEFAULT_DELTA_COMMITS_KEPT, |n| n.max(1) as usize);
+            match open.len().checked_sub(keep) {
+                Some(from) => lower(&open[from].time),
+                None => match (&last_compaction, open.first()) {
+                    (Some(c), _) => lower(c),
+                    (None, Some(d)) => lower(&d.time),
+                    (None, None) => {}
+                },
             }
         }
         if let Some(m) = crate::metadata::archival_bound(self).await? {
@@ -281,6 +294,10 @@ impl Table {
         Ok(None)
     }
 }
+
+/// Deltacommits after the latest compaction that archival keeps on a merge-on-read table without
+/// inline compaction (Apache Hudi's `hoodie.compact.inline.max.delta.commits`).
+const DEFAULT_DELTA_COMMITS_KEPT: usize = 5;
 
 /// The completed instants of one action, oldest first.
 fn completed(table: &Table, action: Action) -> impl DoubleEndedIterator<Item = &Instant> {
