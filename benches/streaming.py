@@ -1,10 +1,11 @@
 """A stream's long run: many micro-batches of a small upsert into one merge-on-read table, each
 committed as a streaming sink commits it (the batch id recorded as Apache Hudi's streaming
-checkpoint, the last one looked up first), with inline compaction and archival and the metadata
-table kept in step. Prints, per block of batches, the mean time of a batch and the number of files
+checkpoint, the last one looked up first), with inline compaction, cleaning and archival and the
+metadata table kept in step. Prints, per block of batches, the mean time of a batch and the number of files
 under `.hoodie/`: both should stay flat as commits accumulate.
 
     python benches/streaming.py --batches 2000 --rows 200 [--keys N] [--table-type copy_on_write]
+        [--clean-retain 10 | --no-clean]
 
 Spark's own overhead per micro-batch (planning, tasks) is left out: it does not depend on the
 table. `tests/test_streaming.py` runs the same commits through Spark.
@@ -28,8 +29,8 @@ import pyarrow as pa
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
 
 
-def hoodie_files(root: Path) -> int:
-    return sum(1 for p in (root / ".hoodie").rglob("*") if p.is_file())
+def hoodie_files(root: Path, under: str = "") -> int:
+    return sum(1 for p in (root / ".hoodie" / under).rglob("*") if p.is_file())
 
 
 def main() -> None:
@@ -39,6 +40,8 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100_000, help="distinct keys the stream updates")
     ap.add_argument("--block", type=int, default=100, help="batches per line of the report")
     ap.add_argument("--metadata", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--clean", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--clean-retain", type=int, default=10, help="commits an inline clean keeps")
     ap.add_argument("--table-type", default="merge_on_read", choices=["merge_on_read", "copy_on_write"])
     args = ap.parse_args()
 
@@ -55,9 +58,14 @@ def main() -> None:
         )
         if args.metadata:
             t.build_metadata()
+        if args.clean:
+            t.set_cleaning(args.clean_retain)
         cities = ["sf", "nyc", "chennai", "são paulo"]
         times: list[float] = []
-        print(f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'.hoodie files':>14} {'active instants':>16}")
+        print(
+            f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'.hoodie files':>14} {'of which oxlake/':>17} "
+            f"{'active instants':>16} {'data files':>11}"
+        )
         for batch in range(args.batches):
             ids = [(batch * args.rows + i * 7919) % args.keys for i in range(args.rows)]
             data = pa.table(
@@ -81,7 +89,8 @@ def main() -> None:
                 active = len(t.timeline())
                 print(
                     f"{batch + 1:>8} {1000 * statistics.mean(block):>9.1f} {1000 * p95:>7.1f} "
-                    f"{hoodie_files(root):>14} {active:>16}",
+                    f"{hoodie_files(root):>14} {hoodie_files(root, 'oxlake'):>17} {active:>16} "
+                    f"{sum(1 for p in root.rglob('*.parquet') if '.hoodie' not in p.parts):>11}",
                     flush=True,
                 )
         report = t.validate() if args.metadata else None

@@ -291,3 +291,63 @@ def test_progress_counts_the_work_of_each_service(table_path: str) -> None:
     assert bar.line(0).startswith("| cluster")
     bar.native = p
     assert bar.line(0).startswith("cluster [" + "#" * _Progress.WIDTH + "] 6/6 file groups")
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_writes_clean_inline_when_the_table_says_so(table_path: str, version: int) -> None:
+    """`set_cleaning` (Apache Hudi's `hoodie.clean.automatic`): every write cleans once enough
+    commits landed, so a table written again and again keeps a bounded number of files; reads of
+    the retained commits stay, and Apache Hudi's readers (hudi-rs) read the cleaned table."""
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_version=version)
+    t.build_metadata()
+    with pytest.raises(oxlake.InvalidArgumentError):
+        t.set_cleaning(0)
+    t.set_cleaning(2)
+    props = (Path(table_path) / ".hoodie" / "hoodie.properties").read_text()
+    for line in (
+        "hoodie.clean.automatic=true",
+        "hoodie.cleaner.policy=KEEP_LATEST_COMMITS",
+        "hoodie.cleaner.commits.retained=2",
+        "hoodie.clean.max.commits=1",
+    ):
+        assert line in props
+    written = [t.upsert(trips([1, 2], ts=ts)) for ts in range(8)]
+    cleans = [i for i in t.timeline() if i.action == "clean" and i.state == "completed"]
+    assert len(cleans) >= 5, "a clean after each write once there was something to delete"
+    assert len(data_files(t)) <= 3, "the slices of the two retained commits (and the latest)"
+    assert rows(t.scan()) == rows(trips([1, 2], ts=7))
+    assert rows(t.to_arrow(as_of=written[-2].instant)) == rows(trips([1, 2], ts=6))
+    assert rows(hudi_read(table_path)) == rows(trips([1, 2], ts=7))
+    assert oxlake.Table(table_path).validate().ok
+
+    # Every third commit, keeping file versions: cleans come less often.
+    t.set_cleaning(1, policy="keep_latest_file_versions", every=3)
+    before = len([i for i in t.timeline() if i.action == "clean"])
+    for ts in range(8, 14):
+        t.upsert(trips([1, 2], ts=ts))
+    assert len([i for i in t.timeline() if i.action == "clean"]) - before == 2
+    assert len(data_files(t)) <= 3
+
+    # Off: files pile up again.
+    t.set_cleaning(None)
+    assert "hoodie.clean.automatic=false" in (Path(table_path) / ".hoodie/hoodie.properties").read_text()
+    count = len(data_files(t))
+    for ts in range(14, 17):
+        t.upsert(trips([1, 2], ts=ts))
+    assert len(data_files(t)) == count + 3
+
+
+def test_a_bad_cleaning_property_never_fails_a_write(table_path: str) -> None:
+    """A write lands whatever the cleaning properties say: an unparsable one is logged and
+    skipped (the table's other writers may be Apache Hudi's, with its own options)."""
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts")
+    t.set_cleaning(2)
+    props = Path(table_path) / ".hoodie" / "hoodie.properties"
+    props.write_text(
+        props.read_text().replace("hoodie.cleaner.commits.retained=2", "hoodie.cleaner.commits.retained=two")
+    )
+    t = oxlake.Table(table_path)
+    for ts in range(4):
+        t.upsert(trips([1], ts=ts))
+    assert rows(t.scan()) == rows(trips([1], ts=3))
+    assert not [i for i in t.timeline() if i.action == "clean"]

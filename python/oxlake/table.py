@@ -373,6 +373,19 @@ class Table:
         `oxlake.archive.inline=false`, only `archive()` does)."""
         _native.set_archival(self._t, min_commits, max_commits, inline)
 
+    def set_cleaning(
+        self, retain: int | None, *, policy: str = "keep_latest_commits", every: int = 1
+    ) -> None:
+        """Whether every write cleans once it landed, as Apache Hudi's writers do with
+        `hoodie.clean.automatic`: with `retain`, a write runs `clean(policy, retain)` when `every`
+        commits landed since the last clean (for a table written every few seconds, what keeps
+        its files and timeline from growing); `retain=None` turns it off (the default for a new
+        table). Stored in `hoodie.properties` under Apache Hudi's names
+        (`hoodie.cleaner.policy`, `hoodie.cleaner.commits.retained` /
+        `hoodie.cleaner.fileversions.retained`, `hoodie.clean.max.commits`), so every writer of
+        the table follows it. Reads older than the retained commits fail with a clear error."""
+        _native.set_cleaning(self._t, retain, policy, every)
+
     def clean(
         self,
         policy: str = "keep_latest_commits",

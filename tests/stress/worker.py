@@ -47,10 +47,14 @@ def writer(spec: dict, log: Log, t: oxlake.Table) -> None:
 
 
 def service(spec: dict, log: Log, t: oxlake.Table, stop: Path) -> None:
-    """Compaction, clean or reads in a loop until `stop` appears (then one last round)."""
+    """Compaction, clean or reads in a loop until `stop` appears (then a last round that lands:
+    a compaction that lost a conflict keeps its plan, to run again)."""
     i = 0
+    last_rounds = 0
     while True:
         last = stop.exists()
+        last_rounds += last
+        lost = False
         attempt = f"{spec['name']}-{i}"
         # A service may lose to a write like any commit (its metadata-table update raced one):
         # it fails with a conflict, leaves nothing a reader uses, and runs again next round.
@@ -61,6 +65,7 @@ def service(spec: dict, log: Log, t: oxlake.Table, stop: Path) -> None:
                 log(attempt=attempt, op="compact", status="landed", **done)
             except oxlake.CommitConflictError as e:
                 log(attempt=attempt, op="compact", status="conflict", instant=e.instant, detail=str(e))
+                lost = True
         elif spec["role"] == "rollbacker":
             # On a slow store (its own latency): what it read is old by the time it acts.
             try:
@@ -86,7 +91,7 @@ def service(spec: dict, log: Log, t: oxlake.Table, stop: Path) -> None:
                 duplicates=len(ids) - len(set(ids)),
             )
         i += 1
-        if last:
+        if last and (not lost or last_rounds >= 10):
             return
         time.sleep(spec.get("pause", 0.2))
 

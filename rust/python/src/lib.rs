@@ -33,6 +33,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(services::archive, m)?)?;
     m.add_function(wrap_pyfunction!(services::upgrade, m)?)?;
     m.add_function(wrap_pyfunction!(services::set_archival, m)?)?;
+    m.add_function(wrap_pyfunction!(services::set_cleaning, m)?)?;
     m.add_function(wrap_pyfunction!(services::restore, m)?)?;
     m.add_function(wrap_pyfunction!(services::clean, m)?)?;
     m.add_function(wrap_pyfunction!(services::cluster, m)?)?;

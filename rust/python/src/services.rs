@@ -136,6 +136,28 @@ pub fn set_archival(
     })
 }
 
+/// Sets whether and how the table's writes clean once they land: `retain=None` turns inline
+/// cleaning off.
+#[pyfunction]
+#[pyo3(signature = (table, retain, policy="keep_latest_commits", every=1))]
+pub fn set_cleaning(
+    py: Python<'_>,
+    table: &PyTable,
+    retain: Option<usize>,
+    policy: &str,
+    every: usize,
+) -> PyResult<()> {
+    let clean = match retain {
+        Some(retain) => {
+            let policy = CleanPolicy::parse(policy, retain).map_err(crate::errors::to_py)?;
+            Some(oxlake::services::InlineClean { policy, every })
+        }
+        None => None,
+    };
+    let inner = table.inner.clone();
+    run(py, async move { inner.lock().await.set_cleaning(clean).await })
+}
+
 /// Restores the table to the savepoint `instant`; returns the restore instant.
 #[pyfunction]
 #[pyo3(signature = (table, instant, progress=None))]

@@ -53,8 +53,8 @@ pub(crate) async fn release_claims(table: &Table, target: &str) -> Result<()> {
         return Ok(());
     }
     let storage = table.storage();
-    for f in storage.list_dir(CLAIMS_DIR).await? {
-        // A completion is later than the requested time.
+    // A completion is later than the requested time.
+    for f in storage.list_dir_after(CLAIMS_DIR, target).await? {
         let c = marker_time(&f.path);
         if c.len() != 17 || c <= target {
             continue;
@@ -80,7 +80,9 @@ pub(crate) async fn claim(table: &Table, time: &str) -> Result<String> {
     let mut floor: Option<String> = None;
     for _ in 0..CLAIM_ATTEMPTS {
         let timeline = Timeline::load(storage, table.config()).await?;
-        let claims = storage.list_dir(CLAIMS_DIR).await?;
+        // Only claims after every time the timeline holds can raise the floor.
+        let after = [timeline.last_time(), Some(time)].into_iter().flatten().max().unwrap_or_default();
+        let claims = storage.list_dir_after(CLAIMS_DIR, after).await?;
         let latest_claim = claims.iter().map(|f| marker_time(&f.path)).filter(|t| t.len() == 17).max();
         let last = [timeline.last_time(), latest_claim, floor.as_deref(), Some(time)].into_iter().flatten().max();
         let candidate = instant::next_after(last)?;
@@ -94,7 +96,7 @@ pub(crate) async fn claim(table: &Table, time: &str) -> Result<String> {
         }
         // A later claim made already: a reader may see its instant before this one; claim again.
         let later: Vec<String> = storage
-            .list_dir(CLAIMS_DIR)
+            .list_dir_after(CLAIMS_DIR, &candidate)
             .await?
             .iter()
             .map(|f| marker_time(&f.path).to_string())
@@ -146,7 +148,7 @@ async fn wait_for_earlier(table: &Table, time: &str, completion: &str) -> Result
             .flat_map(|i| std::iter::once(i.time.as_str()).chain(i.completion.as_deref()))
             .collect();
         let mut blocking = None;
-        for f in storage.list_dir(CLAIMS_DIR).await? {
+        for f in storage.list_dir_after(CLAIMS_DIR, &first_pending).await? {
             let c = marker_time(&f.path);
             if c.len() != 17 || c <= first_pending.as_str() || c >= completion || on_timeline.contains(c) {
                 continue;

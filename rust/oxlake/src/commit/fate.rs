@@ -180,12 +180,11 @@ async fn has_pending_files(table: &Table, target: &Instant) -> Result<bool> {
 pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {
     let storage = table.storage();
     let cutoff_time = crate::format::instant::parse_time(cutoff)?.and_utc();
-    for f in storage.list_dir(FATE_DIR).await? {
+    for f in storage.list_dir_before(FATE_DIR, cutoff_time).await? {
         let name = f.path.rsplit('/').next().unwrap_or_default();
         let Some(time) = name.get(..17).filter(|t| *t < cutoff) else { continue };
         let pending = table.timeline().instants_at(time).iter().any(|i| !i.is_completed());
-        let written = storage.head(&f.path).await?.map(|m| m.last_modified);
-        if !pending && written.is_some_and(|w| w < cutoff_time) {
+        if !pending {
             storage.delete(&f.path).await?;
         }
     }

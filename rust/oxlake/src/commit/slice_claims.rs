@@ -125,10 +125,12 @@ pub(crate) async fn release(table: &Table, time: &str, path: &str, plan: &[u8]) 
 }
 
 /// Removes the claims of slices compacted by instants older than `cutoff`: no compactor plans
-/// from a view that old.
+/// from a view that old. A claim is written when its compaction is planned, after its time: only
+/// claims written before the cutoff are read (a clean after every commit reads few).
 pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {
     let storage = table.storage();
-    for f in storage.list_dir(DIR).await? {
+    let written_before = crate::format::instant::parse_time(cutoff)?.and_utc();
+    for f in storage.list_dir_before(DIR, written_before).await? {
         let owner = match storage.get_opt(&f.path).await? {
             Some(b) => String::from_utf8_lossy(&b).trim().to_string(),
             None => continue,

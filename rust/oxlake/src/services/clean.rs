@@ -48,6 +48,75 @@ impl CleanPolicy {
     }
 }
 
+/// Table properties of inline cleaning, named as Apache Hudi's writer options: whether writes
+/// clean (`true`/`false`), by which policy, keeping how much, and every how many commits.
+pub const AUTOMATIC_KEY: &str = "hoodie.clean.automatic";
+/// See [`AUTOMATIC_KEY`]: `KEEP_LATEST_COMMITS` or `KEEP_LATEST_FILE_VERSIONS`.
+pub const POLICY_KEY: &str = "hoodie.cleaner.policy";
+/// See [`AUTOMATIC_KEY`].
+pub const COMMITS_RETAINED_KEY: &str = "hoodie.cleaner.commits.retained";
+/// See [`AUTOMATIC_KEY`].
+pub const FILE_VERSIONS_RETAINED_KEY: &str = "hoodie.cleaner.fileversions.retained";
+/// See [`AUTOMATIC_KEY`].
+pub const EVERY_KEY: &str = "hoodie.clean.max.commits";
+
+/// How the writes of a table clean once they landed (Apache Hudi's `hoodie.clean.automatic`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InlineClean {
+    /// What a clean keeps.
+    pub policy: CleanPolicy,
+    /// A write cleans once at least this many data commits landed since the last clean.
+    pub every: usize,
+}
+
+impl InlineClean {
+    /// The inline cleaning the table's properties ask for: `None` unless `hoodie.clean.automatic`
+    /// is `true`. A property that does not parse is an error naming it.
+    pub fn of(table: &Table) -> Result<Option<Self>> {
+        let raw = &table.config().raw;
+        if !raw.get(AUTOMATIC_KEY).is_some_and(|v| v.trim().eq_ignore_ascii_case("true")) {
+            return Ok(None);
+        }
+        let count = |key: &str, default: usize| -> Result<usize> {
+            match raw.get(key) {
+                None => Ok(default),
+                Some(v) => match v.trim().parse::<usize>() {
+                    Ok(n) if n > 0 => Ok(n),
+                    _ => Err(Error::corrupt(
+                        crate::config::PROPERTIES_FILE,
+                        format!("{key}={v} (expected a whole number of at least 1)"),
+                    )),
+                },
+            }
+        };
+        let policy = match raw.get(POLICY_KEY).map(|v| v.trim()).unwrap_or("KEEP_LATEST_COMMITS") {
+            "KEEP_LATEST_COMMITS" => CleanPolicy::KeepLatestCommits(count(COMMITS_RETAINED_KEY, 10)?),
+            "KEEP_LATEST_FILE_VERSIONS" => CleanPolicy::KeepLatestFileVersions(count(FILE_VERSIONS_RETAINED_KEY, 3)?),
+            other => {
+                return Err(Error::corrupt(
+                    crate::config::PROPERTIES_FILE,
+                    format!("{POLICY_KEY}={other} (oxlake cleans by KEEP_LATEST_COMMITS or KEEP_LATEST_FILE_VERSIONS)"),
+                ));
+            }
+        };
+        Ok(Some(InlineClean { policy, every: count(EVERY_KEY, 1)? }))
+    }
+
+    /// Whether a clean is due: `every` data commits completed since the latest completed clean.
+    pub fn is_due(&self, table: &Table) -> bool {
+        let since = table
+            .timeline()
+            .instants()
+            .iter()
+            .rev()
+            .filter(|i| i.is_completed())
+            .take_while(|i| i.action != Action::Clean)
+            .filter(|i| i.action.writes_data())
+            .count();
+        since >= self.every
+    }
+}
+
 /// The plan of a clean, whichever way it was stored (see [`crate::format::clean`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CleanPlan {
@@ -129,6 +198,32 @@ pub struct CleanResult {
 }
 
 impl Table {
+    /// Sets whether and how writes clean once they land (`None`: they do not), as the table
+    /// properties of [`AUTOMATIC_KEY`]; every later writer of the table follows them.
+    pub async fn set_cleaning(&mut self, clean: Option<InlineClean>) -> Result<()> {
+        self.reload().await?;
+        self.check_changeable()?;
+        let Some(clean) = clean else { return self.set_properties(&[(AUTOMATIC_KEY, Some("false"))]).await };
+        if clean.every == 0 {
+            return Err(Error::invalid_arg("every", "must be at least 1 commit"));
+        }
+        let (policy, key, retain) = match clean.policy {
+            CleanPolicy::KeepLatestCommits(n) => ("KEEP_LATEST_COMMITS", COMMITS_RETAINED_KEY, n),
+            CleanPolicy::KeepLatestFileVersions(n) => ("KEEP_LATEST_FILE_VERSIONS", FILE_VERSIONS_RETAINED_KEY, n),
+        };
+        if retain == 0 {
+            return Err(Error::invalid_arg("retain", "must be at least 1"));
+        }
+        let (retain, every) = (retain.to_string(), clean.every.to_string());
+        self.set_properties(&[
+            (AUTOMATIC_KEY, Some("true")),
+            (POLICY_KEY, Some(policy)),
+            (key, Some(&retain)),
+            (EVERY_KEY, Some(&every)),
+        ])
+        .await
+    }
+
     /// Deletes the files the policy no longer needs; finishes interrupted cleans first.
     pub async fn clean(&mut self, policy: CleanPolicy) -> Result<CleanResult> {
         self.clean_with(policy, None).await

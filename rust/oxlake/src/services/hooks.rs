@@ -9,6 +9,7 @@ use std::sync::Arc;
 use futures::FutureExt;
 use futures::future::BoxFuture;
 
+use super::clean::InlineClean;
 use super::{ArchiveConfig, CompactionConfig};
 use crate::commit::change::Change;
 use crate::commit::hook::CommitHook;
@@ -82,12 +83,35 @@ impl SlicePruner for Hooks {
 }
 
 impl InlineServices for Hooks {
+    fn clean<'a>(&'a self, table: &'a mut Table) -> BoxFuture<'a, ()> {
+        clean_inline(table).boxed()
+    }
+
     fn archive<'a>(&'a self, table: &'a mut Table) -> BoxFuture<'a, ()> {
         archive_inline(table).boxed()
     }
 
     fn compact<'a>(&'a self, table: &'a mut Table, config: &'a WriteConfig) -> BoxFuture<'a, ()> {
         compact_inline(table, config).boxed()
+    }
+}
+
+/// Inline cleaning, as Apache Hudi's writers clean after a commit with `hoodie.clean.automatic`
+/// (see `Table::set_cleaning`). The write has landed by then: a failed clean is logged, and the
+/// next commit tries again (a clean that lost a race leaves nothing half done).
+async fn clean_inline(table: &mut Table) {
+    let clean = match InlineClean::of(table) {
+        Ok(Some(clean)) => clean,
+        Ok(None) => return,
+        Err(e) => return log::warn!("inline clean skipped (the write landed): {e}"),
+    };
+    if !clean.is_due(table) {
+        return;
+    }
+    match table.clean(clean.policy).await {
+        Ok(r) if !r.deleted.is_empty() => log::info!("{}: inline clean deleted {} files", table.uri(), r.deleted.len()),
+        Ok(_) => {}
+        Err(e) => log::warn!("{}: inline clean failed (the write landed): {e}", table.uri()),
     }
 }
 

@@ -13,7 +13,7 @@ pub mod restore;
 pub mod upgrade;
 
 pub use archive::{ArchiveConfig, ArchiveResult};
-pub use clean::{CleanPlan, CleanPolicy, CleanResult};
+pub use clean::{CleanPlan, CleanPolicy, CleanResult, InlineClean};
 pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending_clustering_groups};
 pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};
 pub use hooks::{Hooks, default_options};

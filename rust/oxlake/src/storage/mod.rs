@@ -223,6 +223,29 @@ impl Storage {
         Ok(listing.objects.into_iter().map(|m| self.file_info(&m)).collect())
     }
 
+    /// Lists the files inside a directory of flat files whose names sort after `after` (a name
+    /// in that directory): on an object store, a listing that starts there (S3's `start-after`),
+    /// so that a directory of markers named by time costs what is newer than `after`, not its age.
+    pub async fn list_dir_after(&self, rel_dir: &str, after: &str) -> Result<Vec<FileInfo>> {
+        use futures::TryStreamExt;
+        let prefix = self.path(rel_dir);
+        let offset = self.path(&format!("{}/{after}", rel_dir.trim_end_matches('/')));
+        let listed: Vec<object_store::ObjectMeta> = self
+            .store
+            .list_with_offset(Some(&prefix), &offset)
+            .try_collect()
+            .await
+            .map_err(|e| Error::storage(rel_dir, e))?;
+        Ok(listed.iter().map(|m| self.file_info(m)).collect())
+    }
+
+    /// Lists the files directly inside a directory last modified before `before`.
+    pub async fn list_dir_before(&self, rel_dir: &str, before: chrono::DateTime<chrono::Utc>) -> Result<Vec<FileInfo>> {
+        let prefix = self.path(rel_dir);
+        let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
+        Ok(listing.objects.iter().filter(|m| m.last_modified < before).map(|m| self.file_info(m)).collect())
+    }
+
     /// Lists the sub-directories directly inside a directory, paths relative to the root.
     pub async fn list_subdirs(&self, rel_dir: &str) -> Result<Vec<String>> {
         let prefix = self.path(rel_dir);

@@ -460,6 +460,7 @@ impl Table {
         let instant = tx.commit_with_keys(self, &metadata, &keys, &entries).await?;
         result.completion = Some(instant.completion.clone().unwrap_or_else(|| instant.time.clone()));
         result.instant = Some(instant.time);
+        inline::clean(self).await;
         inline::archive(self).await;
         Ok(result)
     }
