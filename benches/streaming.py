@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--keys", type=int, default=100_000, help="distinct keys the stream updates")
     ap.add_argument("--block", type=int, default=100, help="batches per line of the report")
     ap.add_argument("--metadata", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--table-version", type=int, default=8, choices=[6, 8, 9])
     ap.add_argument("--clean", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--clean-retain", type=int, default=10, help="commits an inline clean keeps")
     ap.add_argument("--table-type", default="merge_on_read", choices=["merge_on_read", "copy_on_write"])
@@ -54,6 +55,7 @@ def main() -> None:
             partition_by=["city"],
             ordering_field="ts",
             table_type=args.table_type,
+            table_version=args.table_version,
             inline_compaction=10 if args.table_type == "merge_on_read" else None,
         )
         if args.metadata:
