@@ -23,6 +23,7 @@ import oxlake.spark
 import pyarrow as pa
 import pytest
 from conftest import hudi_read
+from seaweed import SeaweedS3
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
@@ -441,3 +442,81 @@ def test_the_stream_source_goes_on_across_an_upgrade_to_version_8(tmp_path: Path
     assert second["by"] == "completion"
     assert batch(first, second) == [(2, "c2")]
     assert reader.latestOffset(second, None) == second
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[SeaweedS3]:
+    with SeaweedS3() as server:
+        server.create_bucket("lake")
+        yield server
+
+
+@needs_streaming_source
+def test_a_stream_into_and_out_of_s3(spark: SparkSession, s3: SeaweedS3, tmp_path: Path) -> None:
+    """The sink (foreachBatch with `write_batch`) and the source on the S3 server: a replayed
+    batch is skipped, and a downstream query copying the table's commits ends equal to it."""
+    opts = s3.storage_options()
+    source, checkpoint, uri = tmp_path / "in", tmp_path / "cp", "s3://lake/stream"
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        oxlake.spark.write_batch(
+            df,
+            batch_id,
+            uri,
+            record_key="id",
+            partition_by=["city"],
+            ordering_field="ts",
+            storage_options=opts,
+        )
+
+    def run() -> None:
+        query = (
+            spark.readStream.schema(EVENT)
+            .json(str(source))
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    def rows_of(uri: str, storage_options: dict[str, str] | None) -> dict[int, tuple[str, int, str]]:
+        data = oxlake.Table(uri, storage_options=storage_options).to_arrow(columns=["id", "city", "ts", "v"])
+        return {r["id"]: (r["city"], r["ts"], r["v"]) for r in data.to_pylist()}
+
+    drop(source, "a", [(1, "sf", 1, "a1"), (2, "nyc", 1, "a2")])
+    run()
+    drop(source, "b", [(2, "nyc", 2, "b2"), (3, "sf", 1, "b3")])
+    run()
+    assert forget_last_batch(checkpoint) == 1
+    run()
+    t = oxlake.Table(uri, storage_options=opts)
+    recorded = [t.extra_metadata(i.time).get(oxlake.spark.SINK_CHECKPOINT_KEY) for i in t.timeline()]
+    assert [json.loads(r)[oxlake.spark.DEFAULT_CHECKPOINT_IDENTIFIER] for r in recorded if r] == ["0", "1"]
+    expected = {1: ("sf", 1, "a1"), 2: ("nyc", 2, "b2"), 3: ("sf", 1, "b3")}
+    assert rows_of(uri, opts) == expected
+
+    copy = str(tmp_path / "copy")
+
+    def copy_sink(df: DataFrame, batch_id: int) -> None:
+        oxlake.spark.write_batch(
+            df, batch_id, copy, record_key="id", partition_by=["city"], ordering_field="ts"
+        )
+
+    reader = spark.readStream.format("oxlake").option("with_meta_columns", "false")
+    for k, v in opts.items():
+        reader = reader.option(f"storage.{k}", v)
+    query = (
+        reader.load(uri)
+        .writeStream.foreachBatch(copy_sink)
+        .option("checkpointLocation", str(tmp_path / "cp2"))
+        .trigger(processingTime="10 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    assert query.exception() is None
+    assert rows_of(copy, None) == expected

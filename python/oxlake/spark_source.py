@@ -21,6 +21,11 @@ the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's f
 `record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`;
 both: `storage.*` (storage options, for example `storage.aws_endpoint`).
 
+Save modes: Spark itself accepts only `append` and `overwrite` for a Python data source. `save()`
+with Spark's default mode (`errorifexists`) or `ignore` fails inside Spark, before any oxlake code
+runs (`UNSUPPORTED_DATA_SOURCE_SAVE_MODE`); write `.mode("append")` (every operation but
+`insert_overwrite_table`), or call `oxlake.spark.write(df, uri, ...)`, which has no mode.
+
 Streaming: `writeStream.format("oxlake")` (Spark 4.1: `OxlakeStreamWriter`, option
 `checkpoint_identifier`) and `readStream.format("oxlake")` (`OxlakeStreamReader`).
 """
