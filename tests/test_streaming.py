@@ -17,6 +17,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import oxlake
 import oxlake.spark
@@ -98,16 +99,14 @@ def checkpoints_of(uri: str) -> list[int]:
     return out
 
 
-def run_foreach_batch(spark: SparkSession, source: Path, uri: str, checkpoint: Path) -> None:
+def run_foreach_batch(spark: SparkSession, source: Path, uri: str, checkpoint: Path, **options: Any) -> None:
+    """Runs the file source's new files into `uri` through `write_batch` (merge-on-read unless
+    `options` say otherwise)."""
+
     def sink(df: DataFrame, batch_id: int) -> None:
+        written = {"table_type": "merge_on_read", **options}
         oxlake.spark.write_batch(
-            df,
-            batch_id,
-            uri,
-            record_key="id",
-            partition_by=["city"],
-            ordering_field="ts",
-            table_type="merge_on_read",
+            df, batch_id, uri, record_key="id", partition_by=["city"], ordering_field="ts", **written
         )
 
     query = (
@@ -458,28 +457,8 @@ def test_a_stream_into_and_out_of_s3(spark: SparkSession, s3: SeaweedS3, tmp_pat
     opts = s3.storage_options()
     source, checkpoint, uri = tmp_path / "in", tmp_path / "cp", "s3://lake/stream"
 
-    def sink(df: DataFrame, batch_id: int) -> None:
-        oxlake.spark.write_batch(
-            df,
-            batch_id,
-            uri,
-            record_key="id",
-            partition_by=["city"],
-            ordering_field="ts",
-            storage_options=opts,
-        )
-
     def run() -> None:
-        query = (
-            spark.readStream.schema(EVENT)
-            .json(str(source))
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        assert query.exception() is None
+        run_foreach_batch(spark, source, uri, checkpoint, table_type="copy_on_write", storage_options=opts)
 
     def rows_of(uri: str, storage_options: dict[str, str] | None) -> dict[int, tuple[str, int, str]]:
         data = oxlake.Table(uri, storage_options=storage_options).to_arrow(columns=["id", "city", "ts", "v"])
