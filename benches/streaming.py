@@ -5,10 +5,13 @@ metadata table kept in step. Prints, per block of batches, the mean time of a ba
 under `.hoodie/`: both should stay flat as commits accumulate.
 
     python benches/streaming.py --batches 2000 --rows 200 [--keys N] [--table-type copy_on_write]
-        [--clean-retain 10 | --no-clean]
+        [--clean-retain 10 | --no-clean] [--spark]
 
-Spark's own overhead per micro-batch (planning, tasks) is left out: it does not depend on the
-table. `tests/test_streaming.py` runs the same commits through Spark.
+By default Spark's own overhead per micro-batch (planning, tasks) is left out: it does not depend
+on the table. With `--spark` the batches come from a Spark Structured Streaming query
+(`local[2]`, the `rate-micro-batch` source, `foreachBatch` with `oxlake.spark.write_batch`: tasks
+write, the driver commits); the report then has the whole micro-batch's time (from one batch's
+start to the next) beside the write's.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ def main() -> None:
     ap.add_argument("--clean", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--clean-retain", type=int, default=10, help="commits an inline clean keeps")
     ap.add_argument("--table-type", default="merge_on_read", choices=["merge_on_read", "copy_on_write"])
+    ap.add_argument("--spark", action="store_true", help="micro-batches of a Spark streaming query")
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="oxlake-stream-")) / "t"
@@ -62,6 +66,9 @@ def main() -> None:
             t.build_metadata()
         if args.clean:
             t.set_cleaning(args.clean_retain)
+        if args.spark:
+            run_spark(args, t, root)
+            return
         cities = ["sf", "nyc", "chennai", "são paulo"]
         times: list[float] = []
         print(
@@ -95,12 +102,84 @@ def main() -> None:
                     f"{sum(1 for p in root.rglob('*.parquet') if '.hoodie' not in p.parts):>11}",
                     flush=True,
                 )
-        report = t.validate() if args.metadata else None
-        print(f"validate: {'ok' if report is None or report.ok else report}")
-        print(f"rows: {t.to_arrow(columns=['id']).num_rows:,}")
+        finish(t, args)
     finally:
         if not os.environ.get("KEEP"):
             shutil.rmtree(root.parent, ignore_errors=True)
+
+
+def finish(t: oxlake.Table, args: argparse.Namespace) -> None:
+    report = t.validate() if args.metadata else None
+    print(f"validate: {'ok' if report is None or report.ok else report}")
+    print(f"rows: {t.to_arrow(columns=['id']).num_rows:,}")
+
+
+def run_spark(args: argparse.Namespace, t: oxlake.Table, root: Path) -> None:
+    """The batches through Spark: a `rate-micro-batch` source of `--rows` rows a batch, made
+    upserts of `--keys` keys, written by `write_batch` in `foreachBatch`."""
+    import sys
+
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import functions as F
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("oxlake-stream-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    cities = F.array(*[F.lit(c) for c in ("sf", "nyc", "chennai", "são paulo")])
+    key = (F.col("value") * 7919) % args.keys
+    events = (
+        spark.readStream.format("rate-micro-batch")
+        .option("rowsPerBatch", args.rows)
+        .load()
+        .select(
+            key.alias("id"),
+            F.element_at(cities, (key % 4 + 1).cast("int")).alias("city"),
+            F.col("value").alias("ts"),
+            F.concat(F.lit("b"), F.col("value").cast("string")).alias("v"),
+        )
+    )
+    starts: list[float] = []
+    writes: list[float] = []
+    print(
+        f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'write ms':>9} {'.hoodie files':>14} "
+        f"{'of which oxlake/':>17} {'active instants':>16} {'data files':>11}"
+    )
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        starts.append(time.perf_counter())
+        oxlake.spark.write_batch(df, batch_id, str(root))
+        writes.append(time.perf_counter() - starts[-1])
+        n = len(starts)
+        if n > args.block and (n - 1) % args.block == 0:
+            cycles = [b - a for a, b in zip(starts[-args.block - 1 : -1], starts[-args.block :], strict=True)]
+            p95 = statistics.quantiles(cycles, n=20)[18]
+            print(
+                f"{n - 1:>8} {1000 * statistics.mean(cycles):>9.1f} {1000 * p95:>7.1f} "
+                f"{1000 * statistics.mean(writes[-args.block - 1 : -1]):>9.1f} {hoodie_files(root):>14} "
+                f"{hoodie_files(root, 'oxlake'):>17} {len(oxlake.Table(str(root)).timeline()):>16} "
+                f"{sum(1 for p in root.rglob('*.parquet') if '.hoodie' not in p.parts):>11}",
+                flush=True,
+            )
+
+    query = (
+        events.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(root.parent / "checkpoint"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    while len(starts) <= args.batches and query.isActive:
+        time.sleep(0.5)
+    query.stop()
+    if query.exception() is not None:
+        raise SystemExit(f"the query failed: {query.exception()}")
+    spark.stop()
+    finish(oxlake.Table(str(root)), args)
 
 
 if __name__ == "__main__":

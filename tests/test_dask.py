@@ -6,7 +6,7 @@ import oxlake
 import oxlake.dask
 import pyarrow as pa
 import pytest
-from conftest import rows, trips
+from conftest import SCHEMA, rows, trips
 
 dask = pytest.importorskip("dask")
 
@@ -39,3 +39,54 @@ def test_dask_read_prunes_partitions_and_columns(table: oxlake.Table) -> None:
     assert float(ddf["fare"].sum().compute(scheduler="sync")) == sum(10.0 + i for i in range(0, 90, 3))
     with pytest.raises(oxlake.InvalidArgumentError, match="unknown columns"):
         oxlake.dask.read(table.uri, columns=["nope"])
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_table_of_one_large_file_is_cut_by_rows_into_as_many_splits_as_asked(
+    table_path: str, table_type: str
+) -> None:
+    """One base file of 200,000 rows (one row group) is read by several workers: each split a
+    range of its rows, together every row once. A slice with logs is never cut (its merge needs
+    the whole base), nor a file smaller than a piece's minimum."""
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type)
+    n = 200_000
+    ids = pa.array(range(n), pa.int64())
+    data = pa.table(
+        {
+            "id": ids,
+            "name": pa.array([f"n{i % 977}" for i in range(n)]),
+            "city": pa.array(["sf"] * n),
+            "ts": pa.array([1] * n, pa.int64()),
+            "fare": pa.array([float(i) for i in range(n)]),
+        },
+        schema=SCHEMA,
+    )
+    t.insert(data)
+    assert len(t.splits()) == 1
+    whole = rows(t.to_arrow())
+    for asked in (2, 3, 7):
+        splits = t.splits(min_splits=asked)
+        assert len(splits) == asked
+        parts = [t.scan_split(s).to_arrow() for s in splits]
+        assert all(p.num_rows > 0 for p in parts)
+        assert sum(p.num_rows for p in parts) == n
+        assert rows(pa.concat_tables(parts)) == whole
+    # Filters and columns apply inside each part.
+    splits = t.splits(columns=["id"], filter="fare >= 150000", min_splits=4)
+    got = sorted(
+        i for s in splits for i in t.scan_split(s, ["id"], "fare >= 150000").to_arrow()["id"].to_pylist()
+    )
+    assert got == list(range(150_000, n))
+    ddf = oxlake.dask.read(t.uri, min_splits=3)
+    assert ddf.npartitions == 3
+    assert len(ddf.compute(scheduler="threads")) == n
+    if table_type == "merge_on_read":
+        t.upsert(data.slice(0, 10).set_column(4, "fare", pa.array([-1.0] * 10)))
+        assert len(t.splits(min_splits=4)) == 1, "the slice has a log: read whole"
+        assert (
+            t.splits(query="read_optimized", min_splits=4)
+            and len(t.splits(query="read_optimized", min_splits=4)) == 4
+        )
+    small = oxlake.create_table(table_path + "-small", SCHEMA, record_key="id", ordering_field="ts")
+    small.insert(trips(list(range(50))))
+    assert len(small.splits(min_splits=8)) == 1

@@ -314,3 +314,48 @@ def test_inserts_go_to_base_files_so_apache_hudis_index_finds_every_key(mor: oxl
         assert snapshot <= in_base, f"keys only in logs after step {step}: {snapshot - in_base}"
     assert log_files(mor), "updates of groups with logs still go to logs"
     assert rows(hudi_read(mor.uri)) == rows(mor.to_arrow())
+
+
+@pytest.mark.parametrize("table_version", [6, 8])
+def test_a_table_without_meta_fields_merges_its_logs_by_the_record_key(table_path: str, table_version: int) -> None:
+    """Apache Hudi's virtual keys (`hoodie.populate.meta.fields=false`): base files hold null meta
+    columns, and readers key the merge by the record key fields. Here a merge-on-read table with
+    updates and deletes in its logs is made one (its base files' meta columns nulled, as Apache
+    Hudi writes them, and the property set): reads still see each key once, at its newest version,
+    and no deleted key (not base rows and log rows side by side)."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    t = oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+        table_version=table_version,
+    )
+    t.insert(trips(list(range(12))))
+    t.upsert(trips([1, 2, 4], ts=2, name="u"))
+    t.upsert(trips([2], ts=1, name="stale"))
+    t.delete(trips([3, 5]))
+    t.insert(trips([20, 21]))
+    data = ["id", "name", "city", "ts", "fare"]
+    expected = rows(t.to_arrow(columns=data))
+    assert len(expected) == 12
+    for f in Path(table_path).rglob("*.parquet"):
+        if ".hoodie" in f.parts:
+            continue
+        base = pq.read_table(f)
+        for c in [c for c in base.column_names if c.startswith("_hoodie_")]:
+            i = base.column_names.index(c)
+            base = base.set_column(i, base.schema.field(i), pa.nulls(base.num_rows, base.schema.field(i).type))
+        pq.write_table(base, f)
+    props = Path(table_path) / ".hoodie" / "hoodie.properties"
+    props.write_text(props.read_text() + "hoodie.populate.meta.fields=false\n")
+    virtual = oxlake.Table(table_path)
+    assert virtual.properties["hoodie.populate.meta.fields"] == "false"
+    got = virtual.to_arrow(columns=data)
+    assert rows(got) == expected
+    assert pc.count_distinct(got["id"]).as_py() == got.num_rows
+    assert rows(virtual.to_arrow(columns=data, filter="id = 2")) == [r for r in expected if r["id"] == 2]

@@ -75,6 +75,36 @@ def test_read_equals_the_native_reader(spark: SparkSession, tmp_path: Path, tabl
     assert_same_changes(oxlake.spark.read(spark, path, query="changes", start=first), t, first)
 
 
+def test_a_table_of_one_file_is_read_by_every_core(spark: SparkSession, tmp_path: Path) -> None:
+    """A 100,000-row table of one base file: Spark reads it in as many tasks as its default
+    parallelism (the file cut by rows), every row once; the data source too (`min_splits`)."""
+    path = str(tmp_path / "t")
+    t = oxlake.create_table(path, SCHEMA, record_key="id", ordering_field="ts")
+    n = 100_000
+    t.insert(
+        pa.table(
+            {
+                "id": pa.array(range(n), pa.int64()),
+                "name": pa.array([f"n{i % 31}" for i in range(n)]),
+                "city": pa.array(["sf"] * n),
+                "ts": pa.array([1] * n, pa.int64()),
+                "fare": pa.array([float(i) for i in range(n)]),
+            },
+            schema=SCHEMA,
+        )
+    )
+    assert len(t.splits()) == 1
+    df = oxlake.spark.read(spark, path, with_meta_columns=False)
+    assert df.rdd.getNumPartitions() == spark.sparkContext.defaultParallelism == 2
+    assert df.count() == n and df.select("id").distinct().count() == n
+    assert rows(from_spark(oxlake.spark.read(spark, path))) == rows(t.to_arrow())
+    if hasattr(spark, "dataSource"):
+        oxlake.spark.register(spark)
+        source = spark.read.format("oxlake").option("min_splits", "3").load(path)
+        assert source.rdd.getNumPartitions() == 3
+        assert source.select("id").distinct().count() == n
+
+
 def test_filter_and_columns_are_pushed_to_the_native_reader(spark: SparkSession, table: oxlake.Table) -> None:
     table.insert(trips(list(range(90))))
     every = table.splits(target_bytes=1)

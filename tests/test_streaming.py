@@ -168,6 +168,33 @@ def test_extra_metadata_cannot_replace_the_schema(tmp_path: Path) -> None:
     assert meta["job"] == "nightly" and meta["√ %/"] == "ünï" and "schema" in meta
 
 
+@pytest.mark.parametrize("version", [6, 8])
+def test_a_checkpoint_archived_by_other_writers_is_still_found(tmp_path: Path, version: int) -> None:
+    """A stream's last commit archived (other writers and services committed more than archival
+    keeps since): its batch is still known, so a replay of it is skipped, not written again."""
+    t = oxlake.create_table(
+        str(tmp_path / "t"), pa.schema([("id", pa.int64())]), record_key="id", table_version=version
+    )
+    t.set_archival(2, 3)
+    checkpoint = {
+        oxlake.spark.SINK_CHECKPOINT_KEY: json.dumps({oxlake.spark.DEFAULT_CHECKPOINT_IDENTIFIER: "41"})
+    }
+    streamed = t.insert(pa.table({"id": [0]}), extra_metadata=checkpoint).instant
+    assert streamed is not None
+    for i in range(1, 8):
+        t.upsert(pa.table({"id": [i]}))
+    assert streamed not in [i.time for i in t.timeline()], "the stream's commit is archived"
+    assert streamed in [i.time for i in t.timeline(include_archived=True)]
+    assert (
+        t.extra_metadata(streamed)[oxlake.spark.SINK_CHECKPOINT_KEY]
+        == checkpoint[oxlake.spark.SINK_CHECKPOINT_KEY]
+    )
+    assert oxlake.spark.committed_batch(oxlake.Table(str(tmp_path / "t"))) == 41
+    assert oxlake.spark.committed_batch(t, "another query") is None
+    with pytest.raises(oxlake.InvalidArgumentError, match="not a completed commit"):
+        t.extra_metadata("20000101000000000")
+
+
 def run_sink(spark: SparkSession, source: Path, uri: str, checkpoint: Path) -> None:
     query = (
         spark.readStream.schema(EVENT)

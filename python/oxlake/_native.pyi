@@ -76,6 +76,7 @@ class Table:
         start: str | None,
         end: str | None,
         target_bytes: int,
+        min_splits: int = 1,
     ) -> list[tuple[bytes, int, int]]: ...
     def scan_split(
         self,

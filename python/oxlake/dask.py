@@ -22,14 +22,17 @@ def read(
     *,
     storage_options: dict[str, str] | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
+    min_splits: int = 1,
 ) -> dd.DataFrame:
     """The table's snapshot (at `as_of` when given) as a Dask DataFrame with one partition per
-    split of about `split_bytes` of files; partitions the filter rules out get no partition."""
+    split of about `split_bytes` of files; partitions the filter rules out get no partition.
+    With `min_splits` (the cluster's workers, say), files read without logs are cut by rows
+    when there are fewer splits than that (`Table.splits`)."""
     import dask.dataframe as dd
 
     table = Table(uri, storage_options)
     cols = list(columns) if columns is not None else None
-    splits = table.splits(cols, filter, as_of, target_bytes=split_bytes)
+    splits = table.splits(cols, filter, as_of, target_bytes=split_bytes, min_splits=min_splits)
     meta = _result_schema(table, cols, "snapshot", as_of).empty_table().to_pandas()
     frame: dd.DataFrame = dd.from_map(  # type: ignore[no-untyped-call]
         _read_split,

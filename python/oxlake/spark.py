@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from oxlake import _native
-from oxlake.table import FilterLike, Split, Table, WriteResult, _filter, create_table
+from oxlake.table import FilterLike, Instant, Split, Table, WriteResult, _filter, create_table
 
 if TYPE_CHECKING:
     from pyspark import TaskContext
@@ -153,10 +153,14 @@ def read(
 ) -> DataFrame:
     """The table as a Spark DataFrame (queries as `Table.scan`). Partition and statistics
     pruning run natively: partitions the filter rules out get no task, and each task reads only
-    the columns asked for."""
+    the columns asked for. A table of fewer files than Spark's default parallelism has its
+    files cut by rows, so that every core reads a part."""
     table = Table(uri, storage_options)
     cols = _read_columns(table, columns, with_meta_columns, query, as_of)
-    splits = table.splits(cols, filter, as_of, query, start, end, target_bytes=split_bytes)
+    parallelism = spark.sparkContext.defaultParallelism
+    splits = table.splits(
+        cols, filter, as_of, query, start, end, target_bytes=split_bytes, min_splits=parallelism
+    )
     schema = _result_schema(table, cols, query, as_of)
     rows = [(i, s.data) for i, s in enumerate(splits)]
     descriptors = spark.sparkContext.parallelize(rows, len(rows)).toDF("split_id int, split binary")
@@ -273,15 +277,23 @@ def write_batch(
 
 def committed_batch(table: Table, identifier: str = DEFAULT_CHECKPOINT_IDENTIFIER) -> int | None:
     """The last batch id the streaming writer `identifier` committed to `table`: from the newest
-    commit of the active timeline recording one (Apache Hudi's
-    `CommitUtils.getValidCheckpointForCurrentWriter`). None when none does."""
-    for instant in reversed(table.timeline()):
+    commit recording one, as Apache Hudi's `CommitUtils.getValidCheckpointForCurrentWriter` finds
+    it in the active timeline; when none there does (other writers and services committed more
+    than archival keeps since), in the archived timeline. None when no commit does."""
+    active = table.timeline()
+    found = _newest_checkpoint(table, active, identifier)
+    if found is None and any(i.state == "completed" for i in active):
+        start = active[0].time
+        archived = [i for i in table.timeline(include_archived=True) if i.time < start]
+        found = _newest_checkpoint(table, archived, identifier)
+    return found
+
+
+def _newest_checkpoint(table: Table, instants: list[Instant], identifier: str) -> int | None:
+    for instant in reversed(instants):
         if instant.state != "completed" or instant.action not in ("commit", "deltacommit", "replacecommit"):
             continue
-        try:
-            recorded = table.extra_metadata(instant.time).get(SINK_CHECKPOINT_KEY)
-        except _native.InvalidArgumentError:
-            continue  # archived since the timeline was listed: older than what is left to look at
+        recorded = table.extra_metadata(instant.time).get(SINK_CHECKPOINT_KEY)
         if not recorded:
             continue
         try:

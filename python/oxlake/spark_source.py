@@ -15,7 +15,9 @@ merges such rewrites into one file. Partition the data by the table's partition 
 does that itself.
 
 Options (all strings): reading: `columns` (comma-separated), `filter` (SQL), `as_of`, `query`,
-`start`, `end`, `with_meta_columns`, `batch_size`, `split_bytes`; writing: `operation` (mode
+`start`, `end`, `with_meta_columns`, `batch_size`, `split_bytes`, `min_splits` (a batch read
+has at least this many splits where files read without logs can be cut by rows; the planning
+process's CPU count by default); writing: `operation` (mode
 `overwrite` means `insert_overwrite_table`), `target_file_size`, `schema_mode` (`merge` evolves
 the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's first write
 `record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`;
@@ -35,6 +37,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import json
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -209,6 +212,7 @@ class OxlakeReader(DataSourceReader):
             o.get("start"),
             o.get("end"),
             target_bytes=o.int("split_bytes", DEFAULT_SPLIT_BYTES) or DEFAULT_SPLIT_BYTES,
+            min_splits=o.int("min_splits", os.cpu_count() or 1) or 1,
         )
         return [_SplitPartition(s.data) for s in splits]
 

@@ -562,12 +562,16 @@ class Table:
         start: str | None = None,
         end: str | None = None,
         target_bytes: int = 128 * 1024 * 1024,
+        min_splits: int = 1,
     ) -> list[Split]:
         """Plans a query once and cuts it into `Split`s of about `target_bytes` (whole file
         slices; partitions the filter rules out are dropped) for workers to read with
-        `scan_split`: every worker reads the table state planned here."""
+        `scan_split`: every worker reads the table state planned here. When that gives fewer than
+        `min_splits` (the workers' cores, say) and some base files are read without logs, those
+        files are cut by rows so that each worker has a part (pieces of at least 1 MiB and
+        10,000 rows)."""
         cols = list(columns) if columns is not None else None
-        planned = self._t.splits(cols, _filter(filter), as_of, query, start, end, target_bytes)
+        planned = self._t.splits(cols, _filter(filter), as_of, query, start, end, target_bytes, min_splits)
         return [Split(bytes(data), size, files) for data, size, files in planned]
 
     def scan_split(

@@ -310,9 +310,10 @@ impl PyTable {
         PyRecordBatchStream::new(stream)
     }
 
-    /// Plans a query and cuts it into splits of about `target_bytes`; returns each as
-    /// `(json, bytes, files)` for a worker's `scan_split`.
-    #[pyo3(signature = (columns=None, filter=None, as_of=None, query="snapshot", start=None, end=None, target_bytes=134217728))]
+    /// Plans a query and cuts it into splits of about `target_bytes`, at least `min_splits` where
+    /// base files can be cut by rows; returns each as `(json, bytes, files)` for a worker's
+    /// `scan_split`.
+    #[pyo3(signature = (columns=None, filter=None, as_of=None, query="snapshot", start=None, end=None, target_bytes=134217728, min_splits=1))]
     #[allow(clippy::too_many_arguments)]
     fn splits(
         &self,
@@ -324,13 +325,14 @@ impl PyTable {
         start: Option<String>,
         end: Option<String>,
         target_bytes: u64,
+        min_splits: usize,
     ) -> PyResult<Vec<(Vec<u8>, u64, usize)>> {
         let opts = query_options(columns, filter, as_of, query, start, end)?;
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
-            let splits = t.plan_splits(&opts, target_bytes).await?;
+            let splits = t.plan_splits(&opts, target_bytes, min_splits).await?;
             splits.iter().map(|s| Ok((s.to_json()?, s.size(), s.files()))).collect()
         })
     }

@@ -33,8 +33,19 @@ pub struct MergeSpec {
     pub key: usize,
     /// Index of the ordering column (event-time ordering only).
     pub ordering: Option<usize>,
-    /// Tables without meta fields are append-only: no key, no merge.
-    pub append_only: bool,
+    /// Tables without meta fields (Apache Hudi's virtual keys): keys are made from the record key
+    /// fields, at these indexes, as the table's key generator makes them (Apache Hudi's readers
+    /// do the same: `HoodieReaderContext`'s virtual key extractor, `simpleKeyGenFields` in 0.x).
+    pub virtual_keys: Option<VirtualKeys>,
+}
+
+/// How a table without meta fields keys its records.
+#[derive(Clone, Debug)]
+pub struct VirtualKeys {
+    /// The key generator's rules.
+    pub keys: std::sync::Arc<crate::keys::KeySpec>,
+    /// Indexes of the record key fields.
+    pub fields: Vec<usize>,
 }
 
 impl MergeSpec {
@@ -51,17 +62,45 @@ impl MergeSpec {
             (MergeMode::EventTime, Some(f)) => schema.index_of(f).ok(),
             _ => None,
         };
-        Ok(MergeSpec {
-            mode: cfg.merge_mode,
-            key: schema.index_of(crate::schema::RECORD_KEY)?,
-            ordering,
-            append_only: !cfg.populate_meta_fields,
-        })
+        let virtual_keys = match cfg.populate_meta_fields {
+            true => None,
+            false => {
+                cfg.check_record_key_fields()?;
+                let fields = cfg.record_key_fields.iter().map(|f| schema.index_of(f)).collect::<Result<_, _>>()?;
+                Some(VirtualKeys { keys: std::sync::Arc::new(crate::keys::KeySpec::from_config(cfg)), fields })
+            }
+        };
+        Ok(MergeSpec { mode: cfg.merge_mode, key: schema.index_of(crate::schema::RECORD_KEY)?, ordering, virtual_keys })
     }
 
     /// The same merge over a projection: `position` maps a table column to its index there.
     pub fn project(&self, position: impl Fn(usize) -> usize) -> Self {
-        MergeSpec { key: position(self.key), ordering: self.ordering.map(&position), ..self.clone() }
+        let virtual_keys = self
+            .virtual_keys
+            .as_ref()
+            .map(|v| VirtualKeys { keys: v.keys.clone(), fields: v.fields.iter().map(|&i| position(i)).collect() });
+        MergeSpec { key: position(self.key), ordering: self.ordering.map(&position), virtual_keys, ..self.clone() }
+    }
+
+    /// The columns a merge reads besides those asked for: the key (made from the record key
+    /// fields without meta fields) and the ordering field.
+    pub fn columns(&self) -> impl Iterator<Item = usize> + '_ {
+        let virtual_fields = self.virtual_keys.iter().flat_map(|v| v.fields.iter().copied());
+        [self.key].into_iter().chain(self.ordering).chain(virtual_fields)
+    }
+
+    /// The record key of every row of `batch` (a projection of the merged columns).
+    pub fn keys(&self, batch: &RecordBatch) -> Result<StringArray> {
+        match &self.virtual_keys {
+            None => Ok(key_column(batch, self.key)?.clone()),
+            Some(v) => {
+                let fields: Vec<arrow::datatypes::FieldRef> =
+                    v.fields.iter().map(|&i| batch.schema().field(i).clone().into()).collect();
+                let columns = v.fields.iter().map(|&i| batch.column(i).clone()).collect();
+                let only = RecordBatch::try_new(std::sync::Arc::new(arrow::datatypes::Schema::new(fields)), columns)?;
+                v.keys.record_keys(&only)
+            }
+        }
     }
 }
 
@@ -149,23 +188,18 @@ impl LogSide {
                     _ => None,
                 };
                 self.bytes += batch.get_array_memory_size() + rows.as_ref().map_or(0, Rows::size);
-                if !self.spec.append_only {
-                    let keys = key_column(&batch, self.spec.key)?;
-                    for row in 0..batch.num_rows() {
-                        if keys.is_null(row) {
-                            continue;
-                        }
-                        let order = rows.as_ref().map_or(Order::None, |r| Order::Value(r.row(row)));
-                        self.offer(keys.value(row), Version::Row { batch: idx, row: row as u32 }, order);
+                let keys = self.spec.keys(&batch)?;
+                for row in 0..batch.num_rows() {
+                    if keys.is_null(row) {
+                        continue;
                     }
+                    let order = rows.as_ref().map_or(Order::None, |r| Order::Value(r.row(row)));
+                    self.offer(keys.value(row), Version::Row { batch: idx, row: row as u32 }, order);
                 }
                 self.batches.push(batch);
                 self.orderings.push(rows);
             }
             LogContent::Deletes { records, .. } => {
-                if self.spec.append_only {
-                    return Ok(0);
-                }
                 for r in records {
                     let Some(key) = r.record_key.as_deref() else { continue };
                     let ordering = self.delete_ordering(&r.ordering)?;
@@ -215,10 +249,10 @@ impl LogSide {
 
     /// Merges one base batch (already projected to the merged columns) with the log side.
     pub fn merge_base(&mut self, base: &RecordBatch) -> Result<Vec<RecordBatch>> {
-        if self.entries.is_empty() || self.spec.append_only {
+        if self.entries.is_empty() {
             return Ok(vec![base.clone()]);
         }
-        let keys = key_column(base, self.spec.key)?;
+        let keys = self.spec.keys(base)?;
         let base_rows = match (&self.converter, self.spec.ordering) {
             (Some(c), Some(o)) => Some(c.convert_columns(&[base.column(o).clone()])?),
             _ => None,
@@ -257,12 +291,8 @@ impl LogSide {
         Ok(out)
     }
 
-    /// The log versions no base row claimed, in batches of at most `batch_size` rows. In append-only
-    /// tables: every log record.
+    /// The log versions no base row claimed, in batches of at most `batch_size` rows.
     pub fn remaining(&self, batch_size: usize) -> Result<Vec<RecordBatch>> {
-        if self.spec.append_only {
-            return Ok(self.batches.clone());
-        }
         let mut left: Vec<(u32, usize, usize)> = self
             .entries
             .values()
@@ -343,7 +373,7 @@ mod tests {
     }
 
     fn spec(mode: MergeMode) -> MergeSpec {
-        MergeSpec { mode, key: 0, ordering: Some(1), append_only: false }
+        MergeSpec { mode, key: 0, ordering: Some(1), virtual_keys: None }
     }
 
     fn rows_of(batches: &[RecordBatch]) -> BTreeMap<String, (i64, i64)> {

@@ -96,8 +96,37 @@ pub struct PlannedFile {
     pub partition: String,
     /// Relative to the table root.
     pub path: String,
-    /// Bytes.
+    /// Bytes (of the whole file, also when a split reads a part of it).
     pub size: u64,
+    /// The part of its rows read, when a split cut the file ([`RowRange`]); all of them when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rows: Option<RowRange>,
+}
+
+/// Rows `start..end` of a base file of `total` rows: a split's part of a file that is cut so that
+/// several workers read it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowRange {
+    /// The first row read.
+    pub start: u64,
+    /// One past the last row read.
+    pub end: u64,
+    /// The file's rows.
+    pub total: u64,
+}
+
+impl RowRange {
+    /// The rows as a selection over the whole file.
+    pub fn selection(&self) -> parquet::arrow::arrow_reader::RowSelection {
+        use parquet::arrow::arrow_reader::RowSelector;
+        let (start, end) = (self.start.min(self.total), self.end.min(self.total));
+        let parts = [
+            RowSelector::skip(start as usize),
+            RowSelector::select(end.saturating_sub(start) as usize),
+            RowSelector::skip((self.total - end.max(start)) as usize),
+        ];
+        parts.into_iter().filter(|s| s.row_count > 0).collect::<Vec<_>>().into()
+    }
 }
 
 /// A file slice selected by planning: its base file and the log files read over it.
@@ -114,9 +143,15 @@ pub struct PlannedSlice {
 }
 
 impl PlannedSlice {
-    /// Bytes of the files the slice reads.
+    /// Bytes of the files the slice reads (of a base file cut by rows, its rows' share).
     pub fn size(&self) -> u64 {
-        self.base.as_ref().map_or(0, |b| b.size) + self.logs.iter().map(|l| l.size).sum::<u64>()
+        let base = self.base.as_ref().map_or(0, |b| match b.rows {
+            Some(r) => {
+                (u128::from(b.size) * u128::from(r.end.saturating_sub(r.start)) / u128::from(r.total.max(1))) as u64
+            }
+            None => b.size,
+        });
+        base + self.logs.iter().map(|l| l.size).sum::<u64>()
     }
 
     /// Its file group.
@@ -125,8 +160,12 @@ impl PlannedSlice {
     }
 
     fn new(g: &FileGroup, s: &FileSlice, with_logs: bool) -> Option<Self> {
-        let base =
-            s.base.as_ref().map(|b| PlannedFile { partition: g.partition.clone(), path: b.path.clone(), size: b.size });
+        let base = s.base.as_ref().map(|b| PlannedFile {
+            partition: g.partition.clone(),
+            path: b.path.clone(),
+            size: b.size,
+            rows: None,
+        });
         let logs = if with_logs { s.logs.clone() } else { Vec::new() };
         (base.is_some() || !logs.is_empty()).then(|| PlannedSlice {
             partition: g.partition.clone(),

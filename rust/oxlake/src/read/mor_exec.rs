@@ -15,7 +15,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, BooleanArray, RecordBatch, StringArray};
+use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -230,7 +230,7 @@ impl GroupState {
                             Ok(b) => b,
                             Err(e) => return Err(Error::from(e).in_file(path)),
                         };
-                        let batch = in_pass(&batch, self.ctx.spec.key, cur.pass)?;
+                        let batch = in_pass(&batch, &self.ctx.spec, cur.pass)?;
                         cur.merged.extend(cur.log.merge_base(&batch)?.into_iter().filter(|b| b.num_rows() > 0));
                         if let Some(merged) = cur.merged.pop_front() {
                             return Ok(Some(merged.project(&self.ctx.output)?));
@@ -284,8 +284,8 @@ impl GroupState {
         let contents =
             log::read_slice(&ctx.storage, &slice.logs, &ctx.table_schema, &ctx.admission, ctx.columns.as_deref())
                 .await?;
-        let key = ctx.spec.key;
-        let project = |b: &RecordBatch| -> Result<RecordBatch> { in_pass(&b.project(&ctx.scan_columns)?, key, pass) };
+        let project =
+            |b: &RecordBatch| -> Result<RecordBatch> { in_pass(&b.project(&ctx.scan_columns)?, &ctx.spec, pass) };
         for content in contents {
             let content = match content {
                 LogContent::Deletes { instant, records } if pass.1 > 1 => {
@@ -348,16 +348,12 @@ fn key_pass(key: &str, passes: u32) -> u32 {
 }
 
 /// The rows of `batch` whose key belongs to `pass` (all rows with one pass).
-fn in_pass(batch: &RecordBatch, key: usize, (pass, passes): (u32, u32)) -> Result<RecordBatch> {
+fn in_pass(batch: &RecordBatch, spec: &MergeSpec, (pass, passes): (u32, u32)) -> Result<RecordBatch> {
     if passes <= 1 {
         return Ok(batch.clone());
     }
-    let keys = batch
-        .column(key)
-        .as_any()
-        .downcast_ref::<StringArray>()
-        .ok_or_else(|| Error::invalid_data("the record key column is not a string"))?;
-    // Rows without a key (append-only tables) all go to the first pass.
+    let keys = spec.keys(batch)?;
+    // Rows without a key all go to the first pass.
     let mask: BooleanArray = (0..keys.len())
         .map(|i| Some(if keys.is_valid(i) { key_pass(keys.value(i), passes) == pass } else { pass == 0 }))
         .collect();
@@ -369,7 +365,7 @@ mod tests {
     //! The merge node over real merge-on-read tables: which version of a record a scan returns,
     //! and the same rows when the log side does not fit the memory budget.
 
-    use arrow::array::Int64Array;
+    use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use futures::TryStreamExt;
 

@@ -14,6 +14,7 @@ use datafusion::datasource::TableType;
 use datafusion::datasource::file_format::FileFormat;
 use datafusion::datasource::file_format::parquet::ParquetFormat;
 use datafusion::datasource::listing::PartitionedFile;
+use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfigBuilder, ParquetSource};
 use datafusion::error::Result as DfResult;
 use datafusion::execution::object_store::ObjectStoreUrl;
@@ -179,8 +180,7 @@ impl HudiTableProvider {
         let merge = self.merge.as_ref().ok_or_else(|| {
             datafusion::error::DataFusionError::Internal("merge-on-read slices planned without a merge".into())
         })?;
-        let mut scan_columns: Vec<usize> =
-            scan_projection.iter().copied().chain([merge.key]).chain(merge.ordering).collect();
+        let mut scan_columns: Vec<usize> = scan_projection.iter().copied().chain(merge.columns()).collect();
         scan_columns.sort_unstable();
         scan_columns.dedup();
         let position = |i: usize| scan_columns.iter().position(|&c| c == i).unwrap_or_default();
@@ -285,7 +285,11 @@ fn balance(storage: &Storage, files: &[&PlannedFile], n: usize) -> Vec<FileGroup
     for f in sorted {
         if let Some(g) = groups.iter_mut().min_by_key(|g| g.0) {
             g.0 += f.size;
-            g.1.push(partitioned_file(storage, &f.path, f.size));
+            let file = partitioned_file(storage, &f.path, f.size);
+            g.1.push(match f.rows {
+                Some(rows) => file.with_extension(ParquetRowSelection::new(rows.selection())),
+                None => file,
+            });
         }
     }
     groups.into_iter().filter(|g| !g.1.is_empty()).map(|g| FileGroup::new(g.1)).collect()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::changes::ChangePlan;
-use super::{HudiTableProvider, PlannedSlice, QueryType, ScanOptions, ScanPlan, session};
+use super::{HudiTableProvider, PlannedFile, PlannedSlice, QueryType, RowRange, ScanOptions, ScanPlan, session};
 use crate::error::{Error, Result};
 use crate::table::Table;
 use crate::table::fs_view::FileGroupId;
@@ -55,11 +55,14 @@ impl Split {
 }
 
 impl Table {
-    /// Plans a query and cuts it into splits of about `target_bytes` each (a file slice is never
-    /// cut; a larger one is a split of its own). Partitions the filter rules out are dropped here,
-    /// so no worker is started for them. A query with nothing to read gives one empty split, so
-    /// that readers still learn the schema.
-    pub async fn plan_splits(&self, opts: &ScanOptions, target_bytes: u64) -> Result<Vec<Split>> {
+    /// Plans a query and cuts it into splits of about `target_bytes` each (a file slice larger
+    /// than that is a split of its own). When that makes fewer than `min_splits` splits (a table
+    /// of a few large files, read by more workers than it has files), base files read without logs
+    /// are cut by rows ([`RowRange`]) into pieces of about the query's bytes over `min_splits`, so
+    /// that every worker has a part. Partitions the filter rules out are dropped here, so no worker
+    /// is started for them. A query with nothing to read gives one empty split, so that readers
+    /// still learn the schema.
+    pub async fn plan_splits(&self, opts: &ScanOptions, target_bytes: u64, min_splits: usize) -> Result<Vec<Split>> {
         if opts.query == QueryType::Changes {
             self.check_changes_readable()?;
             let Some(plan) = self.plan_changes(opts).await? else { return Ok(vec![Split::Changes(None)]) };
@@ -70,7 +73,14 @@ impl Table {
             Some(filter) => self.prune_partitions(&plan, filter).await?,
             None => plan.slices.clone(),
         };
-        let parts = pack(slices, target_bytes, PlannedSlice::size);
+        let mut parts = pack(slices, target_bytes, PlannedSlice::size);
+        if parts.len() < min_splits {
+            let slices: Vec<PlannedSlice> = parts.into_iter().flatten().collect();
+            let total: u64 = slices.iter().map(PlannedSlice::size).sum();
+            let piece = (total / min_splits as u64).max(1);
+            let slices = self.cut_by_rows(slices, total, min_splits as u64).await?;
+            parts = pack(slices, piece, PlannedSlice::size);
+        }
         let splits: Vec<Split> = parts
             .into_iter()
             .map(|slices| {
@@ -78,6 +88,34 @@ impl Table {
             })
             .collect();
         Ok(if splits.is_empty() { vec![Split::Scan(ScanPlan { slices: Vec::new(), ..plan })] } else { splits })
+    }
+
+    /// `slices` with every base file read without logs cut by rows into its share of `pieces`
+    /// parts of the `total` bytes (its footer tells how many rows it has); parts of fewer than
+    /// [`MIN_PIECE_ROWS`] rows are not made.
+    async fn cut_by_rows(&self, slices: Vec<PlannedSlice>, total: u64, pieces: u64) -> Result<Vec<PlannedSlice>> {
+        let mut out = Vec::with_capacity(slices.len());
+        for slice in slices {
+            let share =
+                |b: &PlannedFile| (u128::from(b.size) * u128::from(pieces) * 2 / u128::from(total.max(1))).div_ceil(2);
+            let Some(base) = slice.base.as_ref().filter(|b| slice.logs.is_empty() && b.rows.is_none() && share(b) > 1)
+            else {
+                out.push(slice);
+                continue;
+            };
+            let rows = self.storage().parquet_rows(&base.path, base.size).await?;
+            let parts = (share(base) as u64).min(rows / MIN_PIECE_ROWS);
+            if parts <= 1 {
+                out.push(slice);
+                continue;
+            }
+            for k in 0..parts {
+                let range = RowRange { start: rows * k / parts, end: rows * (k + 1) / parts, total: rows };
+                let file = PlannedFile { rows: Some(range), ..base.clone() };
+                out.push(PlannedSlice { base: Some(file), ..slice.clone() });
+            }
+        }
+        Ok(out)
     }
 
     /// The slices of `plan` in partitions that can satisfy `filter`.
@@ -92,6 +130,10 @@ impl Table {
         Ok(kept.into_iter().cloned().collect())
     }
 }
+
+/// The fewest rows of a part of a file a split cuts off: below it, a worker's start costs more
+/// than its read.
+const MIN_PIECE_ROWS: u64 = 10_000;
 
 /// Both sides of each file group stay together: the join of a change query pairs them.
 fn cut_changes(plan: ChangePlan, target_bytes: u64) -> Vec<Split> {

@@ -260,6 +260,7 @@ async fn planned_slices(storage: &Storage, group: &ClusteringGroup) -> Result<Ve
                 partition: partition.clone(),
                 path: path.clone(),
                 size: *size,
+                rows: None,
             }),
             logs,
         });

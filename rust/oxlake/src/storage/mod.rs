@@ -174,6 +174,19 @@ impl Storage {
         }
     }
 
+    /// The rows of the Parquet file `rel` of `size` bytes, from its footer.
+    pub async fn parquet_rows(&self, rel: &str, size: u64) -> Result<u64> {
+        let mut file = ParquetFile::open(self, rel, size);
+        let meta =
+            parquet::arrow::async_reader::AsyncFileReader::get_metadata(&mut file, None).await.map_err(
+                |e| match e {
+                    parquet::errors::ParquetError::External(_) => Error::from(e),
+                    e => Error::corrupt(rel, format!("Parquet footer: {e}")),
+                },
+            )?;
+        Ok(meta.file_metadata().num_rows().max(0) as u64)
+    }
+
     /// Size and modification time of a file, or `None` when it does not exist.
     pub async fn head(&self, rel: &str) -> Result<Option<ObjectMeta>> {
         let path = self.path(rel);

@@ -217,17 +217,21 @@ impl Table {
     }
 
     /// The `extraMetadata` the completed data instant at `time` recorded (its writer's schema,
-    /// a streaming sink's checkpoint, ...).
+    /// a streaming sink's checkpoint, ...), archived or not.
     pub async fn extra_metadata(&self, time: &str) -> Result<std::collections::BTreeMap<String, String>> {
         let time = crate::format::instant::normalize_time(time)?;
-        let instant = self.timeline.get(&time).filter(|i| i.is_completed() && i.action.writes_data());
-        let Some(instant) = instant else {
-            return Err(Error::invalid_arg(
-                "instant",
-                format!("{time} is not a completed commit of the active timeline"),
-            ));
+        let archived;
+        let table = if self.timeline.get(&time).is_none() && self.reaches_archive(&time) {
+            archived = self.with_archived_timeline().await?;
+            &archived
+        } else {
+            self
         };
-        Ok(self.timeline.commit_metadata(&self.storage, instant).await?.extra_metadata)
+        let instant = table.timeline.get(&time).filter(|i| i.is_completed() && i.action.writes_data());
+        let Some(instant) = instant else {
+            return Err(Error::invalid_arg("instant", format!("{time} is not a completed commit of the table")));
+        };
+        Ok(table.timeline.commit_metadata(&table.storage, instant).await?.extra_metadata)
     }
 
     /// How this process opened it.
