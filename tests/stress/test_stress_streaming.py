@@ -105,6 +105,19 @@ def create(uri: str) -> None:
     t.set_cleaning(3, every=4)
 
 
+def session_members(sid: int) -> list[int]:
+    """The processes of session `sid`."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid:
+            out.append(int(stat.parent.name))
+    return out
+
+
 class Driver:
     """A run of `stream_driver.py` in its own process group (the JVM and Spark's Python workers
     die with it)."""
@@ -127,10 +140,13 @@ class Driver:
             )
 
     def kill(self) -> None:
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        """SIGKILL to every process of the run's session (Spark's Python workers have process
+        groups of their own)."""
+        for pid in [self.proc.pid, *session_members(self.proc.pid)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         self.proc.wait()
 
     def finished(self) -> bool:
@@ -169,6 +185,7 @@ def test_a_stream_killed_again_and_again_writes_each_batch_once(sink: str, tmp_p
             files += 1
         run += 1
         pausepoint = rng.choice(PAUSEPOINTS) if rng.random() < 0.5 else None
+        started = time.monotonic()
         driver = Driver(spec, tmp_path / f"run{run}.log", pausepoint, pause_dir)
         deadline = time.monotonic() + (RUN_TIMEOUT if pausepoint else rng.uniform(2.0, 25.0))
         while time.monotonic() < deadline and not driver.finished():
@@ -176,15 +193,19 @@ def test_a_stream_killed_again_and_again_writes_each_batch_once(sink: str, tmp_p
                 break
             time.sleep(0.05)
         if driver.finished():
+            print(f"run {run}: caught up in {time.monotonic() - started:.1f} s")
             continue  # caught up before the kill: the next run gets new files
         driver.kill()
         kills.append(pausepoint or "random")
+        print(f"run {run}: killed ({kills[-1]}) after {time.monotonic() - started:.1f} s")
     # One last run left alone catches up.
+    started = time.monotonic()
     driver = Driver(spec, tmp_path / "last.log", None, pause_dir)
     deadline = time.monotonic() + RUN_TIMEOUT
     while not driver.finished():
         assert time.monotonic() < deadline, "the last run did not catch up"
         time.sleep(0.2)
+    print(f"last run: caught up in {time.monotonic() - started:.1f} s")
     print(f"{sink}: {run} runs, {len(kills)} kills ({', '.join(sorted(set(kills)))}), {files} files")
 
     assert table_rows(uri) == newest(written)
