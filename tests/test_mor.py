@@ -317,7 +317,9 @@ def test_inserts_go_to_base_files_so_apache_hudis_index_finds_every_key(mor: oxl
 
 
 @pytest.mark.parametrize("table_version", [6, 8])
-def test_a_table_without_meta_fields_merges_its_logs_by_the_record_key(table_path: str, table_version: int) -> None:
+def test_a_table_without_meta_fields_merges_its_logs_by_the_record_key(
+    table_path: str, table_version: int
+) -> None:
     """Apache Hudi's virtual keys (`hoodie.populate.meta.fields=false`): base files hold null meta
     columns, and readers key the merge by the record key fields. Here a merge-on-read table with
     updates and deletes in its logs is made one (its base files' meta columns nulled, as Apache
@@ -349,7 +351,9 @@ def test_a_table_without_meta_fields_merges_its_logs_by_the_record_key(table_pat
         base = pq.read_table(f)
         for c in [c for c in base.column_names if c.startswith("_hoodie_")]:
             i = base.column_names.index(c)
-            base = base.set_column(i, base.schema.field(i), pa.nulls(base.num_rows, base.schema.field(i).type))
+            base = base.set_column(
+                i, base.schema.field(i), pa.nulls(base.num_rows, base.schema.field(i).type)
+            )
         pq.write_table(base, f)
     props = Path(table_path) / ".hoodie" / "hoodie.properties"
     props.write_text(props.read_text() + "hoodie.populate.meta.fields=false\n")

@@ -78,10 +78,11 @@ def table_rows(uri: str) -> dict[int, tuple]:
 
 
 def batches_recorded(uri: str) -> list[int]:
-    """The batch id each completed commit of the stream sink recorded, in timeline order."""
+    """The batch id each completed commit of the stream sink recorded, in timeline order (the
+    archived timeline included)."""
     t = oxlake.Table(uri)
     out = []
-    for i in t.timeline():
+    for i in t.timeline(include_archived=True):
         if i.state == "completed" and i.action in ("commit", "deltacommit"):
             recorded = t.extra_metadata(i.time).get(oxlake.spark.SINK_CHECKPOINT_KEY)
             if recorded:
