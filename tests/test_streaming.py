@@ -313,6 +313,48 @@ def test_the_stream_source_refuses_a_window_a_clean_removed(spark: SparkSession,
         query.stop()
 
 
+@needs_streaming_source
+@pytest.mark.parametrize(
+    ("option", "value", "says"),
+    [
+        ("maxInstantsPerTrigger", "0", "maxInstantsPerTrigger must be at least 1"),
+        ("maxInstantsPerTrigger", "many", "option maxInstantsPerTrigger must be an integer"),
+        ("starting", "yesterday", "option starting: expected earliest, latest or an instant time"),
+        ("query", "snapshot", "a streaming read takes query 'incremental' or 'changes'"),
+        ("split_bytes", "1MB", "option split_bytes must be an integer"),
+    ],
+)
+def test_a_bad_stream_option_fails_the_query_naming_it(
+    spark: SparkSession, tmp_path: Path, option: str, value: str, says: str
+) -> None:
+    """A bad option of the stream source fails the query with a message naming the option; the
+    table is left as it was."""
+    uri = str(tmp_path / "t")
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.int64())])
+    t = oxlake.create_table(uri, schema, record_key="id", ordering_field="ts")
+    t.upsert(pa.table({"id": [1], "ts": [0]}, schema=schema))
+    before = [(i.time, i.state) for i in t.timeline()]
+
+    def start() -> Any:
+        return (
+            spark.readStream.format("oxlake")
+            .option(option, value)
+            .load(uri)
+            .writeStream.format("memory")
+            .queryName(f"bad_{option}_{abs(hash(value))}")
+            .option("checkpointLocation", str(tmp_path / "cp"))
+            .start()
+        )
+
+    with pytest.raises(Exception, match=says):  # noqa: PT012 (Spark raises at start or in the run)
+        query = start()
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+    assert [(i.time, i.state) for i in oxlake.Table(uri).timeline()] == before
+
+
 # ---- Spark's types through every write path ------------------------------------------------
 
 TYPES = T.StructType(

@@ -239,10 +239,30 @@ pub(super) async fn rollback_at(
                 fate::overrule(table.storage(), &target.time, epoch, &r.time).await?;
             }
             decided => {
-                if let fate::Fate::Committed { action, metadata, completion } = decided {
-                    fate::roll_forward(table, target, epoch, action, metadata, completion).await?;
-                    table.storage().delete(&heartbeat_path(&target.time)).await?;
-                    conflicts::withdraw_intent(table.storage(), &target.time).await?;
+                table.timeline().remove_pending(table.storage(), &r).await?;
+                match decided {
+                    fate::Fate::Committed { action, metadata, completion } => {
+                        fate::roll_forward(table, target, epoch, action, metadata, completion).await?;
+                        table.storage().delete(&heartbeat_path(&target.time)).await?;
+                        conflicts::withdraw_intent(table.storage(), &target.time).await?;
+                    }
+                    // Another rollback owns it. When that one's process is gone (killed before
+                    // it finished), this process finishes it: nobody else would, and a writer
+                    // waiting on the target would wait for ever.
+                    fate::Fate::RolledBack { by } => {
+                        let now = crate::timeline::Timeline::load(table.storage(), table.config()).await?;
+                        let owner = now.pending().find(|i| i.time == by && i.action == Action::Rollback).cloned();
+                        if let Some(owner) = owner
+                            && is_expired(table, &owner).await?
+                        {
+                            log::info!(
+                                "{}: finishing rollback {by} of {}: its process is gone",
+                                table.uri(),
+                                target.time
+                            );
+                            return Box::pin(rollback_at(table, target, Some(owner), how, Some(epoch))).await;
+                        }
+                    }
                 }
                 log::info!(
                     "{}: {} {} is not rolled back: its fate was decided first",
@@ -250,7 +270,6 @@ pub(super) async fn rollback_at(
                     target.action,
                     target.time
                 );
-                table.timeline().remove_pending(table.storage(), &r).await?;
                 return Ok(false);
             }
         }

@@ -498,7 +498,10 @@ impl Transaction {
                 conflicts::Verdict::GiveWay(other) => return Err(conflict(&other, "is committing")),
                 conflicts::Verdict::Gone(other) => {
                     log::info!("{time}: the overlapping write {} is gone: deciding its fate first", other.time);
-                    rollback(table, &other, None, Undo::Failed).await?;
+                    if !rollback(table, &other, None, Undo::Failed).await? {
+                        // Decided otherwise: by a rollback still at work, or a commit.
+                        conflicts::pause().await;
+                    }
                 }
                 conflicts::Verdict::Wait(other) => {
                     log::debug!("{time}: waiting for the overlapping commit of {other}");
@@ -790,6 +793,43 @@ mod tests {
             next.write(WriteOperation::Upsert, vec![by_parity(&[1, 3])], &WriteConfig::default()).await.unwrap();
             assert_eq!(rows(&next).await, 3, "{step:?}");
         }
+    }
+
+    /// Found by the streaming kill test: a rollback killed after deciding its target's fate owned
+    /// it for ever; every writer meeting the target's intent started a rollback of its own, found
+    /// the fate decided, and tried again (a new claim each time, without end). The next rollback
+    /// finishes the dead one's work instead.
+    #[tokio::test]
+    async fn a_rollback_whose_process_died_after_deciding_the_fate_is_finished_by_the_next() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = TableOptions { heartbeat_interval: std::time::Duration::from_millis(20), ..Default::default() };
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, options.clone()).await;
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let before = parquet_files(dir.path());
+        let tx = t.begin_write(WriteOperation::Upsert).await.unwrap();
+        let time = tx.time().to_string();
+        let written = t
+            .write_files(WriteOperation::Upsert, vec![by_parity(&[1, 3])], &time, &WriteConfig::default())
+            .await
+            .unwrap();
+        let epoch = tx.epoch();
+        drop((written, tx));
+        // A rollback claims its instant and decides the fate, then its process dies.
+        let plan = super::super::rollback::rollback_plan(&time, Action::Commit, false, Vec::new()).unwrap();
+        let dead = super::super::claims::claim(&t, Action::Rollback, |_| Ok(plan.clone())).await.unwrap();
+        fate::decide(t.storage(), &time, epoch, fate::Fate::RolledBack { by: dead.time.clone() }).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let next = Table::open(t.uri(), options).await.unwrap();
+        let target = Instant::new(time.clone(), Action::Commit, State::Inflight);
+        let done = super::super::rollback::rollback(&next, &target, None, Undo::Failed).await.unwrap();
+        assert!(done, "the dead rollback is finished");
+        let mut next = next;
+        next.reload().await.unwrap();
+        assert!(next.timeline().get(&time).is_none(), "the target is gone");
+        assert!(next.timeline().pending().next().is_none(), "no rollback left pending");
+        assert!(next.timeline().instants_at(&dead.time).iter().all(|i| i.is_completed()));
+        assert_eq!(parquet_files(dir.path()), before, "its files are gone");
+        assert_eq!(rows(&next).await, 2);
     }
 
     #[tokio::test]

@@ -190,8 +190,11 @@ impl HudiTableProvider {
         // partition columns made from the value alone) may drop base rows before the merge
         // (docs/ARCHITECTURE.md, "Merge-on-read reads"): a base row failing another filter may
         // still win over its log version.
-        let key_columns: Vec<&str> = [RECORD_KEY, PARTITION_PATH]
-            .into_iter()
+        // Without meta fields (virtual keys) the meta columns of base files are null.
+        let meta: &[&str] = if merge.virtual_keys.is_some() { &[] } else { &[RECORD_KEY, PARTITION_PATH] };
+        let key_columns: Vec<&str> = meta
+            .iter()
+            .copied()
             .chain(self.keys.record_key_fields.iter().map(String::as_str))
             .chain(self.keys.fixed_partition_fields())
             .collect();
