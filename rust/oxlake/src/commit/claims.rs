@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 
+use super::markers::{Marker, MarkerDir};
 use super::{failpoint, fate, slice_claims};
 use crate::error::{Error, Result};
 use crate::format::instant::{self, Action, Instant, State};
@@ -13,39 +14,55 @@ use crate::table::Table;
 
 /// How many instant times a writer tries before giving up on a busy table.
 pub(super) const CLAIM_ATTEMPTS: usize = 20;
-/// Markers of the instant times claimed (see [`claim`]).
-pub(super) const CLAIMS_DIR: &str = ".hoodie/oxlake/claims";
-/// Markers of archivals, `<when>_<cutoff>` (see [`claim_with`] and `services::archive`).
-pub(crate) const ARCHIVING_DIR: &str = ".hoodie/oxlake/archiving";
+/// Markers of the instant times claimed (see [`claim`]), and of completion times
+/// (`super::completion`).
+pub(super) const CLAIMS: MarkerDir = MarkerDir(".hoodie/oxlake/claims");
+/// Markers of archivals, `<cutoff>_<when>` (see [`claim_with`] and `services::archive`).
+pub(crate) const ARCHIVING: MarkerDir = MarkerDir(".hoodie/oxlake/archiving");
 /// Claim markers older than this are removed by cleans: instant times follow the clock, so no
 /// writer claims a time that old.
 pub(super) const CLAIMS_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// Cleans prune markers at most this often: a pruning lists whole folders (a day of fate
+/// records), which a table committing every few seconds must not pay at every commit.
+const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// When markers were last pruned: an instant time.
+const PRUNED: &str = ".hoodie/oxlake/pruned";
 
-/// Removes the claim markers older than [`CLAIMS_KEPT`].
+/// Removes the markers older than [`CLAIMS_KEPT`], unless that was done in the last
+/// [`PRUNE_EVERY`] (two processes pruning at once delete the same files: harmless).
 pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
-    let cutoff = chrono::Utc::now().naive_utc() - chrono::TimeDelta::from_std(CLAIMS_KEPT).unwrap_or_default();
-    let cutoff = cutoff.format("%Y%m%d%H%M%S%3f").to_string();
+    let now = chrono::Utc::now().naive_utc();
+    let ago =
+        |d: Duration| (now - chrono::TimeDelta::from_std(d).unwrap_or_default()).format("%Y%m%d%H%M%S%3f").to_string();
+    let storage = table.storage();
+    let last = storage.get_opt(PRUNED).await?;
+    if last.is_some_and(|t| t.as_ref() > ago(PRUNE_EVERY).as_bytes()) {
+        return Ok(());
+    }
+    storage.put(PRUNED, Bytes::from(instant::now())).await?;
+    let cutoff = ago(CLAIMS_KEPT);
     fate::prune(table, &cutoff).await?;
     slice_claims::prune(table, &cutoff).await?;
-    for dir in [CLAIMS_DIR, ARCHIVING_DIR] {
-        for f in table.storage().list_dir(dir).await? {
-            let name = f.path.rsplit('/').next().unwrap_or_default();
-            if name.get(..17).is_some_and(|t| t < cutoff.as_str()) {
-                table.storage().delete(&f.path).await?;
-            }
-        }
-    }
-    Ok(())
+    CLAIMS.prune(storage, &cutoff).await?;
+    ARCHIVING.prune(storage, &cutoff).await
 }
 
-/// The latest cutoff at or after `time` of an archival marked in [`ARCHIVING_DIR`], if any.
+/// The name of an archival's marker (filed by its cutoff: claims look at recent cutoffs only).
+pub(crate) fn archival_marker(cutoff: &str) -> String {
+    ARCHIVING.path(&format!("{cutoff}_{}", instant::now()))
+}
+
+/// The cutoff an archival's marker names: `<cutoff>_<when>`, or `<when>_<cutoff>` written flat.
+fn archival_cutoff(marker: &Marker) -> Option<&str> {
+    let (first, second) = marker.name.split_once('_')?;
+    Some(if marker.flat { second } else { first })
+}
+
+/// The latest cutoff at or after `time` of an archival marked in [`ARCHIVING`], if any.
 pub(super) async fn archival_past(table: &Table, time: &str) -> Result<Option<String>> {
-    let markers = table.storage().list_dir(ARCHIVING_DIR).await?;
-    Ok(markers
-        .iter()
-        .filter_map(|f| f.path.rsplit('/').next()?.split_once('_').map(|(_, cutoff)| cutoff.to_string()))
-        .filter(|cutoff| cutoff.as_str() >= time)
-        .max())
+    // A marker's name starts with its cutoff, or (flat) with when it was made, which is later.
+    let markers = ARCHIVING.list_after(table.storage(), time.get(..17).unwrap_or(time)).await?;
+    Ok(markers.iter().filter_map(archival_cutoff).filter(|cutoff| *cutoff >= time).map(str::to_string).max())
 }
 
 /// Makes the plan of an instant once its time is claimed (see [`claim_with`]); `None`: nothing
@@ -92,7 +109,7 @@ pub(super) async fn claim_checked(table: &Table, action: Action, plan: impl Plan
         last = Some(base);
         // The marker holds a token of this claim: a create whose answer was lost reads it back.
         let token = Bytes::from(uuid::Uuid::new_v4().to_string());
-        if !table.storage().put_if_absent(&format!("{CLAIMS_DIR}/{time}"), token).await? {
+        if !table.storage().put_if_absent(&CLAIMS.path(&time), token).await? {
             continue;
         }
         failpoint("after-claim");
@@ -129,4 +146,59 @@ pub(super) async fn claim_checked(table: &Table, action: Action, plan: impl Plan
         return Ok(Some((requested, archived_past)));
     }
     Err(Error::CommitConflict { instant: last.unwrap_or_default(), detail: "could not claim an instant time".into() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TableType;
+    use crate::services::clean::CleanPolicy;
+    use crate::table::TableOptions;
+    use crate::test_support::id_city_table;
+
+    fn hours_ago(h: i64) -> String {
+        (chrono::Utc::now().naive_utc() - chrono::TimeDelta::hours(h)).format("%Y%m%d%H%M%S%3f").to_string()
+    }
+
+    #[tokio::test]
+    async fn cleans_prune_markers_older_than_a_day_at_most_once_an_hour() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        let s = t.storage().clone();
+        let (old, recent) = (hours_ago(30), hours_ago(1));
+        for name in [&old, &recent] {
+            s.put(&CLAIMS.path(name), Bytes::new()).await.unwrap();
+            s.put(&ARCHIVING.path(&format!("{name}_{name}")), Bytes::new()).await.unwrap();
+        }
+        s.put(&format!("{}/{old}", CLAIMS.0), Bytes::new()).await.unwrap(); // written flat
+        let all = |m: MarkerDir| {
+            let s = s.clone();
+            async move { m.list_after(&s, "").await.unwrap().into_iter().map(|m| m.name).collect::<Vec<_>>() }
+        };
+        t.clean(CleanPolicy::KeepLatestCommits(10)).await.unwrap();
+        assert_eq!(all(CLAIMS).await, std::slice::from_ref(&recent));
+        assert_eq!(all(ARCHIVING).await, [format!("{recent}_{recent}")]);
+        // Pruned a moment ago: the next clean lists nothing.
+        s.put(&CLAIMS.path(&old), Bytes::new()).await.unwrap();
+        t.clean(CleanPolicy::KeepLatestCommits(10)).await.unwrap();
+        assert_eq!(all(CLAIMS).await.len(), 2);
+        s.put(PRUNED, Bytes::from(hours_ago(2))).await.unwrap();
+        t.clean(CleanPolicy::KeepLatestCommits(10)).await.unwrap();
+        assert_eq!(all(CLAIMS).await, [recent]);
+    }
+
+    #[tokio::test]
+    async fn a_claim_sees_archivals_whose_cutoff_is_at_or_after_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        let s = t.storage();
+        let time = "20260101001000000";
+        s.put(&ARCHIVING.path("20260101000959999_20260101001100000"), Bytes::new()).await.unwrap();
+        assert_eq!(archival_past(&t, time).await.unwrap(), None);
+        s.put(&ARCHIVING.path("20260101001000000_20260101001100000"), Bytes::new()).await.unwrap();
+        // Written flat: `<when>_<cutoff>`.
+        s.put(".hoodie/oxlake/archiving/20260101002000000_20260101001500000", Bytes::new()).await.unwrap();
+        assert_eq!(archival_past(&t, time).await.unwrap().as_deref(), Some("20260101001500000"));
+        assert_eq!(archival_past(&t, "20260101001500001").await.unwrap(), None);
+    }
 }

@@ -6,7 +6,7 @@
 //! have seen an instant completed at `c`, no instant may complete later at a time before `c`.
 //! Apache Hudi takes the time and writes the completed file under its table lock. oxlake has no
 //! lock; it claims a completion time as it claims instant times, with a conditional create of
-//! `.hoodie/oxlake/claims/<c>` (holding `completion <t> <token>`), and orders the claims:
+//! `.hoodie/oxlake/claims/<bucket>/<c>` (holding `completion <t> <token>`), and orders the claims:
 //! - a claim that finds a later one made already gives its time up (deletes its marker) and
 //!   claims again after it;
 //! - a claim kept waits, before its completed file is written, for every earlier completion
@@ -21,7 +21,7 @@ use std::collections::HashSet;
 
 use bytes::Bytes;
 
-use super::claims::{CLAIM_ATTEMPTS, CLAIMS_DIR};
+use super::claims::{CLAIM_ATTEMPTS, CLAIMS};
 use super::fate;
 use super::heartbeat::HeartbeatWatch;
 use crate::error::{Error, Result};
@@ -54,22 +54,17 @@ pub(crate) async fn release_claims(table: &Table, target: &str) -> Result<()> {
     }
     let storage = table.storage();
     // A completion is later than the requested time.
-    for f in storage.list_dir_after(CLAIMS_DIR, target).await? {
-        let c = marker_time(&f.path);
-        if c.len() != 17 || c <= target {
+    for m in CLAIMS.list_after(storage, target).await? {
+        if m.name.len() != 17 {
             continue;
         }
-        if let Some(bytes) = storage.get_opt(&f.path).await?
+        if let Some(bytes) = storage.get_opt(&m.path).await?
             && completing(&bytes).as_deref() == Some(target)
         {
-            storage.put(&f.path, Bytes::from(format!("released {target}"))).await?;
+            storage.put(&m.path, Bytes::from(format!("released {target}"))).await?;
         }
     }
     Ok(())
-}
-
-fn marker_time(path: &str) -> &str {
-    path.rsplit('/').next().unwrap_or(path)
 }
 
 /// Claims the completion time of the pending instant `time` of `table` (timeline layout 2) and
@@ -82,11 +77,11 @@ pub(crate) async fn claim(table: &Table, time: &str) -> Result<String> {
         let timeline = Timeline::load(storage, table.config()).await?;
         // Only claims after every time the timeline holds can raise the floor.
         let after = [timeline.last_time(), Some(time)].into_iter().flatten().max().unwrap_or_default();
-        let claims = storage.list_dir_after(CLAIMS_DIR, after).await?;
-        let latest_claim = claims.iter().map(|f| marker_time(&f.path)).filter(|t| t.len() == 17).max();
+        let claims = CLAIMS.list_after(storage, after).await?;
+        let latest_claim = claims.iter().map(|m| m.name.as_str()).filter(|t| t.len() == 17).max();
         let last = [timeline.last_time(), latest_claim, floor.as_deref(), Some(time)].into_iter().flatten().max();
         let candidate = instant::next_after(last)?;
-        let marker = format!("{CLAIMS_DIR}/{candidate}");
+        let marker = CLAIMS.path(&candidate);
         let ours = content(time);
         if !storage.put_if_absent(&marker, ours.clone()).await?
             && storage.get_opt(&marker).await?.as_ref() != Some(&ours)
@@ -95,19 +90,13 @@ pub(crate) async fn claim(table: &Table, time: &str) -> Result<String> {
             continue;
         }
         // A later claim made already: a reader may see its instant before this one; claim again.
-        let later: Vec<String> = storage
-            .list_dir_after(CLAIMS_DIR, &candidate)
-            .await?
-            .iter()
-            .map(|f| marker_time(&f.path).to_string())
-            .filter(|t| t.len() == 17 && t.as_str() > candidate.as_str())
-            .collect();
+        let later = CLAIMS.list_after(storage, &candidate).await?;
         let mut overtaken = None;
-        for t in later {
-            if let Some(bytes) = storage.get_opt(&format!("{CLAIMS_DIR}/{t}")).await?
+        for m in later.into_iter().filter(|m| m.name.len() == 17) {
+            if let Some(bytes) = storage.get_opt(&m.path).await?
                 && completing(&bytes).is_some()
             {
-                overtaken = Some(t);
+                overtaken = Some(m.name);
             }
         }
         if let Some(t) = overtaken {
@@ -148,12 +137,12 @@ async fn wait_for_earlier(table: &Table, time: &str, completion: &str) -> Result
             .flat_map(|i| std::iter::once(i.time.as_str()).chain(i.completion.as_deref()))
             .collect();
         let mut blocking = None;
-        for f in storage.list_dir_after(CLAIMS_DIR, &first_pending).await? {
-            let c = marker_time(&f.path);
-            if c.len() != 17 || c <= first_pending.as_str() || c >= completion || on_timeline.contains(c) {
+        for m in CLAIMS.list_after(storage, &first_pending).await? {
+            let c = m.name.as_str();
+            if c.len() != 17 || c >= completion || on_timeline.contains(c) {
                 continue;
             }
-            let Some(bytes) = storage.get_opt(&f.path).await? else { continue };
+            let Some(bytes) = storage.get_opt(&m.path).await? else { continue };
             let Some(owner) = completing(&bytes) else { continue };
             if owner != time
                 && let Some(p) = pending(&owner)

@@ -20,7 +20,8 @@
 //! `r.rollback` completed, then `t`'s pending files removed. Each step is idempotent, so a crash
 //! during a rollback is finished by the writer after.
 //!
-//! Files: `transaction` (a write in progress, steps 1-5), `claims` (instant times), `heartbeat`,
+//! Files: `transaction` (a write in progress, steps 1-5), `claims` (instant times, kept in the
+//! ten-minute buckets of `markers`), `heartbeat`,
 //! `conflicts` (step 3), `fate` (completed or rolled back, decided once), `rollback` (recovery and
 //! deliberate rollbacks), `slice_claims` (which compaction takes a file slice), [`hook`] (what the
 //! layers built on the protocol do at step 3 and on recovery) and [`change`] (what an instant
@@ -33,6 +34,7 @@ mod conflicts;
 mod fate;
 mod heartbeat;
 pub mod hook;
+mod markers;
 mod rollback;
 pub(crate) mod slice_claims;
 mod transaction;
@@ -40,7 +42,7 @@ mod transaction;
 use std::time::Duration;
 
 pub use claims::PlanFn;
-pub(crate) use claims::{ARCHIVING_DIR, claim, prune_claims};
+pub(crate) use claims::{archival_marker, claim, prune_claims};
 pub(crate) use completion::complete;
 pub use heartbeat::TaskHeartbeat;
 pub(crate) use heartbeat::{HeartbeatWatch, beating, is_expired};

@@ -127,7 +127,7 @@ impl Table {
         // before the cutoff and creates its requested file after that listing sees the marker
         // and takes a later time (`commit::claim_with`). Markers are pruned with claim markers.
         crate::commit::failpoint("archive-before-mark");
-        let marker = format!("{}/{}_{cutoff}", crate::commit::ARCHIVING_DIR, crate::format::instant::now());
+        let marker = crate::commit::archival_marker(&cutoff);
         self.storage().put(&marker, Bytes::new()).await?;
         let file = match self.timeline().layout() {
             1 => {

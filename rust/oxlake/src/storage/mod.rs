@@ -259,6 +259,23 @@ impl Storage {
         Ok(listing.objects.iter().filter(|m| m.last_modified < before).map(|m| self.file_info(m)).collect())
     }
 
+    /// Lists one level of a directory: the files directly inside it, and its sub-directories.
+    pub async fn list_level(&self, rel_dir: &str) -> Result<(Vec<FileInfo>, Vec<String>)> {
+        let prefix = self.path(rel_dir);
+        let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
+        let files = listing.objects.iter().map(|m| self.file_info(m)).collect();
+        Ok((files, listing.common_prefixes.iter().map(|p| self.relative(p)).collect()))
+    }
+
+    /// Removes a directory left empty on local disk (object stores have none), if it is empty:
+    /// a folder of markers pruned whole would otherwise stay in every listing of its parent.
+    pub async fn remove_empty_dir(&self, rel_dir: &str) {
+        if self.store_url.scheme() == "file" {
+            // Not removed: still holds a file, or already gone; either way nothing to do.
+            let _ = std::fs::remove_dir(format!("/{}", self.path(rel_dir)));
+        }
+    }
+
     /// Lists the sub-directories directly inside a directory, paths relative to the root.
     pub async fn list_subdirs(&self, rel_dir: &str) -> Result<Vec<String>> {
         let prefix = self.path(rel_dir);
