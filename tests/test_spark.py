@@ -11,8 +11,9 @@ from pathlib import Path
 import oxlake
 import oxlake.spark
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
-from conftest import SCHEMA, hudi_read, rows, trips, trips_table
+from conftest import SCHEMA, data_files, hudi_read, rows, trips, trips_table
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
@@ -164,6 +165,73 @@ def test_write_round_trip(spark: SparkSession, tmp_path: Path, table_type: str) 
     assert [r["id"] for r in after if r["city"] == "sf"] == [1000, 1003]
     assert [r for r in after if r["city"] != "sf"] == [r for r in expected if r["city"] != "sf"]
     assert after == rows(hudi_read(path))
+
+
+def test_distributed_writes_run_the_inline_services(spark: SparkSession, tmp_path: Path) -> None:
+    """A merge-on-read table written through Spark compacts inline every `inline_compaction`
+    deltacommits, as a write in one process does (a stream through Spark piled up logs)."""
+    path = str(tmp_path / "t")
+    create = {"record_key": "id", "partition_by": ["city"], "ordering_field": "ts"}
+    create |= {"table_type": "merge_on_read", "inline_compaction": 2}
+    for ts in range(1, 6):
+        df = spark.createDataFrame(trips([1, 2, 3], ts=ts).to_pandas())
+        oxlake.spark.write(df, path, "upsert", **create)
+    t = oxlake.Table(path)
+    completed = [i.action for i in t.timeline() if i.state == "completed"]
+    assert completed.count("commit") == 2, completed  # compactions complete as commits
+    assert rows(t.to_arrow()) == rows(trips([1, 2, 3], ts=5))
+    assert rows(hudi_read(path)) == rows(trips([1, 2, 3], ts=5))
+
+
+def key_ranges(path: str) -> dict[str, list[tuple[str, str]]]:
+    """Per partition, the (first, last) record key of each base file, checking each is sorted."""
+    out: dict[str, list[tuple[str, str]]] = {}
+    for f in sorted(data_files(oxlake.Table(path))):
+        keys = pq.read_table(Path(path) / f, columns=["_hoodie_record_key"]).column(0).to_pylist()
+        assert keys == sorted(keys), f
+        out.setdefault(f.rsplit("/", 1)[0], []).append((keys[0], keys[-1]))
+    return {p: sorted(r) for p, r in out.items()}
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_spark_bulk_insert_writes_new_files_sorted_by_key(
+    spark: SparkSession, tmp_path: Path, table_type: str
+) -> None:
+    """`bulk_insert` with a global sort: every file of a partition holds its own key range,
+    across tasks; a second one keeps duplicates and leaves the files there."""
+    path = str(tmp_path / "t")
+    ids = [(i * 7919) % 3000 for i in range(3000)]
+    df = spark.createDataFrame(trips(ids).to_pandas()).repartition(3)
+    create = {"record_key": "id", "partition_by": ["city"], "ordering_field": "ts", "table_type": table_type}
+    r = oxlake.spark.write(
+        df, path, "bulk_insert", sort_mode="global_sort", target_file_size=5_000, **create
+    )
+    assert r.num_inserts == 3000
+    ranges = key_ranges(path)
+    assert sum(len(r) for r in ranges.values()) > 3
+    for partition, spans in ranges.items():
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:], strict=False)), (partition, spans)
+    expected = rows(trips(list(range(3000))))
+    assert rows(oxlake.Table(path).to_arrow()) == expected
+    assert rows(hudi_read(path)) == expected
+
+    before = data_files(oxlake.Table(path))
+    again = spark.createDataFrame(trips([1, 2], ts=2).to_pandas())
+    oxlake.spark.write(again, path, "bulk_insert", sort_mode="partition_sort")
+    assert before < data_files(oxlake.Table(path))
+    assert oxlake.Table(path).to_arrow().num_rows == 3002
+    with pytest.raises(
+        oxlake.InvalidArgumentError, match="sort_mode is an option of operation='bulk_insert'"
+    ):
+        oxlake.spark.write(again, path, "upsert", sort_mode="global_sort")
+    if hasattr(spark, "dataSource"):
+        oxlake.spark.register(spark)
+        writer = again.write.format("oxlake").option("operation", "bulk_insert").mode("append")
+        writer.option("sort_mode", "partition_sort").save(path)
+        assert oxlake.Table(path).to_arrow().num_rows == 3004
+        with pytest.raises(Exception, match="not a bulk insert sort mode"):
+            writer.option("sort_mode", "by_key").save(path)
+        assert oxlake.Table(path).to_arrow().num_rows == 3004
 
 
 def test_distributed_writes_keep_the_metadata_table_in_step(spark: SparkSession, tmp_path: Path) -> None:

@@ -7,8 +7,12 @@ Inspect: `oxlake show URI`, `oxlake timeline URI`. Table services: `oxlake compa
 `oxlake archive URI [--min-commits N --max-commits M]`; `oxlake timeline URI --archived` lists the
 archived instants too. Schema changes: `oxlake alter-schema URI --rename OLD=NEW --drop COL
 --add COL:TYPE --update COL:TYPE --move-first COL --move-after COL=OTHER --move-before COL=OTHER`
-(applied in the order given, committed together; a struct field as `parent.field`). A service
-shows its progress on stderr (on a terminal) and ends with a one-line summary on stdout.
+(applied in the order given, committed together; a struct field as `parent.field`). Loading:
+`oxlake bulk-insert URI FILE... [--sort-mode M] [--record-key F,.. --partition-by F,..
+--ordering-field F --table-type T]` loads Parquet, CSV or JSON-lines files (by extension, or
+`--format`) with Apache Hudi's `bulk_insert`, creating the table from the files' schema when it
+does not exist. A service shows its progress on stderr (on a terminal) and ends with a one-line
+summary on stdout.
 """
 
 from __future__ import annotations
@@ -19,11 +23,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 
 import pyarrow as pa
 
-from oxlake import InvalidArgumentError, OxlakeError, Progress, Table
+from oxlake import InvalidArgumentError, OxlakeError, Progress, Table, TableNotFoundError, create_table
 
 
 class _Progress:
@@ -264,6 +269,50 @@ def _alter(table: Table, changes: list[tuple[str, str]]) -> None:
         print(table.schema)
 
 
+_FORMATS = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv", ".json": "json", ".jsonl": "json"}
+
+
+def _bulk_insert(args: argparse.Namespace) -> None:
+    """Loads files into the table with a bulk insert, creating it from their schema if needed."""
+    import pyarrow.dataset as ds
+
+    fmt = args.format
+    if fmt is None:
+        found = {_FORMATS.get(Path(f).suffix.lower(), "parquet") for f in args.files}
+        if len(found) > 1:
+            raise InvalidArgumentError(
+                f"files of several formats ({', '.join(sorted(found))}): give --format"
+            )
+        fmt = found.pop()
+    try:
+        source = ds.dataset(args.files, format=fmt)
+    except (OSError, pa.ArrowInvalid) as e:
+        raise InvalidArgumentError(f"cannot read {', '.join(args.files)} as {fmt}: {e}") from e
+    try:
+        table = Table(args.uri)
+    except TableNotFoundError:
+        if not args.record_key:
+            raise InvalidArgumentError(
+                f"{args.uri} is not a table yet: give --record-key (and --partition-by) to create it"
+            ) from None
+        table = create_table(
+            args.uri,
+            source.schema,
+            record_key=args.record_key.split(","),
+            partition_by=[f for f in (args.partition_by or "").split(",") if f],
+            ordering_field=args.ordering_field,
+            table_type=args.table_type,
+            table_version=args.table_version,
+        )
+    start = time.monotonic()
+    result = table.bulk_insert(source.scanner().to_reader(), sort_mode=args.sort_mode)
+    elapsed = time.monotonic() - start
+    print(
+        f"bulk_insert: {result.num_inserts:,} rows into {len(result.files):,} files, "
+        f"instant {result.instant} in {elapsed:.1f}s"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="oxlake", description="Inspect and maintain Apache Hudi tables.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -294,6 +343,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.choices["upgrade"].add_argument("--to", type=int, default=8, choices=[8, 9])
     sub.choices["archive"].add_argument("--max-commits", type=int, default=None, metavar="M")
     sub.choices["timeline"].add_argument("--archived", action="store_true", help="archived instants too")
+    bulk = sub.add_parser("bulk-insert", help="load Parquet, CSV or JSON-lines files (Hudi's bulk_insert)")
+    bulk.add_argument("uri")
+    bulk.add_argument("files", nargs="+", metavar="FILE", help="files or folders of files")
+    bulk.add_argument("--format", choices=["parquet", "csv", "json"], default=None)
+    bulk.add_argument("--sort-mode", default="none", choices=["none", "global_sort", "partition_sort"])
+    bulk.add_argument("--record-key", default=None, metavar="F[,F]", help="to create the table")
+    bulk.add_argument("--partition-by", default=None, metavar="F[,F]", help="to create the table")
+    bulk.add_argument("--ordering-field", default=None, metavar="F", help="to create the table")
+    bulk.add_argument("--table-type", default="copy_on_write", choices=["copy_on_write", "merge_on_read"])
+    bulk.add_argument("--table-version", type=int, default=8, choices=[6, 8, 9])
     alter = sub.add_parser("alter-schema", help="rename, drop, add, widen and move columns (one commit)")
     alter.add_argument("uri")
     alter.set_defaults(changes=[])
@@ -311,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     args = parser.parse_args(argv)
     try:
+        if args.command == "bulk-insert":
+            _bulk_insert(args)
+            return 0
         table = Table(args.uri)
         if args.command in SERVICES:
             fn = SERVICES[args.command][1]

@@ -186,15 +186,21 @@ def write(
     target_file_size: int | None = None,
     schema_mode: str | None = None,
     extra_metadata: Mapping[str, str] | None = None,
+    sort_mode: str | None = None,
     **create_options: Any,
 ) -> WriteResult:
     """Writes a Spark DataFrame into the table at `uri` as one commit (`operation`: upsert,
-    insert, delete, insert_overwrite or insert_overwrite_table). The table is created on first
+    insert, bulk_insert, delete, insert_overwrite or insert_overwrite_table). A `bulk_insert`
+    (see `Table.bulk_insert`) is not shuffled: each task writes new files of the rows it holds;
+    with `sort_mode="global_sort"` the frame is sorted by partition and record key first (each
+    file then holds a narrow key range), with `"partition_sort"` each task sorts its own rows.
+    The table is created on first
     write with `create_options` (those of `oxlake.create_table`: `record_key`, `partition_by`,
     `ordering_field`, `table_type`, ...). `schema_mode` as for `Table.upsert`: strict by default,
     `"merge"` evolves the table's schema (new nullable columns, wider types, missing columns
     null). `extra_metadata` is recorded in the commit (see `Table.upsert`). On any failure the
     write is rolled back and the table stays as it was."""
+    _check_sort_mode(operation, sort_mode)
     arrow_schema = _arrow_schema_of(df.schema)
     table = _open_or_create(uri, arrow_schema, storage_options, create_options)
     partition_by = _shuffle_columns(table.properties)
@@ -202,8 +208,11 @@ def write(
     instant = pending.instant
     try:
         # Each task owns whole partitions, or (no partition columns) whole file groups and new
-        # keys: the file groups tasks write are disjoint.
-        if partition_by:
+        # keys: the file groups tasks write are disjoint. A bulk insert makes new file groups
+        # only: tasks write whatever rows they hold.
+        if operation == "bulk_insert":
+            data = _bulk_ordered(df, table.properties, partition_by, sort_mode)
+        elif partition_by:
             data = df.repartition(*partition_by)
         else:
             data = _routed(df, uri, operation, storage_options, arrow_schema)
@@ -215,7 +224,7 @@ def write(
             writer = Table(uri, storage_options)
             task = _task_id(TaskContext.get())
             written = _native.write_files(
-                writer._t, operation, instant, rows, target_file_size, task, schema_mode
+                writer._t, operation, instant, rows, target_file_size, task, schema_mode, sort_mode
             )
             yield pa.RecordBatch.from_pydict({"written": [written]})
 
@@ -231,6 +240,39 @@ def write(
 
 
 _ROUTE = "_oxlake_route"
+_SORT_MODES = ("none", "global_sort", "partition_sort")
+
+
+def _check_sort_mode(operation: str, sort_mode: str | None) -> None:
+    """Refuses a sort mode for another operation than a bulk insert, or one Hudi does not name,
+    before any instant begins."""
+    if sort_mode is None:
+        return
+    if operation != "bulk_insert":
+        raise _native.InvalidArgumentError(
+            f"sort_mode is an option of operation='bulk_insert', not of '{operation}'"
+        )
+    if sort_mode.lower() not in _SORT_MODES:
+        raise _native.InvalidArgumentError(
+            f"sort_mode `{sort_mode}` is not a bulk insert sort mode: {', '.join(_SORT_MODES)}"
+        )
+
+
+def _bulk_ordered(
+    df: DataFrame, properties: Mapping[str, str], partition_by: Sequence[str], sort_mode: str | None
+) -> DataFrame:
+    """The rows of a bulk insert as its tasks take them: as they are, or (`global_sort`) sorted
+    by partition columns and record key across the frame, so each task holds a key range."""
+    from pyspark.sql import functions as F
+
+    if (sort_mode or "none").lower() != "global_sort":
+        return df
+    # Keys compare as the strings they are stored as (Hudi sorts `partition path + key`).
+    keys = [
+        F.col(k).cast("string") for k in properties.get("hoodie.table.recordkey.fields", "").split(",") if k
+    ]
+    return df.sort(*partition_by, *keys)
+
 
 #: The commit's extra-metadata key of a streaming writer's checkpoint, as Apache Hudi's
 #: `HoodieStreamingSink` records it: a JSON object of writer identifier to its last batch id.

@@ -18,7 +18,9 @@ Options (all strings): reading: `columns` (comma-separated), `filter` (SQL), `as
 `start`, `end`, `with_meta_columns`, `batch_size`, `split_bytes`, `min_splits` (a batch read
 has at least this many splits where files read without logs can be cut by rows; the planning
 process's CPU count by default); writing: `operation` (mode
-`overwrite` means `insert_overwrite_table`), `target_file_size`, `schema_mode` (`merge` evolves
+`overwrite` means `insert_overwrite_table`), `sort_mode` of a `bulk_insert` (`none`,
+`global_sort`, `partition_sort`: here each task sorts the rows it holds; sort the frame first,
+or use `oxlake.spark.write`, for a global order), `target_file_size`, `schema_mode` (`merge` evolves
 the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's first write
 `record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`;
 both: `storage.*` (storage options, for example `storage.aws_endpoint`).
@@ -70,6 +72,7 @@ from oxlake.spark import (
     SINK_CHECKPOINT_KEY,
     _arrow_schema_of,
     _as_spark,
+    _check_sort_mode,
     _from_spark,
     _open_or_create,
     _read_columns,
@@ -236,6 +239,7 @@ class OxlakeWriter(DataSourceArrowWriter):
     def __init__(self, opts: _Options, schema: StructType, overwrite: bool) -> None:
         self.opts = opts
         self.operation = "insert_overwrite_table" if overwrite else (opts.get("operation") or "upsert")
+        _check_sort_mode(self.operation, opts.get("sort_mode"))
         self.arrow_schema = _arrow_schema_of(schema)
         table = _open_or_create(opts.uri, self.arrow_schema, opts.storage or None, self._create_options())
         pending = _native.begin_write(table._t, self.operation)
@@ -255,6 +259,7 @@ class OxlakeWriter(DataSourceArrowWriter):
             self.opts.int("target_file_size", None),
             _task_id(TaskContext.get()),
             self.opts.get("schema_mode"),
+            self.opts.get("sort_mode"),
         )
         return _Written(files)
 
@@ -304,6 +309,7 @@ class OxlakeStreamWriter(_StreamWriterBase):
             )
         self.opts = opts
         self.operation = opts.get("operation") or "upsert"
+        _check_sort_mode(self.operation, opts.get("sort_mode"))
         self.identifier = opts.get("checkpoint_identifier") or DEFAULT_CHECKPOINT_IDENTIFIER
         self.arrow_schema = _arrow_schema_of(schema)
         # The table exists before the first batch (created here with the write's options).
@@ -333,10 +339,11 @@ class OxlakeStreamWriter(_StreamWriterBase):
             self.opts.int("target_file_size", None),
             # A conflict with another writer: the batch is planned and written again.
             (self.opts.int("conflict_retries", 3) or 0)
-            if self.operation in ("insert", "upsert", "delete")
+            if self.operation in ("insert", "bulk_insert", "upsert", "delete")
             else 0,
             self.opts.get("schema_mode"),
             checkpoint,
+            self.opts.get("sort_mode"),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803

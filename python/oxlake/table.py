@@ -427,11 +427,12 @@ class Table:
         conflict_retries: int = 0,
         schema_mode: str | None = None,
         extra_metadata: Mapping[str, str] | None = None,
+        sort_mode: str | None = None,
     ) -> WriteResult:
         stream = _arrow_stream(data)
         extra = dict(extra_metadata) if extra_metadata is not None else None
         instant, ins, upd, dels, files, completion = self._t.write(
-            operation, stream, target_file_size, conflict_retries, schema_mode or "strict", extra
+            operation, stream, target_file_size, conflict_retries, schema_mode or "strict", extra, sort_mode
         )
         return WriteResult(instant, ins, upd, dels, list(files), completion)
 
@@ -484,6 +485,31 @@ class Table:
     ) -> WriteResult:
         """Deletes the records whose keys are in `data` (record key and partition columns)."""
         return self._write("delete", data, None, conflict_retries, None, extra_metadata)
+
+    def bulk_insert(
+        self,
+        data: Any,
+        *,
+        sort_mode: str = "none",
+        target_file_size: int | None = None,
+        conflict_retries: int = 0,
+        schema_mode: str | None = None,
+        extra_metadata: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """Loads records as Apache Hudi's `bulk_insert` does, the fastest way to add data: no key
+        is looked up and every record goes to new files (no small file is topped up). Duplicate
+        keys in `data` are **not** combined (Hudi's `hoodie.combine.before.insert=false`): each
+        row is written, so load data whose keys are unique, and use `upsert` for the rest.
+
+        `sort_mode` (Hudi's `hoodie.bulkinsert.sort.mode`): `"none"` writes rows as they come;
+        `"global_sort"` and `"partition_sort"` order each partition's rows by record key before
+        they are cut into files, so that every file holds a narrow key range and later key
+        lookups (upserts, deletes) read fewer files. In one process both sorts are the same; a
+        Spark write (`oxlake.spark.write`) sorts the whole frame for `global_sort` and each task's
+        rows for `partition_sort`."""
+        return self._write(
+            "bulk_insert", data, target_file_size, conflict_retries, schema_mode, extra_metadata, sort_mode
+        )
 
     def insert_overwrite(
         self,

@@ -56,4 +56,4 @@ pub use config::{CreateOptions, MergeMode, TableType};
 pub use error::{Error, Result};
 pub use read::{Filter, Op, Predicate, QueryType, ScanOptions};
 pub use table::{Table, TableOptions};
-pub use write::{WriteConfig, WriteOperation, WriteResult};
+pub use write::{BulkSort, WriteConfig, WriteOperation, WriteResult};

@@ -74,7 +74,7 @@ pub fn resume_write(py: Python<'_>, table: &PyTable, operation_name: &str, token
 /// driver's `PendingWrite.commit`. `task` is `(task number, attempt number)` of the writing task
 /// (attempts from 1): it goes into every file name, so tasks never write the same file.
 #[pyfunction]
-#[pyo3(signature = (table, operation_name, instant, data, target_file_size=None, task=None, schema_mode=None))]
+#[pyo3(signature = (table, operation_name, instant, data, target_file_size=None, task=None, schema_mode=None, sort_mode=None))]
 #[allow(clippy::too_many_arguments)]
 pub fn write_files(
     py: Python<'_>,
@@ -85,12 +85,16 @@ pub fn write_files(
     target_file_size: Option<u64>,
     task: Option<(u32, u64)>,
     schema_mode: Option<&str>,
+    sort_mode: Option<&str>,
 ) -> PyResult<Vec<u8>> {
     let op = operation(operation_name)?;
     let batches = import_batches(&data)?;
     let mut config = WriteConfig::default().with_target_file_size(target_file_size);
     if let Some(mode) = schema_mode {
         config.schema_mode = oxlake::schema::evolve::SchemaMode::parse(mode).map_err(crate::errors::to_py)?;
+    }
+    if let Some(mode) = sort_mode {
+        config.bulk_sort = oxlake::BulkSort::parse(mode).map_err(crate::errors::to_py)?;
     }
     if let Some((task, attempt)) = task {
         if attempt == 0 {

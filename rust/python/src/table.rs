@@ -242,7 +242,7 @@ impl PyTable {
     // ---- writes ---------------------------------------------------------------------------
 
     /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).
-    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict", extra_metadata=None))]
+    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict", extra_metadata=None, sort_mode=None))]
     #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
@@ -253,15 +253,18 @@ impl PyTable {
         conflict_retries: u32,
         schema_mode: &str,
         extra_metadata: Option<std::collections::BTreeMap<String, String>>,
+        sort_mode: Option<&str>,
     ) -> PyResult<WriteSummary> {
         let op = WriteOperation::parse(operation)
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
         let schema_mode = oxlake::schema::evolve::SchemaMode::parse(schema_mode).map_err(crate::errors::to_py)?;
         let batches = import_batches(&data)?;
+        let bulk_sort = sort_mode.map(oxlake::BulkSort::parse).transpose().map_err(crate::errors::to_py)?;
         let config = WriteConfig {
             conflict_retries,
             schema_mode,
             extra_metadata: extra_metadata.unwrap_or_default(),
+            bulk_sort: bulk_sort.unwrap_or_default(),
             ..WriteConfig::default().with_target_file_size(target_file_size)
         };
         let inner = self.inner.clone();

@@ -1,7 +1,8 @@
-//! Writes: insert, upsert, delete and insert-overwrite into copy-on-write tables.
+//! Writes: insert, upsert, delete, bulk insert and insert-overwrite.
 //!
 //! A write runs in three phases. **Prepare** checks the input against the table schema, computes
-//! record keys and partition paths, and combines duplicate keys by the ordering field. **Plan**
+//! record keys and partition paths, and combines duplicate keys by the ordering field (not for a
+//! bulk insert). **Plan**
 //! looks the keys up in the latest file slices (reading only their `_hoodie_record_key` column) and
 //! assigns every record to a file group: updates and deletes to the group holding the key, inserts to
 //! small groups first and new groups beyond. **Execute** rewrites or creates one base file per group,
@@ -46,6 +47,40 @@ pub enum WriteOperation {
     InsertOverwrite,
     /// Replaces the whole table with the input.
     InsertOverwriteTable,
+    /// Loads records as Apache Hudi's `bulk_insert` does: no key is looked up, duplicate keys in
+    /// the input are not combined (give it unique keys), and every record goes to a new file
+    /// group (no small file is topped up), optionally sorted by key ([`BulkSort`], in
+    /// [`WriteConfig::bulk_sort`]) so that its files are ready for key lookups.
+    BulkInsert,
+}
+
+/// How a bulk insert orders its records (Apache Hudi's `hoodie.bulkinsert.sort.mode`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum BulkSort {
+    /// As they come (the fastest; Hudi's default).
+    #[default]
+    None,
+    /// By partition path, then record key, across the whole input: each file holds a narrow key
+    /// range (a Spark write sorts the whole frame first).
+    GlobalSort,
+    /// By record key within each partition of each task's input (a Spark write sorts each
+    /// task's rows only, with no shuffle).
+    PartitionSort,
+}
+
+impl BulkSort {
+    /// Parses `none`, `global_sort` or `partition_sort` (any case, as Hudi's enum names).
+    pub fn parse(s: &str) -> Result<Self> {
+        match s.to_ascii_lowercase().as_str() {
+            "none" => Ok(BulkSort::None),
+            "global_sort" => Ok(BulkSort::GlobalSort),
+            "partition_sort" => Ok(BulkSort::PartitionSort),
+            _ => Err(Error::invalid_arg(
+                "sort_mode",
+                format!("`{s}` is not a bulk insert sort mode: none, global_sort or partition_sort"),
+            )),
+        }
+    }
 }
 
 impl WriteOperation {
@@ -57,6 +92,7 @@ impl WriteOperation {
             "delete" => WriteOperation::Delete,
             "insert_overwrite" => WriteOperation::InsertOverwrite,
             "insert_overwrite_table" => WriteOperation::InsertOverwriteTable,
+            "bulk_insert" => WriteOperation::BulkInsert,
             _ => return None,
         })
     }
@@ -69,6 +105,7 @@ impl WriteOperation {
             WriteOperation::Delete => "DELETE",
             WriteOperation::InsertOverwrite => "INSERT_OVERWRITE",
             WriteOperation::InsertOverwriteTable => "INSERT_OVERWRITE_TABLE",
+            WriteOperation::BulkInsert => "BULK_INSERT",
         }
     }
 
@@ -164,7 +201,10 @@ impl Table {
             return self.execute(op, None, config).await;
         };
         let incoming = Arc::new(incoming);
-        let retriable = matches!(op, WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete);
+        let retriable = matches!(
+            op,
+            WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete | WriteOperation::BulkInsert
+        );
         let mut attempt = 0;
         loop {
             match self.execute(op, Some(incoming.clone()), config).await {
@@ -232,11 +272,7 @@ impl Table {
                 return Err(tx.fail(self, e).await);
             }
         };
-        let result = self.commit_write_with(tx, op, vec![files], false, &config.extra_metadata).await?;
-        if op.action(self.config().table_type) == Action::DeltaCommit && result.instant.is_some() {
-            inline::compact(self, config).await;
-        }
-        Ok(result)
+        self.commit_and_serve(tx, op, vec![files], false, &config.extra_metadata, config).await
     }
 
     /// The schema this write writes its files with: its input's (checked and evolved against the
@@ -329,7 +365,7 @@ impl Table {
         let (keys, partitions) = (all.keys.clone(), all.partitions.clone());
         // (partition, key) -> file id of the group holding the key.
         let mut groups: hashbrown::HashMap<(String, String), String> = hashbrown::HashMap::new();
-        if op != WriteOperation::Insert {
+        if !matches!(op, WriteOperation::Insert | WriteOperation::BulkInsert) {
             let incoming = Arc::new(dedup(all)?);
             let lookup_only = WriteConfig { small_file_limit: 0, ..WriteConfig::default() };
             let plan = plan::plan(self, op, Some(&incoming), &lookup_only).await?;
@@ -391,7 +427,8 @@ impl Table {
     /// Completes a write with the files of all its tasks (driver side). With `reconcile` (a write
     /// spread over tasks), base files that several tasks wrote for one file group are merged into
     /// one, and files of the instant in the partitions written that no task reported (left by failed
-    /// task attempts) are deleted, so that only reported files become visible.
+    /// task attempts) are deleted, so that only reported files become visible. Then the services
+    /// due inline run, as after a write in one process (compaction too, after a deltacommit).
     pub async fn commit_write(
         &mut self,
         tx: Transaction,
@@ -404,6 +441,38 @@ impl Table {
 
     /// [`Table::commit_write`], recording `extra` in the commit's `extraMetadata`.
     pub async fn commit_write_with(
+        &mut self,
+        tx: Transaction,
+        op: WriteOperation,
+        parts: Vec<WrittenFiles>,
+        reconcile: bool,
+        extra: &BTreeMap<String, String>,
+    ) -> Result<WriteResult> {
+        self.commit_and_serve(tx, op, parts, reconcile, extra, &WriteConfig::default()).await
+    }
+
+    /// Commits, then runs the table services due inline: cleaning and archival after every
+    /// commit, compaction (writing with `config`) after a deltacommit, whether the files were
+    /// written here or by the tasks of a distributed write.
+    async fn commit_and_serve(
+        &mut self,
+        tx: Transaction,
+        op: WriteOperation,
+        parts: Vec<WrittenFiles>,
+        reconcile: bool,
+        extra: &BTreeMap<String, String>,
+        config: &WriteConfig,
+    ) -> Result<WriteResult> {
+        let result = self.commit_parts(tx, op, parts, reconcile, extra).await?;
+        inline::clean(self).await;
+        inline::archive(self).await;
+        if op.action(self.config().table_type) == Action::DeltaCommit {
+            inline::compact(self, config).await;
+        }
+        Ok(result)
+    }
+
+    async fn commit_parts(
         &mut self,
         tx: Transaction,
         op: WriteOperation,
@@ -460,8 +529,6 @@ impl Table {
         let instant = tx.commit_with_keys(self, &metadata, &keys, &entries).await?;
         result.completion = Some(instant.completion.clone().unwrap_or_else(|| instant.time.clone()));
         result.instant = Some(instant.time);
-        inline::clean(self).await;
-        inline::archive(self).await;
         Ok(result)
     }
 }
@@ -512,9 +579,14 @@ async fn write_partition_markers(table: &Table, instant: &str, plan: &plan::Writ
     Ok(())
 }
 
-/// Checks and keys the input; `None` when it holds no rows.
+/// Checks and keys the input; `None` when it holds no rows. Duplicate keys are combined, but for
+/// a bulk insert (Apache Hudi's `hoodie.combine.before.insert`, false by default).
 fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: SchemaMode) -> Result<Option<Incoming>> {
-    keyed(table, op, batches, mode)?.map(dedup).transpose()
+    let keyed = keyed(table, op, batches, mode)?;
+    if op == WriteOperation::BulkInsert {
+        return Ok(keyed);
+    }
+    keyed.map(dedup).transpose()
 }
 
 /// The input checked against the table and keyed, every row kept.

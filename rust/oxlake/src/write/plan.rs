@@ -45,6 +45,8 @@ pub struct WriteConfig {
     /// Recorded in the commit's `extraMetadata` (a streaming sink's checkpoint, a job's name);
     /// the keys oxlake and Apache Hudi keep the schema under are refused.
     pub extra_metadata: std::collections::BTreeMap<String, String>,
+    /// How a bulk insert orders its records (other operations ignore it).
+    pub bulk_sort: super::BulkSort,
 }
 
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
@@ -81,6 +83,7 @@ impl Default for WriteConfig {
             conflict_retries: 0,
             schema_mode: crate::schema::evolve::SchemaMode::Strict,
             extra_metadata: std::collections::BTreeMap::new(),
+            bulk_sort: super::BulkSort::None,
         }
     }
 }
@@ -148,7 +151,8 @@ pub(crate) async fn plan(
     let mut targets: HashMap<FileGroupId, LogTarget> = HashMap::new();
     let mut small_candidates: HashMap<String, Vec<BaseFile>> = HashMap::new();
     let mut slice_logs: HashMap<FileGroupId, Vec<LogFile>> = HashMap::new();
-    if let Some(latest) = &latest {
+    // A bulk insert only makes new file groups: the table's are not looked at.
+    if let Some(latest) = latest.as_ref().filter(|_| op != WriteOperation::BulkInsert) {
         let view = table.file_system_view().await?;
         let replaced = table.replaced_file_groups(latest).await?;
         let compacting =
@@ -185,6 +189,18 @@ pub(crate) async fn plan(
                 }
             }
             for (partition, rows) in rows_by_partition {
+                assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
+            }
+        }
+        WriteOperation::BulkInsert => {
+            let Some(incoming) = incoming else { return Ok(plan) };
+            for (partition, mut rows) in rows_by_partition {
+                // Within one input, both sorts order each partition's rows by key: files are
+                // cut from that order, so each holds a narrow key range.
+                if config.bulk_sort != super::BulkSort::None {
+                    let keys = &incoming.keys;
+                    rows.sort_by(|a, b| keys.value(*a as usize).cmp(keys.value(*b as usize)));
+                }
                 assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
             }
         }
@@ -669,6 +685,18 @@ mod tests {
     fn group_of(t_files: &[String], partition: &str) -> String {
         let path = t_files.iter().find(|f| f.starts_with(&format!("{partition}/"))).unwrap();
         BaseFileName::parse(path.rsplit('/').next().unwrap()).unwrap().file_id
+    }
+
+    #[tokio::test]
+    async fn a_bulk_insert_makes_new_groups_only_and_keeps_duplicate_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), TableType::CopyOnWrite).await;
+        write(&mut t, WriteOperation::Insert, &[(1, "a"), (2, "b")]).await;
+        // Key 1 is in the table and twice in the input: nothing is looked up or combined, and
+        // the small files of both partitions take nothing.
+        let p = planned(&t, WriteOperation::BulkInsert, &[(1, "a"), (1, "a"), (3, "b")]).await;
+        let new = |partition: &str, rows| (partition.to_string(), "new".to_string(), vec![], rows, None);
+        assert_eq!(routes(&p), [new("city=a", 2), new("city=b", 1)]);
     }
 
     #[tokio::test]

@@ -1,0 +1,156 @@
+"""`bulk_insert`: Apache Hudi's loading operation. No key lookup, no small-file handling, duplicate
+keys kept as they come, optional sort by key; from Python and the CLI (Spark: test_spark.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import fastavro
+import oxlake
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+import pytest
+from conftest import SCHEMA, data_files, hudi_avro_schema, rows, snapshot, trips, trips_table
+
+
+def commit_metadata(t: oxlake.Table, instant: str) -> dict:
+    """The completed commit file of `instant` as a dict (version 6 tables: JSON)."""
+    timeline = Path(t.uri) / ".hoodie"
+    (path,) = [
+        p
+        for p in timeline.iterdir()
+        if p.name.startswith(instant) and p.suffix in (".commit", ".deltacommit")
+    ]
+    return json.loads(path.read_bytes())
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_bulk_insert_writes_new_files_only_and_keeps_every_row(table_path: str, table_type: str) -> None:
+    t = trips_table(table_path, table_type=table_type, table_version=6)
+    t.insert(trips([1, 2, 3]))
+    before = data_files(t)
+    # Key 2 again (in the table and twice in the input): a bulk insert looks nothing up and
+    # combines nothing, as Apache Hudi's does.
+    result = t.bulk_insert(pa.concat_tables([trips([2, 4, 5], ts=2), trips([4], ts=3)]))
+    assert result.num_inserts == 4 and result.num_updates == 0
+    after = data_files(t)
+    assert before <= after, "no file of the table was rewritten or replaced"
+    assert set(result.files) == after - before
+    got = [(r["id"], r["ts"]) for r in rows(t.scan())]
+    assert sorted(got) == [(1, 1), (2, 1), (2, 2), (3, 1), (4, 2), (4, 3), (5, 2)]
+    meta = commit_metadata(t, result.instant)
+    assert meta["operationType"] == "BULK_INSERT"
+    action = "deltacommit" if table_type == "merge_on_read" else "commit"
+    assert [i.action for i in t.timeline() if i.time == result.instant] == [action]
+    assert all(p.endswith(".parquet") for p in result.files), "new file groups: base files, never logs"
+
+
+def test_an_upsert_after_a_bulk_insert_finds_its_keys(table_path: str) -> None:
+    t = trips_table(table_path)
+    t.build_metadata()
+    t.bulk_insert(trips(list(range(100))), sort_mode="global_sort")
+    t.upsert(trips([5, 50, 500], ts=2, name="u"))
+    got = {r["id"]: r["name"] for r in rows(t.scan())}
+    assert len(got) == 101 and got[5] == "u5" and got[50] == "u50" and got[6] == "n6"
+    assert t.validate().ok
+
+
+def keys_per_file(t: oxlake.Table) -> dict[str, list[str]]:
+    """The record keys of each base file, in file order."""
+    out = {}
+    for f in sorted(data_files(t)):
+        keys = pq.read_table(Path(t.uri) / f, columns=["_hoodie_record_key"]).column(0).to_pylist()
+        out[f] = keys
+    return out
+
+
+@pytest.mark.parametrize("sort_mode", ["global_sort", "partition_sort", "GLOBAL_SORT"])
+def test_sorted_bulk_inserts_cut_files_of_disjoint_key_ranges(table_path: str, sort_mode: str) -> None:
+    t = trips_table(table_path)
+    ids = [(i * 7919) % 3000 for i in range(3000)]  # every key once, out of order
+    t.bulk_insert(trips(ids, city="sf"), sort_mode=sort_mode, target_file_size=20_000)
+    files = keys_per_file(t)
+    assert len(files) > 2
+    ranges = []
+    for keys in files.values():
+        assert keys == sorted(keys), "each file is sorted by key"
+        ranges.append((keys[0], keys[-1]))
+    ranges.sort()
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False)), f"ranges overlap: {ranges}"
+    assert sorted(r["id"] for r in rows(t.scan())) == list(range(3000))
+
+
+def test_an_unsorted_bulk_insert_keeps_the_input_order(table_path: str) -> None:
+    t = trips_table(table_path)
+    ids = [5, 3, 9, 1]
+    t.bulk_insert(trips(ids, city="sf"))
+    (keys,) = keys_per_file(t).values()
+    assert keys == [str(i) for i in ids]
+
+
+def test_a_bad_sort_mode_is_refused_and_leaves_the_table(table_path: str) -> None:
+    t = trips_table(table_path)
+    t.insert(trips([1]))
+    before = snapshot(t)
+    with pytest.raises(oxlake.InvalidArgumentError, match="sort_mode.*`by_key`.*global_sort"):
+        t.bulk_insert(trips([2]), sort_mode="by_key")
+    assert snapshot(t) == before
+
+
+def test_a_bulk_insert_of_bad_rows_names_the_column_and_leaves_the_table(table_path: str) -> None:
+    t = trips_table(table_path)
+    t.insert(trips([1]))
+    before = snapshot(t)
+    bad = trips([2]).set_column(0, "id", pa.array([None], pa.int64()))
+    with pytest.raises(oxlake.OxlakeError, match="id"):
+        t.bulk_insert(bad)
+    assert snapshot(t) == before
+
+
+def test_a_version_8_bulk_insert_decodes_as_java_reads_it(table_path: str) -> None:
+    t = trips_table(table_path, table_type="merge_on_read")
+    result = t.bulk_insert(trips(list(range(10))))
+    timeline = Path(t.uri) / ".hoodie" / "timeline"
+    (path,) = [p for p in timeline.iterdir() if p.name.startswith(f"{result.instant}_")]
+    with path.open("rb") as f:
+        (record,) = list(fastavro.reader(f, reader_schema=hudi_avro_schema("HoodieCommitMetadata")))
+    assert record["operationType"] == "BULK_INSERT"
+    assert sum(s["numInserts"] for stats in record["partitionToWriteStats"].values() for s in stats) == 10
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "oxlake.cli", *args], capture_output=True, text=True, env=os.environ
+    )
+
+
+def test_the_cli_loads_files_into_a_new_table_and_then_into_it_again(table_path: str, tmp_path: Path) -> None:
+    pq.write_table(trips([1, 2, 3]), tmp_path / "a.parquet")
+    pq.write_table(trips([4, 5]), tmp_path / "b.parquet")
+    files = [str(tmp_path / "a.parquet"), str(tmp_path / "b.parquet")]
+    create = ["--record-key", "id", "--partition-by", "city", "--ordering-field", "ts"]
+    done = cli("bulk-insert", table_path, *files, *create, "--sort-mode", "global_sort")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("bulk_insert: 5 rows into "), done.stdout
+    t = oxlake.Table(table_path)
+    assert t.properties["hoodie.table.partition.fields"] == "city"
+    pacsv.write_csv(trips([6, 7]), tmp_path / "c.csv")
+    done = cli("bulk-insert", table_path, str(tmp_path / "c.csv"))
+    assert done.returncode == 0, done.stderr
+    assert [r["id"] for r in rows(oxlake.Table(table_path).scan())] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_the_cli_says_what_is_missing_to_create_a_table(table_path: str, tmp_path: Path) -> None:
+    pq.write_table(trips([1]), tmp_path / "a.parquet")
+    done = cli("bulk-insert", table_path, str(tmp_path / "a.parquet"))
+    assert done.returncode == 1
+    assert "InvalidArgumentError" in done.stderr and "--record-key" in done.stderr
+    assert not Path(table_path).exists()
+    done = cli("bulk-insert", table_path, str(tmp_path / "missing.parquet"), "--record-key", "id")
+    assert done.returncode == 1 and "missing.parquet" in done.stderr
+    assert SCHEMA.names == pq.read_schema(tmp_path / "a.parquet").names
