@@ -203,9 +203,7 @@ def test_a_spark_bulk_insert_writes_new_files_sorted_by_key(
     ids = [(i * 7919) % 3000 for i in range(3000)]
     df = spark.createDataFrame(trips(ids).to_pandas()).repartition(3)
     create = {"record_key": "id", "partition_by": ["city"], "ordering_field": "ts", "table_type": table_type}
-    r = oxlake.spark.write(
-        df, path, "bulk_insert", sort_mode="global_sort", target_file_size=5_000, **create
-    )
+    r = oxlake.spark.write(df, path, "bulk_insert", sort_mode="global_sort", target_file_size=5_000, **create)
     assert r.num_inserts == 3000
     ranges = key_ranges(path)
     assert sum(len(r) for r in ranges.values()) > 3
