@@ -19,32 +19,96 @@ pub(super) const CLAIM_ATTEMPTS: usize = 20;
 pub(super) const CLAIMS: MarkerDir = MarkerDir(".hoodie/oxlake/claims");
 /// Markers of archivals, `<cutoff>_<when>` (see [`claim_with`] and `services::archive`).
 pub(crate) const ARCHIVING: MarkerDir = MarkerDir(".hoodie/oxlake/archiving");
-/// Claim markers older than this are removed by cleans: instant times follow the clock, so no
-/// writer claims a time that old.
-pub(super) const CLAIMS_KEPT: Duration = Duration::from_secs(24 * 3600);
-/// Cleans prune markers at most this often: a pruning lists whole folders (a day of fate
-/// records), which a table committing every few seconds must not pay at every commit.
-const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+/// How long markers are kept, and how late claims may come (clocks must agree within the
+/// difference between the two). Every retention below is a multiple of [`Retention::kept`].
+#[derive(Clone, Copy, Debug)]
+struct Retention {
+    /// Claim markers named before this long ago are removed by cleans. A claim counts only when
+    /// its marker was made within half of it ([`claimed_late`]): so no claim takes a time whose
+    /// marker was pruned. Fate records of completed instants are kept as long.
+    kept: Duration,
+}
+
+impl Retention {
+    /// Two minutes; `OXLAKE_CLAIMS_KEPT_MS` sets it for a test that races pruning against
+    /// writers (the stress suite).
+    fn get() -> Self {
+        static KEPT: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+        let kept = *KEPT.get_or_init(|| {
+            let ms = std::env::var("OXLAKE_CLAIMS_KEPT_MS").ok().and_then(|v| v.parse::<u64>().ok());
+            ms.map_or(Duration::from_secs(120), Duration::from_millis)
+        });
+        Retention { kept }
+    }
+
+    /// How long after a time its claim may still be made.
+    fn claim_lease(self) -> Duration {
+        self.kept / 2
+    }
+
+    /// Cleans prune markers at most this often: a table committing every second must not list
+    /// the marker folders at every commit.
+    fn prune_every(self) -> Duration {
+        self.kept / 2
+    }
+
+    /// Archival marks named before this long ago are removed. A writer checks them after its
+    /// requested file exists, which may come long after its claim (a compaction takes its slices
+    /// in between): its time counts only if that check came within [`Retention::request_lease`].
+    fn archivals_kept(self) -> Duration {
+        self.kept * 30
+    }
+
+    /// How long after a time the check of archivals that follows its requested file may come.
+    fn request_lease(self) -> Duration {
+        self.kept * 15
+    }
+}
+
+/// Fate records of instants rolled back and gone from the timeline are kept this long (see
+/// [`fate::prune`]).
+const FATES_KEPT: Duration = Duration::from_secs(24 * 3600);
 /// When markers were last pruned: an instant time.
 const PRUNED: &str = ".hoodie/oxlake/pruned";
 
-/// Removes the markers older than [`CLAIMS_KEPT`], unless that was done in the last
-/// [`PRUNE_EVERY`] (two processes pruning at once delete the same files: harmless).
-pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
+/// The time `d` ago, as an instant time.
+fn ago(d: Duration) -> String {
     let now = chrono::Utc::now().naive_utc();
-    let ago =
-        |d: Duration| (now - chrono::TimeDelta::from_std(d).unwrap_or_default()).format("%Y%m%d%H%M%S%3f").to_string();
+    (now - chrono::TimeDelta::from_std(d).unwrap_or_default()).format("%Y%m%d%H%M%S%3f").to_string()
+}
+
+/// Whether a claim of `time` whose marker was just made came too late to count: a marker of an
+/// earlier claim of that time may have been pruned, so the create proves nothing. The claimer
+/// gives the time up (a process paused between choosing a time and claiming it).
+pub(super) fn claimed_late(time: &str) -> bool {
+    older_than(time, Retention::get().claim_lease())
+}
+
+fn older_than(time: &str, d: Duration) -> bool {
+    time.get(..17).unwrap_or(time) < ago(d).as_str()
+}
+
+/// Removes the markers named before [`Retention::kept`] ago, unless that was done in the last
+/// [`Retention::prune_every`] (two processes pruning at once delete the same files: harmless). The claims of
+/// completion times after the first pending instant's time stay: its committer, or a process
+/// completing it for its committer, may still complete it at a time claimed long ago, and every
+/// later completion must wait for it (`super::completion`).
+pub(crate) async fn prune_claims(table: &Table) -> Result<()> {
     let storage = table.storage();
+    let retention = Retention::get();
     let last = storage.get_opt(PRUNED).await?;
-    if last.is_some_and(|t| t.as_ref() > ago(PRUNE_EVERY).as_bytes()) {
+    if last.is_some_and(|t| t.as_ref() > ago(retention.prune_every()).as_bytes()) {
         return Ok(());
     }
     storage.put(PRUNED, Bytes::from(instant::now())).await?;
-    let cutoff = ago(CLAIMS_KEPT);
-    fate::prune(table, &cutoff).await?;
-    slice_claims::prune(table, &cutoff).await?;
-    CLAIMS.prune(storage, &cutoff).await?;
-    ARCHIVING.prune(storage, &cutoff).await
+    let cutoff = ago(retention.kept);
+    let first_pending = table.timeline().pending().map(|i| i.time.get(..17).unwrap_or(&i.time)).min();
+    let claims_cutoff = first_pending.filter(|p| *p < cutoff.as_str()).unwrap_or(&cutoff);
+    let long_ago = ago(FATES_KEPT);
+    fate::prune(table, &cutoff, &long_ago).await?;
+    slice_claims::prune(table, &long_ago).await?;
+    CLAIMS.prune(storage, claims_cutoff).await?;
+    ARCHIVING.prune(storage, &ago(retention.archivals_kept())).await
 }
 
 /// The name of an archival's marker (filed by its cutoff: claims look at recent cutoffs only).
@@ -112,6 +176,10 @@ pub(super) async fn claim_checked(table: &Table, action: Action, plan: impl Plan
         if !table.storage().put_if_absent(&CLAIMS.path(&time), token).await? {
             continue;
         }
+        if claimed_late(&time) {
+            log::info!("{}: the claim of {time} came too late to count: claiming a later time", table.uri());
+            continue;
+        }
         failpoint("after-claim");
         let Some(content) = plan(table, &time).await? else { return Ok(None) };
         // The time is this writer's now: a requested file already there is its own, from an
@@ -130,9 +198,14 @@ pub(super) async fn claim_checked(table: &Table, action: Action, plan: impl Plan
         // the timeline and here): then `time` is given up for one after that archival's cutoff.
         // The archival marks itself before it lists the timeline a last time, and this check
         // follows the requested file: one of the two sees the other.
-        if let Some(cutoff) = archival_past(table, &time).await? {
+        // Past its lease, the marks of archivals it must see may be pruned: as if one passed.
+        let archival = match archival_past(table, &time).await? {
+            None if older_than(&time, Retention::get().request_lease()) => Some(instant::now()),
+            found => found,
+        };
+        if let Some(cutoff) = archival {
             log::info!(
-                "{}: an archival up to {cutoff} passed the claimed time {time}: claiming a later one",
+                "{}: an archival up to {cutoff} passed the claimed time {time} (or it came too late to tell): claiming a later one",
                 table.uri()
             );
             table.storage().delete(&path).await?;
@@ -156,35 +229,55 @@ mod tests {
     use crate::table::TableOptions;
     use crate::test_support::id_city_table;
 
-    fn hours_ago(h: i64) -> String {
-        (chrono::Utc::now().naive_utc() - chrono::TimeDelta::hours(h)).format("%Y%m%d%H%M%S%3f").to_string()
+    fn secs_ago(secs: i64) -> String {
+        (chrono::Utc::now().naive_utc() - chrono::TimeDelta::seconds(secs)).format("%Y%m%d%H%M%S%3f").to_string()
     }
 
     #[tokio::test]
-    async fn cleans_prune_markers_older_than_a_day_at_most_once_an_hour() {
+    async fn cleans_prune_markers_older_than_two_minutes_at_most_once_a_minute() {
         let dir = tempfile::tempdir().unwrap();
         let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
         let s = t.storage().clone();
-        let (old, recent) = (hours_ago(30), hours_ago(1));
+        let (old, recent) = (secs_ago(300), secs_ago(10));
         for name in [&old, &recent] {
             s.put(&CLAIMS.path(name), Bytes::new()).await.unwrap();
             s.put(&ARCHIVING.path(&format!("{name}_{name}")), Bytes::new()).await.unwrap();
         }
         s.put(&format!("{}/{old}", CLAIMS.0), Bytes::new()).await.unwrap(); // written flat
+        let ancient = secs_ago(2 * 3600);
+        s.put(&ARCHIVING.path(&format!("{ancient}_{ancient}")), Bytes::new()).await.unwrap();
         let all = |m: MarkerDir| {
             let s = s.clone();
             async move { m.list_after(&s, "").await.unwrap().into_iter().map(|m| m.name).collect::<Vec<_>>() }
         };
         t.clean(CleanPolicy::KeepLatestCommits(10)).await.unwrap();
         assert_eq!(all(CLAIMS).await, std::slice::from_ref(&recent));
-        assert_eq!(all(ARCHIVING).await, [format!("{recent}_{recent}")]);
+        // Archival marks stay an hour.
+        assert_eq!(all(ARCHIVING).await, [format!("{old}_{old}"), format!("{recent}_{recent}")]);
         // Pruned a moment ago: the next clean lists nothing.
         s.put(&CLAIMS.path(&old), Bytes::new()).await.unwrap();
         t.clean(CleanPolicy::KeepLatestCommits(10)).await.unwrap();
         assert_eq!(all(CLAIMS).await.len(), 2);
-        s.put(PRUNED, Bytes::from(hours_ago(2))).await.unwrap();
-        t.clean(CleanPolicy::KeepLatestCommits(10)).await.unwrap();
-        assert_eq!(all(CLAIMS).await, [recent]);
+        // An instant pending since before the cutoff keeps the claims after its time: one of
+        // them may be its completion, which later completions wait for.
+        let (pending, before, completion) = (secs_ago(400), secs_ago(500), secs_ago(350));
+        let requested = Instant::new(&pending, Action::Commit, State::Requested);
+        s.put(&t.timeline().path_of(&requested), Bytes::new()).await.unwrap();
+        for name in [&before, &completion] {
+            s.put(&CLAIMS.path(name), Bytes::new()).await.unwrap();
+        }
+        s.put(PRUNED, Bytes::from(secs_ago(120))).await.unwrap();
+        t.reload().await.unwrap();
+        prune_claims(&t).await.unwrap();
+        assert_eq!(all(CLAIMS).await, [completion, old, recent]);
+    }
+
+    #[test]
+    fn a_claim_made_long_after_its_time_does_not_count() {
+        assert!(!claimed_late(&instant::now()));
+        assert!(!claimed_late(&secs_ago(30)));
+        assert!(claimed_late(&secs_ago(90)));
+        assert!(claimed_late(&format!("{}002", secs_ago(90))), "a metadata table's own time");
     }
 
     #[tokio::test]

@@ -89,6 +89,13 @@ pub(crate) async fn claim(table: &Table, time: &str) -> Result<String> {
             floor = Some(candidate);
             continue;
         }
+        if super::claims::claimed_late(&candidate) {
+            // This process paused between choosing the time and claiming it: an earlier claim
+            // of it may have been pruned (`claims::prune_claims`).
+            storage.delete(&marker).await?;
+            floor = Some(candidate);
+            continue;
+        }
         // A later claim made already: a reader may see its instant before this one; claim again.
         let later = CLAIMS.list_after(storage, &candidate).await?;
         let mut overtaken = None;

@@ -119,6 +119,15 @@ pub(crate) async fn still(storage: &Storage, time: &str, epoch: u32, fate: &Fate
     Ok(recorded(storage, time, epoch).await?.as_ref() == Some(fate))
 }
 
+/// Removes the record of attempt `epoch` at `time` if it is still `fate` (a rollback that
+/// found its target completed after it decided, see `super::rollback`).
+pub(crate) async fn withdraw(storage: &Storage, time: &str, epoch: u32, fate: &Fate) -> Result<()> {
+    if still(storage, time, epoch, fate).await? {
+        storage.delete(&path(time, epoch)).await?;
+    }
+    Ok(())
+}
+
 /// Records that rollback `by` undoes attempt `epoch` at `time`, over whatever was recorded: for
 /// a deliberate rollback of a completed instant (nobody races to complete it).
 pub(crate) async fn overrule(storage: &Storage, time: &str, epoch: u32, by: &str) -> Result<()> {
@@ -174,17 +183,28 @@ async fn has_pending_files(table: &Table, target: &Instant) -> Result<bool> {
     Ok(requested.is_some() || inflight.is_some())
 }
 
-/// Removes the fate records of instants older than `cutoff` (an instant time) that nothing runs
-/// any more: no pending instant at that time (a compaction plan may run days after it was made),
-/// and the record itself older than the cutoff.
-pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {
+/// Removes the fate records nothing reads any more: those of instants completed (or archived)
+/// before `cutoff` (a rollback that took such an instant for pending long ago finds it completed after it
+/// decides, and gives up: see `super::rollback`), and of instants rolled back and gone from the
+/// timeline before `long_ago`. A pending instant keeps its records, however old (a
+/// compaction plan may run days after it was made). Records older than the cutoffs are listed
+/// only.
+pub(crate) async fn prune(table: &Table, cutoff: &str, long_ago: &str) -> Result<()> {
     let storage = table.storage();
     let cutoff_time = crate::format::instant::parse_time(cutoff)?.and_utc();
     for f in storage.list_dir_before(FATE_DIR, cutoff_time).await? {
         let name = f.path.rsplit('/').next().unwrap_or_default();
-        let Some(time) = name.get(..17).filter(|t| *t < cutoff) else { continue };
-        let pending = table.timeline().instants_at(time).iter().any(|i| !i.is_completed());
-        if !pending {
+        // `<time>` or `<time>~<epoch>`; a metadata table's own times have a suffix.
+        let time = name.split('~').next().unwrap_or(name);
+        let Some(clock) = time.get(..17).filter(|t| *t < cutoff) else { continue };
+        let at = table.timeline().instants_at(time);
+        let done = if at.is_empty() {
+            // Archived (committed, older than the active timeline): as completed.
+            table.timeline().is_committed(time) || clock < long_ago
+        } else {
+            at.iter().all(Instant::is_completed) && at.iter().any(|i| i.action != Action::Savepoint)
+        };
+        if done {
             storage.delete(&f.path).await?;
         }
     }

@@ -1,8 +1,8 @@
 //! Folders of markers named by instant time, filed in ten-minute buckets.
 //!
-//! The claims of instant and completion times, and the marks of archivals, are kept for a day
-//! (see [`super::claims::CLAIMS_KEPT`]): a table committing every few seconds holds tens of
-//! thousands of them. Writers only ever look at the newest (claims after the latest time on the
+//! The claims of instant and completion times, and the marks of archivals, are kept a few
+//! minutes (see `super::claims::prune_claims`): a table committing every second still holds
+//! hundreds of them. Writers only ever look at the newest (claims after the latest time on the
 //! timeline), so each marker `<name>` (starting with a time `yyyyMMddHHmmssSSS`) is filed under
 //! `<dir>/<first 11 digits>/<name>`: a listing reads the buckets from the one of the time it
 //! starts at (one or two, on a table that commits), whatever the table's age, and pruning deletes
@@ -77,19 +77,22 @@ impl MarkerDir {
     }
 
     /// Removes the markers filed before `cutoff` (a time): whole buckets older than its own, and
-    /// flat markers named before it.
+    /// in its own bucket and flat the markers named before it.
     pub(crate) async fn prune(self, storage: &Storage, cutoff: &str) -> Result<()> {
         let (flat, buckets) = storage.list_level(self.0).await?;
-        for f in flat {
-            if last_part(&f.path).get(..17).is_some_and(|t| t < cutoff) {
-                storage.delete(&f.path).await?;
-            }
+        let before = |f: &FileInfo| last_part(&f.path).get(..17).is_some_and(|t| t < cutoff);
+        for f in flat.iter().filter(|f| before(f)) {
+            storage.delete(&f.path).await?;
         }
-        for b in buckets.iter().filter(|b| last_part(b) < bucket(cutoff)) {
-            for f in storage.list_dir(b).await? {
+        let cutoff_bucket = bucket(cutoff);
+        for b in buckets.iter().filter(|b| last_part(b) <= cutoff_bucket) {
+            let whole = last_part(b) < cutoff_bucket;
+            for f in storage.list_dir(b).await?.iter().filter(|f| whole || before(f)) {
                 storage.delete(&f.path).await?;
             }
-            storage.remove_empty_dir(b).await;
+            if whole {
+                storage.remove_empty_dir(b).await;
+            }
         }
         Ok(())
     }
@@ -132,7 +135,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pruning_removes_whole_buckets_before_the_cutoff_and_old_flat_markers() {
+    async fn pruning_removes_the_markers_named_before_the_cutoff_whole_buckets_at_once() {
         let s = Storage::in_memory("t").unwrap();
         for name in ["20260101000000000", "20260101001000000", "20260101001500000"] {
             mark(&s, name).await;
@@ -140,11 +143,8 @@ mod tests {
         s.put(".hoodie/oxlake/test/20260101000500000_x", Bytes::new()).await.unwrap();
         s.put(".hoodie/oxlake/test/20260101001200000_x", Bytes::new()).await.unwrap();
         DIR.prune(&s, "20260101001200000").await.unwrap();
-        // The bucket of the cutoff is kept whole: it may hold claims after it.
-        assert_eq!(
-            names(&DIR.list_after(&s, "").await.unwrap()),
-            ["20260101001000000", "20260101001200000_x", "20260101001500000"]
-        );
+        // In the bucket of the cutoff, the markers named before it.
+        assert_eq!(names(&DIR.list_after(&s, "").await.unwrap()), ["20260101001200000_x", "20260101001500000"]);
     }
 
     #[tokio::test]

@@ -215,6 +215,7 @@ pub(super) async fn rollback_at(
     epoch: Option<u32>,
 ) -> Result<bool> {
     let was_completed = matches!(how, Undo::Deliberate { was_completed: true });
+    let resumed = existing.is_some();
     let r = match existing {
         Some(r) => r,
         None => {
@@ -233,6 +234,21 @@ pub(super) async fn rollback_at(
     } else {
         let ours = fate::Fate::RolledBack { by: r.time.clone() };
         match fate::decide(table.storage(), &target.time, epoch, ours.clone()).await? {
+            // The target's record is pruned once it completed: a rollback that took it for
+            // pending long ago (a paused process) decides first then, and so does a process that
+            // resumes that rollback; each looks again.
+            d if d == ours && committed_now(table, target).await? => {
+                fate::withdraw(table.storage(), &target.time, epoch, &ours).await?;
+                table.timeline().remove_pending(table.storage(), &r).await?;
+                log::info!(
+                    "{}: {} {} is not rolled back: it completed{}",
+                    table.uri(),
+                    target.action,
+                    target.time,
+                    if resumed { " (found resuming the rollback)" } else { "" }
+                );
+                return Ok(false);
+            }
             d if d == ours => {}
             // Taken back by its own writer (it could not complete): any rollback finishes it.
             fate::Fate::RolledBack { by } if by == target.time => {
@@ -285,6 +301,12 @@ pub(super) async fn rollback_at(
     Ok(true)
 }
 
+/// Whether `target` is committed on the timeline as it is now: completed, or archived.
+async fn committed_now(table: &Table, target: &Instant) -> Result<bool> {
+    let now = crate::timeline::Timeline::load(table.storage(), table.config()).await?;
+    Ok(now.is_committed(&target.time))
+}
+
 /// Settles the fate of the pending instant `target` from outside, for a process that must know
 /// it before it acts (a metadata deltacommit about to write into the slice a compaction would
 /// leave behind): taken back unless its committer decided first, when it is completed here for
@@ -294,9 +316,15 @@ pub(super) async fn rollback_at(
 pub(crate) async fn settle(table: &Table, target: &Instant) -> Result<bool> {
     let epoch = fate::current_epoch(table, &target.time).await?;
     let taken_back = fate::Fate::RolledBack { by: target.time.clone() };
-    match fate::decide(table.storage(), &target.time, epoch, taken_back).await? {
+    match fate::decide(table.storage(), &target.time, epoch, taken_back.clone()).await? {
         fate::Fate::Committed { action, metadata, completion } => {
             fate::roll_forward(table, target, epoch, action, metadata, completion).await?;
+            Ok(true)
+        }
+        // Decided here, for an instant that completed since `table` saw it pending and whose
+        // record was pruned since: it stays completed.
+        d if d == taken_back && committed_now(table, target).await? => {
+            fate::withdraw(table.storage(), &target.time, epoch, &taken_back).await?;
             Ok(true)
         }
         fate::Fate::RolledBack { .. } => Ok(false),

@@ -11,14 +11,23 @@
 //! that heartbeat expired with no plan on the timeline, another compactor closes that time (creating its requested file with an
 //! empty plan, a conditional create: the slow owner's own create then fails, and it gives up) and
 //! takes the slice at the next generation (`<slice>~<n>`), again with a conditional create.
+//!
+//! Once a compaction completed, whoever completed it removes its claims ([`forget`]): a table
+//! compacting every few commits would otherwise pile up a file per slice compacted. A compactor
+//! that planned from a view read before that compaction completed then takes the old slice again;
+//! so after taking its slices a compactor looks at the table as it is now ([`keep_latest`]) and
+//! gives back every slice that a committed base file has superseded. The claims it took were
+//! created after the removal, which followed the completion: that look sees the completed instant.
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::error::Result;
 use crate::format::compaction_plan::{CompactionOperation, CompactionPlan};
+use crate::format::file_name::BaseFileName;
 use crate::format::instant::{Action, Instant, State};
 use crate::table::Table;
+use crate::timeline::Timeline;
 
 const DIR: &str = ".hoodie/oxlake/compacting";
 /// Generations of one slice's claim a compactor walks before it leaves the slice alone.
@@ -107,20 +116,116 @@ async fn orphaned(table: &Table, owner: &str, op: &CompactionOperation) -> Resul
 /// Gives back the slices the compaction at `time` took for its plan `plan` (stored at `path`),
 /// which it abandons before anyone saw it: each claim still holding `time` is removed.
 pub(crate) async fn release(table: &Table, time: &str, path: &str, plan: &[u8]) -> Result<()> {
-    let storage = table.storage();
     for op in CompactionPlan::parse(path, plan)?.operations {
-        for generation in 0..MAX_GENERATIONS {
-            let claim = claim_path(&op, generation);
-            match storage.get_opt(&claim).await? {
-                Some(owner) if String::from_utf8_lossy(&owner).trim() == time => {
-                    storage.delete(&claim).await?;
-                    break;
-                }
-                Some(_) => {}
-                None => break,
+        release_one(table, time, &op).await?;
+    }
+    Ok(())
+}
+
+/// Gives back the slice of `op` if the compaction at `time` holds it.
+async fn release_one(table: &Table, time: &str, op: &CompactionOperation) -> Result<()> {
+    let storage = table.storage();
+    for generation in 0..MAX_GENERATIONS {
+        let claim = claim_path(op, generation);
+        match storage.get_opt(&claim).await? {
+            Some(owner) if String::from_utf8_lossy(&owner).trim() == time => return storage.delete(&claim).await,
+            Some(_) => {}
+            None => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// Of `ops`, the slices the compaction at `time` took, those still the latest of their file
+/// group on the table as it is now; the others (a compaction completed since this compactor read
+/// its view, and its claims were removed) are given back.
+pub(crate) async fn keep_latest(
+    table: &Table,
+    time: &str,
+    ops: Vec<CompactionOperation>,
+) -> Result<Vec<CompactionOperation>> {
+    if ops.is_empty() {
+        return Ok(ops);
+    }
+    let timeline = Timeline::load(table.storage(), table.config()).await?;
+    let superseded = newer_bases(table, &timeline, &ops, None).await?;
+    let mut kept = Vec::with_capacity(ops.len());
+    for (index, op) in ops.into_iter().enumerate() {
+        match superseded.iter().find(|(i, _)| *i == index) {
+            Some((_, by)) => {
+                log::info!(
+                    "{}: compaction {time} gives back slice {} of file group {}: {by} superseded it",
+                    table.uri(),
+                    op.base_instant_time,
+                    op.file_id
+                );
+                release_one(table, time, &op).await?;
+            }
+            None => kept.push(op),
+        }
+    }
+    Ok(kept)
+}
+
+/// The operations of `ops` (by index) whose file group has a base file newer than the slice, of
+/// an instant committed on `timeline` (and earlier than `before`), with that file's path. One
+/// listing per partition, from storage: a view of the metadata table may lag.
+pub(crate) async fn newer_bases(
+    table: &Table,
+    timeline: &Timeline,
+    ops: &[CompactionOperation],
+    before: Option<&str>,
+) -> Result<Vec<(usize, String)>> {
+    let partitions: std::collections::BTreeSet<String> = ops.iter().map(|op| op.partition_path.clone()).collect();
+    let listings: Vec<(String, Vec<crate::storage::FileInfo>)> = futures::stream::iter(partitions)
+        .map(|p| async move {
+            let files = table.storage().list_dir(&p).await?;
+            Ok::<_, crate::error::Error>((p, files))
+        })
+        .buffered(PARALLEL)
+        .try_collect()
+        .await?;
+    let mut found = Vec::new();
+    for (partition, files) in listings {
+        for file in files {
+            let Some(base) = BaseFileName::parse(file.path.rsplit('/').next().unwrap_or(&file.path)) else {
+                continue;
+            };
+            let newer = ops.iter().position(|op| {
+                op.partition_path == partition
+                    && op.file_id == base.file_id
+                    && base.instant > op.base_instant_time
+                    && before.is_none_or(|b| base.instant.as_str() < b)
+                    && timeline.is_committed(&base.instant)
+            });
+            if let Some(index) = newer {
+                found.push((index, file.path));
             }
         }
     }
+    Ok(found)
+}
+
+/// Removes the claims on the slices of `plan`, which the compaction at `time` completed: no plan
+/// takes them again (see [`keep_latest`]). A claim left behind (a crash before this) is pruned
+/// with the markers.
+pub(crate) async fn forget(table: &Table, time: &str, plan: &CompactionPlan) -> Result<()> {
+    futures::stream::iter(plan.operations.clone())
+        .map(|op| async move {
+            // Generations are taken in order: the first one missing ends the slice's claims.
+            for generation in 0..MAX_GENERATIONS {
+                let claim = claim_path(&op, generation);
+                if table.storage().get_opt(&claim).await?.is_none() {
+                    break;
+                }
+                table.storage().delete(&claim).await?;
+            }
+            log::debug!("{}: compaction {time} removed its claim on {}", table.uri(), op.file_id);
+            Ok::<_, crate::error::Error>(())
+        })
+        .buffer_unordered(PARALLEL)
+        .try_collect::<Vec<()>>()
+        .await?;
     Ok(())
 }
 
@@ -145,6 +250,54 @@ pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::TableType;
+    use crate::services::CompactionConfig;
+    use crate::table::TableOptions;
+    use crate::test_support::{id_city_rows, id_city_table};
+    use crate::write::{WriteConfig, WriteOperation};
+
+    async fn claims(table: &Table) -> Vec<String> {
+        table.storage().list_dir(DIR).await.unwrap().into_iter().map(|f| f.path).collect()
+    }
+
+    #[tokio::test]
+    async fn a_completed_compaction_removes_its_claims_and_a_stale_plan_gives_its_slices_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::MergeOnRead, TableOptions::default()).await;
+        let config = WriteConfig::default();
+        t.write(WriteOperation::Insert, vec![id_city_rows(&[(1, "sf"), (2, "nyc")])], &config).await.unwrap();
+        t.write(WriteOperation::Upsert, vec![id_city_rows(&[(1, "sf"), (2, "nyc")])], &config).await.unwrap();
+        // What a compactor that read the table now plans, and then pauses.
+        let latest = t.timeline().latest_completed_data().unwrap().time.clone();
+        let view = t.file_system_view().await.unwrap();
+        let replaced = t.replaced_file_groups(&latest).await.unwrap();
+        let stale: Vec<CompactionOperation> = view
+            .slices_as_of(&latest, &replaced)
+            .map(|(g, s)| CompactionOperation {
+                partition_path: g.partition.clone(),
+                file_id: g.file_id.clone(),
+                base_instant_time: s.base_instant.clone(),
+                data_file_path: s.base.as_ref().map(|b| b.path.clone()),
+                delta_file_paths: s.logs.iter().map(|l| l.path.clone()).collect(),
+            })
+            .collect();
+        assert_eq!(stale.len(), 2);
+        let done = t.compact(&CompactionConfig::default()).await.unwrap();
+        assert_eq!((done.instants.len(), done.file_groups), (1, 2));
+        assert!(claims(&t).await.is_empty(), "a completed compaction leaves no claim");
+        // The paused compactor wakes: its claims succeed (nothing holds the old slices now), and
+        // its look at the table as it is gives them back.
+        let time = crate::format::instant::now();
+        let taken = take(&t, &time, stale).await.unwrap();
+        assert_eq!(taken.len(), 2, "the old slices' claims were removed");
+        assert!(keep_latest(&t, &time, taken).await.unwrap().is_empty(), "both slices were compacted since");
+        assert!(claims(&t).await.is_empty());
+        // A compaction of the slices as they are still takes them.
+        t.write(WriteOperation::Upsert, vec![id_city_rows(&[(1, "sf")])], &config).await.unwrap();
+        let done = t.compact(&CompactionConfig::default()).await.unwrap();
+        assert_eq!(done.file_groups, 1);
+        assert!(claims(&t).await.is_empty());
+    }
 
     #[test]
     fn claims_name_a_slice_whatever_its_partition_holds() {

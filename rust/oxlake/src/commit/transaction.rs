@@ -744,6 +744,50 @@ mod tests {
         assert!(matches!(err, Error::CommitConflict { .. }), "{err}");
     }
 
+    #[tokio::test]
+    async fn a_rollback_that_took_a_completed_instant_for_pending_gives_up_once_its_fate_is_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        let config = WriteConfig::default();
+        let tx = t.begin_write(WriteOperation::Insert).await.unwrap();
+        let time = tx.time().to_string();
+        let part = t.write_files(WriteOperation::Insert, vec![by_parity(&[1, 2])], &time, &config).await.unwrap();
+        // Another process sees the write pending and pauses; the write completes, and its fate
+        // record is pruned.
+        let stale = Table::open(t.uri(), t.options().clone()).await.unwrap();
+        let pending = stale.timeline().get(&time).unwrap().clone();
+        t.commit_write(tx, WriteOperation::Insert, vec![part], false).await.unwrap();
+        t.reload().await.unwrap();
+        fate::prune(&t, "29991231235959999", "").await.unwrap();
+        assert!(fate::recorded(t.storage(), &time, 0).await.unwrap().is_none());
+        let files = parquet_files(dir.path());
+        // The paused process wakes and rolls the write back, as failed: it decides first, and
+        // then finds the write completed.
+        let undo = super::super::rollback::Undo::Failed;
+        assert!(!super::super::rollback::rollback(&stale, &pending, None, undo).await.unwrap());
+        assert_eq!(parquet_files(dir.path()), files);
+        t.reload().await.unwrap();
+        assert_eq!(rows(&t).await, 2);
+        assert!(t.timeline().pending().next().is_none(), "no rollback instant left");
+        assert!(fate::recorded(t.storage(), &time, 0).await.unwrap().is_none(), "its record withdrawn");
+        // Paused instead right after it decided: a process that resumes its rollback (its
+        // heartbeat never started) finds the write completed too.
+        let plan = super::super::rollback::rollback_plan(&time, Action::Commit, false, Vec::new()).unwrap();
+        let r = super::super::claim(&stale, Action::Rollback, |_| Ok(plan.clone())).await.unwrap();
+        let ours = fate::Fate::RolledBack { by: r.time.clone() };
+        assert_eq!(fate::decide(t.storage(), &time, 0, ours.clone()).await.unwrap(), ours);
+        let mut options = t.options().clone();
+        options.heartbeat_interval = std::time::Duration::from_millis(1);
+        let mut resumer = Table::open(t.uri(), options).await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        crate::commit::rollback_failed(&mut resumer).await.unwrap();
+        assert_eq!(parquet_files(dir.path()), files);
+        t.reload().await.unwrap();
+        assert_eq!(rows(&t).await, 2);
+        assert!(t.timeline().pending().next().is_none(), "the rollback instant is removed");
+        assert!(fate::recorded(t.storage(), &time, 0).await.unwrap().is_none());
+    }
+
     /// The steps of a write a process may die after (a dropped transaction stops its heartbeat
     /// and leaves storage as a `kill -9` there would).
     #[derive(Clone, Copy, Debug)]

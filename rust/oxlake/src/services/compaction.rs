@@ -112,6 +112,7 @@ impl Table {
                 // once it stops (see `slice_claims`).
                 let _beat = crate::commit::TaskHeartbeat::start(table, time).await?;
                 let operations = crate::commit::slice_claims::take(table, time, wanted.operations).await?;
+                let operations = crate::commit::slice_claims::keep_latest(table, time, operations).await?;
                 if operations.is_empty() {
                     return Ok(None);
                 }
@@ -235,37 +236,22 @@ async fn take_logs_by_base(table: &Table, plan: &mut CompactionPlan) -> Result<b
 /// made from a listing that missed that file (a stale metadata table) would compact the older
 /// slice and supersede the later one's rows. One listing per planned partition, from storage.
 async fn check_latest(table: &Table, time: &str, plan: &CompactionPlan) -> Result<()> {
-    let partitions: std::collections::BTreeSet<&str> =
-        plan.operations.iter().map(|op| op.partition_path.as_str()).collect();
-    for partition in partitions {
-        for file in table.storage().list_dir(partition).await? {
-            let Some(base) = BaseFileName::parse(file.path.rsplit('/').next().unwrap_or(&file.path)) else {
-                continue;
-            };
-            let superseded = plan.operations.iter().find(|op| {
-                op.partition_path == partition
-                    && op.file_id == base.file_id
-                    && base.instant > op.base_instant_time
-                    && base.instant.as_str() < time
-                    && table.timeline().is_committed(&base.instant)
-            });
-            if let Some(op) = superseded {
-                log::warn!(
-                    "{}: compaction {time} planned slice {} of file group {}, which {} superseded",
-                    table.uri(),
-                    op.base_instant_time,
-                    op.file_id,
-                    file.path
-                );
-                let detail = format!(
-                    "compaction {time} planned slice {} of file group {} from a listing without the later base file {}",
-                    op.base_instant_time, op.file_id, file.path
-                );
-                return Err(Error::CommitConflict { instant: base.instant.clone(), detail });
-            }
-        }
-    }
-    Ok(())
+    let newer = crate::commit::slice_claims::newer_bases(table, table.timeline(), &plan.operations, Some(time)).await?;
+    let Some((op, path)) = newer.first().and_then(|(i, path)| Some((plan.operations.get(*i)?, path))) else {
+        return Ok(());
+    };
+    log::warn!(
+        "{}: compaction {time} planned slice {} of file group {}, which {path} superseded",
+        table.uri(),
+        op.base_instant_time,
+        op.file_id
+    );
+    let detail = format!(
+        "compaction {time} planned slice {} of file group {} from a listing without the later base file {path}",
+        op.base_instant_time, op.file_id
+    );
+    let instant = BaseFileName::parse(path.rsplit('/').next().unwrap_or(path)).map(|b| b.instant).unwrap_or_default();
+    Err(Error::CommitConflict { instant, detail })
 }
 
 /// The latest slice of every file group with enough log files, not already in a pending plan.
@@ -320,6 +306,9 @@ async fn execute(
     }
     result.file_groups += plan.operations.len();
     let instant = tx.commit(table, &metadata).await?;
+    if let Err(e) = crate::commit::slice_claims::forget(table, &instant.time, &plan).await {
+        log::warn!("{}: the claims of compaction {} stay until pruned: {e}", table.uri(), instant.time);
+    }
     result.instants.push(instant.time);
     Ok(())
 }
