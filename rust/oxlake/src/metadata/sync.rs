@@ -385,7 +385,9 @@ async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) ->
         Err(e) => return Err(e),
     }
     log::info!("{}: metadata table compacted at {time}", data.uri());
-    remove_old_slices(&mdt).await
+    remove_old_slices(&mdt).await?;
+    // The metadata table is not cleaned as a table is: its markers are pruned here.
+    crate::commit::prune_claims(&mdt).await
 }
 
 /// Removes the plan of a compaction of the metadata table that gave way: an aborted compaction
