@@ -119,6 +119,14 @@ pub(crate) async fn still(storage: &Storage, time: &str, epoch: u32, fate: &Fate
     Ok(recorded(storage, time, epoch).await?.as_ref() == Some(fate))
 }
 
+/// Whether another fate than `fate` is recorded for attempt `epoch` at `time` now (a deliberate
+/// rollback overruled it). No record is not that: records of completed instants are pruned
+/// ([`prune`]), and a committer or roll-forward that just created the completed file must not
+/// take the pruning of its record for a rollback.
+pub(crate) async fn overruled(storage: &Storage, time: &str, epoch: u32, fate: &Fate) -> Result<bool> {
+    Ok(recorded(storage, time, epoch).await?.is_some_and(|f| &f != fate))
+}
+
 /// Removes the record of attempt `epoch` at `time` if it is still `fate` (a rollback that
 /// found its target completed after it decided, see `super::rollback`).
 pub(crate) async fn withdraw(storage: &Storage, time: &str, epoch: u32, fate: &Fate) -> Result<()> {
@@ -166,7 +174,7 @@ pub(crate) async fn roll_forward(
     }
     // A deliberate rollback overrules the record before it deletes the completed file: a create
     // that came after that delete must not stand.
-    if !still(table.storage(), &target.time, epoch, &fate).await? {
+    if overruled(table.storage(), &target.time, epoch, &fate).await? {
         table.storage().delete(&table.timeline().path_of(&completed)).await?;
         return Ok(());
     }
@@ -234,5 +242,8 @@ mod tests {
         s.put(&path(t, 2), Bytes::from_static(b"garbage")).await.unwrap();
         assert!(matches!(recorded(&s, t, 2).await, Err(Error::CorruptTable { .. })));
         assert!(still(&s, t, 1, &rollback).await.unwrap() && !still(&s, t, 1, &commit).await.unwrap());
+        assert!(overruled(&s, t, 1, &commit).await.unwrap() && !overruled(&s, t, 1, &rollback).await.unwrap());
+        // A record pruned (its instant completed) overrules nothing.
+        assert!(!overruled(&s, t, 5, &commit).await.unwrap());
     }
 }
