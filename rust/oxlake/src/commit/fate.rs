@@ -104,13 +104,25 @@ pub(crate) async fn current_epoch(table: &Table, time: &str) -> Result<u32> {
 
 /// Records `fate` for attempt `epoch` at `time` unless a fate is recorded there already; returns
 /// the fate that holds (ours, or the one recorded first).
+///
+/// A record found present may be gone by the time it is read: pruned (its instant completed) or
+/// withdrawn (by a rollback that found its target completed). Then nothing is decided and the
+/// decision is tried again; every party that acts on a decision looks at the timeline after it.
 pub(crate) async fn decide(storage: &Storage, time: &str, epoch: u32, fate: Fate) -> Result<Fate> {
+    const ATTEMPTS: usize = 8;
     let p = path(time, epoch);
-    if storage.put_if_absent(&p, fate.encode()).await? {
-        return Ok(fate);
+    for _ in 0..ATTEMPTS {
+        if storage.put_if_absent(&p, fate.encode()).await? {
+            return Ok(fate);
+        }
+        if let Some(bytes) = storage.get_opt(&p).await? {
+            return Fate::decode(&p, &bytes);
+        }
     }
-    let bytes = storage.get(&p).await?;
-    Fate::decode(&p, &bytes)
+    Err(Error::CommitConflict {
+        instant: time.to_string(),
+        detail: format!("its fate record {p} was removed under each of {ATTEMPTS} attempts to decide it"),
+    })
 }
 
 /// Whether `fate` is still what is recorded for attempt `epoch` at `time` (a deliberate rollback

@@ -63,12 +63,23 @@ pub(crate) async fn take(table: &Table, time: &str, ops: Vec<CompactionOperation
 
 async fn take_one(table: &Table, time: &str, op: &CompactionOperation) -> Result<bool> {
     let storage = table.storage();
-    for generation in 0..MAX_GENERATIONS {
+    // A claim found present may be gone when read: its compaction completed and forgot its
+    // claims, or gave the slice back. Then the same generation is tried again, a few times.
+    let (mut generation, mut vanished) = (0, 0);
+    while generation < MAX_GENERATIONS {
         let path = claim_path(op, generation);
         if storage.put_if_absent(&path, Bytes::from(time.to_string())).await? {
             return Ok(true);
         }
-        let owner = String::from_utf8_lossy(&storage.get(&path).await?).trim().to_string();
+        let Some(owner) = storage.get_opt(&path).await? else {
+            vanished += 1;
+            if vanished > MAX_GENERATIONS {
+                return Ok(false);
+            }
+            continue;
+        };
+        generation += 1;
+        let owner = String::from_utf8_lossy(&owner).trim().to_string();
         if owner == time {
             return Ok(true); // this compactor's own claim, whose answer was lost
         }

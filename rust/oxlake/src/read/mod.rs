@@ -330,8 +330,22 @@ impl Table {
     async fn touched_file_groups(&self, instants: &[Instant]) -> Result<HashSet<FileGroupId>> {
         let timeline = self.timeline();
         let mut touched = HashSet::new();
+        let mut archive: Option<Table> = None;
         for instant in instants {
-            let meta = timeline.commit_metadata(self.storage(), instant).await?;
+            let meta = match timeline.commit_metadata(self.storage(), instant).await {
+                Ok(meta) => meta,
+                // Archived since this table listed its timeline: what it recorded is in the archive.
+                Err(e) if crate::timeline::archived_meanwhile(&e) => {
+                    if archive.is_none() {
+                        let mut now = self.clone();
+                        now.reload().await?;
+                        archive = Some(now.with_archived_timeline().await?);
+                    }
+                    let archived = archive.as_ref().map(Table::timeline).unwrap_or(timeline);
+                    archived.commit_metadata(self.storage(), instant).await?
+                }
+                Err(e) => return Err(e),
+            };
             if meta.compacted {
                 continue;
             }
