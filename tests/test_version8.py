@@ -341,6 +341,53 @@ def test_a_dead_archival_is_finished_by_the_next(table_path: str) -> None:
     assert rows(oxlake.Table(table_path).scan()) == expected == rows(hudi_read(table_path))
 
 
+def test_archivals_compact_the_lsm_timeline_and_clean_it(table_path: str) -> None:
+    """Every archival adds a level-0 file and a manifest; once a level holds 10 files they are
+    merged into one file of the next level (`<min>_<max>_<level+1>.parquet`, Apache Hudi's
+    `LSMTimelineWriter.compactAndClean`), manifests older than the newest 3 (plus one per merge)
+    are deleted, and data files no kept manifest lists are deleted once older than ten minutes.
+    Every read of the archived timeline stays as it was, in oxlake and in hudi-rs."""
+    t = trips_table(table_path, table_version=8)
+    t.set_archival(2, 3, inline=False)
+    t.insert(trips(list(range(4))))
+    history = Path(table_path, ".hoodie/timeline/history")
+    archivals = 0
+    for n in range(40):
+        t.upsert(trips([n % 4], ts=2 + n, name=f"u{n}-"))
+        if t.archive():
+            archivals += 1
+    assert archivals >= 12
+    version = int((history / "_version_").read_text())
+    manifest = json.loads((history / f"manifest_{version}").read_text())
+    levels = sorted(int(f["fileName"].rsplit("_", 1)[1].split(".")[0]) for f in manifest["files"])
+    assert levels.count(1) >= 1 and levels.count(0) < 10, levels
+    for f in manifest["files"]:
+        assert (history / f["fileName"]).stat().st_size == f["fileLen"]
+    manifests = sorted(int(p.name.split("_")[1]) for p in history.glob("manifest_*"))
+    assert len(manifests) <= 4 and manifests[-1] == version, manifests
+    # Every instant is read back once, archived or active, in order.
+    full = [(i.time, i.completion) for i in t.timeline(include_archived=True) if i.state == "completed"]
+    assert full == sorted(set(full)) and len([i for i in full if i[0]]) >= 41
+    merged = pq.read_table(
+        history / next(f["fileName"] for f in manifest["files"] if "_1.parquet" in f["fileName"])
+    )
+    assert merged.num_rows >= 10
+    # Files no kept manifest lists go once older than the grace period.
+    listed = {f["fileName"] for f in manifest["files"]}
+    stale = [p for p in history.glob("*.parquet") if p.name not in listed]
+    assert stale, "the merged files stay for the grace period"
+    old = time.time() - 3600
+    for p in stale:
+        os.utime(p, (old, old))
+    for n in range(10):
+        t.upsert(trips([n % 4], ts=100 + n, name=f"w{n}-"))
+        t.archive()
+    left = {p.name for p in history.glob("*.parquet")}
+    assert not left & {p.name for p in stale}
+    assert rows(t.scan()) == rows(hudi_read(table_path))
+    assert len(t.timeline(include_archived=True)) > len(full)
+
+
 def test_an_unknown_table_version_is_refused(table_path: str) -> None:
     with pytest.raises(oxlake.InvalidArgumentError, match="table_version"):
         oxlake.create_table(table_path, SCHEMA, record_key="id", table_version=7)

@@ -181,6 +181,12 @@ impl Table {
             self.storage().delete(path).await?;
         }
         log::info!("{}: archived {} instants into {file}", self.uri(), chosen.len());
+        if self.timeline().layout() >= 2
+            && let Err(e) = super::lsm_compaction::compact_and_clean(self).await
+        {
+            // The archival is done; the next one compacts again.
+            log::warn!("{}: the archived timeline was not compacted: {e}", self.uri());
+        }
         self.reload().await?;
         Ok(ArchiveResult { archived: chosen, file: Some(file) })
     }
@@ -399,12 +405,17 @@ pub(crate) async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Re
     let next = lsm::manifest_name(version + 1);
     if let Some(unpublished) = storage.get_opt(&format!("{dir}/{next}")).await? {
         let m = lsm::Manifest::parse(&next, &unpublished)?;
-        if manifest.files.iter().all(|f| m.files.contains(f)) {
+        // A run's new file added, or (a compaction of the archived timeline) files merged.
+        let mut listed = true;
+        for f in &m.files {
+            listed &= storage.head(&format!("{dir}/{}", f.file_name)).await?.is_some();
+        }
+        if listed {
             log::info!("{}: publishing the archived timeline's {next}, written by an earlier run", table.uri());
             storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from((version + 1).to_string())).await?;
             return Ok(None);
         }
-        return Err(Error::corrupt(format!("{dir}/{next}"), "a manifest that drops files of the one before it"));
+        return Err(Error::corrupt(format!("{dir}/{next}"), "a manifest that lists files storage does not hold"));
     }
     let min = rows.iter().map(|r| r.instant_time.as_str()).min().unwrap_or_default();
     let max = rows.iter().map(|r| r.instant_time.as_str()).max().unwrap_or_default();

@@ -8,6 +8,7 @@ pub mod clean;
 pub mod clustering;
 pub mod compaction;
 pub mod hooks;
+pub(crate) mod lsm_compaction;
 pub mod progress;
 pub mod restore;
 pub mod upgrade;

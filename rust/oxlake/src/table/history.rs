@@ -171,8 +171,23 @@ pub async fn latest_manifest(table: &Table) -> Result<(u32, lsm::Manifest)> {
     Ok((version, lsm::Manifest::parse(&path, &storage.get(&path).await?)?))
 }
 
-/// The archived instants of the LSM timeline, completed, with their metadata decoded.
+/// The archived instants of the LSM timeline, completed, with their metadata decoded. A file
+/// gone while it is read (a compaction of the archived timeline published a newer manifest, and
+/// cleaned this one's files) sends the read back to the latest manifest.
 async fn read_history(table: &Table) -> Result<Vec<archived::ArchivedState>> {
+    let mut attempt = 0;
+    loop {
+        match read_history_once(table).await {
+            Err(e @ Error::Storage { source: object_store::Error::NotFound { .. }, .. }) if attempt < 3 => {
+                log::info!("{}: the archived timeline changed while read: {e}; reading it again", table.uri());
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
+async fn read_history_once(table: &Table) -> Result<Vec<archived::ArchivedState>> {
     let (_, manifest) = latest_manifest(table).await?;
     let dir = history_dir(table);
     let mut out = Vec::new();
