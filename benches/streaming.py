@@ -5,7 +5,10 @@ metadata table kept in step. Prints, per block of batches, the mean time of a ba
 under `.hoodie/`: both should stay flat as commits accumulate.
 
     python benches/streaming.py --batches 2000 --rows 200 [--keys N] [--table-type copy_on_write]
-        [--clean-retain 10 | --no-clean] [--spark]
+        [--clean-retain 10 | --no-clean] [--spark] [--s3]
+
+With `--s3` the table lives in a bucket of a SeaweedFS S3 server started on loopback (the tests'
+server); files are then counted by listing the bucket.
 
 By default Spark's own overhead per micro-batch (planning, tasks) is left out: it does not depend
 on the table. With `--spark` the batches come from a Spark Structured Streaming query
@@ -17,10 +20,12 @@ start to the next) beside the write's.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,8 +37,45 @@ import pyarrow as pa
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
 
 
-def hoodie_files(root: Path, under: str = "") -> int:
-    return sum(1 for p in (root / ".hoodie" / under).rglob("*") if p.is_file())
+class Place:
+    """Where the table lives, and how its files are counted: a local folder or an S3 bucket."""
+
+    def __init__(self, root: Path, s3: object | None = None) -> None:
+        self.root = root
+        self.options: dict[str, str] | None = None
+        self.fs = None
+        self.uri = str(root)
+        if s3 is not None:
+            import pyarrow.fs as pafs
+
+            self.options = s3.storage_options()  # type: ignore[attr-defined]
+            s3.create_bucket("stream")  # type: ignore[attr-defined]
+            self.uri = "s3://stream/t"
+            self.fs = pafs.S3FileSystem(
+                access_key="any",
+                secret_key="any",
+                endpoint_override=self.options["endpoint"],
+                scheme="http",
+                region="us-east-1",
+            )
+
+    def files(self, under: str) -> list[str]:
+        """Paths of every file under `under` (relative to the table root)."""
+        if self.fs is None:
+            return [str(p.relative_to(self.root)) for p in (self.root / under).rglob("*") if p.is_file()]
+        import pyarrow.fs as pafs
+
+        infos = self.fs.get_file_info(pafs.FileSelector(f"stream/t/{under}".rstrip("/"), recursive=True))
+        return [i.path.removeprefix("stream/t/") for i in infos if i.type == pafs.FileType.File]
+
+    def hoodie_files(self, under: str = "") -> int:
+        return len(self.files(f".hoodie/{under}"))
+
+    def data_files(self) -> int:
+        return sum(1 for p in self.files("") if p.endswith(".parquet") and not p.startswith(".hoodie"))
+
+    def open(self) -> oxlake.Table:
+        return oxlake.Table(self.uri, storage_options=self.options)
 
 
 def main() -> None:
@@ -48,13 +90,23 @@ def main() -> None:
     ap.add_argument("--clean-retain", type=int, default=10, help="commits an inline clean keeps")
     ap.add_argument("--table-type", default="merge_on_read", choices=["merge_on_read", "copy_on_write"])
     ap.add_argument("--spark", action="store_true", help="micro-batches of a Spark streaming query")
+    ap.add_argument("--s3", action="store_true", help="the table on a local SeaweedFS S3 server")
     args = ap.parse_args()
 
     root = Path(tempfile.mkdtemp(prefix="oxlake-stream-")) / "t"
+    stack = contextlib.ExitStack()
     try:
+        s3 = None
+        if args.s3:
+            sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+            from seaweed import SeaweedS3
+
+            s3 = stack.enter_context(SeaweedS3())
+        place = Place(root, s3)
         t = oxlake.create_table(
-            str(root),
+            place.uri,
             SCHEMA,
+            storage_options=place.options,
             record_key="id",
             partition_by=["city"],
             ordering_field="ts",
@@ -67,7 +119,7 @@ def main() -> None:
         if args.clean:
             t.set_cleaning(args.clean_retain)
         if args.spark:
-            run_spark(args, t, root)
+            run_spark(args, place)
             return
         cities = ["sf", "nyc", "chennai", "são paulo"]
         times: list[float] = []
@@ -98,12 +150,13 @@ def main() -> None:
                 active = len(t.timeline())
                 print(
                     f"{batch + 1:>8} {1000 * statistics.mean(block):>9.1f} {1000 * p95:>7.1f} "
-                    f"{hoodie_files(root):>14} {hoodie_files(root, 'oxlake'):>17} {active:>16} "
-                    f"{sum(1 for p in root.rglob('*.parquet') if '.hoodie' not in p.parts):>11}",
+                    f"{place.hoodie_files():>14} {place.hoodie_files('oxlake'):>17} {active:>16} "
+                    f"{place.data_files():>11}",
                     flush=True,
                 )
         finish(t, args)
     finally:
+        stack.close()
         if not os.environ.get("KEEP"):
             shutil.rmtree(root.parent, ignore_errors=True)
 
@@ -114,11 +167,9 @@ def finish(t: oxlake.Table, args: argparse.Namespace) -> None:
     print(f"rows: {t.to_arrow(columns=['id']).num_rows:,}")
 
 
-def run_spark(args: argparse.Namespace, t: oxlake.Table, root: Path) -> None:
+def run_spark(args: argparse.Namespace, place: Place) -> None:
     """The batches through Spark: a `rate-micro-batch` source of `--rows` rows a batch, made
     upserts of `--keys` keys, written by `write_batch` in `foreachBatch`."""
-    import sys
-
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql import functions as F
 
@@ -153,7 +204,7 @@ def run_spark(args: argparse.Namespace, t: oxlake.Table, root: Path) -> None:
 
     def sink(df: DataFrame, batch_id: int) -> None:
         starts.append(time.perf_counter())
-        oxlake.spark.write_batch(df, batch_id, str(root))
+        oxlake.spark.write_batch(df, batch_id, place.uri, storage_options=place.options)
         writes.append(time.perf_counter() - starts[-1])
         n = len(starts)
         if n > args.block and (n - 1) % args.block == 0:
@@ -161,15 +212,15 @@ def run_spark(args: argparse.Namespace, t: oxlake.Table, root: Path) -> None:
             p95 = statistics.quantiles(cycles, n=20)[18]
             print(
                 f"{n - 1:>8} {1000 * statistics.mean(cycles):>9.1f} {1000 * p95:>7.1f} "
-                f"{1000 * statistics.mean(writes[-args.block - 1 : -1]):>9.1f} {hoodie_files(root):>14} "
-                f"{hoodie_files(root, 'oxlake'):>17} {len(oxlake.Table(str(root)).timeline()):>16} "
-                f"{sum(1 for p in root.rglob('*.parquet') if '.hoodie' not in p.parts):>11}",
+                f"{1000 * statistics.mean(writes[-args.block - 1 : -1]):>9.1f} {place.hoodie_files():>14} "
+                f"{place.hoodie_files('oxlake'):>17} {len(place.open().timeline()):>16} "
+                f"{place.data_files():>11}",
                 flush=True,
             )
 
     query = (
         events.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(root.parent / "checkpoint"))
+        .option("checkpointLocation", str(place.root.parent / "checkpoint"))
         .trigger(processingTime="0 seconds")
         .start()
     )
@@ -179,7 +230,7 @@ def run_spark(args: argparse.Namespace, t: oxlake.Table, root: Path) -> None:
     if query.exception() is not None:
         raise SystemExit(f"the query failed: {query.exception()}")
     spark.stop()
-    finish(oxlake.Table(str(root)), args)
+    finish(place.open(), args)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ one file per micro-batch (`maxFilesPerTrigger=1`, `availableNow`), through the s
 spec (`data_source`: `writeStream.format("oxlake")`; `foreach_batch`: `oxlake.spark.write_batch`),
 and whose second query copies that table's commits into a second table through the oxlake stream
 source. Both restart from their checkpoints; the run prints `done` once both have caught up.
+The tables may live on an S3 server (the spec's `storage_options`).
 
 Usage: stream_driver.py '<spec as JSON>'"""
 
@@ -40,9 +41,11 @@ def main(spec: dict[str, Any]) -> None:
         .getOrCreate()
     )
     oxlake.spark.register(spark)
+    storage: dict[str, str] = spec.get("storage_options") or {}
+    storage_options = {f"storage.{k}": v for k, v in storage.items()}
     events = spark.readStream.schema(EVENT).option("maxFilesPerTrigger", 1).json(spec["source"])
     if spec["sink"] == "data_source":
-        writer = events.writeStream.format("oxlake").option("operation", "upsert")
+        writer = events.writeStream.format("oxlake").option("operation", "upsert").options(**storage_options)
         writer = (
             writer.option("record_key", "id").option("partition_by", "city").option("ordering_field", "ts")
         )
@@ -54,7 +57,7 @@ def main(spec: dict[str, Any]) -> None:
     else:
 
         def sink(df: DataFrame, batch_id: int) -> None:
-            oxlake.spark.write_batch(df, batch_id, spec["table"], **KEYS)
+            oxlake.spark.write_batch(df, batch_id, spec["table"], storage_options=storage or None, **KEYS)
 
         query = (
             events.writeStream.foreachBatch(sink)
@@ -67,11 +70,14 @@ def main(spec: dict[str, Any]) -> None:
         raise SystemExit(f"sink query failed: {query.exception()}")
 
     def copy(df: DataFrame, batch_id: int) -> None:
-        oxlake.spark.write_batch(df.drop("_change_type"), batch_id, spec["copy"], **KEYS)
+        oxlake.spark.write_batch(
+            df.drop("_change_type"), batch_id, spec["copy"], storage_options=storage or None, **KEYS
+        )
 
     downstream = (
         spark.readStream.format("oxlake")
         .option("with_meta_columns", "false")
+        .options(**storage_options)
         .load(spec["table"])
         .writeStream.foreachBatch(copy)
         .option("checkpointLocation", spec["copy_checkpoint"])

@@ -10,6 +10,8 @@ so that the narrow windows are hit on purpose: after the table's commit and befo
 checkpoint (the replayed batch must be skipped), between the completion claim and the completed
 file, after the metadata table's update.
 
+The tables live on local disk or in a bucket of the S3 server of the tests (`where`).
+
 At the end, after one last run left alone:
 - the table equals the source exactly: each key at its newest version, no key missing, none extra;
 - every micro-batch (one source file each) is recorded by exactly one commit, batch ids 0..n-1;
@@ -32,7 +34,7 @@ import oxlake
 import oxlake.spark
 import pyarrow as pa
 import pytest
-from stress_lib import HERE, LONG
+from stress_lib import HERE, LONG, Target, s3_server, target_for  # noqa: F401 (fixture)
 
 pyspark = pytest.importorskip("pyspark")
 SPARK = tuple(int(p) for p in pyspark.__version__.split(".")[:2])
@@ -71,17 +73,18 @@ def newest(rows: list[dict]) -> dict[int, tuple]:
     return {k: (r["city"], r["ts"], r["v"]) for k, r in out.items()}
 
 
-def table_rows(uri: str) -> dict[int, tuple]:
-    rows = oxlake.Table(uri).to_arrow(columns=["id", "city", "ts", "v"]).to_pylist()
+def table_rows(target: Target) -> dict[int, tuple]:
+    uri = target.uri
+    rows = target.open().to_arrow(columns=["id", "city", "ts", "v"]).to_pylist()
     ids = [r["id"] for r in rows]
     assert len(ids) == len(set(ids)), f"duplicate keys in {uri}"
     return {r["id"]: (r["city"], r["ts"], r["v"]) for r in rows}
 
 
-def batches_recorded(uri: str) -> list[int]:
+def batches_recorded(target: Target) -> list[int]:
     """The batch id each completed commit of the stream sink recorded, in timeline order (the
     archived timeline included)."""
-    t = oxlake.Table(uri)
+    t = target.open()
     out = []
     for i in t.timeline(include_archived=True):
         if i.state == "completed" and i.action in ("commit", "deltacommit"):
@@ -91,10 +94,11 @@ def batches_recorded(uri: str) -> list[int]:
     return out
 
 
-def create(uri: str) -> None:
+def create(target: Target) -> None:
     t = oxlake.create_table(
-        uri,
+        target.uri,
         SCHEMA,
+        storage_options=target.storage_options,
         record_key="id",
         partition_by=["city"],
         ordering_field="ts",
@@ -160,22 +164,37 @@ class Driver:
         return True
 
 
+#: Sink and store of each run: every pair in long mode; by default S3 through one sink only (a
+#: run takes about two minutes).
+RUNS = [
+    (sink, where)
+    for where in ("local", "s3")
+    for sink in ("data_source", "foreach_batch")
+    if LONG or where == "local" or sink == "data_source"
+]
+
+
 @pytest.mark.skipif(SPARK < (4, 1), reason="the oxlake stream source needs Spark 4.1")
-@pytest.mark.parametrize("sink", ["data_source", "foreach_batch"])
-def test_a_stream_killed_again_and_again_writes_each_batch_once(sink: str, tmp_path: Path) -> None:
-    rng = random.Random(f"{sink}-{time.time_ns()}")
-    source, uri, copy = tmp_path / "in", str(tmp_path / "t"), str(tmp_path / "copy")
+@pytest.mark.parametrize(("sink", "where"), RUNS)
+def test_a_stream_killed_again_and_again_writes_each_batch_once(
+    sink: str, where: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    rng = random.Random(f"{sink}-{where}-{time.time_ns()}")
+    source = tmp_path / "in"
+    target = target_for(where, request, tmp_path / "t")
+    copy = Target(target.uri.rsplit("/", 1)[0] + "/copy", target.storage_options)
     pause_dir = tmp_path / "pause"
     pause_dir.mkdir()
-    create(uri)
+    create(target)
     create(copy)
     spec = {
         "sink": sink,
         "source": str(source),
-        "table": uri,
+        "table": target.uri,
         "checkpoint": str(tmp_path / "cp"),
-        "copy": copy,
+        "copy": copy.uri,
         "copy_checkpoint": str(tmp_path / "copy_cp"),
+        "storage_options": target.storage_options or {},
     }
     written: list[dict] = []
     files = 0
@@ -208,15 +227,17 @@ def test_a_stream_killed_again_and_again_writes_each_batch_once(sink: str, tmp_p
         assert time.monotonic() < deadline, "the last run did not catch up"
         time.sleep(0.2)
     print(f"last run: caught up in {time.monotonic() - started:.1f} s")
-    print(f"{sink}: {run} runs, {len(kills)} kills ({', '.join(sorted(set(kills)))}), {files} files")
+    how = ", ".join(sorted(set(kills)))
+    print(f"{sink} ({where}): {run} runs, {len(kills)} kills ({how}), {files} files")
 
-    assert table_rows(uri) == newest(written)
-    assert batches_recorded(uri) == list(range(files)), "each batch committed once, in order"
-    assert table_rows(copy) == table_rows(uri)
-    for u in (uri, copy):
+    assert table_rows(target) == newest(written)
+    assert batches_recorded(target) == list(range(files)), "each batch committed once, in order"
+    assert table_rows(copy) == table_rows(target)
+    for place in (target, copy):
+        u = place.uri
         # A write killed in the last killed run may still look alive to a process going by the
         # default heartbeat (30 s of silence): judged by the tables' writers' own interval.
-        t = oxlake.Table(u, heartbeat_interval=HEARTBEAT)
+        t = place.open(heartbeat_interval=HEARTBEAT)
         time.sleep(HEARTBEAT * 4)
         t.rollback_failed()
         assert not [i for i in t.timeline() if i.state != "completed"], u

@@ -26,6 +26,7 @@ use crate::format::instant::{Action, Instant, State};
 use crate::format::log_block::LogBlock;
 use crate::format::lsm;
 use crate::table::Table;
+use crate::table::history::publish_manifest;
 pub use crate::table::history::{archive_dir, archive_files, history_dir, latest_manifest, read_archived};
 
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
@@ -412,7 +413,7 @@ pub(crate) async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Re
         }
         if listed {
             log::info!("{}: publishing the archived timeline's {next}, written by an earlier run", table.uri());
-            storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from((version + 1).to_string())).await?;
+            publish_manifest(table, version + 1).await?;
             return Ok(None);
         }
         return Err(Error::corrupt(format!("{dir}/{next}"), "a manifest that lists files storage does not hold"));
@@ -434,10 +435,10 @@ pub(crate) async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Re
             return Err(Error::CommitConflict { instant: max.to_string(), detail });
         }
         crate::commit::failpoint("archive-after-manifest");
-        storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from((version + 1).to_string())).await?;
+        publish_manifest(table, version + 1).await?;
     } else if named_version(table).await? != Some(version) {
         // Listed by a manifest a dead run wrote last (readers found it by listing): named now.
-        storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from(version.to_string())).await?;
+        publish_manifest(table, version).await?;
     }
     Ok(Some(path))
 }

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use crate::error::Result;
 use crate::format::lsm;
 use crate::table::Table;
-use crate::table::history::{history_dir, latest_manifest};
+use crate::table::history::{history_dir, latest_manifest, publish_manifest};
 
 /// Files of one level merged at once (`hoodie.timeline.compaction.batch.size`, default 10).
 const BATCH: usize = 10;
@@ -102,7 +102,7 @@ async fn compact(table: &Table) -> Result<u32> {
                 return Ok(published);
             }
             crate::commit::failpoint("history-after-manifest");
-            storage.put(&format!("{dir}/{}", lsm::VERSION_FILE), Bytes::from((version + 1).to_string())).await?;
+            publish_manifest(table, version + 1).await?;
             published += 1;
             log::info!("{}: merged {} archived-timeline files into {name}", table.uri(), candidates.len());
         }

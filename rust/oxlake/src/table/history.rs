@@ -4,6 +4,8 @@
 use std::collections::{BTreeSet, HashSet};
 use std::ops::Bound;
 
+use bytes::Bytes;
+
 use crate::error::{Error, Result};
 use crate::format::archived;
 use crate::format::clean::Stored;
@@ -164,11 +166,29 @@ pub async fn latest_manifest(table: &Table) -> Result<(u32, lsm::Manifest)> {
             .max()
             .unwrap_or(0),
     };
+    // A manifest written after the one named is complete (its files are written before it): a
+    // run that died before naming it, or one whose naming another run's overtook.
+    let mut version = version;
+    while storage.head(&format!("{dir}/{}", lsm::manifest_name(version + 1))).await?.is_some() {
+        version += 1;
+    }
     if version == 0 {
         return Ok((0, lsm::Manifest::default()));
     }
     let path = format!("{dir}/{}", lsm::manifest_name(version));
     Ok((version, lsm::Manifest::parse(&path, &storage.get(&path).await?)?))
+}
+
+/// Names manifest `version` the latest in `_version_`, unless a later one is named already: of
+/// two runs naming theirs at once, the slower must not move it back.
+pub(crate) async fn publish_manifest(table: &Table, version: u32) -> Result<()> {
+    let path = format!("{}/{}", history_dir(table), lsm::VERSION_FILE);
+    let named = table.storage().get_opt(&path).await?;
+    let named: Option<u32> = named.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse().ok());
+    if named.is_none_or(|n| n < version) {
+        table.storage().put(&path, Bytes::from(version.to_string())).await?;
+    }
+    Ok(())
 }
 
 /// The archived instants of the LSM timeline, completed, with their metadata decoded. A file
