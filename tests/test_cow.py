@@ -126,6 +126,46 @@ def test_time_travel_to_every_instant(table: oxlake.Table) -> None:
     assert table.to_arrow(as_of="20000101000000000").num_rows == 0
 
 
+def test_time_travel_by_datetime_and_iso_strings(table: oxlake.Table) -> None:
+    """`as_of`, `start` and `end` take datetimes (with a zone: converted to the timeline's UTC;
+    without: taken as UTC), pandas Timestamps, dates and ISO strings, all meaning the same instant."""
+    import datetime as dt
+
+    import pandas as pd
+
+    first = table.insert(trips([1, 2])).instant
+    assert first is not None
+    table.upsert(trips([3], ts=2))
+    when = dt.datetime.strptime(first, "%Y%m%d%H%M%S%f").replace(tzinfo=dt.UTC)
+    expected_first = rows(table.scan(as_of=first))
+    assert [r["id"] for r in expected_first] == [1, 2]
+    paris = dt.timezone(dt.timedelta(hours=1))
+    iso = when.strftime("%Y-%m-%dT%H:%M:%S.") + first[14:]
+    for as_of in (when, when.astimezone(paris), when.replace(tzinfo=None), pd.Timestamp(when), iso):
+        assert rows(table.scan(as_of=as_of)) == expected_first, as_of
+    assert rows(table.scan(query="incremental", start=when)) == rows(
+        table.scan(query="incremental", start=first)
+    )
+    assert table.to_arrow(as_of=dt.date(2000, 1, 1)).num_rows == 0
+    assert [r["id"] for r in rows(table.scan(as_of=dt.date(2999, 1, 1)))] == [1, 2, 3]
+    assert table.schema_as_of(when).names == table.schema.names
+
+
+def test_read_arguments_of_the_wrong_shape_are_explained(table: oxlake.Table) -> None:
+    import pyarrow.compute as pc
+
+    table.insert(trips([1, 2]))
+    with pytest.raises(oxlake.InvalidArgumentError, match=r"did you mean columns=\['id'\]"):
+        table.to_arrow(columns="id")
+    with pytest.raises(oxlake.InvalidArgumentError, match="not a pyarrow Expression|write it as SQL"):
+        table.to_arrow(filter=pc.field("id") == 1)
+    with pytest.raises(oxlake.InvalidArgumentError, match=r"not a \(column, op, value\) tuple"):
+        table.to_arrow(filter=[("id", 1)])
+    with pytest.raises(oxlake.InvalidArgumentError, match="`as_of` takes an instant time"):
+        table.to_arrow(as_of=12345)
+    assert [r["id"] for r in rows(table.scan(filter=[("id", "=", 1)]))] == [1]
+
+
 def test_incremental_between_consecutive_instants(table: oxlake.Table) -> None:
     a = table.insert(trips([1, 2, 3]))
     b = table.upsert(trips([2, 4], ts=2, name="x"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,10 @@ if TYPE_CHECKING:
 
 #: A filter: a SQL boolean expression, or (column, op, value) tuples that must all hold.
 FilterLike = str | Sequence[tuple[str, str, Any]]
+#: A point in a table's history: an instant time (`"20260201103000000"`, or any string holding
+#: 8, 14 or 17 digits: `"2026-02-01"`, `"2026-02-01 10:30:00"`), or a `datetime` / `date` (a pandas
+#: `Timestamp` is one).
+TimeLike = str | _dt.datetime | _dt.date
 
 
 class Instant(NamedTuple):
@@ -168,7 +173,52 @@ def _unsliced_nested(table: pa.Table) -> pa.Table:
 def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | None:
     if filter is None or isinstance(filter, str):
         return filter
-    return [tuple(f) for f in filter]
+    import pyarrow.compute as pc
+
+    if isinstance(filter, pc.Expression):
+        raise _native.InvalidArgumentError(
+            f"`filter` takes a SQL expression or (column, op, value) tuples, not a pyarrow "
+            f"Expression ({filter}): write it as SQL, e.g. \"city = 'sf' AND fare > 10\", "
+            f'or as [("city", "=", "sf"), ("fare", ">", 10)]'
+        )
+    try:
+        clauses = [tuple(f) for f in filter]
+    except TypeError:
+        raise _native.InvalidArgumentError(
+            f"`filter` takes a SQL expression or (column, op, value) tuples, not {type(filter).__name__}"
+        ) from None
+    for c in clauses:
+        if len(c) != 3:
+            raise _native.InvalidArgumentError(f"`filter`: {c!r} is not a (column, op, value) tuple")
+    return clauses
+
+
+def _columns(columns: Sequence[str] | None) -> list[str] | None:
+    if columns is None:
+        return None
+    if isinstance(columns, str):
+        raise _native.InvalidArgumentError(
+            f"`columns` takes a list of column names, not one string: did you mean columns=[{columns!r}]?"
+        )
+    return list(columns)
+
+
+def _time(value: TimeLike | None, name: str, utc: bool) -> str | None:
+    """An instant time from `value`. A `datetime` with a time zone is converted to the table's
+    timeline zone (UTC, or the local zone for `hoodie.table.timeline.timezone=LOCAL`); one without
+    is taken in that zone. A `date` is its midnight."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, _dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(_dt.UTC if utc else None).replace(tzinfo=None)
+        return value.strftime("%Y%m%d%H%M%S") + f"{value.microsecond // 1000:03d}"
+    if isinstance(value, _dt.date):
+        return value.strftime("%Y%m%d") + "000000000"
+    raise _native.InvalidArgumentError(
+        f"`{name}` takes an instant time (a string such as '20260201103000000' or "
+        f"'2026-02-01 10:30:00') or a datetime, not {type(value).__name__}"
+    )
 
 
 @dataclass(frozen=True)
@@ -228,10 +278,10 @@ class Table:
         """Schema of reads: the five `_hoodie_*` meta fields, then the data columns."""
         return pa.schema(self._t.schema)
 
-    def schema_as_of(self, as_of: str) -> pa.Schema:
+    def schema_as_of(self, as_of: TimeLike) -> pa.Schema:
         """Schema of reads as of the commit at `as_of`: time travel returns the columns the
         table had then, under the names it gave them (see `update_schema`)."""
-        return pa.schema(self._t.schema_as_of(as_of))
+        return pa.schema(self._t.schema_as_of(self._time(as_of, "as_of") or ""))
 
     @property
     def properties(self) -> dict[str, str]:
@@ -539,10 +589,10 @@ class Table:
         self,
         columns: Sequence[str] | None = None,
         filter: FilterLike | None = None,
-        as_of: str | None = None,
+        as_of: TimeLike | None = None,
         query: str = "snapshot",
-        start: str | None = None,
-        end: str | None = None,
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
         batch_size: int | None = None,
         memory_limit: int | None = None,
     ) -> Scan:
@@ -556,16 +606,21 @@ class Table:
         (`insert`, `update` or `delete`; a deleted row carries its key and partition columns,
         the others null).
         `filter` is a SQL expression (`"city = 'sf' AND fare > 10"`) or `[(col, op, value), ...]`.
+        `as_of`, `start` and `end` are instant times (`"20260201103000000"`, or a string of 8, 14
+        or 17 digits with any separators: `"2026-02-01"`, `"2026-02-01T10:30:00"`) or a
+        `datetime`/`date`/pandas `Timestamp`: one with a time zone is converted to the table's
+        timeline zone (UTC unless `hoodie.table.timeline.timezone=LOCAL`), one without is taken
+        in it. `as_of` a time between commits reads the table as of the last commit before it.
         `memory_limit` bounds the bytes a scan holds (merge-on-read log records included); a
         slice whose logs exceed it is merged in several passes. Default: 1 GiB.
         """
         native = self._t.scan(
-            list(columns) if columns is not None else None,
+            _columns(columns),
             _filter(filter),
-            as_of,
+            self._time(as_of, "as_of"),
             query,
-            start,
-            end,
+            self._time(start, "start"),
+            self._time(end, "end"),
             batch_size,
             memory_limit,
         )
@@ -583,10 +638,10 @@ class Table:
         self,
         columns: Sequence[str] | None = None,
         filter: FilterLike | None = None,
-        as_of: str | None = None,
+        as_of: TimeLike | None = None,
         query: str = "snapshot",
-        start: str | None = None,
-        end: str | None = None,
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
         target_bytes: int = 128 * 1024 * 1024,
         min_splits: int = 1,
     ) -> list[Split]:
@@ -596,8 +651,10 @@ class Table:
         `min_splits` (the workers' cores, say) and some base files are read without logs, those
         files are cut by rows so that each worker has a part (pieces of at least 1 MiB and
         10,000 rows)."""
-        cols = list(columns) if columns is not None else None
-        planned = self._t.splits(cols, _filter(filter), as_of, query, start, end, target_bytes, min_splits)
+        times = self._time(as_of, "as_of"), self._time(start, "start"), self._time(end, "end")
+        planned = self._t.splits(
+            _columns(columns), _filter(filter), times[0], query, *times[1:], target_bytes, min_splits
+        )
         return [Split(bytes(data), size, files) for data, size, files in planned]
 
     def scan_split(
@@ -609,20 +666,28 @@ class Table:
         memory_limit: int | None = None,
     ) -> Scan:
         """Reads one split of `splits` (give the same columns and filter)."""
-        cols = list(columns) if columns is not None else None
-        return Scan(self._t.scan_split(split.data, cols, _filter(filter), batch_size, memory_limit))
+        return Scan(
+            self._t.scan_split(split.data, _columns(columns), _filter(filter), batch_size, memory_limit)
+        )
 
     def planned_files(
         self,
-        as_of: str | None = None,
+        as_of: TimeLike | None = None,
         query: str = "snapshot",
-        start: str | None = None,
-        end: str | None = None,
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
         filter: FilterLike | None = None,
     ) -> list[str]:
         """The files (base and log files) a scan would read, after pruning by the metadata
         table's `column_stats` and `bloom_filters` (with a filter), before partition pruning."""
-        return list(self._t.planned_files(as_of, query, start, end, _filter(filter)))
+        times = self._time(as_of, "as_of"), self._time(start, "start"), self._time(end, "end")
+        return list(self._t.planned_files(times[0], query, *times[1:], _filter(filter)))
+
+    def _time(self, value: TimeLike | None, name: str) -> str | None:
+        if value is None or isinstance(value, str):
+            return value
+        zone = self.properties.get("hoodie.table.timeline.timezone", "UTC")
+        return _time(value, name, utc=zone.upper() != "LOCAL")
 
     def __repr__(self) -> str:
         return f"oxlake.Table({self.uri!r})"
