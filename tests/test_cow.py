@@ -166,6 +166,22 @@ def test_read_arguments_of_the_wrong_shape_are_explained(table: oxlake.Table) ->
     assert [r["id"] for r in rows(table.scan(filter=[("id", "=", 1)]))] == [1]
 
 
+def test_delete_takes_a_list_of_keys_or_of_rows(table: oxlake.Table, tmp_path: Path) -> None:
+    table.insert(trips([1, 2, 3, 4]))
+    table.delete([{"id": 1, "city": trips([1])["city"][0].as_py()}])
+    assert [r["id"] for r in rows(table.scan())] == [2, 3, 4]
+    # A partitioned table needs each key's partition: a plain list is refused, saying what to give.
+    with pytest.raises(oxlake.InvalidArgumentError, match=r"\['id', 'city'\] for each row"):
+        table.delete([2, 3])
+    with pytest.raises(oxlake.InvalidArgumentError, match=r"lack the key or partition columns \['city'\]"):
+        table.delete([{"id": 2}])
+    assert [r["id"] for r in rows(table.scan())] == [2, 3, 4]
+    flat = oxlake.create_table(str(tmp_path / "flat"), SCHEMA, record_key="id", ordering_field="ts")
+    flat.insert(trips([1, 2, 3, 4]))
+    flat.delete([2, 4])
+    assert [r["id"] for r in rows(flat.scan())] == [1, 3]
+
+
 def test_incremental_between_consecutive_instants(table: oxlake.Table) -> None:
     a = table.insert(trips([1, 2, 3]))
     b = table.upsert(trips([2, 4], ts=2, name="x"))

@@ -533,8 +533,39 @@ class Table:
     def delete(
         self, data: Any, *, conflict_retries: int = 0, extra_metadata: Mapping[str, str] | None = None
     ) -> WriteResult:
-        """Deletes the records whose keys are in `data` (record key and partition columns)."""
+        """Deletes the records whose keys are in `data`: rows with the record key and partition
+        columns (any Arrow data, or a list of dicts), or, on a table without partitions keyed by
+        one field, a plain list of keys (`t.delete([1, 2, 3])`)."""
+        if isinstance(data, list | tuple):
+            data = self._key_rows(list(data))
         return self._write("delete", data, None, conflict_retries, None, extra_metadata)
+
+    def _key_rows(self, items: list[Any]) -> pa.Table:
+        """Rows of the key and partition columns from a list of dicts or of plain keys."""
+        props = self.properties
+        keys = [k for k in props.get("hoodie.table.recordkey.fields", "").split(",") if k]
+        parts = [p.split(":")[0] for p in props.get("hoodie.table.partition.fields", "").split(",") if p]
+        columns = list(dict.fromkeys(keys + parts))
+        schema = self.schema
+        missing = [c for c in columns if c not in schema.names]
+        if missing:
+            raise _native.InvalidArgumentError(
+                f"the key columns {missing} are not in the table's schema: give the rows to delete as a table"
+            )
+        fields = pa.schema([schema.field(c) for c in columns])
+        if all(isinstance(i, dict) for i in items):
+            absent = sorted({c for i in items for c in columns if c not in i})
+            if absent:
+                raise _native.InvalidArgumentError(
+                    f"rows to delete lack the key or partition columns {absent}"
+                )
+            return pa.Table.from_pylist([{c: i[c] for c in columns} for i in items], schema=fields)
+        if len(columns) != 1:
+            raise _native.InvalidArgumentError(
+                f"a plain list of keys deletes only from a table keyed by one field without partitions; "
+                f"this one needs {columns} for each row: give rows, e.g. [{dict.fromkeys(columns, '...')}]"
+            )
+        return pa.table({columns[0]: pa.array(items, type=fields.field(0).type)})
 
     def bulk_insert(
         self,
