@@ -123,7 +123,9 @@ def test_time_travel_to_every_instant(table: oxlake.Table) -> None:
     assert len(commits) == 4
     for instant, state in zip(commits, states, strict=True):
         assert rows(table.scan(as_of=instant.time)) == state
-    assert table.to_arrow(as_of="20000101000000000").num_rows == 0
+    # Before the first commit the table did not exist: an error, not an empty table.
+    with pytest.raises(oxlake.InvalidArgumentError, match="before the table's first commit"):
+        table.to_arrow(as_of="20000101000000000")
 
 
 def test_time_travel_by_datetime_and_iso_strings(table: oxlake.Table) -> None:
@@ -146,7 +148,8 @@ def test_time_travel_by_datetime_and_iso_strings(table: oxlake.Table) -> None:
     assert rows(table.scan(query="incremental", start=when)) == rows(
         table.scan(query="incremental", start=first)
     )
-    assert table.to_arrow(as_of=dt.date(2000, 1, 1)).num_rows == 0
+    with pytest.raises(oxlake.InvalidArgumentError, match="before the table's first commit"):
+        table.to_arrow(as_of=dt.date(2000, 1, 1))
     assert [r["id"] for r in rows(table.scan(as_of=dt.date(2999, 1, 1)))] == [1, 2, 3]
     assert table.schema_as_of(when).names == table.schema.names
 

@@ -107,6 +107,20 @@ def test_lossy_casts_of_other_columns_are_refused(table_path: str) -> None:
 # ---- item 10: column names --------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("schema_mode", ["strict", "merge"])
+@pytest.mark.parametrize("missing", ["city", "id"])
+def test_a_write_without_a_key_or_partition_column_is_refused(
+    filled: oxlake.Table, schema_mode: str, missing: str
+) -> None:
+    """Even where absent columns are null (`schema_mode="merge"`), a record key or partition
+    column is never: a null partition value would put the row in `__HIVE_DEFAULT_PARTITION__`,
+    beside its key's row in its partition."""
+    before = snapshot(filled)
+    with pytest.raises(oxlake.SchemaMismatchError, match=f"`{missing}`.*record key or partition field"):
+        filled.upsert(trips([1], ts=9).drop_columns([missing]), schema_mode=schema_mode)
+    assert snapshot(filled) == before
+
+
 @pytest.mark.parametrize(
     "name",
     [

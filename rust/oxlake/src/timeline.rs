@@ -54,11 +54,19 @@ fn kind(a: Action) -> Action {
 impl Timeline {
     /// Lists the timeline directory of a table.
     pub async fn load(storage: &Storage, config: &TableConfig) -> Result<Self> {
-        let dir = config.timeline_dir();
+        Self::list(storage, config.timeline_dir(), config.layout_version).await
+    }
+
+    /// The timeline of the same table as it is now, listed again.
+    pub async fn relisted(&self, storage: &Storage) -> Result<Self> {
+        Self::list(storage, self.dir.clone(), self.layout).await
+    }
+
+    async fn list(storage: &Storage, dir: String, layout: u32) -> Result<Self> {
         // One round trip: the markers are listed beside the timeline.
         let (files, rolled_back) = futures::try_join!(storage.list_dir(&dir), storage.list_dir(ROLLED_BACK_DIR))?;
         let names = files.iter().map(|f| f.path.rsplit('/').next().unwrap_or(&f.path));
-        Ok(Self::from_file_names(names, dir, config.layout_version).with_rolled_back(&rolled_back))
+        Ok(Self::from_file_names(names, dir, layout).with_rolled_back(&rolled_back))
     }
 
     /// This timeline knowing the times rolled back, from a listing of [`ROLLED_BACK_DIR`].

@@ -131,12 +131,19 @@ pub(crate) async fn still(storage: &Storage, time: &str, epoch: u32, fate: &Fate
     Ok(recorded(storage, time, epoch).await?.as_ref() == Some(fate))
 }
 
-/// Whether another fate than `fate` is recorded for attempt `epoch` at `time` now (a deliberate
-/// rollback overruled it). No record is not that: records of completed instants are pruned
-/// ([`prune`]), and a committer or roll-forward that just created the completed file must not
-/// take the pruning of its record for a rollback.
-pub(crate) async fn overruled(storage: &Storage, time: &str, epoch: u32, fate: &Fate) -> Result<bool> {
-    Ok(recorded(storage, time, epoch).await?.is_some_and(|f| &f != fate))
+/// The line after an overrule's `rollback <by>` that marks it deliberate ([`overrule`]).
+const OVERRULE_MARK: &[u8] = b"overrule\n";
+
+/// Whether a deliberate rollback overruled attempt `epoch` at `time` ([`overrule`]). Nothing else
+/// counts: records of completed instants are pruned ([`prune`]), and a rollback that took the
+/// instant for pending long before may then win `decide(RolledBack)` on the empty record; it
+/// withdraws once it sees the instant completed, and a committer or roll-forward that just
+/// created the completed file must not take that passing record for an overrule.
+pub(crate) async fn overruled(storage: &Storage, time: &str, epoch: u32) -> Result<bool> {
+    let p = path(time, epoch);
+    let Some(bytes) = storage.get_opt(&p).await? else { return Ok(false) };
+    let end = bytes.iter().position(|b| *b == b'\n').map_or(bytes.len(), |e| e + 1);
+    Ok(matches!(Fate::decode(&p, &bytes)?, Fate::RolledBack { .. }) && bytes[end..].starts_with(OVERRULE_MARK))
 }
 
 /// Removes the record of attempt `epoch` at `time` if it is still `fate` (a rollback that
@@ -151,7 +158,9 @@ pub(crate) async fn withdraw(storage: &Storage, time: &str, epoch: u32, fate: &F
 /// Records that rollback `by` undoes attempt `epoch` at `time`, over whatever was recorded: for
 /// a deliberate rollback of a completed instant (nobody races to complete it).
 pub(crate) async fn overrule(storage: &Storage, time: &str, epoch: u32, by: &str) -> Result<()> {
-    storage.put(&path(time, epoch), Fate::RolledBack { by: by.to_string() }.encode()).await
+    let mut record = Fate::RolledBack { by: by.to_string() }.encode().to_vec();
+    record.extend_from_slice(OVERRULE_MARK);
+    storage.put(&path(time, epoch), Bytes::from(record)).await
 }
 
 /// Completes `target` for its committer, from the commit recorded as its fate (the committer
@@ -165,8 +174,7 @@ pub(crate) async fn roll_forward(
     completion: Option<String>,
 ) -> Result<()> {
     let mut completed = Instant::new(target.time.clone(), action, State::Completed);
-    completed.completion = completion.clone();
-    let fate = Fate::Committed { action, metadata: metadata.clone(), completion };
+    completed.completion = completion;
     if epoch > 0 {
         table.storage().delete(&crate::timeline::rolled_back_marker(&target.time)).await?;
     }
@@ -186,7 +194,7 @@ pub(crate) async fn roll_forward(
     }
     // A deliberate rollback overrules the record before it deletes the completed file: a create
     // that came after that delete must not stand.
-    if overruled(table.storage(), &target.time, epoch, &fate).await? {
+    if overruled(table.storage(), &target.time, epoch).await? {
         table.storage().delete(&table.timeline().path_of(&completed)).await?;
         return Ok(());
     }
@@ -254,8 +262,12 @@ mod tests {
         s.put(&path(t, 2), Bytes::from_static(b"garbage")).await.unwrap();
         assert!(matches!(recorded(&s, t, 2).await, Err(Error::CorruptTable { .. })));
         assert!(still(&s, t, 1, &rollback).await.unwrap() && !still(&s, t, 1, &commit).await.unwrap());
-        assert!(overruled(&s, t, 1, &commit).await.unwrap() && !overruled(&s, t, 1, &rollback).await.unwrap());
-        // A record pruned (its instant completed) overrules nothing.
-        assert!(!overruled(&s, t, 5, &commit).await.unwrap());
+        // Only a deliberate overrule overrules: not a rollback's decision (one that won on a
+        // pruned record withdraws), not a record pruned (its instant completed).
+        assert!(overruled(&s, t, 0).await.unwrap());
+        assert!(!overruled(&s, t, 1).await.unwrap(), "a decided rollback");
+        assert!(!overruled(&s, t, 5).await.unwrap(), "no record");
+        decide(&s, t, 6, commit.clone()).await.unwrap();
+        assert!(!overruled(&s, t, 6).await.unwrap(), "a commit");
     }
 }

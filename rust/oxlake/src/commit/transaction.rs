@@ -342,7 +342,7 @@ impl Transaction {
         // A deliberate rollback of this instant (by a process that saw it completed after a
         // roll-forward) overrules the record before it deletes the completed file: a create that
         // came after that delete must not stand.
-        if fate::overruled(table.storage(), &self.instant.time, self.epoch, &ours).await? {
+        if fate::overruled(table.storage(), &self.instant.time, self.epoch).await? {
             table.storage().delete(&table.timeline().path_of(&completed)).await?;
             self.stop_heartbeat(table.storage()).await?;
             let detail = "this write was rolled back by another process as it completed".into();

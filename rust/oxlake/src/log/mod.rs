@@ -62,8 +62,21 @@ impl Admission {
     }
 
     /// The log extents of the completed instants of the timeline.
+    ///
+    /// An instant file gone since the timeline was listed was archived meanwhile: a scan whose
+    /// planning met that was planned again on the timeline as it is now (`Table::plan_scan`), and
+    /// its files were checked against the instants of that timeline; those are read here then.
     pub async fn committed(&self, storage: &Storage) -> Result<Arc<CommittedLogs>> {
-        let load = || async { CommittedLogs::load(storage, &self.timeline).await.map(Arc::new) };
+        let load = || async {
+            match CommittedLogs::load(storage, &self.timeline).await {
+                Err(e) if crate::timeline::archived_meanwhile(&e) => {
+                    log::info!("the timeline changed under this read ({e}): its write stats are read again");
+                    CommittedLogs::load(storage, &self.timeline.relisted(storage).await?).await
+                }
+                other => other,
+            }
+            .map(Arc::new)
+        };
         self.committed.get_or_try_init(load).await.cloned()
     }
 }
@@ -185,16 +198,7 @@ async fn fetch_log_stats(
     timeline: &Timeline,
     i: crate::format::instant::Instant,
 ) -> Result<(String, InstantLogs)> {
-    let meta = match timeline.commit_metadata(storage, &i).await {
-        Ok(meta) => meta,
-        Err(e) if crate::timeline::archived_meanwhile(&e) && archived_since(storage, timeline, &i).await? => {
-            // What a read that listed the timeline a moment later sees: archived instants are
-            // committed, and their write stats are not read.
-            log::info!("{}: archived while this read ran; its write stats are not checked", i);
-            return Ok((stat_key(storage, timeline, &i), Arc::default()));
-        }
-        Err(e) => return Err(e),
-    };
+    let meta = timeline.commit_metadata(storage, &i).await?;
     let logs = meta
         .write_stats()
         .filter_map(|(partition, s)| {
@@ -215,20 +219,6 @@ async fn fetch_log_stats(
         })
         .collect();
     Ok((stat_key(storage, timeline, &i), Arc::new(logs)))
-}
-
-/// Whether `instant`, completed on `timeline`, has been archived since: it is gone from a new
-/// listing of the timeline, which starts after it. (A completed instant whose file is gone
-/// otherwise was rolled back or damaged, and the read fails.)
-async fn archived_since(
-    storage: &Storage,
-    timeline: &Timeline,
-    instant: &crate::format::instant::Instant,
-) -> Result<bool> {
-    let files = storage.list_dir(timeline.dir()).await?;
-    let names = files.iter().map(|f| f.path.rsplit('/').next().unwrap_or(&f.path));
-    let now = Timeline::from_file_names(names, timeline.dir().to_string(), timeline.layout());
-    Ok(now.get(&instant.time).is_none() && now.write_timeline_start().is_some_and(|s| instant.time.as_str() < s))
 }
 
 /// The admitted content of a slice's logs, in log order.

@@ -250,6 +250,16 @@ impl Table {
                     Some(t) => normalize_time(t)?,
                     None => latest.clone(),
                 };
+                // The archived timeline is on `timeline` when `as_of` reaches before the active one.
+                if let Some(first) = timeline.completed_data().next().filter(|first| as_of < first.time) {
+                    return Err(Error::invalid_arg(
+                        "as_of",
+                        format!(
+                            "{as_of} is before the table's first commit ({}): the table held nothing then",
+                            first.time
+                        ),
+                    ));
+                }
                 let with_logs = opts.query == QueryType::Snapshot;
                 let view = self.file_system_view().await?;
                 let replaced = self.replaced_file_groups(&as_of).await?;
@@ -330,22 +340,8 @@ impl Table {
     async fn touched_file_groups(&self, instants: &[Instant]) -> Result<HashSet<FileGroupId>> {
         let timeline = self.timeline();
         let mut touched = HashSet::new();
-        let mut archive: Option<Table> = None;
         for instant in instants {
-            let meta = match timeline.commit_metadata(self.storage(), instant).await {
-                Ok(meta) => meta,
-                // Archived since this table listed its timeline: what it recorded is in the archive.
-                Err(e) if crate::timeline::archived_meanwhile(&e) => {
-                    if archive.is_none() {
-                        let mut now = self.clone();
-                        now.reload().await?;
-                        archive = Some(now.with_archived_timeline().await?);
-                    }
-                    let archived = archive.as_ref().map(Table::timeline).unwrap_or(timeline);
-                    archived.commit_metadata(self.storage(), instant).await?
-                }
-                Err(e) => return Err(e),
-            };
+            let meta = timeline.commit_metadata(self.storage(), instant).await?;
             if meta.compacted {
                 continue;
             }

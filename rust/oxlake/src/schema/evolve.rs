@@ -86,6 +86,17 @@ fn evolve_fields(
         let path = path_of(parent, t.name());
         match incoming.find(t.name()) {
             Some((_, i)) => out.push(Arc::new(evolve_field(t, i, mode, &path, fixed)?)),
+            // A record key or partition field left out would key or place every row wrongly
+            // (a null partition value puts the row in `__HIVE_DEFAULT_PARTITION__`).
+            None if fixed.contains(&path) => {
+                return Err(Error::SchemaMismatch {
+                    detail: format!(
+                        "column `{path}` ({}) is missing from the input: it is a record key or partition field, \
+                         which every write gives",
+                        t.data_type()
+                    ),
+                });
+            }
             None if mode == SchemaMode::Merge => out.push(t.clone()),
             None => {
                 return Err(Error::SchemaMismatch {

@@ -426,14 +426,15 @@ pub(crate) async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Re
     let len = data.len() as i64;
     if !manifest.files.iter().any(|f| f.file_name == name) {
         // A file of that name no manifest lists is a dead run's: readers never saw it.
-        storage.put(&path, data).await?;
+        storage.put(&path, data.clone()).await?;
         let mut files = manifest.files.clone();
-        files.push(lsm::ManifestEntry { file_name: name, file_len: len });
+        files.push(lsm::ManifestEntry { file_name: name.clone(), file_len: len });
         let json = lsm::Manifest { files }.to_json()?;
         if !storage.put_if_absent(&format!("{dir}/{next}"), Bytes::from(json)).await? {
             let detail = format!("another archival wrote {dir}/{next} first");
             return Err(Error::CommitConflict { instant: max.to_string(), detail });
         }
+        super::lsm_compaction::check_created(table, version + 1, &name, data).await?;
         crate::commit::failpoint("archive-after-manifest");
         publish_manifest(table, version + 1).await?;
     } else if named_version(table).await? != Some(version) {

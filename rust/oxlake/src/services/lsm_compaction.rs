@@ -4,20 +4,23 @@
 //! Each archival adds one level-0 file and one manifest. Compaction merges the oldest
 //! [`BATCH`] files of a level into one file of the next level, named `<min>_<max>_<level+1>`,
 //! and publishes a manifest without them; cleaning then deletes the manifests older than the
-//! newest [`MANIFESTS_KEPT`] (plus one per compaction of the run) and the data files none of the
-//! kept manifests lists. So after `n` archivals the folder holds about `9 * log10(n)` data files.
+//! newest [`MANIFESTS_KEPT`] (plus one per compaction of the run) and the data files only they
+//! list. So after `n` archivals the folder holds about `9 * log10(n)` data files.
 //!
 //! Races: a manifest is created with a conditional create, so of two runs one publishes each
-//! version and the other stops (its merged file, listed by no manifest, is cleaned later).
-//! Cleaning deletes only files older than [`GRACE`]: a file another run wrote and has not yet
-//! listed stays. A reader whose manifest's files were cleaned under it reads again from the
-//! latest manifest (`table::history`).
+//! version and the other stops (its merged file, listed by no manifest, stays: a file no
+//! manifest lists is never deleted, it may be a paused run's). A run that finds a later manifest
+//! after creating its own (its number was free again because a clean deleted it while the run
+//! was paused) removes its manifest and fails ([`check_created`]). Cleaning deletes dropped files
+//! only once older than [`GRACE`]; a reader whose manifest's files were cleaned under it reads
+//! again from the latest manifest (`table::history`).
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use bytes::Bytes;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::format::lsm;
 use crate::table::Table;
 use crate::table::history::{history_dir, latest_manifest, publish_manifest};
@@ -91,7 +94,7 @@ async fn compact(table: &Table) -> Result<u32> {
             let name = lsm::file_name(min, max, lvl + 1);
             let data = lsm::write_file(&rows)?;
             let merged = lsm::ManifestEntry { file_name: name.clone(), file_len: data.len() as i64 };
-            storage.put(&format!("{dir}/{name}"), data).await?;
+            storage.put(&format!("{dir}/{name}"), data.clone()).await?;
             let mut files: Vec<lsm::ManifestEntry> =
                 manifest.files.iter().filter(|f| !candidates.contains(f)).cloned().collect();
             files.push(merged);
@@ -101,6 +104,7 @@ async fn compact(table: &Table) -> Result<u32> {
                 log::info!("{}: the archived timeline's {next} was written by another run first", table.uri());
                 return Ok(published);
             }
+            check_created(table, version + 1, &name, data).await?;
             crate::commit::failpoint("history-after-manifest");
             publish_manifest(table, version + 1).await?;
             published += 1;
@@ -110,36 +114,75 @@ async fn compact(table: &Table) -> Result<u32> {
     Ok(published)
 }
 
-/// Deletes the manifests older than the newest `MANIFESTS_KEPT + compactions`, then the data
-/// files older than [`GRACE`] that no kept manifest lists.
+/// Deletes the manifests older than the newest `MANIFESTS_KEPT + compactions`, and the data
+/// files only they list, once older than [`GRACE`] (a reader of an old manifest that finds a
+/// file gone reads again from the latest). A file no manifest lists is never deleted: it may be
+/// a paused run's, about to be listed. An old manifest goes only with its last dropped file, so
+/// that no dropped file is left behind unlisted.
 async fn clean(table: &Table, compactions: u32) -> Result<()> {
     let storage = table.storage();
     let dir = history_dir(table);
     let (latest, _) = latest_manifest(table).await?;
     let keep_from = latest.saturating_sub(MANIFESTS_KEPT + compactions - 1).max(1);
     let listing = storage.list_dir(&dir).await?;
-    let mut kept_files = std::collections::HashSet::new();
+    let mut kept_files = HashSet::new();
+    let mut old: Vec<(u32, String, Vec<String>)> = Vec::new();
     for f in &listing {
         let Some(v) = f.path.rsplit('/').next().and_then(lsm::manifest_version) else { continue };
+        let Some(bytes) = storage.get_opt(&f.path).await? else { continue }; // cleaned by another run
+        let files = lsm::Manifest::parse(&f.path, &bytes)?.files.into_iter().map(|e| e.file_name);
         if v >= keep_from {
-            let bytes = storage.get(&f.path).await?;
-            for entry in lsm::Manifest::parse(&f.path, &bytes)?.files {
-                kept_files.insert(entry.file_name);
+            kept_files.extend(files);
+        } else {
+            old.push((v, f.path.clone(), files.collect()));
+        }
+    }
+    // Oldest first, stopping at the first kept: the manifests left are always a run of
+    // consecutive numbers, which [`check_created`] relies on.
+    old.sort();
+    let written_before = chrono::Utc::now() - chrono::TimeDelta::from_std(GRACE).unwrap_or_default();
+    let aged: HashSet<String> = storage
+        .list_dir_before(&dir, written_before)
+        .await?
+        .into_iter()
+        .filter_map(|f| Some(f.path.rsplit('/').next()?.to_string()))
+        .collect();
+    let present: HashSet<&str> = listing.iter().filter_map(|f| f.path.rsplit('/').next()).collect();
+    let mut deleted: HashSet<String> = HashSet::new();
+    for (_, manifest, files) in &old {
+        let dropped: Vec<&String> = files.iter().filter(|f| !kept_files.contains(*f)).collect();
+        if dropped.iter().any(|f| present.contains(f.as_str()) && !aged.contains(*f)) {
+            break; // a dropped file is still young: the manifest goes with it, later
+        }
+        for f in dropped {
+            if present.contains(f.as_str()) && deleted.insert(f.clone()) {
+                storage.delete(&format!("{dir}/{f}")).await?;
             }
         }
+        storage.delete(manifest).await?;
     }
-    for f in &listing {
-        let Some(v) = f.path.rsplit('/').next().and_then(lsm::manifest_version) else { continue };
-        if v < keep_from {
-            storage.delete(&f.path).await?;
-        }
+    Ok(())
+}
+
+/// After a run created manifest `version` from the manifest before it: fails, removing it, if
+/// that one is gone (cleaned while this run was paused, and so was `version` before: the
+/// conditional create found the number free again, and what it lists may be gone; cleans delete
+/// the oldest manifests first, so a manifest before it is gone only then, or once later ones
+/// made it old, when removing it loses nothing). Otherwise makes sure its new file `name` is
+/// there from `data`.
+pub(crate) async fn check_created(table: &Table, version: u32, name: &str, data: Bytes) -> Result<()> {
+    let storage = table.storage();
+    let dir = history_dir(table);
+    if version > 1 && storage.head(&format!("{dir}/{}", lsm::manifest_name(version - 1))).await?.is_none() {
+        storage.delete(&format!("{dir}/{}", lsm::manifest_name(version))).await?;
+        return Err(Error::CommitConflict {
+            instant: name.to_string(),
+            detail: format!("the archived timeline moved past manifest {version} while this run wrote it"),
+        });
     }
-    let written_before = chrono::Utc::now() - chrono::TimeDelta::from_std(GRACE).unwrap_or_default();
-    for f in storage.list_dir_before(&dir, written_before).await? {
-        let name = f.path.rsplit('/').next().unwrap_or_default();
-        if lsm::is_file_name(name) && !kept_files.contains(name) {
-            storage.delete(&f.path).await?;
-        }
+    let path = format!("{dir}/{name}");
+    if storage.head(&path).await?.is_none() {
+        storage.put(&path, data).await?;
     }
     Ok(())
 }

@@ -151,32 +151,45 @@ pub fn history_dir(table: &Table) -> String {
 }
 
 /// The latest manifest of the LSM timeline and its number (0 and empty when there is none):
-/// the one `_version_` names, else the greatest one listed, as Apache Hudi's `LSMTimeline` finds it.
+/// the one `_version_` names, else the greatest one listed, as Apache Hudi's `LSMTimeline` finds it;
+/// then any written after it.
 pub async fn latest_manifest(table: &Table) -> Result<(u32, lsm::Manifest)> {
     let storage = table.storage();
     let dir = history_dir(table);
     let named = storage.get_opt(&format!("{dir}/{}", lsm::VERSION_FILE)).await?;
-    let version = match named.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u32>().ok()) {
+    let named = named.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u32>().ok());
+    let mut version = match named {
         Some(v) => v,
-        None => storage
-            .list_dir(&dir)
-            .await?
-            .iter()
-            .filter_map(|f| lsm::manifest_version(f.path.rsplit('/').next()?))
-            .max()
-            .unwrap_or(0),
+        None => greatest_listed(table).await?,
     };
-    // A manifest written after the one named is complete (its files are written before it): a
-    // run that died before naming it, or one whose naming another run's overtook.
-    let mut version = version;
-    while storage.head(&format!("{dir}/{}", lsm::manifest_name(version + 1))).await?.is_some() {
-        version += 1;
+    let mut listed = named.is_none();
+    loop {
+        // A manifest written after the one named is complete (its files are written before it):
+        // a run that died before naming it, or one whose naming another run's overtook.
+        while storage.head(&format!("{dir}/{}", lsm::manifest_name(version + 1))).await?.is_some() {
+            version += 1;
+        }
+        if version == 0 {
+            return Ok((0, lsm::Manifest::default()));
+        }
+        let path = format!("{dir}/{}", lsm::manifest_name(version));
+        match storage.get_opt(&path).await? {
+            Some(bytes) => return Ok((version, lsm::Manifest::parse(&path, &bytes)?)),
+            // Named by a run that stalled while later manifests were written and this one
+            // cleaned (`services/lsm_compaction.rs`): the greatest listed is the latest.
+            None if !listed => {
+                listed = true;
+                version = greatest_listed(table).await?;
+            }
+            None => return Err(Error::corrupt(path, "the latest manifest of the archived timeline is gone")),
+        }
     }
-    if version == 0 {
-        return Ok((0, lsm::Manifest::default()));
-    }
-    let path = format!("{dir}/{}", lsm::manifest_name(version));
-    Ok((version, lsm::Manifest::parse(&path, &storage.get(&path).await?)?))
+}
+
+/// The greatest manifest number in the LSM timeline's folder (0 for none).
+async fn greatest_listed(table: &Table) -> Result<u32> {
+    let listing = table.storage().list_dir(&history_dir(table)).await?;
+    Ok(listing.iter().filter_map(|f| lsm::manifest_version(f.path.rsplit('/').next()?)).max().unwrap_or(0))
 }
 
 /// Names manifest `version` the latest in `_version_`, unless a later one is named already: of
