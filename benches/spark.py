@@ -104,7 +104,7 @@ def main() -> int:
             best(
                 args.repeat,
                 lambda: oxlake.spark.write(
-                    frame, str(out), "insert", record_key="trip_id", partition_by=["city"]
+                    frame, str(out), operation="insert", record_key="trip_id", partition_by=["city"]
                 ),
                 fresh,
             ),

@@ -8,7 +8,11 @@ under `.hoodie/`: both should stay flat as commits accumulate.
         [--clean-retain 10 | --no-clean] [--spark] [--s3]
 
 With `--s3` the table lives in a bucket of a SeaweedFS S3 server started on loopback (the tests'
-server); files are then counted by listing the bucket.
+server); files are then counted by listing the bucket, and each line also has the time of a fixed
+probe of the server (20 small objects put, listed, read and deleted in a bucket of their own), so
+a slowdown of the server itself shows apart from the table's. `--then-fresh N` then streams N more
+batches into a new table beside the first (same bucket, then a new bucket): a new table as slow as
+the old one's end means the store, not the table, slowed down.
 
 By default Spark's own overhead per micro-batch (planning, tasks) is left out: it does not depend
 on the table. With `--spark` the batches come from a Spark Structured Streaming query
@@ -40,17 +44,18 @@ SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()
 class Place:
     """Where the table lives, and how its files are counted: a local folder or an S3 bucket."""
 
-    def __init__(self, root: Path, s3: object | None = None) -> None:
+    def __init__(self, root: Path, s3: object | None = None, bucket: str = "stream") -> None:
         self.root = root
         self.options: dict[str, str] | None = None
         self.fs = None
         self.uri = str(root)
+        self.prefix = f"{bucket}/{root.name}"
         if s3 is not None:
             import pyarrow.fs as pafs
 
             self.options = s3.storage_options()  # type: ignore[attr-defined]
-            s3.create_bucket("stream")  # type: ignore[attr-defined]
-            self.uri = "s3://stream/t"
+            s3.create_bucket(bucket)  # type: ignore[attr-defined]
+            self.uri = f"s3://{self.prefix}"
             self.fs = pafs.S3FileSystem(
                 access_key="any",
                 secret_key="any",
@@ -65,8 +70,8 @@ class Place:
             return [str(p.relative_to(self.root)) for p in (self.root / under).rglob("*") if p.is_file()]
         import pyarrow.fs as pafs
 
-        infos = self.fs.get_file_info(pafs.FileSelector(f"stream/t/{under}".rstrip("/"), recursive=True))
-        return [i.path.removeprefix("stream/t/") for i in infos if i.type == pafs.FileType.File]
+        infos = self.fs.get_file_info(pafs.FileSelector(f"{self.prefix}/{under}".rstrip("/"), recursive=True))
+        return [i.path.removeprefix(f"{self.prefix}/") for i in infos if i.type == pafs.FileType.File]
 
     def hoodie_files(self, under: str = "") -> int:
         return len(self.files(f".hoodie/{under}"))
@@ -76,6 +81,26 @@ class Place:
 
     def open(self) -> oxlake.Table:
         return oxlake.Table(self.uri, storage_options=self.options)
+
+    def probe_ms(self) -> float | None:
+        """Milliseconds a fixed piece of work takes the store (S3 only): 20 objects of 1 KiB put,
+        listed, read and deleted, in a bucket the table never touches."""
+        if self.fs is None:
+            return None
+        import pyarrow.fs as pafs
+
+        started = time.perf_counter()
+        names = [f"probe/p/{i}" for i in range(20)]
+        for name in names:
+            with self.fs.open_output_stream(name) as out:
+                out.write(b"x" * 1024)
+        self.fs.get_file_info(pafs.FileSelector("probe/p", recursive=True))
+        for name in names:
+            with self.fs.open_input_stream(name) as inp:
+                inp.read()
+        for name in names:
+            self.fs.delete_file(name)
+        return 1000 * (time.perf_counter() - started)
 
 
 def main() -> None:
@@ -91,9 +116,10 @@ def main() -> None:
     ap.add_argument("--table-type", default="merge_on_read", choices=["merge_on_read", "copy_on_write"])
     ap.add_argument("--spark", action="store_true", help="micro-batches of a Spark streaming query")
     ap.add_argument("--s3", action="store_true", help="the table on a local SeaweedFS S3 server")
+    ap.add_argument("--then-fresh", type=int, default=0, metavar="N", help="then N batches into new tables")
     args = ap.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="oxlake-stream-")) / "t"
+    base = Path(tempfile.mkdtemp(prefix="oxlake-stream-"))
     stack = contextlib.ExitStack()
     try:
         s3 = None
@@ -102,63 +128,86 @@ def main() -> None:
             from seaweed import SeaweedS3
 
             s3 = stack.enter_context(SeaweedS3())
-        place = Place(root, s3)
-        t = oxlake.create_table(
-            place.uri,
-            SCHEMA,
-            storage_options=place.options,
-            record_key="id",
-            partition_by=["city"],
-            ordering_field="ts",
-            table_type=args.table_type,
-            table_version=args.table_version,
-            inline_compaction=10 if args.table_type == "merge_on_read" else None,
-        )
-        if args.metadata:
-            t.build_metadata()
-        if args.clean:
-            t.set_cleaning(args.clean_retain)
+            s3.create_bucket("probe")
+        place = Place(base / "t", s3)
+        t = new_table(place, args)
         if args.spark:
             run_spark(args, place)
             return
-        cities = ["sf", "nyc", "chennai", "são paulo"]
-        times: list[float] = []
-        print(
-            f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'.hoodie files':>14} {'of which oxlake/':>17} "
-            f"{'active instants':>16} {'data files':>11}"
-        )
-        for batch in range(args.batches):
-            ids = [(batch * args.rows + i * 7919) % args.keys for i in range(args.rows)]
-            data = pa.table(
-                {
-                    "id": pa.array(ids, pa.int64()),
-                    "city": [cities[i % len(cities)] for i in ids],
-                    "ts": pa.array([batch] * len(ids), pa.int64()),
-                    "v": [f"b{batch}"] * len(ids),
-                },
-                schema=SCHEMA,
-            )
-            started = time.perf_counter()
-            done = oxlake.spark.committed_batch(t)
-            assert done is None or done < batch
-            checkpoint = {oxlake.spark.SINK_CHECKPOINT_KEY: json.dumps({"default_single_writer": str(batch)})}
-            t.upsert(data, extra_metadata=checkpoint)
-            times.append(time.perf_counter() - started)
-            if (batch + 1) % args.block == 0:
-                block = times[-args.block :]
-                p95 = statistics.quantiles(block, n=20)[18]
-                active = len(t.timeline())
-                print(
-                    f"{batch + 1:>8} {1000 * statistics.mean(block):>9.1f} {1000 * p95:>7.1f} "
-                    f"{place.hoodie_files():>14} {place.hoodie_files('oxlake'):>17} {active:>16} "
-                    f"{place.data_files():>11}",
-                    flush=True,
-                )
+        stream(t, place, args, args.batches)
         finish(t, args)
+        if args.then_fresh:
+            for label, fresh in [
+                ("a new table beside it", Place(base / "t2", s3)),
+                (
+                    "a new table in a new bucket" if s3 else "a new table in a new folder",
+                    Place(base / "t3", s3, "fresh"),
+                ),
+            ]:
+                print(f"\n{args.then_fresh} batches into {label}:")
+                stream(new_table(fresh, args), fresh, args, args.then_fresh)
     finally:
         stack.close()
         if not os.environ.get("KEEP"):
-            shutil.rmtree(root.parent, ignore_errors=True)
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def new_table(place: Place, args: argparse.Namespace) -> oxlake.Table:
+    t = oxlake.create_table(
+        place.uri,
+        SCHEMA,
+        storage_options=place.options,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=args.table_type,
+        table_version=args.table_version,
+        inline_compaction=10 if args.table_type == "merge_on_read" else None,
+    )
+    if args.metadata:
+        t.build_metadata()
+    if args.clean:
+        t.set_cleaning(args.clean_retain)
+    return t
+
+
+def stream(t: oxlake.Table, place: Place, args: argparse.Namespace, batches: int) -> None:
+    """`batches` micro-batches into `t`, a line of the report every `--block` of them."""
+    cities = ["sf", "nyc", "chennai", "são paulo"]
+    times: list[float] = []
+    probe = f" {'probe ms':>9}" if place.fs is not None else ""
+    print(
+        f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'.hoodie files':>14} {'of which oxlake/':>17} "
+        f"{'active instants':>16} {'data files':>11}{probe}"
+    )
+    for batch in range(batches):
+        ids = [(batch * args.rows + i * 7919) % args.keys for i in range(args.rows)]
+        data = pa.table(
+            {
+                "id": pa.array(ids, pa.int64()),
+                "city": [cities[i % len(cities)] for i in ids],
+                "ts": pa.array([batch] * len(ids), pa.int64()),
+                "v": [f"b{batch}"] * len(ids),
+            },
+            schema=SCHEMA,
+        )
+        started = time.perf_counter()
+        done = oxlake.spark.committed_batch(t)
+        assert done is None or done < batch
+        checkpoint = {oxlake.spark.SINK_CHECKPOINT_KEY: json.dumps({"default_single_writer": str(batch)})}
+        t.upsert(data, extra_metadata=checkpoint)
+        times.append(time.perf_counter() - started)
+        if (batch + 1) % args.block == 0:
+            block = times[-args.block :]
+            p95 = statistics.quantiles(block, n=20)[18]
+            active = len(t.timeline())
+            probe_ms = place.probe_ms()
+            print(
+                f"{batch + 1:>8} {1000 * statistics.mean(block):>9.1f} {1000 * p95:>7.1f} "
+                f"{place.hoodie_files():>14} {place.hoodie_files('oxlake'):>17} {active:>16} "
+                f"{place.data_files():>11}" + (f" {probe_ms:>9.1f}" if probe_ms is not None else ""),
+                flush=True,
+            )
 
 
 def finish(t: oxlake.Table, args: argparse.Namespace) -> None:

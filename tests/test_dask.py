@@ -74,7 +74,9 @@ def test_a_table_of_one_large_file_is_cut_by_rows_into_as_many_splits_as_asked(
     # Filters and columns apply inside each part.
     splits = t.splits(columns=["id"], filter="fare >= 150000", min_splits=4)
     got = sorted(
-        i for s in splits for i in t.scan_split(s, ["id"], "fare >= 150000").to_arrow()["id"].to_pylist()
+        i
+        for s in splits
+        for i in t.scan_split(s, columns=["id"], filter="fare >= 150000").to_arrow()["id"].to_pylist()
     )
     assert got == list(range(150_000, n))
     ddf = oxlake.dask.read(t.uri, min_splits=3)

@@ -94,7 +94,15 @@ def partition_dirs(root: Path) -> set[str]:
 def test_hostile_partition_values_round_trip(tmp_path: Path, table_type: str, hive_style: bool) -> None:
     values = [v for v in HOSTILE if hive_style or v not in (".", "..")]
     path = tmp_path / "t"
-    t = oxlake.create_table(str(path), SCHEMA, "id", ["city"], "ts", table_type, hive_style=hive_style)
+    t = oxlake.create_table(
+        str(path),
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=table_type,
+        hive_style=hive_style,
+    )
     assert t.properties["hoodie.datasource.write.partitionpath.urlencode"] == "true"
     ids = [f"k{i}" for i in range(len(values))]
     r = t.insert(data(ids, list(values)))
@@ -132,7 +140,14 @@ def test_hostile_partition_values_round_trip(tmp_path: Path, table_type: str, hi
 
 
 def test_values_that_cannot_be_a_directory_are_refused_not_misplaced(tmp_path: Path) -> None:
-    t = oxlake.create_table(str(tmp_path / "t"), SCHEMA, "id", ["city"], "ts", hive_style=False)
+    t = oxlake.create_table(
+        str(tmp_path / "t"),
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        hive_style=False,
+    )
     for bad in [".", ".."]:
         with pytest.raises(oxlake.InvalidDataError, match="directory name"):
             t.insert(data(["a"], [bad]))
@@ -143,7 +158,7 @@ def test_tables_without_url_encoding_keep_raw_names(tmp_path: Path) -> None:
     """A table Hudi wrote with its default (no url encoding): values are the directory names as
     they are, and a value that cannot be one directory name is refused, never written elsewhere."""
     path = tmp_path / "t"
-    t = oxlake.create_table(str(path), SCHEMA, "id", ["city"], "ts")
+    t = oxlake.create_table(str(path), SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
     props = path / ".hoodie" / "hoodie.properties"
     text = props.read_text().replace(
         "hoodie.datasource.write.partitionpath.urlencode=true",
@@ -168,7 +183,15 @@ def test_null_empty_and_default_literal_keep_every_row(
     tmp_path: Path, table_type: str, hive_style: bool
 ) -> None:
     path = tmp_path / "t"
-    t = oxlake.create_table(str(path), SCHEMA, "id", ["city"], "ts", table_type, hive_style=hive_style)
+    t = oxlake.create_table(
+        str(path),
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=table_type,
+        hive_style=hive_style,
+    )
     cities = [None, DEFAULT, "", "sf"]
     r = t.insert(data(["1", "2", "3", "4"], cities))
     assert r.num_inserts == 4  # was 1 of the first two: one row silently dropped
@@ -194,7 +217,9 @@ def test_null_empty_and_default_literal_keep_every_row(
 
 
 def test_one_key_in_the_default_partition_twice_with_different_values_is_an_error(tmp_path: Path) -> None:
-    t = oxlake.create_table(str(tmp_path / "t"), SCHEMA, "id", ["city"], "ts")
+    t = oxlake.create_table(
+        str(tmp_path / "t"), SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts"
+    )
     for pair in [[None, DEFAULT], ["", DEFAULT], [None, ""]]:
         with pytest.raises(oxlake.InvalidDataError, match="default partition"):
             t.insert(data(["1", "1"], pair))
@@ -237,7 +262,9 @@ def key_data(pairs: list[tuple[str | None, str | None]], ts: int = 1, v: str = "
     ],
 )
 def test_ambiguous_complex_key_values_are_typed_errors(tmp_path: Path, a: str, b: str, column: str) -> None:
-    t = oxlake.create_table(str(tmp_path / "t"), KEY_SCHEMA, ["a", "b"], [], "ts")
+    t = oxlake.create_table(
+        str(tmp_path / "t"), KEY_SCHEMA, record_key=["a", "b"], partition_by=[], ordering_field="ts"
+    )
     with pytest.raises(oxlake.InvalidDataError, match=f"column `{column}`") as e:
         t.insert(key_data([(a, b)]))
     assert repr(a if column == "a" else b) in str(e.value) or (a if column == "a" else b) in str(e.value)
@@ -245,7 +272,14 @@ def test_ambiguous_complex_key_values_are_typed_errors(tmp_path: Path, a: str, b
 
 
 def test_complex_keys_keep_every_unambiguous_value(tmp_path: Path) -> None:
-    t = oxlake.create_table(str(tmp_path / "t"), KEY_SCHEMA, ["a", "b"], [], "ts", "merge_on_read")
+    t = oxlake.create_table(
+        str(tmp_path / "t"),
+        KEY_SCHEMA,
+        record_key=["a", "b"],
+        partition_by=[],
+        ordering_field="ts",
+        table_type="merge_on_read",
+    )
     pairs: list[tuple[str | None, str | None]] = [
         ("1", "2"),
         (None, "2"),
@@ -279,7 +313,9 @@ def plain_keys(table: pa.Table) -> list[tuple[Any, ...]]:
 
 
 def test_single_field_keys_take_any_string_but_not_null_or_empty(tmp_path: Path) -> None:
-    t = oxlake.create_table(str(tmp_path / "t"), SCHEMA, "id", [], "ts")
+    t = oxlake.create_table(
+        str(tmp_path / "t"), SCHEMA, record_key="id", partition_by=[], ordering_field="ts"
+    )
     ids = ["1,b:2", "__null__", "__empty__", "a:b", DEFAULT, "%", "\x00", "Zürich"]
     t.insert(data(ids, [None] * len(ids)))
     assert sorted(t.to_arrow(columns=["_hoodie_record_key"]).column(0).to_pylist()) == sorted(ids)
@@ -295,7 +331,14 @@ TABLE_DIRS = ["Zürich", "my table", "100%", "a%20b", "日本 語", "#hash?", "a
 @pytest.mark.parametrize("name", TABLE_DIRS)
 def test_table_paths_with_any_character(tmp_path: Path, name: str) -> None:
     path = tmp_path / name / "inner"
-    t = oxlake.create_table(str(path), SCHEMA, "id", ["city"], "ts", "merge_on_read")
+    t = oxlake.create_table(
+        str(path),
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+    )
     # The table name is derived from the path, as a valid Hudi (and Avro) name.
     assert t.properties["hoodie.table.name"] == "inner"
     t.insert(data(["1", "2"], ["Zürich", "a/b"]))
@@ -317,7 +360,9 @@ def test_table_paths_with_control_characters_are_refused(tmp_path: Path) -> None
     """object_store's paths cannot hold ASCII control characters (no store name can): the table
     is refused with a typed error naming the path, not created elsewhere."""
     with pytest.raises(oxlake.InvalidArgumentError, match="tab"):
-        oxlake.create_table(str(tmp_path / "tab\there"), SCHEMA, "id", [], "ts")
+        oxlake.create_table(
+            str(tmp_path / "tab\there"), SCHEMA, record_key="id", partition_by=[], ordering_field="ts"
+        )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -326,7 +371,9 @@ def test_table_paths_with_control_characters_are_refused(tmp_path: Path) -> None
     [("my table", "my_table"), ("Zürich", "Z_rich"), ("2024-trips.v1", "_2024_trips_v1"), ("%%", "table")],
 )
 def test_table_name_is_derived_from_any_path(tmp_path: Path, uri_tail: str, expected: str) -> None:
-    t = oxlake.create_table(str(tmp_path / uri_tail), SCHEMA, "id", [], "ts")
+    t = oxlake.create_table(
+        str(tmp_path / uri_tail), SCHEMA, record_key="id", partition_by=[], ordering_field="ts"
+    )
     assert t.properties["hoodie.table.name"] == expected
     t.insert(data(["1"], ["x"]))
     assert plain(hudi_read(str(tmp_path / uri_tail))) == [("1", "x", 1, "v1")]
@@ -335,7 +382,15 @@ def test_table_name_is_derived_from_any_path(tmp_path: Path, uri_tail: str, expe
 def test_explicit_table_names_make_valid_avro_schemas(tmp_path: Path) -> None:
     """`name="my-trips.v1"` is kept in hoodie.properties; its Avro record is named as Hudi's
     `sanitizeName` makes it (`my__trips__v1_record`): hudi-rs panicked on `my-trips.v1_record`."""
-    t = oxlake.create_table(str(tmp_path / "t"), SCHEMA, "id", [], "ts", "merge_on_read", name="my-trips.v1")
+    t = oxlake.create_table(
+        str(tmp_path / "t"),
+        SCHEMA,
+        record_key="id",
+        partition_by=[],
+        ordering_field="ts",
+        table_type="merge_on_read",
+        name="my-trips.v1",
+    )
     assert t.properties["hoodie.table.name"] == "my-trips.v1"
     t.insert(data(["1"], ["x"]))
     t.upsert(data(["1"], ["x"], ts=2, v="v2"))
@@ -346,7 +401,15 @@ def test_explicit_table_names_make_valid_avro_schemas(tmp_path: Path) -> None:
 def test_table_paths_with_any_character_on_s3(s3: Any, name: str) -> None:  # noqa: F811
     opts = s3.storage_options()
     uri = f"s3://lake/{name.replace('%', '%25')}/t"  # a URI: `%` is written `%25`
-    t = oxlake.create_table(uri, SCHEMA, "id", ["city"], "ts", "merge_on_read", storage_options=opts)
+    t = oxlake.create_table(
+        uri,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+        storage_options=opts,
+    )
     values = ["Zürich", "a/b", "100%", "new\nline", None]
     ids = [str(i) for i in range(len(values))]
     t.insert(data(ids, values))
@@ -417,7 +480,14 @@ def test_any_string_round_trips(
     tmp_path_factory: pytest.TempPathFactory, rows: list[Any], table_type: str
 ) -> None:
     path = tmp_path_factory.mktemp("h") / "t"
-    t = oxlake.create_table(str(path), HOSTILE_SCHEMA, ["a", "b"], ["p"], None, table_type)
+    t = oxlake.create_table(
+        str(path),
+        HOSTILE_SCHEMA,
+        record_key=["a", "b"],
+        partition_by=["p"],
+        ordering_field=None,
+        table_type=table_type,
+    )
 
     def batch(rows: list[Any], v: int) -> pa.Table:
         cols = list(zip(*rows, strict=True)) or [[], [], []]

@@ -104,7 +104,7 @@ def test_timestamp_partitions_as_apache_hudi_prints_them(
     t = oxlake.create_table(
         path,
         EVENTS,
-        "id",
+        record_key="id",
         partition_by=fields,
         table_version=table_version,
         hive_style=False,
@@ -148,7 +148,7 @@ def test_a_filter_on_a_timestamp_partition_column_sees_the_version_the_merge_kee
     t = oxlake.create_table(
         str(tmp_path / "t"),
         schema,
-        "id",
+        record_key="id",
         partition_by=["ms:timestamp"],
         ordering_field="v",
         table_type=table_type,
@@ -175,7 +175,7 @@ def test_nulls_go_where_apache_hudi_puts_them(tmp_path: Path) -> None:
     t = oxlake.create_table(
         str(tmp_path / "t"),
         EVENTS,
-        "id",
+        record_key="id",
         partition_by=["millis:timestamp"],
         key_generator_options={
             TS + "timestamp.type": "EPOCHMILLISECONDS",
@@ -196,7 +196,7 @@ def test_custom_key_generator(tmp_path: Path, table_version: int) -> None:
     t = oxlake.create_table(
         path,
         EVENTS,
-        ["id", "region"],
+        record_key=["id", "region"],
         partition_by=["region", "at:timestamp"],
         table_version=table_version,
         key_generator_options={
@@ -237,7 +237,7 @@ def test_bad_options_are_refused_before_anything_is_written(tmp_path: Path) -> N
 
     def create(fields: list[str], options: dict[str, str]) -> oxlake.Table:
         return oxlake.create_table(
-            str(path), EVENTS, "id", partition_by=fields, key_generator_options=options
+            str(path), EVENTS, record_key="id", partition_by=fields, key_generator_options=options
         )
 
     for fields, options, match in [
@@ -278,7 +278,7 @@ def test_values_that_make_no_partition_leave_the_table_as_it_was(tmp_path: Path)
     t = oxlake.create_table(
         str(tmp_path / "t"),
         EVENTS,
-        "id",
+        record_key="id",
         partition_by=["text:timestamp"],
         key_generator_options={
             TS + "timestamp.type": "DATE_STRING",

@@ -121,7 +121,12 @@ def test_a_filter_on_the_partition_column_sees_the_version_the_merge_keeps_in_a_
         [pa.field("id", pa.string(), nullable=False), pa.field("r", pa.string()), ("v", pa.int64())]
     )
     t = oxlake.create_table(
-        table_path, schema, "id", partition_by=["r"], ordering_field="v", table_type="merge_on_read"
+        table_path,
+        schema,
+        record_key="id",
+        partition_by=["r"],
+        ordering_field="v",
+        table_type="merge_on_read",
     )
     t.insert(pa.table({"id": ["a"], "r": [""], "v": [10]}, schema=schema))
     t.upsert(pa.table({"id": ["a"], "r": [None], "v": [5]}, schema=schema))  # loses: lower v

@@ -142,7 +142,7 @@ def test_write_round_trip(spark: SparkSession, tmp_path: Path, table_type: str) 
     r = oxlake.spark.write(
         first,
         path,
-        "upsert",
+        operation="upsert",
         record_key="id",
         partition_by=["city"],
         ordering_field="ts",
@@ -153,14 +153,14 @@ def test_write_round_trip(spark: SparkSession, tmp_path: Path, table_type: str) 
     assert rows(t.to_arrow()) == rows(trips(list(range(200))))
 
     changed = spark.createDataFrame(trips(list(range(150, 250)), ts=2, name="u").to_pandas())
-    r = oxlake.spark.write(changed, path, "upsert")
+    r = oxlake.spark.write(changed, path, operation="upsert")
     assert (r.num_inserts, r.num_updates) == (50, 50)
     gone = spark.createDataFrame(trips(list(range(0, 20))).to_pandas())
-    assert oxlake.spark.write(gone, path, "delete").num_deletes == 20
+    assert oxlake.spark.write(gone, path, operation="delete").num_deletes == 20
     expected, _ = check_insert_upsert_delete(path)
 
     over = spark.createDataFrame(trips([1000, 1003], city="sf").to_pandas())
-    oxlake.spark.write(over, path, "insert_overwrite")
+    oxlake.spark.write(over, path, operation="insert_overwrite")
     after = rows(oxlake.Table(path).to_arrow())
     assert [r["id"] for r in after if r["city"] == "sf"] == [1000, 1003]
     assert [r for r in after if r["city"] != "sf"] == [r for r in expected if r["city"] != "sf"]
@@ -175,7 +175,7 @@ def test_distributed_writes_run_the_inline_services(spark: SparkSession, tmp_pat
     create |= {"table_type": "merge_on_read", "inline_compaction": 2}
     for ts in range(1, 6):
         df = spark.createDataFrame(trips([1, 2, 3], ts=ts).to_pandas())
-        oxlake.spark.write(df, path, "upsert", **create)
+        oxlake.spark.write(df, path, operation="upsert", **create)
     t = oxlake.Table(path)
     completed = [i.action for i in t.timeline() if i.state == "completed"]
     assert completed.count("commit") == 2, completed  # compactions complete as commits
@@ -203,7 +203,9 @@ def test_a_spark_bulk_insert_writes_new_files_sorted_by_key(
     ids = [(i * 7919) % 3000 for i in range(3000)]
     df = spark.createDataFrame(trips(ids).to_pandas()).repartition(3)
     create = {"record_key": "id", "partition_by": ["city"], "ordering_field": "ts", "table_type": table_type}
-    r = oxlake.spark.write(df, path, "bulk_insert", sort_mode="global_sort", target_file_size=5_000, **create)
+    r = oxlake.spark.write(
+        df, path, operation="bulk_insert", sort_mode="global_sort", target_file_size=5_000, **create
+    )
     assert r.num_inserts == 3000
     ranges = key_ranges(path)
     assert sum(len(r) for r in ranges.values()) > 3
@@ -215,13 +217,13 @@ def test_a_spark_bulk_insert_writes_new_files_sorted_by_key(
 
     before = data_files(oxlake.Table(path))
     again = spark.createDataFrame(trips([1, 2], ts=2).to_pandas())
-    oxlake.spark.write(again, path, "bulk_insert", sort_mode="partition_sort")
+    oxlake.spark.write(again, path, operation="bulk_insert", sort_mode="partition_sort")
     assert before < data_files(oxlake.Table(path))
     assert oxlake.Table(path).to_arrow().num_rows == 3002
     with pytest.raises(
         oxlake.InvalidArgumentError, match="sort_mode is an option of operation='bulk_insert'"
     ):
-        oxlake.spark.write(again, path, "upsert", sort_mode="global_sort")
+        oxlake.spark.write(again, path, operation="upsert", sort_mode="global_sort")
     if hasattr(spark, "dataSource"):
         oxlake.spark.register(spark)
         writer = again.write.format("oxlake").option("operation", "bulk_insert").mode("append")
@@ -241,13 +243,13 @@ def test_distributed_writes_keep_the_metadata_table_in_step(spark: SparkSession,
     t.insert(trips(list(range(300))))
     t.build_metadata()
     changed = spark.createDataFrame(trips(list(range(0, 300, 2)) + [300, 301], ts=2, name="u").to_pandas())
-    r = oxlake.spark.write(changed, path, "upsert")
+    r = oxlake.spark.write(changed, path, operation="upsert")
     assert (r.num_updates, r.num_inserts) == (150, 2)
     assert any(".log." in f for f in r.files)
     report = oxlake.Table(path).validate()
     assert report.ok, report.differences
     gone = spark.createDataFrame(trips([1, 3, 301], ts=2).to_pandas())  # ts: as late as the upsert
-    assert oxlake.spark.write(gone, path, "delete").num_deletes == 3
+    assert oxlake.spark.write(gone, path, operation="delete").num_deletes == 3
     report = oxlake.Table(path).validate()
     assert report.ok, report.differences
     want = [i for i in range(302) if i not in (1, 3, 301)]
@@ -272,7 +274,7 @@ def test_failed_job_leaves_the_table_unchanged(spark: SparkSession, table: oxlak
     data = spark.createDataFrame(trips(list(range(100, 160))).to_pandas())
     failing = data.withColumn("id", explode_on_nyc("city", "id"))
     with pytest.raises(Exception, match="task failure"):
-        oxlake.spark.write(failing, table.uri, "upsert")
+        oxlake.spark.write(failing, table.uri, operation="upsert")
     t = oxlake.Table(table.uri)
     assert rows(t.to_arrow()) == before
     completed = [(i.time, i.state) for i in t.timeline() if i.action != "rollback"]
@@ -660,7 +662,7 @@ def test_tables_without_partition_columns_are_written_by_many_tasks(
     # Adaptive execution would coalesce this little data into one task.
     spark.conf.set("spark.sql.adaptive.coalescePartitions.enabled", "false")
     try:
-        result = oxlake.spark.write(df, path, "upsert", target_file_size=300)
+        result = oxlake.spark.write(df, path, operation="upsert", target_file_size=300)
     finally:
         spark.conf.unset("spark.sql.adaptive.coalescePartitions.enabled")
     expected = {r["id"]: r for r in rows(t.to_arrow())}
@@ -747,9 +749,9 @@ def test_distributed_writes_evolve_the_schema_with_schema_mode_merge(
     grown = trips([1, 20], ts=2).append_column("note", pa.array(["n1", "n20"]))
     frame = spark.createDataFrame(grown.to_pandas()).repartition(2)
     with pytest.raises(Exception, match="schema_mode"):
-        oxlake.spark.write(frame, path, "upsert")
+        oxlake.spark.write(frame, path, operation="upsert")
     assert "note" not in oxlake.Table(path).schema.names
-    oxlake.spark.write(frame, path, "upsert", schema_mode="merge")
+    oxlake.spark.write(frame, path, operation="upsert", schema_mode="merge")
     t = oxlake.Table(path)
     assert t.schema.field("note").type == pa.string()
     notes = {r["id"]: r["note"] for r in t.to_arrow(columns=["id", "note"]).to_pylist()}
@@ -774,12 +776,12 @@ def test_spark_writes_a_version_8_table(spark: SparkSession, tmp_path: Path, tab
     version 8: completion-time names, logs named by their deltacommit, Avro commit metadata."""
     path = str(tmp_path / "t")
     trips_table(path, table_type=table_type, table_version=8)
-    oxlake.spark.write(spark.createDataFrame(trips(list(range(200))).to_pandas()), path, "upsert")
+    oxlake.spark.write(spark.createDataFrame(trips(list(range(200))).to_pandas()), path, operation="upsert")
     changed = spark.createDataFrame(trips(list(range(150, 250)), ts=2, name="u").to_pandas())
-    r = oxlake.spark.write(changed, path, "upsert")
+    r = oxlake.spark.write(changed, path, operation="upsert")
     assert (r.num_inserts, r.num_updates) == (50, 50)
     gone = spark.createDataFrame(trips(list(range(0, 20))).to_pandas())
-    assert oxlake.spark.write(gone, path, "delete").num_deletes == 20
+    assert oxlake.spark.write(gone, path, operation="delete").num_deletes == 20
     expected = rows(trips(list(range(20, 150)))) + rows(trips(list(range(150, 250)), ts=2, name="u"))
     t = oxlake.Table(path)
     assert rows(t.to_arrow()) == sorted(expected, key=lambda r: r["id"]) == rows(hudi_read(path))
@@ -799,7 +801,7 @@ def test_spark_writes_a_table_partitioned_by_time(
     oxlake.create_table(
         path,
         SCHEMA,
-        "id",
+        record_key="id",
         partition_by=["ts:timestamp"],
         ordering_field="fare",
         table_type=table_type,
@@ -819,11 +821,11 @@ def test_spark_writes_a_table_partitioned_by_time(
 
     # New keys twice in one input, the copies at other instants of the same hour.
     first = pa.concat_tables([batch(list(range(300)), 5.0, 1), batch(list(range(300)), 10.0)])
-    assert oxlake.spark.write(frame(first), path, "upsert").num_inserts == 300
+    assert oxlake.spark.write(frame(first), path, operation="upsert").num_inserts == 300
     assert oxlake.Table(path).to_arrow().num_rows == 300
     # Every key again, twice, at yet other instants of that hour.
     twice = pa.concat_tables([batch(list(range(300)), 20.0, 2), batch(list(range(300)), 30.0, 3)])
-    r = oxlake.spark.write(frame(twice), path, "upsert")
+    r = oxlake.spark.write(frame(twice), path, operation="upsert")
     assert (r.num_inserts, r.num_updates) == (0, 300)
     t = oxlake.Table(path)
     got = t.to_arrow()

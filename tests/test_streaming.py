@@ -412,7 +412,7 @@ def test_every_spark_type_round_trips_in_the_session_time_zone(
     uri = str(tmp_path / "t")
     df = spark.createDataFrame(typed_rows(), TYPES)
     if path == "write":
-        oxlake.spark.write(df, uri, "insert", record_key="id")
+        oxlake.spark.write(df, uri, operation="insert", record_key="id")
     else:
         if not hasattr(spark, "dataSource"):
             pytest.skip("Python data sources need Spark 4")

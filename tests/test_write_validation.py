@@ -365,3 +365,22 @@ def test_hudi_rs_cannot_read_local_timestamps(table_path: str) -> None:
             raise HudiRsPanic(str(e)) from e
         raise
     assert rows(got.select(NAIVE.names)) == rows(data)
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_delete_of_absent_keys_leaves_no_instant(table_path: str, table_type: str) -> None:
+    """Issue 31: `WriteResult.instant` is None when nothing was written, and the timeline is as
+    it was; a delete where some keys are present deletes those."""
+    t = trips_table(table_path, table_type=table_type)
+    t.insert(trips([0, 1, 2]))
+    before = [(i.time, i.action, i.state) for i in t.timeline()]
+    absent = trips([7, 8]).select(["id", "city"])
+    result = t.delete(absent)
+    assert (result.instant, result.num_deletes, result.files) == (None, 0, [])
+    assert [(i.time, i.action, i.state) for i in t.timeline()] == before
+    # A key present under another partition is absent too (partition-scoped keys).
+    result = t.delete(pa.table({"id": pa.array([1], pa.int64()), "city": ["sf"]}))
+    assert result.instant is None
+    result = t.delete(trips([1, 8]).select(["id", "city"]))
+    assert result.instant is not None and result.num_deletes == 1
+    assert sorted(r["id"] for r in rows(t.scan())) == [0, 2]

@@ -55,8 +55,14 @@ class Table:
         schema_mode: str = "strict",
         extra_metadata: dict[str, str] | None = None,
         sort_mode: str | None = None,
+        read_from: list[tuple[str, str, str]] | None = None,
     ) -> tuple[str | None, int, int, int, list[str], str | None]: ...
     def extra_metadata(self, instant: str) -> dict[str, str]: ...
+    def commits(
+        self, include_archived: bool
+    ) -> list[
+        tuple[str, str, str | None, str | None, tuple[int, int, int], tuple[int, int, int], dict[str, str]]
+    ]: ...
     def scan(
         self,
         columns: list[str] | None = None,

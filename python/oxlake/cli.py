@@ -1,6 +1,7 @@
 """The `oxlake` console script.
 
-Inspect: `oxlake show URI`, `oxlake timeline URI`. Table services: `oxlake compact URI`,
+Inspect: `oxlake show URI`, `oxlake timeline URI`, `oxlake history URI` (operations and metrics of
+the commits), `oxlake --version`. Table services: `oxlake compact URI`,
 `oxlake clean URI [--policy P] [--retain N]`, `oxlake rollback URI INSTANT`,
 `oxlake savepoint URI INSTANT`, `oxlake restore URI INSTANT`,
 `oxlake cluster URI [--sort-by COL ...] [--target-file-size BYTES]`,
@@ -28,7 +29,15 @@ from types import TracebackType
 
 import pyarrow as pa
 
-from oxlake import InvalidArgumentError, OxlakeError, Progress, Table, TableNotFoundError, create_table
+from oxlake import (
+    InvalidArgumentError,
+    OxlakeError,
+    Progress,
+    Table,
+    TableNotFoundError,
+    __version__,
+    create_table,
+)
 
 
 class _Progress:
@@ -313,48 +322,104 @@ def _bulk_insert(args: argparse.Namespace) -> None:
     )
 
 
+URI_HELP = "the table: a path, file:// or s3://bucket/prefix URL"
+
+
+def _history(table: Table, archived: bool) -> None:
+    print(
+        f"{'instant':<18} {'action':<14} {'operation':<22} {'inserts':>9} {'updates':>9} {'deletes':>9} "
+        f"{'files':>6} {'bytes':>12}"
+    )
+    for c in table.history(include_archived=archived):
+        print(
+            f"{c.time:<18} {c.action:<14} {c.operation or '':<22} {c.num_inserts:>9,} {c.num_updates:>9,} "
+            f"{c.num_deletes:>9,} {c.files_written:>6,} {c.bytes_written:>12,}"
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="oxlake", description="Inspect and maintain Apache Hudi tables.")
+    parser.add_argument("--version", action="version", version=f"oxlake {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     plain = (
         ("show", "properties, schema, file groups"),
         ("timeline", "the instants"),
+        ("history", "the completed commits: operation, rows inserted/updated/deleted, files, bytes"),
         ("build-metadata", "build the metadata table from a full listing"),
         ("validate", "compare the metadata table with a full listing (exit 1 on a difference)"),
     )
     for name, help_text in plain:
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("uri")
+        p.add_argument("uri", help=URI_HELP)
     for name, (help_text, _) in SERVICES.items():
         p = sub.add_parser(name, help=help_text)
-        p.add_argument("uri")
+        p.add_argument("uri", help=URI_HELP)
         if name in ("rollback", "savepoint", "restore"):
-            p.add_argument("instant")
-    sub.choices["compact"].add_argument("--min-log-files", type=int, default=1)
+            p.add_argument("instant", help="an instant time, e.g. 20260201103000000")
+    sub.choices["compact"].add_argument(
+        "--min-log-files",
+        type=int,
+        default=1,
+        metavar="N",
+        help="compact file slices with at least N log files",
+    )
     sub.choices["clean"].add_argument(
         "--policy",
         default="keep_latest_commits",
         choices=["keep_latest_commits", "keep_latest_file_versions"],
+        help="what a clean keeps (Apache Hudi's cleaner policies)",
     )
-    sub.choices["clean"].add_argument("--retain", type=int, default=10)
-    sub.choices["cluster"].add_argument("--sort-by", nargs="*", default=[], metavar="COLUMN")
-    sub.choices["cluster"].add_argument("--target-file-size", type=int, default=None, metavar="BYTES")
-    sub.choices["archive"].add_argument("--min-commits", type=int, default=None, metavar="N")
-    sub.choices["upgrade"].add_argument("--to", type=int, default=8, choices=[8, 9])
-    sub.choices["archive"].add_argument("--max-commits", type=int, default=None, metavar="M")
-    sub.choices["timeline"].add_argument("--archived", action="store_true", help="archived instants too")
+    sub.choices["clean"].add_argument(
+        "--retain", type=int, default=10, metavar="N", help="commits (or file versions) kept, by the policy"
+    )
+    sub.choices["cluster"].add_argument(
+        "--sort-by",
+        nargs="*",
+        default=[],
+        metavar="COLUMN",
+        help="order rows of the new files by these columns",
+    )
+    sub.choices["cluster"].add_argument(
+        "--target-file-size", type=int, default=None, metavar="BYTES", help="size of the new files"
+    )
+    sub.choices["archive"].add_argument(
+        "--min-commits", type=int, default=None, metavar="N", help="commits the active timeline keeps"
+    )
+    sub.choices["archive"].add_argument(
+        "--max-commits", type=int, default=None, metavar="M", help="archive once the timeline holds more"
+    )
+    sub.choices["upgrade"].add_argument("--to", type=int, default=8, choices=[8, 9], help="the table version")
+    for name in ("timeline", "history"):
+        sub.choices[name].add_argument("--archived", action="store_true", help="archived instants too")
     bulk = sub.add_parser("bulk-insert", help="load Parquet, CSV or JSON-lines files (Hudi's bulk_insert)")
-    bulk.add_argument("uri")
+    bulk.add_argument("uri", help=URI_HELP + " (created when absent, with --record-key)")
     bulk.add_argument("files", nargs="+", metavar="FILE", help="files or folders of files")
-    bulk.add_argument("--format", choices=["parquet", "csv", "json"], default=None)
-    bulk.add_argument("--sort-mode", default="none", choices=["none", "global_sort", "partition_sort"])
+    bulk.add_argument(
+        "--format",
+        choices=["parquet", "csv", "json"],
+        default=None,
+        help="the files' format (default: by extension)",
+    )
+    bulk.add_argument(
+        "--sort-mode",
+        default="none",
+        choices=["none", "global_sort", "partition_sort"],
+        help="order records by key before cutting files (Hudi's hoodie.bulkinsert.sort.mode)",
+    )
     bulk.add_argument("--record-key", default=None, metavar="F[,F]", help="to create the table")
     bulk.add_argument("--partition-by", default=None, metavar="F[,F]", help="to create the table")
     bulk.add_argument("--ordering-field", default=None, metavar="F", help="to create the table")
-    bulk.add_argument("--table-type", default="copy_on_write", choices=["copy_on_write", "merge_on_read"])
-    bulk.add_argument("--table-version", type=int, default=8, choices=[6, 8, 9])
+    bulk.add_argument(
+        "--table-type",
+        default="copy_on_write",
+        choices=["copy_on_write", "merge_on_read"],
+        help="to create the table",
+    )
+    bulk.add_argument(
+        "--table-version", type=int, default=8, choices=[6, 8, 9], help="to create the table (6: Hudi 0.x)"
+    )
     alter = sub.add_parser("alter-schema", help="rename, drop, add, widen and move columns (one commit)")
-    alter.add_argument("uri")
+    alter.add_argument("uri", help=URI_HELP)
     alter.set_defaults(changes=[])
     for flag, meta in (
         ("add", "COL:TYPE"),
@@ -366,7 +431,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         ("move-before", "COL=OTHER"),
     ):
         alter.add_argument(
-            f"--{flag}", action=_Change, metavar=meta, dest=flag.replace("-", "_"), default=None
+            f"--{flag}",
+            action=_Change,
+            metavar=meta,
+            dest=flag.replace("-", "_"),
+            default=None,
+            help=f"{flag.replace('-', ' ')} a column (repeatable; applied in order)",
         )
     args = parser.parse_args(argv)
     try:
@@ -383,6 +453,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             _alter(table, args.changes)
         elif args.command == "build-metadata":
             print(f"metadata table built, instant {table.build_metadata()}")
+        elif args.command == "history":
+            _history(table, args.archived)
         else:
             _show(table) if args.command == "show" else _timeline(table, args.archived)
     except OxlakeError as e:

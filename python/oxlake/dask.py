@@ -16,10 +16,10 @@ if TYPE_CHECKING:
 
 def read(
     uri: str,
+    *,
     columns: Sequence[str] | None = None,
     filter: FilterLike | None = None,
     as_of: str | None = None,
-    *,
     storage_options: dict[str, str] | None = None,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
     min_splits: int = 1,
@@ -32,7 +32,9 @@ def read(
 
     table = Table(uri, storage_options)
     cols = list(columns) if columns is not None else None
-    splits = table.splits(cols, filter, as_of, target_bytes=split_bytes, min_splits=min_splits)
+    splits = table.splits(
+        columns=cols, filter=filter, as_of=as_of, target_bytes=split_bytes, min_splits=min_splits
+    )
     meta = _result_schema(table, cols, "snapshot", as_of).empty_table().to_pandas()
     frame: dd.DataFrame = dd.from_map(  # type: ignore[no-untyped-call]
         _read_split,
@@ -55,4 +57,5 @@ def _read_split(
     columns: list[str] | None,
     filter: str | list[tuple[str, str, object]] | None,
 ) -> pd.DataFrame:
-    return Table(uri, storage_options).scan_split(Split(data, 0, 0), columns, filter).to_pandas()
+    split = Split(data, 0, 0)
+    return Table(uri, storage_options).scan_split(split, columns=columns, filter=filter).to_pandas()

@@ -23,7 +23,19 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from oxlake import _native
-from oxlake.table import FilterLike, Instant, Split, Table, WriteResult, _filter, create_table
+from oxlake.table import (
+    FilterLike,
+    Instant,
+    Operation,
+    QueryType,
+    SchemaMode,
+    SortMode,
+    Split,
+    Table,
+    WriteResult,
+    _filter,
+    create_table,
+)
 
 if TYPE_CHECKING:
     from pyspark import TaskContext
@@ -139,13 +151,13 @@ def _result_schema(
 def read(
     spark: SparkSession,
     uri: str,
+    *,
     columns: Sequence[str] | None = None,
     filter: FilterLike | None = None,
     as_of: str | None = None,
-    query: str = "snapshot",
+    query: QueryType = "snapshot",
     start: str | None = None,
     end: str | None = None,
-    *,
     storage_options: dict[str, str] | None = None,
     with_meta_columns: bool = True,
     batch_size: int = 65536,
@@ -159,7 +171,14 @@ def read(
     cols = _read_columns(table, columns, with_meta_columns, query, as_of)
     parallelism = spark.sparkContext.defaultParallelism
     splits = table.splits(
-        cols, filter, as_of, query, start, end, target_bytes=split_bytes, min_splits=parallelism
+        columns=cols,
+        filter=filter,
+        as_of=as_of,
+        query=query,
+        start=start,
+        end=end,
+        target_bytes=split_bytes,
+        min_splits=parallelism,
     )
     schema = _result_schema(table, cols, query, as_of)
     rows = [(i, s.data) for i, s in enumerate(splits)]
@@ -171,7 +190,10 @@ def read(
         for batch in batches:
             for data in batch.column("split").to_pylist():
                 yield from _as_spark(
-                    iter(reader.scan_split(Split(data, 0, 0), cols, filt, batch_size)), schema
+                    iter(
+                        reader.scan_split(Split(data, 0, 0), columns=cols, filter=filt, batch_size=batch_size)
+                    ),
+                    schema,
                 )
 
     return descriptors.mapInArrow(read_splits, spark_schema(schema))
@@ -180,13 +202,13 @@ def read(
 def write(
     df: DataFrame,
     uri: str,
-    operation: str = "upsert",
     *,
+    operation: Operation = "upsert",
     storage_options: dict[str, str] | None = None,
     target_file_size: int | None = None,
-    schema_mode: str | None = None,
+    schema_mode: SchemaMode | None = None,
     extra_metadata: Mapping[str, str] | None = None,
-    sort_mode: str | None = None,
+    sort_mode: SortMode | None = None,
     **create_options: Any,
 ) -> WriteResult:
     """Writes a Spark DataFrame into the table at `uri` as one commit (`operation`: upsert,
@@ -285,8 +307,8 @@ def write_batch(
     df: DataFrame,
     batch_id: int,
     uri: str,
-    operation: str = "upsert",
     *,
+    operation: Operation = "upsert",
     checkpoint_identifier: str = DEFAULT_CHECKPOINT_IDENTIFIER,
     storage_options: dict[str, str] | None = None,
     **options: Any,
@@ -314,7 +336,9 @@ def write_batch(
         if done is not None and batch_id <= done:
             return None
     checkpoint = {SINK_CHECKPOINT_KEY: json.dumps({checkpoint_identifier: str(batch_id)})}
-    return write(df, uri, operation, storage_options=storage_options, extra_metadata=checkpoint, **options)
+    return write(
+        df, uri, operation=operation, storage_options=storage_options, extra_metadata=checkpoint, **options
+    )
 
 
 def committed_batch(table: Table, identifier: str = DEFAULT_CHECKPOINT_IDENTIFIER) -> int | None:

@@ -81,7 +81,7 @@ from oxlake.spark import (
     committed_batch,
     spark_schema,
 )
-from oxlake.table import Split, Table
+from oxlake.table import Split, Table, query_type, schema_mode, sort_mode
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -208,12 +208,12 @@ class OxlakeReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         o = self.opts
         splits = o.table().splits(
-            self.columns,
-            self._filter(),
-            o.get("as_of"),
-            o.get("query") or "snapshot",
-            o.get("start"),
-            o.get("end"),
+            columns=self.columns,
+            filter=self._filter(),
+            as_of=o.get("as_of"),
+            query=query_type(o.get("query") or "snapshot"),
+            start=o.get("start"),
+            end=o.get("end"),
             target_bytes=o.int("split_bytes", DEFAULT_SPLIT_BYTES) or DEFAULT_SPLIT_BYTES,
             min_splits=o.int("min_splits", os.cpu_count() or 1) or 1,
         )
@@ -223,7 +223,9 @@ class OxlakeReader(DataSourceReader):
         assert isinstance(partition, _SplitPartition)
         batch_size = self.opts.int("batch_size", 65536)
         split = Split(partition.data, 0, 0)
-        scan = self.opts.table().scan_split(split, self.columns, self._filter(), batch_size)
+        scan = self.opts.table().scan_split(
+            split, columns=self.columns, filter=self._filter(), batch_size=batch_size
+        )
         yield from _as_spark(iter(scan), self.schema)
 
 
@@ -341,9 +343,9 @@ class OxlakeStreamWriter(_StreamWriterBase):
             (self.opts.int("conflict_retries", 3) or 0)
             if self.operation in ("insert", "bulk_insert", "upsert", "delete")
             else 0,
-            self.opts.get("schema_mode"),
+            schema_mode(self.opts.get("schema_mode")),
             checkpoint,
-            self.opts.get("sort_mode"),
+            sort_mode(self.opts.get("sort_mode")),
         )
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
@@ -455,12 +457,11 @@ class OxlakeStreamReader(DataSourceStreamReader):
         first, last = self._bound(start, commits, by), self._bound(end, commits, by)
         try:
             splits = o.table().splits(
-                self.columns,
-                o.get("filter"),
-                None,
-                self.query,
-                first,
-                last,
+                columns=self.columns,
+                filter=o.get("filter"),
+                query=query_type(self.query),
+                start=first,
+                end=last,
                 target_bytes=o.int("split_bytes", DEFAULT_SPLIT_BYTES) or DEFAULT_SPLIT_BYTES,
             )
         except _native.InvalidArgumentError as e:
@@ -477,7 +478,9 @@ class OxlakeStreamReader(DataSourceStreamReader):
         assert isinstance(partition, _SplitPartition)
         batch_size = self.opts.int("batch_size", 65536)
         split = Split(partition.data, 0, 0)
-        scan = self.opts.table().scan_split(split, self.columns, self.opts.get("filter"), batch_size)
+        scan = self.opts.table().scan_split(
+            split, columns=self.columns, filter=self.opts.get("filter"), batch_size=batch_size
+        )
         yield from _as_spark(iter(scan), self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias, get_args
 
 import pyarrow as pa
 
@@ -21,6 +21,53 @@ FilterLike = str | Sequence[tuple[str, str, Any]]
 #: 8, 14 or 17 digits: `"2026-02-01"`, `"2026-02-01 10:30:00"`), or a `datetime` / `date` (a pandas
 #: `Timestamp` is one).
 TimeLike = str | _dt.datetime | _dt.date
+#: Apache Hudi's two table types.
+TableType = Literal["copy_on_write", "merge_on_read"]
+#: What a scan reads (see `Table.scan`).
+QueryType = Literal["snapshot", "read_optimized", "incremental", "changes"]
+#: Whether a write may evolve the table's schema (see `Table.insert`).
+SchemaMode = Literal["strict", "merge"]
+#: How `bulk_insert` orders the records it writes.
+SortMode = Literal["none", "global_sort", "partition_sort"]
+#: A write operation, as Apache Hudi names them (`oxlake.spark.write`, the Spark data source).
+Operation = Literal["insert", "upsert", "delete", "bulk_insert", "insert_overwrite", "insert_overwrite_table"]
+#: What `write_table` does with a table that exists (see there).
+WriteMode = Literal["create", "append", "upsert", "overwrite"]
+
+
+def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise _native.InvalidArgumentError(
+            f"`{name}` is one of {', '.join(map(repr, allowed))}, not {value!r}"
+        )
+    return value
+
+
+def query_type(value: str) -> QueryType:
+    """`value` as a `QueryType` (an option given as text, e.g. Spark's), else an error naming
+    the choices."""
+    return _one_of("query", value, get_args(QueryType))  # type: ignore[return-value]
+
+
+def schema_mode(value: str | None) -> SchemaMode | None:
+    """`value` as a `SchemaMode` (None stays None)."""
+    return None if value is None else _one_of("schema_mode", value, get_args(SchemaMode))  # type: ignore[return-value]
+
+
+def sort_mode(value: str | None) -> SortMode | None:
+    """`value` as a `SortMode` (None stays None)."""
+    return None if value is None else _one_of("sort_mode", value, get_args(SortMode))  # type: ignore[return-value]
+
+
+class ArrowStreamExportable(Protocol):
+    """Anything exporting an Arrow C stream: pyarrow tables and readers, Polars frames, DuckDB
+    relations, an oxlake `Scan`."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object: ...
+
+
+#: What a write takes: any Arrow C stream exporter, a pyarrow `RecordBatch`, a pandas `DataFrame`.
+ArrowData: TypeAlias = "ArrowStreamExportable | pa.RecordBatch | pd.DataFrame"
 
 
 class Instant(NamedTuple):
@@ -32,6 +79,25 @@ class Instant(NamedTuple):
     action: str
     state: str
     completion: str | None = None
+
+
+class Commit(NamedTuple):
+    """A completed commit as `Table.history` reports it: its instant, the operation recorded
+    (`UPSERT`, `INSERT`, `DELETE`, `BULK_INSERT`, `COMPACT`, `CLUSTER`, ...), what it wrote
+    (records by kind, files and bytes, file groups replaced) and the `extra_metadata` it
+    recorded (the table's schema, kept there too, left out)."""
+
+    time: str
+    action: str
+    completion: str | None
+    operation: str | None
+    num_inserts: int
+    num_updates: int
+    num_deletes: int
+    files_written: int
+    bytes_written: int
+    file_groups_replaced: int
+    extra_metadata: dict[str, str]
 
 
 class FileGroup(NamedTuple):
@@ -117,6 +183,7 @@ class Scan:
 
     @property
     def schema(self) -> pa.Schema:
+        """The schema of the stream's batches."""
         return self._schema
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
@@ -193,6 +260,34 @@ def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | Non
     return clauses
 
 
+_META_PREFIX = "_hoodie_"
+_CHANGE_TYPE = "_change_type"
+
+
+def _set_columns(rows: pa.Table, values: Mapping[str, Any], schema: pa.Schema) -> pa.Table:
+    """`rows` with the columns of `values` set: each a literal, or a `pyarrow.compute`
+    expression over the columns of `rows` (evaluated on `rows` as they were read)."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+
+    expressions = {n: v for n, v in values.items() if isinstance(v, pc.Expression)}
+    computed = ds.dataset(rows).to_table(columns=expressions) if expressions and rows.num_rows else None
+    for name, value in values.items():
+        if computed is not None and name in expressions:
+            column: pa.Array | pa.ChunkedArray = computed.column(name)
+        elif isinstance(value, pc.Expression):
+            column = pa.nulls(0, schema.field(name).type)
+        elif value is None:
+            column = pa.nulls(rows.num_rows, schema.field(name).type)
+        else:
+            try:
+                column = pa.array([value] * rows.num_rows)
+            except (pa.ArrowException, TypeError) as e:
+                raise _native.SchemaMismatchError(f"update: the value {value!r} for `{name}`: {e}") from None
+        rows = rows.set_column(rows.schema.get_field_index(name), name, column)
+    return rows
+
+
 def _columns(columns: Sequence[str] | None) -> list[str] | None:
     if columns is None:
         return None
@@ -235,6 +330,7 @@ class ValidationReport:
 
     @property
     def ok(self) -> bool:
+        """Whether the metadata table is there and agrees with the listing."""
         return self.present and not self.missing_instants and not self.differences
 
 
@@ -271,6 +367,7 @@ class Table:
 
     @property
     def uri(self) -> str:
+        """The table's location, as it was opened."""
         return str(self._t.uri)
 
     @property
@@ -472,17 +569,25 @@ class Table:
     def _write(
         self,
         operation: str,
-        data: Any,
+        data: ArrowData,
         target_file_size: int | None,
         conflict_retries: int = 0,
-        schema_mode: str | None = None,
+        schema_mode: SchemaMode | None = None,
         extra_metadata: Mapping[str, str] | None = None,
-        sort_mode: str | None = None,
+        sort_mode: SortMode | None = None,
+        read_from: list[tuple[str, str, str]] | None = None,
     ) -> WriteResult:
         stream = _arrow_stream(data)
         extra = dict(extra_metadata) if extra_metadata is not None else None
         instant, ins, upd, dels, files, completion = self._t.write(
-            operation, stream, target_file_size, conflict_retries, schema_mode or "strict", extra, sort_mode
+            operation,
+            stream,
+            target_file_size,
+            conflict_retries,
+            schema_mode or "strict",
+            extra,
+            sort_mode,
+            read_from,
         )
         return WriteResult(instant, ins, upd, dels, list(files), completion)
 
@@ -490,7 +595,7 @@ class Table:
     # the same file groups or keys committed first) is planned and written again, against the
     # table as it is then, up to this many times before the error is raised.
     #
-    # `schema_mode`: None (strict, the default) keeps the table's schema: a column the table
+    # `schema_mode`: "strict" (the default) keeps the table's schema: a column the table
     # lacks, or a table column missing from `data`, is a SchemaMismatchError, and values are
     # stored in the table's types only where each fits exactly. "merge" evolves the schema by
     # Apache Hudi's rules: new nullable columns (nested ones too) are added, types widened
@@ -505,11 +610,11 @@ class Table:
 
     def insert(
         self,
-        data: Any,
+        data: ArrowData,
         *,
         target_file_size: int | None = None,
         conflict_retries: int = 0,
-        schema_mode: str | None = None,
+        schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Adds records (duplicate keys in `data` are combined by the ordering field first).
@@ -518,11 +623,11 @@ class Table:
 
     def upsert(
         self,
-        data: Any,
+        data: ArrowData,
         *,
         target_file_size: int | None = None,
         conflict_retries: int = 0,
-        schema_mode: str | None = None,
+        schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Updates records whose key exists and inserts the others. `schema_mode="merge"`
@@ -531,21 +636,113 @@ class Table:
         return self._write("upsert", data, target_file_size, conflict_retries, schema_mode, extra_metadata)
 
     def delete(
-        self, data: Any, *, conflict_retries: int = 0, extra_metadata: Mapping[str, str] | None = None
+        self,
+        data: ArrowData | list[Any] | None = None,
+        *,
+        predicate: FilterLike | None = None,
+        conflict_retries: int = 0,
+        extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
-        """Deletes the records whose keys are in `data`: rows with the record key and partition
-        columns (any Arrow data, or a list of dicts), or, on a table without partitions keyed by
-        one field, a plain list of keys (`t.delete([1, 2, 3])`)."""
+        """Deletes records, by key or by predicate (exactly one of the two).
+
+        `data`: rows with the record key and partition columns (any Arrow data, or a list of
+        dicts), or, on a table without partitions keyed by one field, a plain list of keys
+        (`t.delete([1, 2, 3])`). Keys not in the table are ignored; when none is, nothing is
+        written and `instant` is None.
+
+        `predicate`: a filter as `scan` takes it (`t.delete(predicate="fare < 5")`): the rows it
+        matches in the latest snapshot are deleted. The snapshot read and the delete are one
+        transaction: a commit that lands in between on the same file groups or keys makes it
+        read and delete again (up to `conflict_retries` times, then `CommitConflictError`), so
+        a row written meanwhile is never deleted unseen."""
+        if (data is None) == (predicate is None):
+            raise _native.InvalidArgumentError(
+                "delete takes the rows to delete (`data`) or a `predicate`, exactly one of them"
+            )
+        if predicate is not None:
+            keys = self._key_columns()
+            return self._by_predicate(
+                "delete",
+                lambda: self.to_arrow(columns=keys, filter=predicate),
+                conflict_retries,
+                extra_metadata,
+            )
         if isinstance(data, list | tuple):
             data = self._key_rows(list(data))
+        assert data is not None
         return self._write("delete", data, None, conflict_retries, None, extra_metadata)
 
-    def _key_rows(self, items: list[Any]) -> pa.Table:
-        """Rows of the key and partition columns from a list of dicts or of plain keys."""
+    def update(
+        self,
+        set: Mapping[str, Any],
+        *,
+        predicate: FilterLike | None = None,
+        conflict_retries: int = 0,
+        extra_metadata: Mapping[str, str] | None = None,
+    ) -> WriteResult:
+        """Sets columns of the rows `predicate` matches (every row without one), as one upsert
+        of those rows: `t.update({"status": "closed"}, predicate="ts < 100")`,
+        `t.update({"fare": pc.field("fare") * 1.1}, predicate="city = 'sf'")`.
+
+        Each value of `set` is a literal (stored in the column's type only where it fits
+        exactly, as every write) or a `pyarrow.compute` expression over the row's columns. The
+        record key and partition columns cannot be set (that is a delete and an insert), nor the
+        ordering field (a lower value would lose to the stored row). Read and write are one
+        transaction, as for `delete(predicate=...)`; `instant` is None when no row matched."""
+        if not set:
+            raise _native.InvalidArgumentError("update needs at least one column to set")
+        props = self.properties
+        fixed = self._key_columns()
+        ordering = props.get("hoodie.table.ordering.fields") or props.get("hoodie.table.precombine.field")
+        fixed += [o for o in (ordering or "").split(",") if o]
+        schema = self.schema
+        for name in set:
+            if name not in schema.names:
+                raise _native.SchemaMismatchError(
+                    f"update sets `{name}`, which the table lacks: {schema.names}"
+                )
+            if name in fixed:
+                raise _native.InvalidArgumentError(
+                    f"update cannot set `{name}`: it is a record key, partition or ordering field"
+                )
+
+        def rows() -> pa.Table:
+            matched = self.to_arrow(filter=predicate, with_meta_columns=False)
+            return _set_columns(matched, set, schema)
+
+        return self._by_predicate("upsert", rows, conflict_retries, extra_metadata)
+
+    def _key_columns(self) -> list[str]:
         props = self.properties
         keys = [k for k in props.get("hoodie.table.recordkey.fields", "").split(",") if k]
         parts = [p.split(":")[0] for p in props.get("hoodie.table.partition.fields", "").split(",") if p]
-        columns = list(dict.fromkeys(keys + parts))
+        return list(dict.fromkeys(keys + parts))
+
+    def _by_predicate(
+        self,
+        operation: str,
+        read: Callable[[], pa.Table],
+        conflict_retries: int,
+        extra_metadata: Mapping[str, str] | None,
+    ) -> WriteResult:
+        """Writes what `read` reads from the table, as one transaction with that read: the
+        timeline is listed before the read, and the write conflicts with any commit completed
+        since; then the read and the write run again."""
+        for attempt in range(conflict_retries + 1):
+            listed = [(i.time, i.action, i.state) for i in self.timeline()]
+            data = read()
+            if data.num_rows == 0:
+                return WriteResult(None, 0, 0, 0, [])
+            try:
+                return self._write(operation, data, None, 0, None, extra_metadata, read_from=listed)
+            except _native.CommitConflictError:
+                if attempt == conflict_retries:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _key_rows(self, items: list[Any]) -> pa.Table:
+        """Rows of the key and partition columns from a list of dicts or of plain keys."""
+        columns = self._key_columns()
         schema = self.schema
         missing = [c for c in columns if c not in schema.names]
         if missing:
@@ -569,12 +766,12 @@ class Table:
 
     def bulk_insert(
         self,
-        data: Any,
+        data: ArrowData,
         *,
-        sort_mode: str = "none",
+        sort_mode: SortMode = "none",
         target_file_size: int | None = None,
         conflict_retries: int = 0,
-        schema_mode: str | None = None,
+        schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Loads records as Apache Hudi's `bulk_insert` does, the fastest way to add data: no key
@@ -594,10 +791,10 @@ class Table:
 
     def insert_overwrite(
         self,
-        data: Any,
+        data: ArrowData,
         *,
         target_file_size: int | None = None,
-        schema_mode: str | None = None,
+        schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Replaces every partition present in `data` with `data`."""
@@ -605,27 +802,38 @@ class Table:
 
     def insert_overwrite_table(
         self,
-        data: Any,
+        data: ArrowData,
         *,
         target_file_size: int | None = None,
-        schema_mode: str | None = None,
+        schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
     ) -> WriteResult:
         """Replaces the whole table with `data`."""
         return self._write("insert_overwrite_table", data, target_file_size, 0, schema_mode, extra_metadata)
 
+    def history(self, *, include_archived: bool = False) -> list[Commit]:
+        """The completed commits (commits, deltacommits, replacecommits), oldest first, with
+        their operation, what they wrote and the `extra_metadata` they recorded; with
+        `include_archived=True` also those archival moved."""
+        return [
+            Commit(time, action, completion, operation, *counts, *files, dict(extra))
+            for time, action, completion, operation, counts, files, extra in self._t.commits(include_archived)
+        ]
+
     # -- reads ------------------------------------------------------------------------------
 
     def scan(
         self,
+        *,
         columns: Sequence[str] | None = None,
         filter: FilterLike | None = None,
         as_of: TimeLike | None = None,
-        query: str = "snapshot",
+        query: QueryType = "snapshot",
         start: TimeLike | None = None,
         end: TimeLike | None = None,
         batch_size: int | None = None,
         memory_limit: int | None = None,
+        with_meta_columns: bool = True,
     ) -> Scan:
         """Reads the table.
 
@@ -636,19 +844,33 @@ class Table:
         between `start` and `end`, with its state at `end` and a `_change_type` column
         (`insert`, `update` or `delete`; a deleted row carries its key and partition columns,
         the others null).
+        `columns` the columns to read (all by default; `with_meta_columns=False` leaves out
+        Apache Hudi's `_hoodie_*` meta columns).
         `filter` is a SQL expression (`"city = 'sf' AND fare > 10"`) or `[(col, op, value), ...]`.
         `as_of`, `start` and `end` are instant times (`"20260201103000000"`, or a string of 8, 14
         or 17 digits with any separators: `"2026-02-01"`, `"2026-02-01T10:30:00"`) or a
         `datetime`/`date`/pandas `Timestamp`: one with a time zone is converted to the table's
         timeline zone (UTC unless `hoodie.table.timeline.timezone=LOCAL`), one without is taken
-        in it. `as_of` a time between commits reads the table as of the last commit before it.
+        in it. `as_of` a time between commits reads the table as of the last commit before it;
+        one before the table's first commit is an error.
         `memory_limit` bounds the bytes a scan holds (merge-on-read log records included); a
         slice whose logs exceed it is merged in several passes. Default: 1 GiB.
         """
+        as_of_time = self._time(as_of, "as_of")
+        cols = _columns(columns)
+        if cols is None and not with_meta_columns:
+            schema = (
+                self.schema_as_of(as_of_time)
+                if as_of_time is not None and query == "snapshot"
+                else self.schema
+            )
+            cols = [f.name for f in schema if not f.name.startswith(_META_PREFIX)]
+            if query == "changes":
+                cols.append(_CHANGE_TYPE)
         native = self._t.scan(
-            _columns(columns),
+            cols,
             _filter(filter),
-            self._time(as_of, "as_of"),
+            as_of_time,
             query,
             self._time(start, "start"),
             self._time(end, "end"),
@@ -657,20 +879,65 @@ class Table:
         )
         return Scan(native)
 
-    def to_arrow(self, **kwargs: Any) -> pa.Table:
-        """`scan(**kwargs).to_arrow()`."""
-        return self.scan(**kwargs).to_arrow()
-
-    def to_pandas(self, **kwargs: Any) -> pd.DataFrame:
-        """`scan(**kwargs).to_pandas()`."""
-        return self.scan(**kwargs).to_pandas()
-
-    def splits(
+    def to_arrow(
         self,
+        *,
         columns: Sequence[str] | None = None,
         filter: FilterLike | None = None,
         as_of: TimeLike | None = None,
-        query: str = "snapshot",
+        query: QueryType = "snapshot",
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
+        batch_size: int | None = None,
+        memory_limit: int | None = None,
+        with_meta_columns: bool = True,
+    ) -> pa.Table:
+        """The result of `scan` (same arguments) as one `pyarrow.Table`."""
+        return self.scan(
+            columns=columns,
+            filter=filter,
+            as_of=as_of,
+            query=query,
+            start=start,
+            end=end,
+            batch_size=batch_size,
+            memory_limit=memory_limit,
+            with_meta_columns=with_meta_columns,
+        ).to_arrow()
+
+    def to_pandas(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike | None = None,
+        as_of: TimeLike | None = None,
+        query: QueryType = "snapshot",
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
+        batch_size: int | None = None,
+        memory_limit: int | None = None,
+        with_meta_columns: bool = True,
+    ) -> pd.DataFrame:
+        """The result of `scan` (same arguments) as a pandas `DataFrame`."""
+        return self.to_arrow(
+            columns=columns,
+            filter=filter,
+            as_of=as_of,
+            query=query,
+            start=start,
+            end=end,
+            batch_size=batch_size,
+            memory_limit=memory_limit,
+            with_meta_columns=with_meta_columns,
+        ).to_pandas()
+
+    def splits(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike | None = None,
+        as_of: TimeLike | None = None,
+        query: QueryType = "snapshot",
         start: TimeLike | None = None,
         end: TimeLike | None = None,
         target_bytes: int = 128 * 1024 * 1024,
@@ -691,6 +958,7 @@ class Table:
     def scan_split(
         self,
         split: Split,
+        *,
         columns: Sequence[str] | None = None,
         filter: FilterLike | None = None,
         batch_size: int | None = None,
@@ -703,8 +971,9 @@ class Table:
 
     def planned_files(
         self,
+        *,
         as_of: TimeLike | None = None,
-        query: str = "snapshot",
+        query: QueryType = "snapshot",
         start: TimeLike | None = None,
         end: TimeLike | None = None,
         filter: FilterLike | None = None,
@@ -738,12 +1007,12 @@ def table_name_of(uri: str) -> str:
 def create_table(
     uri: str,
     schema: pa.Schema,
+    *,
     record_key: str | Sequence[str],
     partition_by: Sequence[str] | None = None,
     ordering_field: str | None = None,
-    table_type: str = "copy_on_write",
+    table_type: TableType = "copy_on_write",
     storage_options: dict[str, str] | None = None,
-    *,
     name: str | None = None,
     hive_style: bool = True,
     heartbeat_interval: float = 10.0,
@@ -875,3 +1144,104 @@ class UpdateSchema:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         if exc_type is None:
             self.commit()
+
+
+def write_table(
+    uri: str,
+    data: ArrowData,
+    *,
+    mode: WriteMode = "create",
+    record_key: str | Sequence[str] | None = None,
+    partition_by: Sequence[str] | None = None,
+    ordering_field: str | None = None,
+    table_type: TableType | None = None,
+    storage_options: dict[str, str] | None = None,
+    schema_mode: SchemaMode = "strict",
+    extra_metadata: Mapping[str, str] | None = None,
+    **create_options: Any,
+) -> Table:
+    """Writes `data` to the table at `uri` in one call, creating the table from `data`'s schema
+    when there is none (as `deltalake.write_deltalake` does), and returns it open.
+
+    `mode`: `"create"` makes a new table and fails with `TableExistsError` when one is there;
+    `"append"` inserts into the table (creating it when absent); `"upsert"` upserts into it
+    (creating it when absent); `"overwrite"` replaces the whole table's rows with `data`
+    (creating it when absent). A new table needs `record_key`; `partition_by`,
+    `ordering_field`, `table_type` (default copy-on-write) and any other `create_table` option
+    (`create_options`: `table_version=`, `name=`, `inline_compaction=`, ...) apply only when it
+    is created, and
+    are refused when it exists and they differ from its own."""
+    if mode not in ("create", "append", "upsert", "overwrite"):
+        raise _native.InvalidArgumentError(
+            f"`mode` is one of 'create', 'append', 'upsert', 'overwrite', not {mode!r}"
+        )
+    stream = _arrow_stream(data)
+    try:
+        table = None if mode == "create" else Table(uri, storage_options=storage_options)
+    except _native.TableNotFoundError:
+        table = None
+    if table is None:
+        if record_key is None:
+            raise _native.InvalidArgumentError(
+                f"there is no table at {uri}: `record_key` is needed to create one"
+            )
+        schema = pa.schema(stream.schema) if isinstance(stream, pa.Table) else None
+        if schema is None:
+            # A stream is read once: take it whole to learn its schema (pass a pyarrow Table to
+            # avoid the copy).
+            stream = pa.RecordBatchReader.from_stream(stream).read_all()
+            schema = stream.schema
+        table = create_table(
+            uri,
+            schema,
+            record_key=record_key,
+            partition_by=partition_by,
+            ordering_field=ordering_field,
+            table_type=table_type or "copy_on_write",
+            storage_options=storage_options,
+            **create_options,
+        )
+    else:
+        _check_same_layout(table, record_key, partition_by, ordering_field, table_type, create_options)
+    operation = {
+        "create": "insert",
+        "append": "insert",
+        "upsert": "upsert",
+        "overwrite": "insert_overwrite_table",
+    }
+    table._write(operation[mode], stream, None, 0, schema_mode, extra_metadata)
+    return table
+
+
+def _check_same_layout(
+    table: Table,
+    record_key: str | Sequence[str] | None,
+    partition_by: Sequence[str] | None,
+    ordering_field: str | None,
+    table_type: TableType | None,
+    create_options: Mapping[str, Any],
+) -> None:
+    """Refuses `write_table` options that describe a table other than the one at its URI."""
+    props = table.properties
+    given: list[tuple[str, object, object]] = []
+    if record_key is not None:
+        keys = [record_key] if isinstance(record_key, str) else list(record_key)
+        given.append(("record_key", keys, props.get("hoodie.table.recordkey.fields", "").split(",")))
+    if partition_by is not None:
+        parts = [p.split(":")[0] for p in props.get("hoodie.table.partition.fields", "").split(",") if p]
+        given.append(("partition_by", [p.split(":")[0] for p in partition_by], parts))
+    if ordering_field is not None:
+        ordering = props.get("hoodie.table.ordering.fields") or props.get("hoodie.table.precombine.field")
+        given.append(("ordering_field", ordering_field, ordering))
+    if table_type is not None:
+        given.append(("table_type", table_type.upper(), props.get("hoodie.table.type", "COPY_ON_WRITE")))
+    for name, wanted, actual in given:
+        if wanted != actual:
+            raise _native.InvalidArgumentError(
+                f"write_table: the table at {table.uri} has {name} {actual!r}, not {wanted!r}"
+            )
+    if create_options:
+        raise _native.InvalidArgumentError(
+            f"write_table: {sorted(create_options)} apply when a table is created; "
+            f"the one at {table.uri} exists"
+        )

@@ -207,7 +207,14 @@ class Catalog:
         if spark is not None:
             from oxlake import spark as oxspark
 
-            df = oxspark.read(spark, self.uri, columns, filt, as_of, storage_options=self.storage_options)
+            df = oxspark.read(
+                spark,
+                self.uri,
+                columns=columns,
+                filter=filt,
+                as_of=as_of,
+                storage_options=self.storage_options,
+            )
             return df.withColumnRenamed("_hoodie_commit_time", "version")
         t = self.table.to_arrow(columns=columns, filter=filt, as_of=as_of)
         return t.rename_columns([*columns[:-1], "version"])
@@ -253,8 +260,8 @@ class Catalog:
             df = oxspark.read(
                 spark,
                 self.uri,
-                [*columns, "_change_type"],
-                filt,
+                columns=[*columns, "_change_type"],
+                filter=filt,
                 query="changes",
                 start=start,
                 end=end,

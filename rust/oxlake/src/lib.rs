@@ -56,4 +56,5 @@ pub use config::{CreateOptions, MergeMode, TableType};
 pub use error::{Error, Result};
 pub use read::{Filter, Op, Predicate, QueryType, ScanOptions};
 pub use table::{Table, TableOptions};
+pub use commit::ReadState;
 pub use write::{BulkSort, WriteConfig, WriteOperation, WriteResult};

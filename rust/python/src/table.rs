@@ -80,6 +80,17 @@ pub fn create_table(
 
 /// An instant as Python's `Instant`: time, action, state, completion time (layout 2).
 type InstantTuple = (String, String, String, Option<String>);
+/// One commit of `Table.commits`: time, action, completion, operation, (inserts, updates,
+/// deletes), (files written, bytes written, file groups replaced), extra metadata.
+type CommitTuple = (
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    (i64, i64, i64),
+    (usize, i64, usize),
+    std::collections::BTreeMap<String, String>,
+);
 
 #[pymethods]
 impl PyTable {
@@ -242,7 +253,9 @@ impl PyTable {
     // ---- writes ---------------------------------------------------------------------------
 
     /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).
-    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict", extra_metadata=None, sort_mode=None))]
+    /// `read_from`: the timeline `(time, action, state)` listed before `data` was read from the
+    /// table (a write by predicate), see `oxlake::ReadState`.
+    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict", extra_metadata=None, sort_mode=None, read_from=None))]
     #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
@@ -254,6 +267,7 @@ impl PyTable {
         schema_mode: &str,
         extra_metadata: Option<std::collections::BTreeMap<String, String>>,
         sort_mode: Option<&str>,
+        read_from: Option<Vec<(String, String, String)>>,
     ) -> PyResult<WriteSummary> {
         let op = WriteOperation::parse(operation)
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
@@ -265,6 +279,7 @@ impl PyTable {
             schema_mode,
             extra_metadata: extra_metadata.unwrap_or_default(),
             bulk_sort: bulk_sort.unwrap_or_default(),
+            read_from: read_from.map(|listed| read_state(&listed)).transpose()?,
             ..WriteConfig::default().with_target_file_size(target_file_size)
         };
         let inner = self.inner.clone();
@@ -273,6 +288,31 @@ impl PyTable {
             t.write(op, batches, &config).await
         })?;
         Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files, r.completion))
+    }
+
+    /// The completed data commits, oldest first: (time, action, completion, operation, inserts,
+    /// updates, deletes, files written, bytes written, file groups replaced, extra metadata).
+    fn commits(&self, py: Python<'_>, include_archived: bool) -> PyResult<Vec<CommitTuple>> {
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            let commits = t.commits(include_archived).await?;
+            Ok(commits
+                .into_iter()
+                .map(|c| {
+                    (
+                        c.instant.time,
+                        c.instant.action.to_string(),
+                        c.instant.completion,
+                        c.operation,
+                        (c.num_inserts, c.num_updates, c.num_deletes),
+                        (c.files_written, c.bytes_written, c.files_replaced),
+                        c.extra_metadata,
+                    )
+                })
+                .collect())
+        })
     }
 
     /// The `extraMetadata` of the completed commit at `instant`.
@@ -475,4 +515,24 @@ fn scalar(v: &Bound<'_, PyAny>) -> PyResult<ScalarValue> {
     } else {
         Ok(ScalarValue::Utf8(Some(v.str()?.to_string())))
     }
+}
+
+/// The [`oxlake::ReadState`] of a timeline as `Table.timeline` gives it: `(time, action, state)`.
+fn read_state(listed: &[(String, String, String)]) -> PyResult<oxlake::ReadState> {
+    use oxlake::format::instant::{Action, Instant, State};
+    let instants = listed
+        .iter()
+        .map(|(time, action, state)| {
+            let action = Action::parse(action)
+                .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown action `{action}` of instant {time}")))?;
+            let state = match state.as_str() {
+                "requested" => State::Requested,
+                "inflight" => State::Inflight,
+                "completed" => State::Completed,
+                other => return Err(InvalidArgumentError::new_err(format!("unknown state `{other}` of instant {time}"))),
+            };
+            Ok(Instant::new(time.clone(), action, state))
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Ok(oxlake::ReadState::of(&instants))
 }

@@ -48,7 +48,7 @@ pub use heartbeat::TaskHeartbeat;
 pub(crate) use heartbeat::{HeartbeatWatch, beating, is_expired};
 pub(crate) use rollback::{remove_unreported_files, rollback_latest, rollback_pending, settle};
 pub use rollback::{rollback_completed, rollback_failed, rollbacks};
-pub use transaction::Transaction;
+pub use transaction::{ReadState, Transaction};
 
 /// Crash and interleaving points for the tests. With `OXLAKE_FAILPOINT=<name>` in the environment
 /// the process aborts at that step, as a `kill -9` would stop it there. With

@@ -242,17 +242,45 @@ pub(crate) async fn forget(table: &Table, time: &str, plan: &CompactionPlan) -> 
 
 /// Removes the claims of slices compacted by instants older than `cutoff`: no compactor plans
 /// from a view that old. A claim is written when its compaction is planned, after its time: only
-/// claims written before the cutoff are read (a clean after every commit reads few).
+/// slices whose claims were all written before the cutoff are read (a clean after every commit
+/// reads few).
+///
+/// A slice's claims go together, the latest generation first, and only once every generation's
+/// owner completed: a compactor walks the generations from the first, so an earlier one removed
+/// while a later one is still pending would let it take the slice beside that later owner.
 pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {
     let storage = table.storage();
     let written_before = crate::format::instant::parse_time(cutoff)?.and_utc();
-    for f in storage.list_dir_before(DIR, written_before).await? {
-        let owner = match storage.get_opt(&f.path).await? {
-            Some(b) => String::from_utf8_lossy(&b).trim().to_string(),
-            None => continue,
+    let old: std::collections::HashSet<String> =
+        storage.list_dir_before(DIR, written_before).await?.into_iter().map(|f| f.path).collect();
+    if old.is_empty() {
+        return Ok(());
+    }
+    let mut slices: std::collections::BTreeMap<String, Vec<(u32, String)>> = std::collections::BTreeMap::new();
+    for f in storage.list_dir(DIR).await? {
+        let (stem, generation) = match f.path.rsplit_once('~') {
+            Some((stem, n)) => (stem.to_string(), n.parse().unwrap_or(u32::MAX)),
+            None => (f.path.clone(), 0),
         };
-        if owner.as_str() < cutoff && table.timeline().instants_at(&owner).iter().any(|i| i.is_completed()) {
-            storage.delete(&f.path).await?;
+        slices.entry(stem).or_default().push((generation, f.path));
+    }
+    'slices: for (_, mut claims) in slices {
+        if !claims.iter().all(|(_, path)| old.contains(path)) {
+            continue;
+        }
+        for (_, path) in &claims {
+            let owner = match storage.get_opt(path).await? {
+                Some(b) => String::from_utf8_lossy(&b).trim().to_string(),
+                None => continue 'slices, // forgotten meanwhile by its compaction
+            };
+            let completed = table.timeline().instants_at(&owner).iter().any(|i| i.is_completed());
+            if owner.as_str() >= cutoff || !completed {
+                continue 'slices;
+            }
+        }
+        claims.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        for (_, path) in &claims {
+            storage.delete(path).await?;
         }
     }
     Ok(())
@@ -308,6 +336,38 @@ mod tests {
         let done = t.compact(&CompactionConfig::default()).await.unwrap();
         assert_eq!(done.file_groups, 1);
         assert!(claims(&t).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn pruning_keeps_every_generation_of_a_slice_until_all_owners_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::MergeOnRead, TableOptions::default()).await;
+        let config = WriteConfig::default();
+        t.write(WriteOperation::Insert, vec![id_city_rows(&[(1, "sf")])], &config).await.unwrap();
+        t.write(WriteOperation::Upsert, vec![id_city_rows(&[(1, "sf")])], &config).await.unwrap();
+        let done: Vec<String> = t.timeline().completed_data().map(|i| i.time.clone()).collect();
+        let pending = "20500101000000000"; // a compaction still planning: not on the timeline
+        let op = |file_id: &str| CompactionOperation {
+            partition_path: "city=sf".into(),
+            file_id: file_id.into(),
+            base_instant_time: done[0].clone(),
+            data_file_path: None,
+            delta_file_paths: vec![],
+        };
+        let put = |path: String, owner: String| {
+            let t = &t;
+            async move { t.storage().put(&path, Bytes::from(owner)).await.unwrap() }
+        };
+        // Slice a: its first owner completed, the one that took it over after it is pending.
+        put(claim_path(&op("a"), 0), done[0].clone()).await;
+        put(claim_path(&op("a"), 1), pending.to_string()).await;
+        // Slice b: both owners completed.
+        put(claim_path(&op("b"), 0), done[0].clone()).await;
+        put(claim_path(&op("b"), 1), done[1].clone()).await;
+        prune(&t, "20991231235959999").await.unwrap();
+        let mut left = claims(&t).await;
+        left.sort();
+        assert_eq!(left, vec![claim_path(&op("a"), 0), claim_path(&op("a"), 1)], "slice a stays whole, b goes");
     }
 
     #[test]

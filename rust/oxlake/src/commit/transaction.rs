@@ -19,6 +19,36 @@ use crate::storage::{FileInfo, Storage};
 use crate::table::Table;
 use crate::table::fs_view::FileGroupId;
 
+/// The data instants (commits, deltacommits, replacecommits, compactions) a read saw, listed
+/// before it planned: what a write of what it read checks conflicts against.
+#[derive(Clone, Debug, Default)]
+pub struct ReadState {
+    /// The completed ones.
+    pub completed: std::collections::BTreeSet<String>,
+    /// All of them, pending ones too: one gone when the write begins was archived (or rolled
+    /// back) since, and what completed after the read may have gone with it: the write then
+    /// conflicts, never guesses.
+    pub listed: std::collections::BTreeSet<String>,
+}
+
+impl ReadState {
+    /// What a read planned on a timeline of `instants` saw.
+    pub fn of<'a>(instants: impl IntoIterator<Item = &'a Instant>) -> Self {
+        let mut state = ReadState::default();
+        for i in instants {
+            let data = i.action.writes_data()
+                || matches!(i.action, Action::Compaction | Action::LogCompaction | Action::Clustering);
+            if data {
+                if i.is_completed() {
+                    state.completed.insert(i.time.clone());
+                }
+                state.listed.insert(i.time.clone());
+            }
+        }
+        state
+    }
+}
+
 /// A write in progress: an instant claimed on the timeline and its heartbeat.
 #[derive(Debug)]
 pub struct Transaction {
@@ -190,10 +220,25 @@ impl Transaction {
         self.epoch
     }
 
-    /// The instant time of this write.
     /// The instant time claimed.
     pub fn time(&self) -> &str {
         &self.instant.time
+    }
+
+    /// Declares that this write's input was read from `table` in the state `read`: the commits
+    /// completed since are checked for conflicts as commits completed during the write are (see
+    /// `WriteConfig::read_from`). A conflict when an instant the read listed has left the active
+    /// timeline (archived or rolled back since): what completed after the read may have been
+    /// archived with it, out of this write's sight.
+    pub fn read_from(&mut self, table: &Table, read: &ReadState) -> Result<()> {
+        if let Some(gone) = read.listed.iter().find(|time| table.timeline().instants_at(time).is_empty()) {
+            return Err(Error::CommitConflict {
+                instant: gone.clone(),
+                detail: format!("the instant {gone} left the active timeline since this write's input was read"),
+            });
+        }
+        self.seen.retain(|time| read.completed.contains(time));
+        Ok(())
     }
 
     /// The action of the instant.

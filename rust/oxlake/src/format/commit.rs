@@ -143,8 +143,14 @@ impl CommitMetadata {
 
     /// Key of the writer schema in `extraMetadata`.
     pub const SCHEMA_KEY: &'static str = "schema";
+
     /// Key of oxlake's exact Arrow schema of the table as this commit leaves it (base64 IPC).
     pub const ARROW_SCHEMA_KEY: &'static str = "oxlake.arrow.schema";
+
+    /// The `extraMetadata` keys a commit records the table's schema under: Apache Hudi's writer
+    /// schema, oxlake's Arrow schema and its column ids (see [`crate::schema::internal`]).
+    pub const SCHEMA_KEYS: [&'static str; 3] =
+        [Self::SCHEMA_KEY, Self::ARROW_SCHEMA_KEY, crate::schema::internal::LATEST_SCHEMA_KEY];
 
     /// Records `schema` (no meta fields) as the table's schema after this commit: Apache Hudi's
     /// Avro writer schema and oxlake's exact Arrow schema.

@@ -26,7 +26,7 @@ use crate::format::instant::{Action, Instant, State};
 use crate::format::log_block::LogBlock;
 use crate::format::lsm;
 use crate::table::Table;
-use crate::table::history::publish_manifest;
+use crate::table::history::{named_version, publish_manifest};
 pub use crate::table::history::{archive_dir, archive_files, history_dir, latest_manifest, read_archived};
 
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
@@ -442,13 +442,6 @@ pub(crate) async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Re
         publish_manifest(table, version).await?;
     }
     Ok(Some(path))
-}
-
-/// The manifest number `_version_` names, if it names one.
-async fn named_version(table: &Table) -> Result<Option<u32>> {
-    let path = format!("{}/{}", history_dir(table), lsm::VERSION_FILE);
-    let text = table.storage().get_opt(&path).await?;
-    Ok(text.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()))
 }
 
 /// Archives the metadata table's own timeline past `config`, never at or after the earliest

@@ -15,7 +15,68 @@ use crate::format::lsm;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, FileSystemView};
 
+/// One completed data commit as [`Table::commits`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitSummary {
+    /// The instant (completed; its completion time on timeline layout 2).
+    pub instant: Instant,
+    /// The write operation recorded (`UPSERT`, `INSERT`, `DELETE`, `COMPACT`, `CLUSTER`, ...).
+    pub operation: Option<String>,
+    /// Records inserted, as its write stats count them.
+    pub num_inserts: i64,
+    /// Records updated.
+    pub num_updates: i64,
+    /// Records deleted.
+    pub num_deletes: i64,
+    /// Files it wrote (base and log files).
+    pub files_written: usize,
+    /// Bytes it wrote.
+    pub bytes_written: i64,
+    /// File groups it replaced (insert overwrite, clustering).
+    pub files_replaced: usize,
+    /// Its `extraMetadata`, without the schema Apache Hudi and oxlake keep there.
+    pub extra_metadata: std::collections::BTreeMap<String, String>,
+}
+
 impl Table {
+    /// The completed data commits (commits, deltacommits, replacecommits), oldest first, with
+    /// what each did; with `include_archived` those archival moved too. Read side by side.
+    pub async fn commits(&self, include_archived: bool) -> Result<Vec<CommitSummary>> {
+        use futures::{StreamExt, TryStreamExt};
+        let merged;
+        let table = if include_archived {
+            merged = self.with_archived_timeline().await?;
+            &merged
+        } else {
+            self
+        };
+        let timeline = table.timeline();
+        futures::stream::iter(timeline.completed_data().cloned())
+            .map(|instant| async move {
+                let meta = timeline.commit_metadata(table.storage(), &instant).await?;
+                let stats: Vec<_> = meta.write_stats().map(|(_, s)| s).collect();
+                Ok::<_, Error>(CommitSummary {
+                    operation: meta.operation_type.clone(),
+                    num_inserts: stats.iter().map(|s| s.num_inserts).sum(),
+                    num_updates: stats.iter().map(|s| s.num_update_writes).sum(),
+                    num_deletes: stats.iter().map(|s| s.num_deletes).sum(),
+                    files_written: stats.iter().filter(|s| s.path.is_some()).count(),
+                    bytes_written: stats.iter().map(|s| s.total_write_bytes).sum(),
+                    files_replaced: meta.partition_to_replace_file_ids.values().map(Vec::len).sum(),
+                    extra_metadata: meta
+                        .extra_metadata
+                        .iter()
+                        .filter(|(k, _)| !crate::format::commit::CommitMetadata::SCHEMA_KEYS.contains(&k.as_str()))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                    instant,
+                })
+            })
+            .buffered(16)
+            .try_collect()
+            .await
+    }
+
     /// The savepointed instants, oldest first.
     pub fn savepoints(&self) -> Vec<String> {
         self.timeline()
@@ -156,8 +217,7 @@ pub fn history_dir(table: &Table) -> String {
 pub async fn latest_manifest(table: &Table) -> Result<(u32, lsm::Manifest)> {
     let storage = table.storage();
     let dir = history_dir(table);
-    let named = storage.get_opt(&format!("{dir}/{}", lsm::VERSION_FILE)).await?;
-    let named = named.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse::<u32>().ok());
+    let named = named_version(table).await?;
     let mut version = match named {
         Some(v) => v,
         None => greatest_listed(table).await?,
@@ -195,13 +255,19 @@ async fn greatest_listed(table: &Table) -> Result<u32> {
 /// Names manifest `version` the latest in `_version_`, unless a later one is named already: of
 /// two runs naming theirs at once, the slower must not move it back.
 pub(crate) async fn publish_manifest(table: &Table, version: u32) -> Result<()> {
-    let path = format!("{}/{}", history_dir(table), lsm::VERSION_FILE);
-    let named = table.storage().get_opt(&path).await?;
-    let named: Option<u32> = named.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse().ok());
-    if named.is_none_or(|n| n < version) {
+    if named_version(table).await?.is_none_or(|n| n < version) {
+        let path = format!("{}/{}", history_dir(table), lsm::VERSION_FILE);
         table.storage().put(&path, Bytes::from(version.to_string())).await?;
     }
     Ok(())
+}
+
+/// The manifest number `_version_` names, if it is there and names one (a reader that cannot
+/// read it takes the greatest manifest listed).
+pub(crate) async fn named_version(table: &Table) -> Result<Option<u32>> {
+    let path = format!("{}/{}", history_dir(table), lsm::VERSION_FILE);
+    let text = table.storage().get_opt(&path).await?;
+    Ok(text.as_deref().and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()))
 }
 
 /// The archived instants of the LSM timeline, completed, with their metadata decoded. A file

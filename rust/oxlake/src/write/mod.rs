@@ -201,12 +201,23 @@ impl Table {
             return self.execute(op, None, config).await;
         };
         let incoming = Arc::new(incoming);
-        let retriable = matches!(
-            op,
-            WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete | WriteOperation::BulkInsert
-        );
+        let retriable = config.read_from.is_none()
+            && matches!(
+                op,
+                WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete | WriteOperation::BulkInsert
+            );
         let mut attempt = 0;
         loop {
+            // A delete none of whose keys are in the table as it is now changes nothing: it
+            // leaves no instant. Looked up before the instant is claimed (and again under it, as
+            // every write does): a key a concurrent write adds after this look is that write's,
+            // committed after this delete.
+            if op == WriteOperation::Delete {
+                self.reload().await?;
+                if plan::plan(self, op, Some(&incoming), config).await?.work.is_empty() {
+                    return Ok(WriteResult::default());
+                }
+            }
             match self.execute(op, Some(incoming.clone()), config).await {
                 Err(Error::CommitConflict { instant, detail }) if retriable && attempt < config.conflict_retries => {
                     attempt += 1;
@@ -260,7 +271,12 @@ impl Table {
         incoming: Option<Arc<Incoming>>,
         config: &WriteConfig,
     ) -> Result<WriteResult> {
-        let tx = self.begin_write(op).await?;
+        let mut tx = self.begin_write(op).await?;
+        if let Some(read) = &config.read_from
+            && let Err(e) = tx.read_from(self, read)
+        {
+            return Err(tx.fail(self, e).await);
+        }
         let incoming = match self.adopt_write_schema(op, incoming).await {
             Ok(incoming) => incoming,
             Err(e) => return Err(tx.fail(self, e).await),
@@ -687,8 +703,7 @@ fn dedup(input: Incoming) -> Result<Incoming> {
 
 /// Refuses extra metadata under the keys the commit's schema is recorded at.
 fn check_extra_metadata(extra: &BTreeMap<String, String>) -> Result<()> {
-    let reserved = [CommitMetadata::SCHEMA_KEY, crate::schema::internal::LATEST_SCHEMA_KEY];
-    match extra.keys().find(|k| reserved.contains(&k.as_str()) || k.is_empty()) {
+    match extra.keys().find(|k| CommitMetadata::SCHEMA_KEYS.contains(&k.as_str()) || k.is_empty()) {
         Some(k) => Err(Error::invalid_arg(
             "extra_metadata",
             format!("`{k}` is where the commit records the table's schema; choose another key"),

@@ -47,7 +47,14 @@ pub struct WriteConfig {
     pub extra_metadata: std::collections::BTreeMap<String, String>,
     /// How a bulk insert orders its records (other operations ignore it).
     pub bulk_sort: super::BulkSort,
+    /// The table state the input was read from, when the input was read from the table itself
+    /// (a delete or an update by predicate: rows read, then written): a commit completed since
+    /// that read is checked for conflicts as one completed during the write is, so that the
+    /// write never overwrites a change it did not read. Such a write is not retried here (its
+    /// input would be stale): the caller reads again.
+    pub read_from: Option<crate::commit::ReadState>,
 }
+
 
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
 /// `<file index>-<task>-<attempt>`).
@@ -84,6 +91,7 @@ impl Default for WriteConfig {
             schema_mode: crate::schema::evolve::SchemaMode::Strict,
             extra_metadata: std::collections::BTreeMap::new(),
             bulk_sort: super::BulkSort::None,
+            read_from: None,
         }
     }
 }
