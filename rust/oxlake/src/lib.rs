@@ -52,9 +52,9 @@ pub mod write;
 #[cfg(test)]
 mod test_support;
 
+pub use commit::ReadState;
 pub use config::{CreateOptions, MergeMode, TableType};
 pub use error::{Error, Result};
 pub use read::{Filter, Op, Predicate, QueryType, ScanOptions};
 pub use table::{Table, TableOptions};
-pub use commit::ReadState;
 pub use write::{BulkSort, WriteConfig, WriteOperation, WriteResult};

@@ -529,7 +529,9 @@ fn read_state(listed: &[(String, String, String)]) -> PyResult<oxlake::ReadState
                 "requested" => State::Requested,
                 "inflight" => State::Inflight,
                 "completed" => State::Completed,
-                other => return Err(InvalidArgumentError::new_err(format!("unknown state `{other}` of instant {time}"))),
+                other => {
+                    return Err(InvalidArgumentError::new_err(format!("unknown state `{other}` of instant {time}")));
+                }
             };
             Ok(Instant::new(time.clone(), action, state))
         })

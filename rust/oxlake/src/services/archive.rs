@@ -26,8 +26,8 @@ use crate::format::instant::{Action, Instant, State};
 use crate::format::log_block::LogBlock;
 use crate::format::lsm;
 use crate::table::Table;
-use crate::table::history::{named_version, publish_manifest};
 pub use crate::table::history::{archive_dir, archive_files, history_dir, latest_manifest, read_archived};
+use crate::table::history::{named_version, publish_manifest};
 
 /// `hoodie.keep.min.commits` / `hoodie.keep.max.commits`: table properties, Apache Hudi's defaults.
 pub const MIN_COMMITS_KEY: &str = "hoodie.keep.min.commits";

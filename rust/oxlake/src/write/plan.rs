@@ -55,7 +55,6 @@ pub struct WriteConfig {
     pub read_from: Option<crate::commit::ReadState>,
 }
 
-
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
 /// `<file index>-<task>-<attempt>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
