@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
+
 from oxlake.spark import DEFAULT_SPLIT_BYTES, _result_schema
 from oxlake.table import FilterLike, Split, Table, _filter
 
@@ -35,7 +37,7 @@ def read(
     splits = table.splits(
         columns=cols, filter=filter, as_of=as_of, target_bytes=split_bytes, min_splits=min_splits
     )
-    meta = _result_schema(table, cols, "snapshot", as_of).empty_table().to_pandas()
+    meta = _pandas(_result_schema(table, cols, "snapshot", as_of).empty_table())
     frame: dd.DataFrame = dd.from_map(  # type: ignore[no-untyped-call]
         _read_split,
         [s.data for s in splits],
@@ -58,4 +60,28 @@ def _read_split(
     filter: str | list[tuple[str, str, object]] | None,
 ) -> pd.DataFrame:
     split = Split(data, 0, 0)
-    return Table(uri, storage_options).scan_split(split, columns=columns, filter=filter).to_pandas()
+    return _pandas(Table(uri, storage_options).scan_split(split, columns=columns, filter=filter).to_arrow())
+
+
+def _pandas(table: pa.Table) -> pd.DataFrame:
+    """`table` in pandas with every column pandas would hold as Python objects (decimals,
+    structs, lists, maps, dates, times, binaries) kept as its Arrow type (`pd.ArrowDtype`):
+    as objects, Dask's string conversion would turn them into strings."""
+    import pandas as pd
+
+    def mapper(t: pa.DataType) -> pd.ArrowDtype | None:
+        return pd.ArrowDtype(t) if _object_in_pandas(t) else None
+
+    return table.to_pandas(types_mapper=mapper)
+
+
+def _object_in_pandas(t: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_decimal(t)
+        or pa.types.is_nested(t)
+        or pa.types.is_date(t)
+        or pa.types.is_time(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_binary(t)
+        or pa.types.is_fixed_size_binary(t)
+    )

@@ -14,6 +14,9 @@ from oxlake import _native
 
 if TYPE_CHECKING:
     import pandas as pd
+    import polars as pl
+
+    from oxlake.merge import Merge
 
 #: A filter: a SQL boolean expression, or (column, op, value) tuples that must all hold.
 FilterLike = str | Sequence[tuple[str, str, Any]]
@@ -202,6 +205,13 @@ class Scan:
 
     def to_pandas(self) -> pd.DataFrame:
         return self.to_arrow().to_pandas()
+
+    def to_polars(self) -> pl.DataFrame:
+        """The stream as a Polars `DataFrame` (`pl.from_arrow` of a stream gives a Series of
+        structs; this gives the table)."""
+        import polars as pl
+
+        return pl.DataFrame(self.to_arrow())
 
 
 def _arrow_stream(data: Any) -> Any:
@@ -691,10 +701,7 @@ class Table:
         transaction, as for `delete(predicate=...)`; `instant` is None when no row matched."""
         if not set:
             raise _native.InvalidArgumentError("update needs at least one column to set")
-        props = self.properties
-        fixed = self._key_columns()
-        ordering = props.get("hoodie.table.ordering.fields") or props.get("hoodie.table.precombine.field")
-        fixed += [o for o in (ordering or "").split(",") if o]
+        fixed = self._fixed_columns()
         schema = self.schema
         for name in set:
             if name not in schema.names:
@@ -711,6 +718,40 @@ class Table:
             return _set_columns(matched, set, schema)
 
         return self._by_predicate("upsert", rows, conflict_retries, extra_metadata)
+
+    def merge(self, source: ArrowData, *, on: str | Sequence[str] | None = None) -> Merge:
+        """Starts a merge of `source` into the table: its rows are matched with the table's by
+        record key (and partition columns: `on`, default those), then the `when_*` clauses of
+        the returned `oxlake.merge.Merge` decide what each row does, and `execute()` writes it
+        as one commit:
+
+            t.merge(changes).when_matched_update(
+                {"fare": pc.field("source", "fare")},
+                condition=pc.field("source", "ts") > pc.field("target", "ts"),
+            ).when_not_matched_insert_all().execute()
+
+        Conditions and values are `pyarrow.compute` expressions over `source` (the source row)
+        and `target` (the stored row). An update sets only the columns it names (a partial
+        update: the others keep the stored values)."""
+        from oxlake import merge
+
+        keys = self._key_columns()
+        table = pa.table(_arrow_stream(source)) if not isinstance(source, pa.Table) else source
+        return merge.start(
+            self.schema,
+            table,
+            keys if on is None else ([on] if isinstance(on, str) else list(on)),
+            keys,
+            self._fixed_columns(),
+            lambda k: self.lookup(k),
+            self._by_predicate,
+        )
+
+    def _fixed_columns(self) -> list[str]:
+        """The columns an update cannot set: record key, partition and ordering fields."""
+        props = self.properties
+        ordering = props.get("hoodie.table.ordering.fields") or props.get("hoodie.table.precombine.field")
+        return self._key_columns() + [o for o in (ordering or "").split(",") if o]
 
     def _key_columns(self) -> list[str]:
         props = self.properties
@@ -982,6 +1023,35 @@ class Table:
         table's `column_stats` and `bloom_filters` (with a filter), before partition pruning."""
         times = self._time(as_of, "as_of"), self._time(start, "start"), self._time(end, "end")
         return list(self._t.planned_files(times[0], query, *times[1:], _filter(filter)))
+
+    def to_polars(
+        self,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: FilterLike | None = None,
+        as_of: TimeLike | None = None,
+        query: QueryType = "snapshot",
+        start: TimeLike | None = None,
+        end: TimeLike | None = None,
+        with_meta_columns: bool = True,
+    ) -> pl.DataFrame:
+        """The result of `scan` (same arguments) as a Polars `DataFrame`; `oxlake.polars.scan`
+        gives a lazy frame that pushes a Polars query's projection and filters into the scan."""
+        return self.scan(
+            columns=columns,
+            filter=filter,
+            as_of=as_of,
+            query=query,
+            start=start,
+            end=end,
+            with_meta_columns=with_meta_columns,
+        ).to_polars()
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The table's latest snapshot as an Arrow stream, read anew at every call: a `Table` is
+        a reusable source for engines that take Arrow streams (`duckdb.sql("from t")` as often
+        as wanted, `pl.DataFrame(t)`, `pa.table(t)`), each seeing the table as it is then."""
+        return self.scan().__arrow_c_stream__(requested_schema)
 
     def _time(self, value: TimeLike | None, name: str) -> str | None:
         if value is None or isinstance(value, str):
