@@ -12,7 +12,7 @@ from pathlib import Path
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import COMPAT, hudi_read, rows, snapshot
+from conftest import COMPAT, CORPUS_ABSENT, hudi_read, rows, snapshot
 
 TS = "hoodie.keygen.timebased."
 EVENTS = pa.schema(
@@ -300,7 +300,7 @@ def test_values_that_make_no_partition_leave_the_table_as_it_was(tmp_path: Path)
 CORPUS = sorted(COMPAT.rglob("*timebasedkeygen*.zip")) if COMPAT.exists() else []
 
 
-@pytest.mark.skipif(not CORPUS, reason="the compatibility corpus is not next to the project")
+@pytest.mark.skipif(not CORPUS, reason=CORPUS_ABSENT)
 @pytest.mark.parametrize("zip_path", CORPUS, ids=lambda z: f"{z.parent.name}/{z.stem}")
 def test_apache_hudi_timestamp_tables_take_writes_in_their_partitions(zip_path: Path, tmp_path: Path) -> None:
     """Every row upserted again lands in the partition Apache Hudi gave it (so no key is in two

@@ -22,7 +22,17 @@ import fastavro
 import oxlake
 import pyarrow.parquet as pq
 import pytest
-from conftest import COMPAT, SCHEMA, hudi_avro_schema, hudi_read, rows, run_paused, trips, trips_table
+from conftest import (
+    COMPAT,
+    CORPUS_ABSENT,
+    SCHEMA,
+    hudi_avro_schema,
+    hudi_read,
+    rows,
+    run_paused,
+    trips,
+    trips_table,
+)
 from test_java_timeline import JAVA_RECORDS
 
 #: Records Apache Hudi 1.x reads from the timeline files oxlake writes, by name: those of version 6
@@ -230,7 +240,7 @@ def writable(z: Path) -> bool:
     return "no_metafields" not in z.name
 
 
-@pytest.mark.skipif(not CORPUS, reason="the compatibility corpus is not next to the project")
+@pytest.mark.skipif(not CORPUS, reason=CORPUS_ABSENT)
 @pytest.mark.parametrize("zip_path", [z for z in CORPUS if writable(z)], ids=lambda z: z.stem)
 def test_apache_hudi_1x_tables_take_writes_and_services(zip_path: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(zip_path) as f:
@@ -548,7 +558,7 @@ V6_CORPUS = (
 )
 
 
-@pytest.mark.skipif(not V6_CORPUS, reason="the compatibility corpus is not next to the project")
+@pytest.mark.skipif(not V6_CORPUS, reason=CORPUS_ABSENT)
 @pytest.mark.parametrize("zip_path", V6_CORPUS, ids=lambda z: f"{z.parent.name}-{z.stem}")
 def test_apache_hudi_v6_tables_upgrade(zip_path: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(zip_path) as f:

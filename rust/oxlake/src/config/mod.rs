@@ -783,6 +783,10 @@ mod fixture_tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn the_unit_property_fixtures_of_apache_hudi() {
         let valid = props("table_props_valid").unwrap();
         assert_eq!((valid.name.as_str(), valid.table_type, valid.version), ("trips", TableType::CopyOnWrite, 6));

@@ -251,6 +251,10 @@ mod tests {
 
     /// The two commit metadata fixtures, JSON (v6) and Avro (v8), decode field by field.
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn the_commit_metadata_fixtures_of_apache_hudi() {
         let v6 = CommitMetadata::from_json("v6_commit.json", &unit_fixture("v6_commit.json")).unwrap();
         let stats: Vec<_> = v6.write_stats().collect();

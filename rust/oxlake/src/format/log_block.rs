@@ -568,6 +568,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn rollback_fixture_decodes_and_re_encodes_byte_for_byte() {
         let data = fixture("valid_log_rollback");
         let b = only_block(&data);
@@ -577,6 +581,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn delete_fixture_decodes() {
         let b = only_block(&fixture("valid_log_delete"));
         assert_eq!(b.block_type, BlockType::Delete);
@@ -589,6 +597,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn data_fixtures_decode() {
         let avro = only_block(&fixture("valid_log_avro_data"));
         assert_eq!(avro.block_type, BlockType::AvroData);

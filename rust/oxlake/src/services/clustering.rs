@@ -434,6 +434,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn reads_the_file_groups_of_apache_hudi_replace_requests() {
         let table = "sample_table/mor/avro/v9_txns_simple_nometa.zip";
         let g = |p: &str, f: &str| (p.to_string(), f.to_string());

@@ -415,6 +415,10 @@ mod tests {
     use crate::test_support::corpus_file;
 
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn reads_the_avro_plans_apache_hudi_writes() {
         let table = "sample_table/mor/avro/v9_txns_simple_nometa.zip";
         let path = ".hoodie/timeline/20260307135839895.compaction.requested";
@@ -450,6 +454,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     fn our_avro_plans_round_trip_and_damaged_plans_are_typed_errors() {
         let plan = CompactionPlan {
             operations: vec![CompactionOperation {

@@ -695,6 +695,10 @@ mod fixture_tests {
     }
 
     #[tokio::test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     async fn commit_metadata_as_apache_hudi_writes_it() {
         let stub = commits("commits_stub").await;
         assert_eq!(
@@ -739,6 +743,10 @@ mod fixture_tests {
     }
 
     #[tokio::test]
+    #[cfg_attr(
+        not(hudi_corpus),
+        ignore = "needs the Apache Hudi corpus: set OXLAKE_SHARED to the folder holding compat/"
+    )]
     async fn schema_from_the_base_file_a_commit_wrote() {
         // (fixture, type, base files its commits name, of which still on disk): the merge-on-read
         // fixture keeps only one of its three, so the schema comes from the one that is there.
