@@ -100,9 +100,35 @@ def test_polars_predicates_translate_to_oxlake_filters() -> None:
     assert sql((pl.col("id") > 1) & (pl.col("city").str.len_chars() > 2)) == '("id" > 1)'
     assert sql((pl.col("id") > 1) | (pl.col("city").str.len_chars() > 2)) is None
     assert sql(~((pl.col("id") > 1) & (pl.col("city").str.len_chars() > 2))) is None
-    # Literals of another kind than the column's are not pushed (no cast could change a result).
+    # Literals of another kind than the column's are not pushed (no cast could change a result),
+    # nor comparisons of floating-point columns (NaN, -0.0 and float32 literals compare
+    # differently in Polars and DataFusion).
     assert sql(pl.col("city") == 1) is None
     assert sql(pl.col("nope") == 1) is None
+    assert sql(pl.col("fare") == 0.0) is None
+    assert sql((pl.col("fare") > 1) & (pl.col("id") == 2)) == '("id" = 2)'
+    assert sql(pl.col("id") == 2**70) is None
+
+
+def test_the_polars_query_reaches_the_scan(filled: oxlake.Table, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What Polars hands the source (typed literals, the projection with the predicate's
+    columns) becomes the scan's filter and columns."""
+    seen: list[dict[str, Any]] = []
+    scan = oxlake.Table.scan
+
+    def spy(self: oxlake.Table, **kwargs: Any) -> oxlake.Scan:
+        seen.append(kwargs)
+        return scan(self, **kwargs)
+
+    monkeypatch.setattr(oxlake.Table, "scan", spy)
+    lazy = oxlake.polars.scan(filled).filter(
+        (pl.col("city") == "sf") & (pl.col("id") > 20) & (pl.col("fare") > 1)
+    )
+    got = lazy.select("id").collect()
+    last = seen[-1]
+    assert sorted(got["id"]) == [r["id"] for r in rows(filled.to_arrow(filter="city = 'sf' AND id > 20"))]
+    assert last["filter"] == '(("city" = \'sf\') AND ("id" > 20))'
+    assert sorted(last["columns"]) == ["city", "fare", "id"]
 
 
 _VALUES = st.integers(min_value=-3, max_value=33)

@@ -127,6 +127,43 @@ def test_merges_that_would_be_wrong_are_refused_and_leave_the_table(six: oxlake.
     assert by_id(six) == before and commits(six) == n
 
 
+def test_sources_that_cannot_be_matched_by_value_are_refused(six: oxlake.Table) -> None:
+    """Null, empty and default-named partition values share one partition path, so matching by
+    value would decide on the wrong row; stored duplicates of a key (bulk_insert keeps them)
+    would be decided twice."""
+    before, n = by_id(six), commits(six)
+    for city in [None, "", "__HIVE_DEFAULT_PARTITION__"]:
+        src = pa.table(
+            {**{c: source([0], ts=9).column(c) for c in SCHEMA.names}, "city": pa.array([city], pa.string())}
+        )
+        with pytest.raises(oxlake.InvalidDataError, match="`city`"):
+            six.merge(src)
+    m = six.merge(source([0], ts=9))
+    with pytest.raises(oxlake.InvalidArgumentError, match="cannot set `id`"):
+        m.when_not_matched_insert({"id": S("source", "id") + 1000})
+    with pytest.raises(oxlake.InvalidArgumentError, match="true or false"):
+        m.when_matched_update({"name": "x"}, condition=S("source", "ts")).execute()
+    assert by_id(six) == before and commits(six) == n
+    if six.properties.get("hoodie.table.type") == "COPY_ON_WRITE":
+        six.bulk_insert(trips([1], ts=5))
+        with pytest.raises(oxlake.InvalidDataError, match="more than once"):
+            six.merge(source([1], ts=9)).when_matched_update_all().execute()
+
+
+def test_sources_of_other_engines_and_types_are_written_in_the_table_types(six: oxlake.Table) -> None:
+    """A Polars frame (string_view columns) or int32 values: cast losslessly to the table's types,
+    also when updated and inserted rows meet in one commit."""
+    pl = pytest.importorskip("polars")
+    frame = pl.DataFrame(source([0, 20], ts=9))
+    six.merge(frame).when_matched_update(
+        {"fare": S("source", "fare"), "name": "upd"}
+    ).when_not_matched_insert_all().execute()
+    got = by_id(six)
+    assert (got[0]["name"], got[0]["fare"], got[20]["name"]) == ("upd", 100.0, "s20")
+    with pytest.raises(oxlake.SchemaMismatchError, match="`ts`"):
+        six.merge(source([30], ts=9)).when_not_matched_insert({"ts": 1.5}).execute()
+
+
 def test_a_commit_between_the_read_and_the_write_makes_the_merge_decide_again(six: oxlake.Table) -> None:
     """The stored row changes after the merge read it: without retries the merge conflicts (its
     decision was taken on a stale row); with one it reads again and decides on the new row."""

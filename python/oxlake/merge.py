@@ -3,7 +3,7 @@ happens (`when_matched_update`, `when_matched_delete`, `when_not_matched_insert`
 one commit that is one transaction with the read of the matched rows.
 
 Conditions and values are `pyarrow.compute` expressions over two struct columns, `source` (the
-source row) and `target` (the table's current row; all null for a row not matched):
+source row) and `target` (the table's current row; its fields null for a row not matched):
 `pc.field("source", "ts") > pc.field("target", "ts")`.
 """
 
@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from oxlake.table import WriteResult
 
 _META_PREFIX = "_hoodie_"
+#: The partition path of null and empty partition values (Apache Hudi's default partition).
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 #: Runs a write of what a read gives as one transaction with that read (`Table._by_predicate`).
 Transact = Callable[[str, Callable[[], pa.Table], int, Mapping[str, str] | None], "WriteResult"]
@@ -83,6 +85,11 @@ class Merge:
         gives are null."""
         for name in values:
             self._check_column(name, "when_not_matched_insert")
+            if name in self._on:
+                raise _native.InvalidArgumentError(
+                    f"when_not_matched_insert cannot set `{name}`: the key and partition columns of an "
+                    "inserted row are the source's (the ones matched and found absent)"
+                )
         return self._with(_Clause("insert", condition, dict(values)))
 
     def when_not_matched_insert_all(self, *, condition: pc.Expression | None = None) -> Merge:
@@ -147,6 +154,10 @@ class Merge:
                 if (clause.kind == "insert") != (kind == "unmatched") or rows.num_rows == 0:
                     continue
                 holds = _evaluate(rows, clause.condition) if clause.condition is not None else None
+                if holds is not None and not pa.types.is_boolean(holds.type):
+                    raise _native.InvalidArgumentError(
+                        f"a merge condition must be true or false, {clause.condition} is {holds.type}"
+                    )
                 mine = _and_not(holds, taken, rows.num_rows)
                 taken = _or(taken, mine)
                 chosen = rows.filter(mine)
@@ -180,7 +191,7 @@ class Merge:
                 columns[f.name] = source.field(f.name)
             else:
                 columns[f.name] = pa.nulls(rows.num_rows, f.type)
-        return pa.table(columns)
+        return pa.table({f.name: _typed(columns[f.name], f) for f in fields})
 
     # -- helpers ----------------------------------------------------------------------------
 
@@ -207,6 +218,7 @@ class Merge:
 
 
 def start(
+    properties: Mapping[str, str],
     table_schema: pa.Schema,
     source: pa.Table,
     on: Sequence[str],
@@ -231,18 +243,38 @@ def start(
         raise _native.SchemaMismatchError(
             f"the merge source has columns the table lacks: {unknown} (evolve the schema first)"
         )
-    for name in on:  # keys compare in the table's types
-        want = table_schema.field(name).type
+    keygen = (
+        properties.get("hoodie.table.keygenerator.type")
+        or properties.get("hoodie.table.keygenerator.class", "")
+    ).upper()
+    if "TIMESTAMP" in keygen or "CUSTOM" in keygen:
+        raise _native.UnsupportedError(
+            "merge matches rows by their column values; on a table partitioned by time "
+            f"({keygen.lower()}) several values name one partition: use upsert"
+        )
+    for name in on:  # the writer takes null, "" and the default name to one partition path
         column = source.column(name)
-        if column.type != want:
-            try:
-                column = column.cast(want, safe=True)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise _native.SchemaMismatchError(
-                    f"the merge source's key column `{name}` is {source.column(name).type}, "
-                    f"the table's {want}: {e}"
-                ) from None
-            source = source.set_column(source.schema.get_field_index(name), name, column)
+        bad = column.null_count > 0
+        if not bad and (
+            pa.types.is_string(column.type)
+            or pa.types.is_large_string(column.type)
+            or pa.types.is_string_view(column.type)
+        ):
+            import pyarrow.compute as pc
+
+            text = column.cast(pa.large_string())
+            empty = pc.or_(pc.equal(text, ""), pc.equal(text, DEFAULT_PARTITION))
+            bad = bool(pc.any(empty).as_py())
+        if bad:
+            raise _native.InvalidDataError(
+                f"the merge source's key column `{name}` holds null, empty or {DEFAULT_PARTITION!r} values: "
+                "such rows cannot be matched by value (they share one partition path)"
+            )
+    # The source in the table's types (lossless casts only): keys compare in them, and every
+    # later step (takes, the clauses' columns) works on one set of types.
+    source = pa.table(
+        {name: _typed(source.column(name), table_schema.field(name)) for name in source.column_names}
+    )
     if source.num_rows:
         import pyarrow.compute as pc
 
@@ -262,6 +294,16 @@ def _match(source: pa.Table, target: pa.Table, on: Sequence[str]) -> tuple[list[
     left = source.select(list(on)).append_column("__source", pa.array(range(source.num_rows), pa.int64()))
     right = target.select(list(on)).append_column("__target", pa.array(range(target.num_rows), pa.int64()))
     joined = left.join(right, keys=list(on), join_type="left outer")
+    if joined.num_rows != source.num_rows:
+        import pyarrow.compute as pc
+
+        counts = joined.group_by("__source").aggregate([([], "count_all")])
+        twice = counts.filter(pc.greater(counts.column("count_all"), 1)).column("__source").to_pylist()
+        example = source.take(pa.array(twice[:3], pa.int64())).select(list(on)).to_pylist()
+        raise _native.InvalidDataError(
+            f"the table holds {len(twice)} of the merge's keys more than once, e.g. {example} "
+            "(bulk_insert keeps duplicate keys): upsert them once to combine them, then merge"
+        )
     positions = joined.column("__source").to_pylist()
     matches = joined.column("__target").to_pylist()
     order = sorted(range(len(positions)), key=positions.__getitem__)
@@ -301,6 +343,19 @@ def _value(rows: pa.Table, value: Any, field: pa.Field, clause: str) -> pa.Array
     except (pa.ArrowException, TypeError) as e:
         raise _native.SchemaMismatchError(
             f"merge {clause}: the value {value!r} for `{field.name}`: {e}"
+        ) from None
+
+
+def _typed(column: Any, field: pa.Field) -> Any:
+    """`column` in the table's type of `field`, by a cast that loses nothing (as every write
+    takes its input), else a `SchemaMismatchError` naming the column."""
+    if column.type == field.type:
+        return column
+    try:
+        return column.cast(field.type, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise _native.SchemaMismatchError(
+            f"merge: the values for `{field.name}` are {column.type}, the table's column {field.type}: {e}"
         ) from None
 
 

@@ -180,9 +180,11 @@ def _column(node: Any, schema: pa.Schema) -> str:
 
 
 def _literal(node: Any, column_type: pa.DataType) -> str:
-    """`node` as a SQL literal comparable with a column of `column_type` without a cast that
-    could change the comparison: numbers with numeric columns, strings with string columns,
-    booleans with boolean columns."""
+    """`node` as a SQL literal that compares with a column of `column_type` as Polars compares:
+    integers with integer columns, strings with string columns, booleans with boolean columns.
+    Floating-point and decimal columns are never pushed: Polars and DataFusion differ on NaN
+    (Polars orders it above every number; Parquet statistics leave it out), on -0.0, and on
+    literals DataFusion would widen or cast (a float32 0.1 is not the float64 0.1)."""
     if not isinstance(node, Mapping) or "Literal" not in node or not isinstance(node["Literal"], Mapping):
         raise _Untranslatable
     literal = node["Literal"]
@@ -190,28 +192,21 @@ def _literal(node: Any, column_type: pa.DataType) -> str:
     if not isinstance(values, Mapping) or len(values) != 1:
         raise _Untranslatable
     ((kind, value),) = values.items()
-    numeric = (
-        pa.types.is_integer(column_type)
-        or pa.types.is_floating(column_type)
-        or pa.types.is_decimal(column_type)
-    )
     if isinstance(value, bool):
-        if not pa.types.is_boolean(column_type):
+        if kind != "Boolean" or not pa.types.is_boolean(column_type):
             raise _Untranslatable
         return "TRUE" if value else "FALSE"
-    if isinstance(value, int) and kind in _INTEGER_KINDS and numeric:
-        return str(value)
-    if isinstance(value, float) and kind in ("Float", "Float32", "Float64") and numeric:
-        if value != value or value in (float("inf"), float("-inf")):
+    if isinstance(value, int) and kind in _INTEGER_KINDS and pa.types.is_integer(column_type):
+        if not -(2**63) <= value < 2**63:
             raise _Untranslatable
-        return repr(value)
-    if (
-        isinstance(value, str)
-        and kind in ("String", "Str")
-        and (pa.types.is_string(column_type) or pa.types.is_large_string(column_type))
-    ):
+        return str(value)
+    if isinstance(value, str) and kind in ("String", "Str") and _is_string(column_type):
         return "'" + value.replace("'", "''") + "'"
     raise _Untranslatable
+
+
+def _is_string(t: pa.DataType) -> bool:
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t))
 
 
 _INTEGER_KINDS = ("Int", "Int8", "Int16", "Int32", "Int64", "UInt8", "UInt16", "UInt32", "UInt64")

@@ -704,7 +704,7 @@ class Table:
         fixed = self._fixed_columns()
         schema = self.schema
         for name in set:
-            if name not in schema.names:
+            if name not in schema.names or name.startswith(_META_PREFIX):
                 raise _native.SchemaMismatchError(
                     f"update sets `{name}`, which the table lacks: {schema.names}"
                 )
@@ -738,6 +738,7 @@ class Table:
         keys = self._key_columns()
         table = pa.table(_arrow_stream(source)) if not isinstance(source, pa.Table) else source
         return merge.start(
+            self.properties,
             self.schema,
             table,
             keys if on is None else ([on] if isinstance(on, str) else list(on)),

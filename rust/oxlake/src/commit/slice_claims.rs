@@ -278,7 +278,7 @@ pub(crate) async fn prune(table: &Table, cutoff: &str) -> Result<()> {
                 continue 'slices;
             }
         }
-        claims.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        claims.sort_unstable_by_key(|c| std::cmp::Reverse(c.0));
         for (_, path) in &claims {
             storage.delete(path).await?;
         }
