@@ -269,31 +269,22 @@ def job(uri: str, data: pa.Table) -> list[oxlake.Commit]:
 """
 
 
+def mypy_strict(script: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "MYPYPATH": str(Path(oxlake.__file__).parent.parent)}
+    command = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(cache), str(script)]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=600, env=env)
+
+
 def test_a_typed_user_script_passes_mypy_strict(tmp_path: Path) -> None:
     """The API's types serve a user's own type checking: a script using it passes `mypy
     --strict` (Literal arguments, typed results, no Any leaking into the user's code)."""
     script = tmp_path / "job.py"
     script.write_text(USER_SCRIPT)
-    env = {**os.environ, "MYPYPATH": str(Path(oxlake.__file__).parent.parent)}
-    checked = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), str(script)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env=env,
-    )
+    checked = mypy_strict(script, tmp_path / "cache")
     assert checked.returncode == 0, checked.stdout + checked.stderr
     wrong = tmp_path / "wrong.py"
     wrong.write_text(USER_SCRIPT.replace('query="snapshot"', 'query="snapshots"'))
-    refused = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), str(wrong)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-        env=env,
-    )
+    refused = mypy_strict(wrong, tmp_path / "cache")
     assert refused.returncode == 1 and "snapshots" in refused.stdout, refused.stdout
 
 

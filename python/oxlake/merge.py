@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from oxlake import _native
+from oxlake.table import _META_PREFIX
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 
     from oxlake.table import WriteResult
 
-_META_PREFIX = "_hoodie_"
 #: The partition path of null and empty partition values (Apache Hudi's default partition).
 DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
@@ -133,18 +133,15 @@ class Merge:
         source = self._source
         target = self._lookup(source.select(list(self._on)))
         target = target.select([c for c in target.column_names if not c.startswith(_META_PREFIX)])
-        source_rows, target_rows = _match(source, target, self._on)
+        source_at, target_at = _match(source, target, self._on)
         fields = self._data_fields()
-        empty_target = pa.table({f.name: pa.nulls(0, f.type) for f in fields})
-        target_aligned = target.select([f.name for f in fields]) if target.num_rows else empty_target
+        target_aligned = target.select([f.name for f in fields]) if target.num_rows else _null_rows(fields, 0)
 
-        matched_at = [i for i, t in enumerate(target_rows) if t is not None]
-        unmatched_at = [i for i, t in enumerate(target_rows) if t is None]
-        matched = _pair(
-            source.take(pa.array([source_rows[i] for i in matched_at], pa.int64())),
-            target_aligned.take(pa.array([target_rows[i] for i in matched_at], pa.int64())),
-        )
-        unmatched_source = source.take(pa.array([source_rows[i] for i in unmatched_at], pa.int64()))
+        import pyarrow.compute as pc
+
+        found = target_at.is_valid()
+        matched = _pair(source.take(source_at.filter(found)), target_aligned.take(target_at.filter(found)))
+        unmatched_source = source.take(source_at.filter(pc.invert(found)))
         unmatched = _pair(unmatched_source, _null_rows(fields, unmatched_source.num_rows))
 
         out: list[pa.Table] = []
@@ -289,8 +286,8 @@ def start(
     return Merge(table_schema, source, tuple(on), tuple(fixed), lookup, transact)
 
 
-def _match(source: pa.Table, target: pa.Table, on: Sequence[str]) -> tuple[list[int], list[int | None]]:
-    """For each source row (by position), the position of its target row or None."""
+def _match(source: pa.Table, target: pa.Table, on: Sequence[str]) -> tuple[pa.Array, pa.Array]:
+    """One pair of positions per source row: the row's, and its target row's (null: none)."""
     left = source.select(list(on)).append_column("__source", pa.array(range(source.num_rows), pa.int64()))
     right = target.select(list(on)).append_column("__target", pa.array(range(target.num_rows), pa.int64()))
     joined = left.join(right, keys=list(on), join_type="left outer")
@@ -304,10 +301,7 @@ def _match(source: pa.Table, target: pa.Table, on: Sequence[str]) -> tuple[list[
             f"the table holds {len(twice)} of the merge's keys more than once, e.g. {example} "
             "(bulk_insert keeps duplicate keys): upsert them once to combine them, then merge"
         )
-    positions = joined.column("__source").to_pylist()
-    matches = joined.column("__target").to_pylist()
-    order = sorted(range(len(positions)), key=positions.__getitem__)
-    return [positions[i] for i in order], [matches[i] for i in order]
+    return joined.column("__source").combine_chunks(), joined.column("__target").combine_chunks()
 
 
 def _pair(source: pa.Table, target: pa.Table) -> pa.Table:
