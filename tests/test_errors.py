@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import oxlake
 import pyarrow as pa
@@ -98,3 +102,36 @@ def test_errors_share_one_base_class() -> None:
         oxlake.StorageError,
     ):
         assert issubclass(cls, oxlake.OxlakeError)
+
+
+@pytest.mark.parametrize(
+    ("absent", "call", "extra"),
+    [
+        (["pandas"], lambda t: t.to_pandas(), "pandas"),
+        (["pandas"], lambda t: t.scan().to_pandas(), "pandas"),
+        (["polars"], lambda t: t.to_polars(), "polars"),
+        (["polars"], lambda t: oxlake.polars.scan(t), "polars"),
+        (["dask", "dask.dataframe"], lambda t: oxlake.dask.read(t.uri), "dask"),
+    ],
+)
+def test_a_missing_extra_is_named(
+    filled: oxlake.Table, monkeypatch: pytest.MonkeyPatch, absent: list[str], call: Any, extra: str
+) -> None:
+    import oxlake.dask
+    import oxlake.polars
+
+    for module in absent:
+        monkeypatch.setitem(sys.modules, module, None)  # `import` of it now fails as if absent
+    with pytest.raises(oxlake.MissingDependencyError, match=re.escape(f"pip install 'oxlake[{extra}]'")) as e:
+        call(filled)
+    assert isinstance(e.value, ImportError) and isinstance(e.value, oxlake.OxlakeError)
+
+
+def test_oxlake_spark_without_pyspark_names_the_extra() -> None:
+    code = (
+        "import sys; sys.modules['pyspark'] = None\n"
+        "try:\n    import oxlake.spark\nexcept ImportError as e:\n    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("MissingDependencyError oxlake.spark needs pyspark"), out
+    assert "pip install 'oxlake[spark]'" in out

@@ -7,6 +7,7 @@
 >>> t.to_pandas(filter="city = 'sf'")                                   # doctest: +SKIP
 """
 
+from oxlake._engine import MissingDependencyError
 from oxlake._native import (
     CommitConflictError,
     CorruptTableError,
@@ -55,6 +56,7 @@ __all__ = [
     "Instant",
     "InvalidArgumentError",
     "InvalidDataError",
+    "MissingDependencyError",
     "OxlakeError",
     "Progress",
     "QueryType",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from oxlake.spark import DEFAULT_SPLIT_BYTES, _result_schema
+from oxlake._engine import DEFAULT_SPLIT_BYTES, require, result_schema
 from oxlake.table import FilterLike, Split, Table, _filter
 
 if TYPE_CHECKING:
@@ -30,6 +30,8 @@ def read(
     split of about `split_bytes` of files; partitions the filter rules out get no partition.
     With `min_splits` (the cluster's workers, say), files read without logs are cut by rows
     when there are fewer splits than that (`Table.splits`)."""
+    require("dask.dataframe", needed_by="oxlake.dask.read")
+    require("pandas", needed_by="oxlake.dask.read")
     import dask.dataframe as dd
 
     table = Table(uri, storage_options)
@@ -37,7 +39,7 @@ def read(
     splits = table.splits(
         columns=cols, filter=filter, as_of=as_of, target_bytes=split_bytes, min_splits=min_splits
     )
-    meta = _pandas(_result_schema(table, cols, "snapshot", as_of).empty_table())
+    meta = _pandas(result_schema(table, cols, "snapshot", as_of).empty_table())
     frame: dd.DataFrame = dd.from_map(  # type: ignore[no-untyped-call]
         _read_split,
         [s.data for s in splits],

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from oxlake import _native
-from oxlake.table import _META_PREFIX
+from oxlake._engine import META_PREFIX as _META_PREFIX
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from oxlake._engine import require
 from oxlake.table import QueryType, Table, TimeLike
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ def scan(
     reads the table as it is then (for `as_of=None`), so the frame can be collected again after
     more commits.
     """
+    require("polars", needed_by="oxlake.polars.scan")
     import polars as pl
     from polars.io.plugins import register_io_source
 

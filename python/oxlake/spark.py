@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from oxlake import _native
+from oxlake._engine import DEFAULT_SPLIT_BYTES, read_columns, require, result_schema
 from oxlake.table import (
     FilterLike,
     Instant,
@@ -42,10 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-#: Split size a read aims for (bytes of Parquet and log files per task).
-DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
-_META_PREFIX = "_hoodie_"
-_CHANGE_TYPE = "_change_type"
+require("pyspark", needed_by="oxlake.spark")
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
@@ -115,39 +113,6 @@ def _as_spark(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[
             yield batch.cast(in_micros, safe=False).cast(target)
 
 
-def _read_columns(
-    table: Table,
-    columns: Sequence[str] | None,
-    with_meta_columns: bool,
-    query: str = "snapshot",
-    as_of: str | None = None,
-) -> list[str] | None:
-    if columns is not None:
-        return list(columns)
-    if with_meta_columns:
-        return None
-    return [f.name for f in _query_schema(table, query, as_of) if not f.name.startswith(_META_PREFIX)]
-
-
-def _query_schema(table: Table, query: str, as_of: str | None) -> pa.Schema:
-    """The table's columns as a query reads them (time travel: as of its instant)."""
-    return table.schema_as_of(as_of) if as_of is not None and query == "snapshot" else table.schema
-
-
-def _result_schema(
-    table: Table, columns: list[str] | None, query: str, as_of: str | None = None
-) -> pa.Schema:
-    schema = _query_schema(table, query, as_of)
-    if query == "changes":
-        schema = schema.append(pa.field(_CHANGE_TYPE, pa.string()))
-    if columns is None:
-        return schema
-    missing = [c for c in columns if c not in schema.names]
-    if missing:
-        raise _native.InvalidArgumentError(f"unknown columns {missing} (the table has {schema.names})")
-    return pa.schema([schema.field(c) for c in columns])
-
-
 def read(
     spark: SparkSession,
     uri: str,
@@ -168,7 +133,7 @@ def read(
     the columns asked for. A table of fewer files than Spark's default parallelism has its
     files cut by rows, so that every core reads a part."""
     table = Table(uri, storage_options)
-    cols = _read_columns(table, columns, with_meta_columns, query, as_of)
+    cols = read_columns(table, columns, with_meta_columns, query, as_of)
     parallelism = spark.sparkContext.defaultParallelism
     splits = table.splits(
         columns=cols,
@@ -180,7 +145,7 @@ def read(
         target_bytes=split_bytes,
         min_splits=parallelism,
     )
-    schema = _result_schema(table, cols, query, as_of)
+    schema = result_schema(table, cols, query, as_of)
     rows = [(i, s.data) for i, s in enumerate(splits)]
     descriptors = spark.sparkContext.parallelize(rows, len(rows)).toDF("split_id int, split binary")
     filt = _filter(filter)

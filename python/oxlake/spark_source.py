@@ -66,17 +66,15 @@ except ImportError:  # Spark 4.0: no Arrow stream writer
     _ARROW_STREAM_WRITER = False
 
 from oxlake import _native
+from oxlake._engine import DEFAULT_SPLIT_BYTES, read_columns, result_schema
 from oxlake.spark import (
     DEFAULT_CHECKPOINT_IDENTIFIER,
-    DEFAULT_SPLIT_BYTES,
     SINK_CHECKPOINT_KEY,
     _arrow_schema_of,
     _as_spark,
     _check_sort_mode,
     _from_spark,
     _open_or_create,
-    _read_columns,
-    _result_schema,
     _task_id,
     committed_batch,
     spark_schema,
@@ -155,8 +153,8 @@ class OxlakeDataSource(DataSource):
         table = opts.table()
         query, as_of = opts.get("query") or "snapshot", opts.get("as_of")
         meta = _flag(opts.get("with_meta_columns"), True)
-        columns = _read_columns(table, _list(opts.get("columns")), meta, query, as_of)
-        return opts, columns, _result_schema(table, columns, query, as_of)
+        columns = read_columns(table, _list(opts.get("columns")), meta, query, as_of)
+        return opts, columns, result_schema(table, columns, query, as_of)
 
     def schema(self) -> StructType:
         return spark_schema(self._read_plan()[2])

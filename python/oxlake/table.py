@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias,
 import pyarrow as pa
 
 from oxlake import _native
+from oxlake._engine import CHANGE_TYPE as _CHANGE_TYPE
+from oxlake._engine import META_PREFIX as _META_PREFIX
+from oxlake._engine import require
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -204,11 +207,13 @@ class Scan:
         return self.reader().read_all()
 
     def to_pandas(self) -> pd.DataFrame:
+        require("pandas", needed_by="to_pandas")
         return self.to_arrow().to_pandas()
 
     def to_polars(self) -> pl.DataFrame:
         """The stream as a Polars `DataFrame` (`pl.from_arrow` of a stream gives a Series of
         structs; this gives the table)."""
+        require("polars", needed_by="to_polars")
         import polars as pl
 
         return pl.DataFrame(self.to_arrow())
@@ -268,10 +273,6 @@ def _filter(filter: FilterLike | None) -> str | list[tuple[str, str, Any]] | Non
         if len(c) != 3:
             raise _native.InvalidArgumentError(f"`filter`: {c!r} is not a (column, op, value) tuple")
     return clauses
-
-
-_META_PREFIX = "_hoodie_"
-_CHANGE_TYPE = "_change_type"
 
 
 def _set_columns(rows: pa.Table, values: Mapping[str, Any], schema: pa.Schema) -> pa.Table:
@@ -961,6 +962,7 @@ class Table:
         with_meta_columns: bool = True,
     ) -> pd.DataFrame:
         """The result of `scan` (same arguments) as a pandas `DataFrame`."""
+        require("pandas", needed_by="to_pandas")
         return self.to_arrow(
             columns=columns,
             filter=filter,
