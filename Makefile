@@ -6,16 +6,20 @@ PYTHON     ?= python3
 export CARGO_TARGET_DIR ?= $(CURDIR)/target
 export PYSPARK_PYTHON := $(CURDIR)/$(VENV)/bin/python
 
-.PHONY: demo test develop rust-test py-test spark35-test stress-long fuzz lint bench bench-mor bench-spark clean
+.PHONY: demo test develop wheel wheel-test rust-test py-test spark35-test stress-long fuzz lint bench bench-mor bench-spark clean
 
 $(VENV)/.ready: pyproject.toml
+	@echo "== creating $(VENV) (Python $$($(PYTHON) -c 'import platform; print(platform.python_version())'))"
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "maturin>=1.8,<2"
 	touch $@
 
 develop: $(VENV)/.ready
-	cd $(CURDIR) && VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test -q
+	@echo "== building the extension (release profile, target dir $(CARGO_TARGET_DIR)) and installing it with"
+	@echo "   the test dependencies into $(VENV): the first build compiles DataFusion and takes about"
+	@echo "   20 minutes on 2 cores (cargo's progress below); later builds take seconds to a few minutes"
+	cd $(CURDIR) && VIRTUAL_ENV=$(CURDIR)/$(VENV) $(VENV)/bin/maturin develop --release --extras test
 
 demo: develop
 	$(PY) -m oxlake.demo
@@ -40,6 +44,19 @@ $(SPARK35)/.ready:
 spark35-test: develop $(SPARK35)/.ready
 	PYTHONPATH=$(CURDIR)/python PYSPARK_PYTHON=$(CURDIR)/$(SPARK35)/bin/python \
 		$(SPARK35)/bin/python -m pytest -q -p no:cacheprovider tests/test_spark.py tests/test_streaming.py
+
+# One abi3 wheel (CPython 3.11+, the lowest manylinux tag its symbols allow, checked by maturin's
+# auditwheel) and the sdist, into dist/; wheel-test installs the wheel in a new venv outside the
+# tree and runs the smoke suite there (tests/smoke/run).
+wheel: $(VENV)/.ready
+	@echo "== the wheel and the sdist into dist/ (the first build compiles DataFusion: 20+ minutes)"
+	rm -rf dist
+	$(VENV)/bin/maturin sdist --out dist
+	$(VENV)/bin/maturin build --release --strip --auditwheel check --out dist
+	@ls -l dist
+
+wheel-test: wheel
+	tests/smoke/run
 
 # The stress suite at the sizes of the issue (tests/stress/README.md): long, outside the default run.
 stress-long: develop

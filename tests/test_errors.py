@@ -135,3 +135,19 @@ def test_oxlake_spark_without_pyspark_names_the_extra() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.startswith("MissingDependencyError oxlake.spark needs pyspark"), out
     assert "pip install 'oxlake[spark]'" in out
+
+
+def test_a_column_without_a_type_is_refused(tmp_path: Path, filled: oxlake.Table) -> None:
+    # What pyarrow infers from an empty or all-null list: Arrow's `null` type.
+    table_path = str(tmp_path / "new")
+    untyped = pa.table({"id": pa.array([], pa.int64()), "city": []})
+    with pytest.raises(oxlake.SchemaMismatchError, match="column `city` has Arrow type null"):
+        oxlake.create_table(table_path, untyped.schema, record_key="id")
+    nested = pa.schema([pa.field("id", pa.int64()), pa.field("s", pa.struct([pa.field("x", pa.null())]))])
+    with pytest.raises(oxlake.SchemaMismatchError, match="column `s.x` has Arrow type null"):
+        oxlake.create_table(table_path, nested, record_key="id")
+    assert not Path(table_path, ".hoodie").exists()
+    before = snapshot(filled)
+    with pytest.raises(oxlake.SchemaMismatchError, match="column `note` has Arrow type null"):
+        filled.upsert(trips([1]).append_column("note", pa.array([None])), schema_mode="merge")
+    assert snapshot(filled) == before

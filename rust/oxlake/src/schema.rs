@@ -88,6 +88,27 @@ fn reserved(name: &str) -> Error {
     }
 }
 
+/// Refuses a column of Arrow's `null` type, at any depth (what pyarrow infers from an empty or
+/// all-null list): no file format Hudi reads can store it, and a later write with real values
+/// would be a type change. The error names the column.
+pub fn check_typed(field: &Field, parent: &str) -> Result<()> {
+    let path = if parent.is_empty() { field.name().clone() } else { format!("{parent}.{}", field.name()) };
+    match field.data_type() {
+        DataType::Null => Err(Error::SchemaMismatch {
+            detail: format!(
+                "column `{path}` has Arrow type null (inferred from no values, or only nulls): give it a type \
+                 in the schema, e.g. pa.field(\"{}\", pa.string())",
+                field.name()
+            ),
+        }),
+        DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) | DataType::Map(c, _) => {
+            check_typed(c, &path)
+        }
+        DataType::Struct(children) => children.iter().try_for_each(|c| check_typed(c, &path)),
+        _ => Ok(()),
+    }
+}
+
 fn check_unique(fields: &Fields, parent: &str) -> Result<()> {
     let mut seen = std::collections::HashSet::with_capacity(fields.len());
     for f in fields {

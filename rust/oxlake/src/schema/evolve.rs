@@ -131,7 +131,10 @@ fn evolve_fields(
                     ),
                 });
             }
-            SchemaMode::Merge => out.push(Arc::new(crate::schema::normalize_field(i)?)),
+            SchemaMode::Merge => {
+                crate::schema::check_typed(i, parent)?;
+                out.push(Arc::new(crate::schema::normalize_field(i)?))
+            }
         }
     }
     Ok(out.into())

@@ -123,6 +123,7 @@ impl Table {
     ) -> Result<Self> {
         let storage = Storage::open(uri, &options.storage_options)?;
         schema::check_column_names(&data_schema)?;
+        data_schema.fields().iter().try_for_each(|f| schema::check_typed(f, ""))?;
         let data_schema = schema::normalize(&data_schema)?;
         check_fields(&create, &data_schema)?;
         let mut config = TableConfig::new(&create)?;
