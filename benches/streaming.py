@@ -38,6 +38,7 @@ from pathlib import Path
 import oxlake
 import oxlake.spark
 import pyarrow as pa
+from oxlake.testing import fault_counts, inject_faults
 
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
 
@@ -124,6 +125,9 @@ def main() -> None:
     ap.add_argument("--table-type", default="merge_on_read", choices=["merge_on_read", "copy_on_write"])
     ap.add_argument("--spark", action="store_true", help="micro-batches of a Spark streaming query")
     ap.add_argument("--s3", action="store_true", help="the table on a local SeaweedFS S3 server")
+    ap.add_argument(
+        "--calls", action="store_true", help="store calls per batch by kind (list, get, head, put, ...)"
+    )
     ap.add_argument("--then-fresh", type=int, default=0, metavar="N", help="then N batches into new tables")
     args = ap.parse_args()
 
@@ -184,10 +188,16 @@ def stream(t: oxlake.Table, place: Place, args: argparse.Namespace, batches: int
     cities = ["sf", "nyc", "chennai", "são paulo"]
     times: list[float] = []
     probe = f" {'probe ms':>9}" if place.fs is not None else ""
+    kinds = ["list", "get", "head", "put", "put_if_absent", "delete"]
+    calls = "".join(f" {k:>6}" for k in kinds) if args.calls else ""
     print(
         f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'.hoodie files':>14} {'of which oxlake/':>17} "
-        f"{'active instants':>16} {'data files':>11}{probe}"
+        f"{'active instants':>16} {'data files':>11}{probe}{' calls/batch:' + calls if calls else ''}"
     )
+    if args.calls:
+        # A plan whose one rule never fires (the 10^12th get): the store counts its calls, nothing else.
+        inject_faults("get@1000000000000:once")
+    counted: dict[str, int] = fault_counts() if args.calls else {}
     for batch in range(batches):
         ids = [(batch * args.rows + i * 7919) % args.keys for i in range(args.rows)]
         data = pa.table(
@@ -206,6 +216,11 @@ def stream(t: oxlake.Table, place: Place, args: argparse.Namespace, batches: int
         t.upsert(data, extra_metadata=checkpoint)
         times.append(time.perf_counter() - started)
         if (batch + 1) % args.block == 0:
+            per_batch = ""
+            if args.calls:
+                now = fault_counts()
+                deltas = [(now.get(k, 0) - counted.get(k, 0)) / args.block for k in kinds]
+                per_batch = "".join(f" {d:>6.1f}" for d in deltas)
             block = times[-args.block :]
             p95 = statistics.quantiles(block, n=20)[18]
             active = len(t.timeline())
@@ -213,9 +228,12 @@ def stream(t: oxlake.Table, place: Place, args: argparse.Namespace, batches: int
             print(
                 f"{batch + 1:>8} {1000 * statistics.mean(block):>9.1f} {1000 * p95:>7.1f} "
                 f"{place.hoodie_files():>14} {place.hoodie_files('oxlake'):>17} {active:>16} "
-                f"{place.data_files():>11}" + (f" {probe_ms:>9.1f}" if probe_ms is not None else ""),
+                f"{place.data_files():>11}"
+                + (f" {probe_ms:>9.1f}" if probe_ms is not None else "")
+                + (f"             {per_batch}" if per_batch else ""),
                 flush=True,
             )
+            counted = fault_counts() if args.calls else {}  # the report's own calls left out
 
 
 def finish(t: oxlake.Table, args: argparse.Namespace) -> None:

@@ -27,6 +27,9 @@ def blocks() -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", README.read_text(), flags=re.S | re.M)
 
 
+RIDER = pa.struct([("tier", pa.string())])
+
+
 def trips(ids: range | list[int], *, ts: int, extra: dict[str, pa.Array] | None = None) -> pa.Table:
     cities = ["sf", "nyc", "chennai"]
     columns: dict[str, Any] = {
@@ -34,6 +37,7 @@ def trips(ids: range | list[int], *, ts: int, extra: dict[str, pa.Array] | None 
         "city": pa.array([cities[i % 3] for i in ids], pa.string()),
         "ts": pa.array([ts] * len(ids), pa.int64()),
         "fare": pa.array([float(i) for i in ids], pa.float64()),
+        "rider": pa.array([{"tier": ["gold", "silver"][i % 2]} for i in ids], RIDER),
     }
     return pa.table({**columns, **(extra or {})})
 

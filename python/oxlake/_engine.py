@@ -23,7 +23,7 @@ META_PREFIX = "_hoodie_"
 CHANGE_TYPE = "_change_type"
 
 #: The extra of `pip install "oxlake[...]"` that brings each optional module.
-_EXTRAS = {"pandas": "pandas", "pyspark": "spark", "dask": "dask", "polars": "polars"}
+_EXTRAS = {"pandas": "pandas", "numpy": "pandas", "pyspark": "spark", "dask": "dask", "polars": "polars"}
 
 
 class MissingDependencyError(OxlakeError, ImportError):
@@ -60,10 +60,32 @@ def result_schema(table: Table, columns: list[str] | None, query: str, as_of: st
         schema = schema.append(pa.field(CHANGE_TYPE, pa.string()))
     if columns is None:
         return schema
-    missing = [c for c in columns if c not in schema.names]
+    fields = {c: column_field(schema, c) for c in columns}
+    missing = [c for c, f in fields.items() if f is None]
     if missing:
         raise InvalidArgumentError(f"unknown columns {missing} (the table has {schema.names})")
-    return pa.schema([schema.field(c) for c in columns])
+    return pa.schema([fields[c] for c in columns])
+
+
+def column_field(schema: pa.Schema, name: str) -> pa.Field | None:
+    """The field a scan gives for `name`: a top-level column, else a field inside struct columns
+    by its dotted path (`customer.tier`, the longest top-level prefix first), named `name`."""
+    if name in schema.names:
+        return schema.field(name)
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        top = ".".join(parts[:cut])
+        if top not in schema.names:
+            continue
+        field: pa.Field | None = schema.field(top)
+        for part in parts[cut:]:
+            if field is None or not pa.types.is_struct(field.type) or field.type.get_field_index(part) < 0:
+                field = None
+                break
+            field = field.type.field(part)
+        if field is not None:
+            return field.with_name(name).with_nullable(True)
+    return None
 
 
 def read_columns(

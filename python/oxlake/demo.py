@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 import oxlake
+from oxlake._engine import require
 
 CITIES = ["san_francisco", "new_york", "chicago", "sao_paulo", "chennai", "amsterdam"]
 T = TypeVar("T")
@@ -46,6 +46,8 @@ def timed(label: str, fn: Callable[[], T]) -> T:
 
 
 def trips(rows: int, seed: int, start_id: int = 0, chunks: int = 10) -> pa.Table:
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     parts = []
     per = -(-rows // chunks)
@@ -75,6 +77,9 @@ def main() -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--path", default="demo-data/trips")
     args = parser.parse_args()
+    require("numpy", needed_by="the demo")  # its data generator and its sample printout
+    require("pandas", needed_by="the demo")
+    import numpy as np
 
     path = Path(args.path).resolve()
     shutil.rmtree(path, ignore_errors=True)

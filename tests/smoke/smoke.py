@@ -111,6 +111,14 @@ def core(tmp: Path) -> None:
     expect_missing(lambda: cow.to_pandas(), "pandas")
     expect_missing(lambda: __import__("oxlake.spark"), "spark")
     expect_missing(lambda: __import__("oxlake.dask").dask.read(cow.uri), "dask")
+    demo = demo_run(tmp)
+    assert demo.returncode != 0 and "pip install 'oxlake[pandas]'" in demo.stderr, demo.stderr[-2000:]
+
+
+def demo_run(tmp: Path) -> subprocess.CompletedProcess[str]:
+    """The demo pipeline (`python -m oxlake.demo`), as `make demo` runs it, on fewer rows."""
+    command = [sys.executable, "-m", "oxlake.demo", "--rows", "20000", "--path", str(tmp / "demo")]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600)
 
 
 def importable(module: str) -> bool:
@@ -166,6 +174,9 @@ def extras(tmp: Path) -> None:
         assert sorted(written) == list(range(50)), written
     finally:
         stop(spark)
+
+    demo = demo_run(tmp)
+    assert demo.returncode == 0 and "timeline" in demo.stdout, demo.stderr[-2000:]
 
     ddf = oxlake.dask.read(uri, columns=["id", "fare"])
     assert int(ddf["id"].count().compute()) == 400

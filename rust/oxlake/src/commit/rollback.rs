@@ -225,6 +225,13 @@ pub(super) async fn rollback_at(
             claim(table, Action::Rollback, |_| Ok(plan.clone())).await?
         }
     };
+    // A rollback taken for interrupted (its heartbeat gone) may have finished instead, after this
+    // process listed it pending: run again, it would complete a second time, and behind archival
+    // (its completed file moved) write a metadata deltacommit behind the metadata table's archive.
+    if resumed && finished(table, &r).await? {
+        log::info!("{}: rollback {} of {} finished meanwhile", table.uri(), r.time, target.time);
+        return Ok(false);
+    }
     let epoch = match epoch {
         Some(e) => e,
         None => fate::current_epoch(table, &target.time).await?,
@@ -301,6 +308,11 @@ pub(super) async fn rollback_at(
     Ok(true)
 }
 
+/// Whether the rollback `r` finished on the timeline as it is now: completed, or archived since.
+async fn finished(table: &Table, r: &Instant) -> Result<bool> {
+    committed_now(table, r).await
+}
+
 /// Whether `target` is committed on the timeline as it is now: completed, or archived.
 async fn committed_now(table: &Table, target: &Instant) -> Result<bool> {
     let now = crate::timeline::Timeline::load(table.storage(), table.config()).await?;
@@ -347,6 +359,11 @@ pub(super) async fn undo(table: &Table, target: &Instant, r: &Instant, was_compl
         keys: change::KeySource::RolledBack { target: &target.time, was_completed },
         entries: &[],
     };
+    // The last look before the metadata table and the timeline take it (see `rollback_at`).
+    if finished(table, r).await? {
+        log::info!("{}: rollback {} of {} finished meanwhile", table.uri(), r.time, target.time);
+        return Ok(());
+    }
     hook::before_complete(table, &r.time, change).await?;
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
     let meta = rollback_metadata(table.uri(), target, &r.time, millis, &deleted, &added)?;

@@ -833,6 +833,50 @@ mod tests {
         assert!(fate::recorded(t.storage(), &time, 0).await.unwrap().is_none());
     }
 
+    /// Found by the stress suite: a process on a slow store listed a rollback while it ran, found
+    /// its heartbeat gone (it had finished, not died) and ran it again: a second completion, and
+    /// once archival had moved the first, a metadata deltacommit behind the metadata table's
+    /// archive (which then reads as stale). A rollback that finished is never run again.
+    #[tokio::test]
+    async fn a_rollback_that_finished_is_not_run_again_by_a_process_that_listed_it_pending() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = TableOptions { heartbeat_interval: std::time::Duration::from_millis(20), ..Default::default() };
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, options.clone()).await;
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let before = parquet_files(dir.path());
+        // A write whose process dies after writing its files.
+        let tx = t.begin_write(WriteOperation::Upsert).await.unwrap();
+        let time = tx.time().to_string();
+        let written =
+            t.write_files(WriteOperation::Upsert, vec![by_parity(&[1, 3])], &time, &WriteConfig::default()).await;
+        drop(written.unwrap());
+        drop(tx);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        // Its rollback is requested; a slow process lists the table then.
+        let plan = super::super::rollback::rollback_plan(&time, Action::Commit, false, Vec::new()).unwrap();
+        let r = super::super::claim(&t, Action::Rollback, |_| Ok(plan.clone())).await.unwrap();
+        let mut slow = Table::open(t.uri(), options).await.unwrap();
+        assert!(slow.timeline().pending().any(|i| i.time == r.time), "the slow process sees it pending");
+        // The rollback finishes; its heartbeat is gone, as a dead process's would be.
+        let target = Instant::new(time.clone(), Action::Commit, State::Inflight);
+        let undo = super::super::rollback::Undo::Failed;
+        assert!(super::super::rollback::rollback(&t, &target, Some(r.clone()), undo).await.unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        // The slow process takes it for interrupted: it leaves it be.
+        assert_eq!(crate::commit::rollback_failed(&mut slow).await.unwrap(), Vec::<String>::new());
+        t.reload().await.unwrap();
+        let at_r: Vec<&Instant> = t.timeline().instants().iter().filter(|i| i.time == r.time).collect();
+        assert!(at_r.len() == 1 && at_r[0].is_completed(), "{at_r:?}");
+        assert!(t.timeline().pending().next().is_none());
+        assert_eq!(parquet_files(dir.path()), before);
+        assert_eq!(rows(&t).await, 2);
+        // Later in `undo`, right before the metadata table and the timeline take it: the same.
+        let r_done = t.timeline().instants().iter().find(|i| i.time == r.time).unwrap().clone();
+        super::super::rollback::undo(&t, &target, &r_done.with_state(State::Requested), false).await.unwrap();
+        t.reload().await.unwrap();
+        assert_eq!(t.timeline().instants().iter().filter(|i| i.time == r.time).count(), 1);
+    }
+
     /// The steps of a write a process may die after (a dropped transaction stops its heartbeat
     /// and leaves storage as a `kill -9` there would).
     #[derive(Clone, Copy, Debug)]

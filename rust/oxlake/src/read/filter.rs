@@ -1,9 +1,10 @@
 //! User filters: a SQL boolean expression, or a conjunction of `(column, op, value)` predicates.
 
 use arrow::datatypes::DataType;
-use datafusion::common::{Column, ScalarValue};
+use datafusion::common::{Column, DFSchema, ScalarValue};
 use datafusion::dataframe::DataFrame;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::functions::core::expr_fn::get_field;
 use datafusion::logical_expr::{Expr, lit};
 
 use super::in_set;
@@ -76,10 +77,10 @@ impl Filter {
                 let schema = df.schema();
                 let mut exprs = Vec::with_capacity(preds.len());
                 for p in preds {
-                    let Ok(field) = schema.field_with_unqualified_name(&p.column) else {
+                    let Some((col, data_type)) = column_expr(schema, &p.column) else {
                         return Err(DataFusionError::Plan(format!("no column `{}`", p.column)));
                     };
-                    exprs.push(p.to_expr(field.data_type())?);
+                    exprs.push(p.to_expr(col, &data_type)?);
                 }
                 Ok(exprs.into_iter().reduce(Expr::and).unwrap_or_else(|| lit(true)))
             }
@@ -87,9 +88,30 @@ impl Filter {
     }
 }
 
+/// A column of a scan by name, and its type: a top-level column (whose name may itself hold
+/// dots), else a field inside struct columns named by a dotted path (`customer.tier`, read with
+/// `get_field`; the longest top-level name that is a prefix wins). `None`: no such column.
+pub fn column_expr(schema: &DFSchema, name: &str) -> Option<(Expr, DataType)> {
+    if let Ok(field) = schema.field_with_unqualified_name(name) {
+        return Some((Expr::Column(Column::new_unqualified(name)), field.data_type().clone()));
+    }
+    let parts: Vec<&str> = name.split('.').collect();
+    (1..parts.len()).rev().find_map(|cut| {
+        let top = parts[..cut].join(".");
+        let field = schema.field_with_unqualified_name(&top).ok()?;
+        let start = (Expr::Column(Column::new_unqualified(&top)), field.data_type().clone());
+        parts[cut..].iter().try_fold(start, |(expr, data_type), part| match &data_type {
+            DataType::Struct(children) => {
+                let (_, child) = children.find(part)?;
+                Some((get_field(expr, *part), child.data_type().clone()))
+            }
+            _ => None,
+        })
+    })
+}
+
 impl Predicate {
-    fn to_expr(&self, data_type: &DataType) -> DfResult<Expr> {
-        let col = Expr::Column(Column::new_unqualified(&self.column));
+    fn to_expr(&self, col: Expr, data_type: &DataType) -> DfResult<Expr> {
         let one = || {
             self.values
                 .first()

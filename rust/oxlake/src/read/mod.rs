@@ -20,8 +20,10 @@ pub mod splits;
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use datafusion::dataframe::DataFrame;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::Expr;
 use datafusion::prelude::SessionConfig;
 use serde::{Deserialize, Serialize};
 
@@ -442,8 +444,7 @@ impl Table {
             df = df.filter(expr).map_err(|e| Error::invalid_arg("filter", e))?;
         }
         if let Some(cols) = &opts.columns {
-            let names: Vec<&str> = cols.iter().map(String::as_str).collect();
-            df = df.select_columns(&names).map_err(|e| Error::invalid_arg("columns", e))?;
+            df = select(df, cols)?;
         }
         // Planning reads base file footers too: a damaged one fails here.
         let stream = match df.execute_stream().await {
@@ -454,6 +455,23 @@ impl Table {
         let named = named::name_failures(stream, self.storage().clone(), bases);
         Ok(Box::pin(datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, named)))
     }
+}
+
+/// `df` with the named columns in that order: top-level columns, or fields inside struct
+/// columns by their dotted path (`customer.tier`: a column of that name holding the field).
+fn select(df: DataFrame, names: &[String]) -> Result<DataFrame> {
+    let exprs = names
+        .iter()
+        .map(|name| match filter::column_expr(df.schema(), name) {
+            Some((Expr::Column(c), _)) => Ok(Expr::Column(c)),
+            Some((expr, _)) => Ok(expr.alias(name)),
+            None => {
+                let known: Vec<&str> = df.schema().fields().iter().map(|f| f.name().as_str()).collect();
+                Err(Error::invalid_arg("columns", format!("no column `{name}` (the table has {known:?})")))
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    df.select(exprs).map_err(|e| Error::invalid_arg("columns", e))
 }
 
 /// Fails if the base file a completed instant up to `upper` wrote as the latest of its file
