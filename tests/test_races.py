@@ -298,3 +298,33 @@ def test_fate_records_are_not_left_for_instants_nobody_decided(tmp_path: Path) -
         assert meta.startswith(b"Obj\x01")
         assert head.split(b" ")[2].decode() == t.timeline()[0].completion
     inject_faults("")
+
+
+def test_an_overlapping_write_completing_while_the_intents_are_listed_is_a_conflict(
+    table_path: str, tmp_path: Path
+) -> None:
+    """Found by the stress suite: writer B reloaded the timeline (A pending), then A completed and
+    withdrew its intent, then B listed the intents (none): both upserts of one new key landed, and
+    the key was in the table twice. B's check reads the timeline again after the intents."""
+    t = trips_table(table_path)
+    t.insert(trips([1, 2, 3]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    code = (
+        "import sys, oxlake; from conftest import trips; "
+        "oxlake.Table(sys.argv[1]).upsert(trips([{id}], name='{w}'))"
+    )
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    # A passed its check and waits before completing; B, later, waits between its look at the
+    # timeline (A pending) and its listing of the intents.
+    a = run_paused(table_path, "after-metadata-sync", code.format(id=100, w="a"), tmp_path / "a", env)
+    b = run_paused(table_path, "before-intents", code.format(id=100, w="b"), tmp_path / "b", env)
+    (tmp_path / "a" / "resume").touch()
+    _, err = a.communicate(timeout=120)
+    assert a.returncode == 0, err
+    (tmp_path / "b" / "resume").touch()
+    _, err = b.communicate(timeout=120)
+    assert b.returncode != 0 and "CommitConflictError" in err, err
+    t = oxlake.Table(table_path)
+    got = [r for r in rows(t.scan(with_meta_columns=False)) if r["id"] == 100]
+    assert [r["name"] for r in got] == ["a100"]

@@ -126,15 +126,14 @@ async fn clean(table: &Table, compactions: u32) -> Result<()> {
     let keep_from = latest.saturating_sub(MANIFESTS_KEPT + compactions - 1).max(1);
     let listing = storage.list_dir(&dir).await?;
     let mut kept_files = HashSet::new();
-    let mut old: Vec<(u32, String, Vec<String>)> = Vec::new();
+    let mut old: Vec<(u32, String)> = Vec::new();
     for f in &listing {
         let Some(v) = f.path.rsplit('/').next().and_then(lsm::manifest_version) else { continue };
-        let Some(bytes) = storage.get_opt(&f.path).await? else { continue }; // cleaned by another run
-        let files = lsm::Manifest::parse(&f.path, &bytes)?.files.into_iter().map(|e| e.file_name);
         if v >= keep_from {
-            kept_files.extend(files);
+            let Some(bytes) = storage.get_opt(&f.path).await? else { continue }; // cleaned by another run
+            kept_files.extend(lsm::Manifest::parse(&f.path, &bytes)?.files.into_iter().map(|e| e.file_name));
         } else {
-            old.push((v, f.path.clone(), files.collect()));
+            old.push((v, f.path.clone()));
         }
     }
     // Oldest first, stopping at the first kept: the manifests left are always a run of
@@ -149,7 +148,13 @@ async fn clean(table: &Table, compactions: u32) -> Result<()> {
         .collect();
     let present: HashSet<&str> = listing.iter().filter_map(|f| f.path.rsplit('/').next()).collect();
     let mut deleted: HashSet<String> = HashSet::new();
-    for (_, manifest, files) in &old {
+    // Old manifests are read one at a time, up to the first that stays: a stream archiving every
+    // few seconds leaves ten minutes of them (`GRACE`), which a clean reading them all would read
+    // again at every archival.
+    for (_, manifest) in &old {
+        let Some(bytes) = storage.get_opt(manifest).await? else { continue }; // cleaned by another run
+        let files: Vec<String> =
+            lsm::Manifest::parse(manifest, &bytes)?.files.into_iter().map(|e| e.file_name).collect();
         let dropped: Vec<&String> = files.iter().filter(|f| !kept_files.contains(*f)).collect();
         if dropped.iter().any(|f| present.contains(f.as_str()) && !aged.contains(*f)) {
             break; // a dropped file is still young: the manifest goes with it, later

@@ -284,6 +284,8 @@ async fn guarded<T, Fut>(call: Call, location: &Path, op: impl FnOnce() -> Fut) 
 where
     Fut: std::future::Future<Output = object_store::Result<T>>,
 {
+    // Each call with its path, at trace level (`OXLAKE_LOG=trace`): which step makes which calls.
+    log::trace!("store call {} {location}", call.name());
     match decide(call).await {
         None => op().await,
         Some(Mode::Once | Mode::Always) => Err(injected(call, location)),
