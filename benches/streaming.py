@@ -52,7 +52,9 @@ class Place:
         self.fs = None
         self.uri = str(root)
         self.prefix = f"{bucket}/{root.name}"
+        self.server_pid: int | None = None
         if s3 is not None:
+            self.server_pid = s3.proc.pid  # type: ignore[attr-defined]
             import pyarrow.fs as pafs
 
             self.options = s3.storage_options()  # type: ignore[attr-defined]
@@ -84,6 +86,13 @@ class Place:
 
     def open(self) -> oxlake.Table:
         return oxlake.Table(self.uri, storage_options=self.options)
+
+    def server_cpu(self) -> float:
+        """CPU seconds the S3 server has used so far (user + system, from `/proc`), 0 locally."""
+        if self.server_pid is None:
+            return 0.0
+        fields = Path(f"/proc/{self.server_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def probe_ms(self) -> float | None:
         """Milliseconds a fixed piece of work takes the store (S3 only): 20 objects of 1 KiB put,
@@ -187,12 +196,18 @@ def stream(t: oxlake.Table, place: Place, args: argparse.Namespace, batches: int
     """`batches` micro-batches into `t`, a line of the report every `--block` of them."""
     cities = ["sf", "nyc", "chennai", "são paulo"]
     times: list[float] = []
+    # CPU of this process (the upsert's threads) and of the S3 server, per batch: a time per batch
+    # that grows while both stay flat is waiting, not work.
+    cpu: list[float] = []
+    server_cpu: list[float] = []
     probe = f" {'probe ms':>9}" if place.fs is not None else ""
+    server = f" {'server cpu':>10}" if place.server_pid is not None else ""
     kinds = ["list", "get", "head", "put", "put_if_absent", "delete"]
     calls = "".join(f" {k:>6}" for k in kinds) if args.calls else ""
     print(
         f"{'batches':>8} {'ms/batch':>9} {'p95 ms':>7} {'.hoodie files':>14} {'of which oxlake/':>17} "
-        f"{'active instants':>16} {'data files':>11}{probe}{' calls/batch:' + calls if calls else ''}"
+        f"{'active instants':>16} {'data files':>11} {'cpu ms':>7}{server}{probe}"
+        f"{' calls/batch:' + calls if calls else ''}"
     )
     if args.calls:
         # A plan whose one rule never fires (the 10^12th get): the store counts its calls, nothing else.
@@ -209,12 +224,14 @@ def stream(t: oxlake.Table, place: Place, args: argparse.Namespace, batches: int
             },
             schema=SCHEMA,
         )
-        started = time.perf_counter()
+        started, started_cpu, started_server = time.perf_counter(), time.process_time(), place.server_cpu()
         done = oxlake.spark.committed_batch(t)
         assert done is None or done < batch
         checkpoint = {oxlake.spark.SINK_CHECKPOINT_KEY: json.dumps({"default_single_writer": str(batch)})}
         t.upsert(data, extra_metadata=checkpoint)
         times.append(time.perf_counter() - started)
+        cpu.append(time.process_time() - started_cpu)
+        server_cpu.append(place.server_cpu() - started_server)
         if (batch + 1) % args.block == 0:
             per_batch = ""
             if args.calls:
@@ -228,7 +245,8 @@ def stream(t: oxlake.Table, place: Place, args: argparse.Namespace, batches: int
             print(
                 f"{batch + 1:>8} {1000 * statistics.mean(block):>9.1f} {1000 * p95:>7.1f} "
                 f"{place.hoodie_files():>14} {place.hoodie_files('oxlake'):>17} {active:>16} "
-                f"{place.data_files():>11}"
+                f"{place.data_files():>11} {1000 * statistics.mean(cpu[-args.block :]):>7.1f}"
+                + (f" {1000 * statistics.mean(server_cpu[-args.block :]):>10.1f}" if server else "")
                 + (f" {probe_ms:>9.1f}" if probe_ms is not None else "")
                 + (f"             {per_batch}" if per_batch else ""),
                 flush=True,

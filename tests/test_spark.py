@@ -833,3 +833,23 @@ def test_spark_writes_a_table_partitioned_by_time(
     assert set(got["_hoodie_partition_path"].to_pylist()) == {"ts=2024-01-15 09"}
     assert set(got["fare"].to_pylist()) == {30.0 + i for i in range(300)}
     assert rows(got) == rows(hudi_read(path))
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_write_to_a_table_with_a_global_index_moves_records_between_partitions(
+    spark: SparkSession, table_path: str, table_type: str
+) -> None:
+    """Rows are routed by the file group holding their key, not shuffled by partition columns:
+    a key moving from `nyc` to `chennai` is deleted from its old group and inserted in the new
+    partition by one task, and a new key given twice with two partitions is one record."""
+    t = trips_table(table_path, table_type=table_type, global_index=True)
+    t.insert(trips(list(range(10))))
+    moved = trips(list(range(10)), ts=5, city="chennai", name="s")
+    twice = pa.concat_tables([trips([20], ts=5, city="sf"), trips([20], ts=6, city="nyc", name="late")])
+    df = spark.createDataFrame(pa.concat_tables([moved, twice]).to_pandas())
+    oxlake.spark.write(df, table_path, operation="upsert")
+    got = rows(oxlake.Table(table_path).scan())
+    assert [(r["id"], r["city"], r["name"]) for r in got] == [
+        *[(i, "chennai", f"s{i}") for i in range(10)],
+        (20, "nyc", "late20"),
+    ]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
+from oxlake import _native
 from oxlake._native import InvalidArgumentError, OxlakeError
 
 if TYPE_CHECKING:
@@ -45,6 +46,12 @@ def require(module: str, *, needed_by: str) -> None:
             f"{needed_by} needs {top}, which is not installed: pip install 'oxlake[{extra}]'",
             name=top,
         ) from e
+
+
+def native(table: Table) -> _native.Table:
+    """The native handle of `table`, for the engine modules that call the extension directly
+    (distributed writes: `begin_write`, `write_files`, `route`)."""
+    return table._t
 
 
 def query_schema(table: Table, query: str, as_of: str | None) -> pa.Schema:

@@ -154,6 +154,7 @@ def create_table(
     table_version: int = 8,
     key_generator_options: dict[str, str] | None = None,
     url_encode: bool = True,
+    global_index: bool = False,
 ) -> Table: ...
 
 class PendingWrite:

@@ -312,6 +312,7 @@ def _bulk_insert(args: argparse.Namespace) -> None:
             ordering_field=args.ordering_field,
             table_type=args.table_type,
             table_version=args.table_version,
+            global_index=args.global_index,
         )
     start = time.monotonic()
     result = table.bulk_insert(source.scanner().to_reader(), sort_mode=args.sort_mode)
@@ -417,6 +418,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     bulk.add_argument(
         "--table-version", type=int, default=8, choices=[6, 8, 9], help="to create the table (6: Hudi 0.x)"
+    )
+    bulk.add_argument(
+        "--global-index",
+        action="store_true",
+        help="to create the table: record keys unique across partitions (upserts move keys)",
     )
     alter = sub.add_parser("alter-schema", help="rename, drop, add, widen and move columns (one commit)")
     alter.add_argument("uri", help=URI_HELP)

@@ -18,6 +18,9 @@ import pyarrow as pa
 from oxlake import _native
 from oxlake._engine import META_PREFIX as _META_PREFIX
 
+#: The column of an upsert's rows that delete their key (Apache Hudi's delete marker).
+_IS_DELETED = "_hoodie_is_deleted"
+
 if TYPE_CHECKING:
     import pyarrow.compute as pc
 
@@ -108,23 +111,15 @@ class Merge:
     def execute(
         self, *, conflict_retries: int = 0, extra_metadata: Mapping[str, str] | None = None
     ) -> WriteResult:
-        """Runs the merge as one commit (an upsert of the updated and inserted rows, or a delete
-        of the deleted ones); the read of the matched rows and the write are one transaction: a
-        commit landing in between on the same file groups makes it read and decide again (up to
-        `conflict_retries` times, then `CommitConflictError`). `instant` is None when no clause
-        took a row.
-
-        A merge with both a delete clause and an update or insert clause is refused
-        (`UnsupportedError`): oxlake writes deletes and upserts as separate commits, and a merge
-        must be one."""
+        """Runs the merge as one commit: an upsert of the updated and inserted rows, the deleted
+        ones among them flagged `_hoodie_is_deleted` (Apache Hudi's delete marker; a merge of
+        delete clauses alone is a delete). The read of the matched rows and the write are one
+        transaction: a commit landing in between on the same file groups makes it read and decide
+        again (up to `conflict_retries` times, then `CommitConflictError`). `instant` is None
+        when no clause took a row."""
         if not self._clauses:
             raise _native.InvalidArgumentError("a merge needs at least one when_* clause")
         kinds = {c.kind for c in self._clauses}
-        if "delete" in kinds and len(kinds) > 1:
-            raise _native.UnsupportedError(
-                "a merge with a delete clause and an update or insert clause would be two commits: "
-                "run the delete as a merge of its own"
-            )
         operation = "delete" if kinds == {"delete"} else "upsert"
         return self._transact(operation, self._decide, conflict_retries, extra_metadata)
 
@@ -159,13 +154,23 @@ class Merge:
                 taken = _or(taken, mine)
                 chosen = rows.filter(mine)
                 if chosen.num_rows:
-                    out.append(self._rows_of(clause, chosen, fields))
+                    out.append((clause.kind, self._rows_of(clause, chosen, fields)))
+        kinds = {c.kind for c in self._clauses}
+        names = [f.name for f in fields]
+        # Deleted rows beside upserted ones are flagged; a merge of deletes alone is a delete.
+        flagged = "delete" in kinds and len(kinds) > 1
         if not out:
-            return pa.table({f.name: pa.nulls(0, f.type) for f in fields})
-        written = pa.concat_tables([t.select([f.name for f in fields]) for t in out])
-        if self._clauses[0].kind == "delete":
-            return written.select(list(self._on))
-        return written
+            empty = pa.table({f.name: pa.nulls(0, f.type) for f in fields})
+            return empty.append_column(_IS_DELETED, pa.array([], pa.bool_())) if flagged else empty
+        if kinds == {"delete"}:
+            return pa.concat_tables([t.select(names) for _, t in out]).select(list(self._on))
+        parts = []
+        for kind, t in out:
+            t = t.select(names)
+            if flagged:
+                t = t.append_column(_IS_DELETED, pa.array([kind == "delete"] * t.num_rows, pa.bool_()))
+            parts.append(t)
+        return pa.concat_tables(parts)
 
     def _rows_of(self, clause: _Clause, rows: pa.Table, fields: list[pa.Field]) -> pa.Table:
         """The rows `clause` writes for `rows` (paired `source`/`target` structs)."""

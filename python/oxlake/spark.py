@@ -17,13 +17,23 @@ visible.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from oxlake import _native
-from oxlake._engine import DEFAULT_SPLIT_BYTES, read_columns, require, result_schema
+from oxlake._engine import DEFAULT_SPLIT_BYTES, native, read_columns, require, result_schema
+from oxlake._spark_io import (
+    arrow_schema_of,
+    as_spark,
+    check_sort_mode,
+    from_spark,
+    open_or_create,
+    task_id,
+)
+from oxlake._spark_io import spark_arrow_schema as spark_arrow_schema  # re-exported: public
+from oxlake._spark_io import spark_schema as spark_schema
 from oxlake.table import (
     FilterLike,
     Instant,
@@ -35,82 +45,12 @@ from oxlake.table import (
     Table,
     WriteResult,
     _filter,
-    create_table,
 )
 
 if TYPE_CHECKING:
-    from pyspark import TaskContext
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import StructType
 
 require("pyspark", needed_by="oxlake.spark")
-
-
-def spark_schema(schema: pa.Schema) -> StructType:
-    """The Spark schema of a table's Arrow schema (see `spark_arrow_schema`), every field nullable
-    (a change query's deleted rows carry nulls in columns the table declares non-null)."""
-    from pyspark.sql.pandas.types import from_arrow_schema
-    from pyspark.sql.types import StructField, StructType
-
-    # Timestamps without a time zone stay without one (Spark 3.5 would read them as local time).
-    converted = from_arrow_schema(spark_arrow_schema(schema), prefer_timestamp_ntz=True)
-    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in converted.fields])
-
-
-def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
-    """The Arrow schema Spark takes for data of `schema`, every column nullable: Spark has no
-    unsigned integers (they widen to the next signed type) and no 64-bit dates, keeps timestamps
-    in microseconds, and reads times of day as microseconds since midnight (a long, as Spark's
-    Avro reader does; its Arrow reader has no time type); fixed-size binary is binary."""
-    return _spark_schema(schema, pa.int64())
-
-
-def _spark_schema(schema: pa.Schema, time: pa.DataType) -> pa.Schema:
-    return pa.schema([_spark_field(f, time).with_nullable(True) for f in schema])
-
-
-def _spark_field(f: pa.Field, time: pa.DataType) -> pa.Field:
-    return f.with_type(_spark_type(f.type, time))
-
-
-_WIDENED = {
-    pa.uint8(): pa.int16(),
-    pa.uint16(): pa.int32(),
-    pa.uint32(): pa.int64(),
-    pa.date64(): pa.date32(),
-}
-
-
-def _spark_type(t: pa.DataType, time: pa.DataType) -> pa.DataType:
-    if t in _WIDENED:
-        return _WIDENED[t]
-    if pa.types.is_time(t):
-        return time
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", t.tz)
-    if pa.types.is_fixed_size_binary(t):
-        return pa.binary()
-    if pa.types.is_list(t):
-        return pa.list_(_spark_field(t.value_field, time))
-    if pa.types.is_struct(t):
-        return pa.struct([_spark_field(t.field(i), time) for i in range(t.num_fields)])
-    if pa.types.is_map(t):
-        return pa.map_(_spark_field(t.key_field, time), _spark_field(t.item_field, time))
-    return t
-
-
-def _as_spark(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Batches of `schema` in `spark_arrow_schema(schema)`; values are cast only where a type
-    differs (sub-microsecond parts of times and timestamps are dropped, Spark cannot hold them)."""
-    target = spark_arrow_schema(schema)
-    # Times become microseconds first, then their count.
-    in_micros = _spark_schema(schema, pa.time64("us"))
-    same_types = target.types == schema.types
-    for batch in batches:
-        if same_types:
-            yield pa.RecordBatch.from_arrays(batch.columns, schema=target)
-        else:
-            yield batch.cast(in_micros, safe=False).cast(target)
 
 
 def read(
@@ -154,7 +94,7 @@ def read(
         reader = Table(uri, storage_options)
         for batch in batches:
             for data in batch.column("split").to_pylist():
-                yield from _as_spark(
+                yield from as_spark(
                     iter(
                         reader.scan_split(Split(data, 0, 0), columns=cols, filter=filt, batch_size=batch_size)
                     ),
@@ -187,11 +127,11 @@ def write(
     `"merge"` evolves the table's schema (new nullable columns, wider types, missing columns
     null). `extra_metadata` is recorded in the commit (see `Table.upsert`). On any failure the
     write is rolled back and the table stays as it was."""
-    _check_sort_mode(operation, sort_mode)
-    arrow_schema = _arrow_schema_of(df.schema)
-    table = _open_or_create(uri, arrow_schema, storage_options, create_options)
+    check_sort_mode(operation, sort_mode)
+    arrow_schema = arrow_schema_of(df.schema)
+    table = open_or_create(uri, arrow_schema, storage_options, create_options)
     partition_by = _shuffle_columns(table.properties)
-    pending = _native.begin_write(table._t, operation)
+    pending = _native.begin_write(native(table), operation)
     instant = pending.instant
     try:
         # Each task owns whole partitions, or (no partition columns) whole file groups and new
@@ -207,11 +147,11 @@ def write(
         def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
 
-            rows = _from_spark(batches, arrow_schema)
+            rows = from_spark(batches, arrow_schema)
             writer = Table(uri, storage_options)
-            task = _task_id(TaskContext.get())
+            task = task_id(TaskContext.get())
             written = _native.write_files(
-                writer._t, operation, instant, rows, target_file_size, task, schema_mode, sort_mode
+                native(writer), operation, instant, rows, target_file_size, task, schema_mode, sort_mode
             )
             yield pa.RecordBatch.from_pydict({"written": [written]})
 
@@ -227,22 +167,6 @@ def write(
 
 
 _ROUTE = "_oxlake_route"
-_SORT_MODES = ("none", "global_sort", "partition_sort")
-
-
-def _check_sort_mode(operation: str, sort_mode: str | None) -> None:
-    """Refuses a sort mode for another operation than a bulk insert, or one Hudi does not name,
-    before any instant begins."""
-    if sort_mode is None:
-        return
-    if operation != "bulk_insert":
-        raise _native.InvalidArgumentError(
-            f"sort_mode is an option of operation='bulk_insert', not of '{operation}'"
-        )
-    if sort_mode.lower() not in _SORT_MODES:
-        raise _native.InvalidArgumentError(
-            f"sort_mode `{sort_mode}` is not a bulk insert sort mode: {', '.join(_SORT_MODES)}"
-        )
 
 
 def _bulk_ordered(
@@ -339,69 +263,18 @@ def _newest_checkpoint(table: Table, instants: list[Instant], identifier: str) -
     return None
 
 
-def _arrow_schema_of(schema: StructType) -> pa.Schema:
-    """The Arrow schema of a Spark schema, timestamps with a time zone in UTC (the instants
-    they are; Spark hands them over in its session time zone, converted by `_from_spark`)."""
-    import inspect
-
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    # Spark 4.2 asks for the time zone of timestamps; earlier versions take UTC themselves.
-    takes_zone = "timezone" in inspect.signature(to_arrow_schema).parameters
-    try:
-        converted = to_arrow_schema(schema, timezone="UTC") if takes_zone else to_arrow_schema(schema)
-    except (TypeError, ValueError) as e:  # a Spark type Arrow cannot hold (intervals, ...)
-        raise _native.SchemaMismatchError(f"cannot write Spark schema {schema.simpleString()}: {e}") from None
-    return pa.schema([f.with_type(_normal(f.type)) for f in converted])
-
-
-def _from_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    """Spark's Arrow batches as one table of `schema` (from `_arrow_schema_of`): the time zone of
-    timestamps is the session's, relabelled UTC (the same instants), and large types become
-    regular ones (`_normal`); nothing else changes."""
-    out = []
-    for batch in batches:
-        if batch.schema != schema:
-            if [_normal(t) for t in batch.schema.types] != schema.types or batch.schema.names != schema.names:
-                raise _native.SchemaMismatchError(f"Spark handed over {batch.schema}, expected {schema}")
-            batch = pa.RecordBatch.from_arrays(
-                [c.cast(t) if c.type != t else c for c, t in zip(batch.columns, schema.types, strict=True)],
-                schema=schema,
-            )
-        out.append(batch)
-    return pa.Table.from_batches(out, schema=schema)
-
-
-def _normal(t: pa.DataType) -> pa.DataType:
-    """`t` as oxlake takes it from Spark, nested types too: timestamps with a time zone in UTC
-    (the same instants), large strings, binaries and lists as regular ones (Spark's
-    `useLargeVarTypes`; the values are the same)."""
-    if pa.types.is_timestamp(t) and t.tz is not None:
-        return pa.timestamp(t.unit, "UTC")
-    if pa.types.is_large_string(t):
-        return pa.string()
-    if pa.types.is_large_binary(t):
-        return pa.binary()
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_normal(f.type)) for f in t])
-    if pa.types.is_large_list(t) or pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_normal(t.value_type)))
-    if pa.types.is_map(t):
-        return pa.map_(
-            t.key_field.with_type(_normal(t.key_type)), t.item_field.with_type(_normal(t.item_type))
-        )
-    return t
-
-
 def _shuffle_columns(properties: Mapping[str, str]) -> list[str]:
     """The partition columns whose values name the partition path, one directory value per
     distinct value (a shuffle by them gives each task whole partitions); none when a field is
-    partitioned by time (many values print as one partition): such writes are routed by file
-    group and key instead."""
+    partitioned by time (many values print as one partition), or keys are unique across
+    partitions (a global index): such writes are routed by file group and key instead."""
     keygen = properties.get("hoodie.table.keygenerator.type") or properties.get(
         "hoodie.table.keygenerator.class", ""
     )
     if "TIMESTAMP" in keygen.upper() or "CUSTOM" in keygen.upper():
+        return []
+    if properties.get("oxlake.index.global", "").lower() == "true":
+        # A key may move between partitions: its old group and its new partition meet by route.
         return []
     return [c for c in properties.get("hoodie.table.partition.fields", "").split(",") if c]
 
@@ -415,8 +288,8 @@ def _routed(
     from pyspark.sql.types import StringType, StructField, StructType
 
     def tag(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = _from_spark(batches, schema)
-        routes = pa.table(_native.route(Table(uri, storage_options)._t, operation, rows)).column("route")
+        rows = from_spark(batches, schema)
+        routes = pa.table(_native.route(native(Table(uri, storage_options)), operation, rows)).column("route")
         yield from rows.append_column(_ROUTE, routes).to_batches()
 
     tagged = StructType([*df.schema.fields, StructField(_ROUTE, StringType(), False)])
@@ -432,27 +305,3 @@ def register(spark: SparkSession) -> None:
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(OxlakeDataSource)
-
-
-def _task_id(ctx: TaskContext | None) -> tuple[int, int] | None:
-    """(task, attempt) of the running Spark task, attempts numbered from 1: part of the names
-    of the files it writes, so that no two attempts write the same file."""
-    if ctx is None:
-        return None
-    return ctx.partitionId(), ctx.taskAttemptId() + 1
-
-
-def _open_or_create(
-    uri: str, schema: pa.Schema, storage_options: dict[str, str] | None, create_options: dict[str, Any]
-) -> Table:
-    try:
-        return Table(uri, storage_options)
-    except _native.TableNotFoundError:
-        if "record_key" not in create_options:
-            raise _native.InvalidArgumentError(
-                f"no table at {uri}: give record_key (and partition_by, ordering_field, ...) to create it"
-            ) from None
-        try:
-            return create_table(uri, schema, storage_options=storage_options, **create_options)
-        except _native.TableExistsError:
-            return Table(uri, storage_options)  # another writer created it meanwhile

@@ -22,7 +22,8 @@ process's CPU count by default); writing: `operation` (mode
 `global_sort`, `partition_sort`: here each task sorts the rows it holds; sort the frame first,
 or use `oxlake.spark.write`, for a global order), `target_file_size`, `schema_mode` (`merge` evolves
 the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's first write
-`record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`;
+`record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`,
+`global_index` (`true`: keys unique across partitions, see `oxlake.create_table`);
 both: `storage.*` (storage options, for example `storage.aws_endpoint`).
 
 Save modes: Spark itself accepts only `append` and `overwrite` for a Python data source. `save()`
@@ -66,19 +67,17 @@ except ImportError:  # Spark 4.0: no Arrow stream writer
     _ARROW_STREAM_WRITER = False
 
 from oxlake import _native
-from oxlake._engine import DEFAULT_SPLIT_BYTES, read_columns, result_schema
-from oxlake.spark import (
-    DEFAULT_CHECKPOINT_IDENTIFIER,
-    SINK_CHECKPOINT_KEY,
-    _arrow_schema_of,
-    _as_spark,
-    _check_sort_mode,
-    _from_spark,
-    _open_or_create,
-    _task_id,
-    committed_batch,
+from oxlake._engine import DEFAULT_SPLIT_BYTES, native, read_columns, result_schema
+from oxlake._spark_io import (
+    arrow_schema_of,
+    as_spark,
+    check_sort_mode,
+    from_spark,
+    open_or_create,
     spark_schema,
+    task_id,
 )
+from oxlake.spark import DEFAULT_CHECKPOINT_IDENTIFIER, SINK_CHECKPOINT_KEY, committed_batch
 from oxlake.table import Split, Table, query_type, schema_mode, sort_mode
 
 
@@ -138,6 +137,8 @@ def _create_options(opts: _Options) -> dict[str, Any]:
             created[key] = value
     if (version := opts.int("table_version", None)) is not None:
         created["table_version"] = version
+    if (global_index := opts.get("global_index")) is not None:
+        created["global_index"] = _flag(global_index, False)
     return created
 
 
@@ -224,7 +225,7 @@ class OxlakeReader(DataSourceReader):
         scan = self.opts.table().scan_split(
             split, columns=self.columns, filter=self._filter(), batch_size=batch_size
         )
-        yield from _as_spark(iter(scan), self.schema)
+        yield from as_spark(iter(scan), self.schema)
 
 
 @dataclass(frozen=True)
@@ -239,10 +240,10 @@ class OxlakeWriter(DataSourceArrowWriter):
     def __init__(self, opts: _Options, schema: StructType, overwrite: bool) -> None:
         self.opts = opts
         self.operation = "insert_overwrite_table" if overwrite else (opts.get("operation") or "upsert")
-        _check_sort_mode(self.operation, opts.get("sort_mode"))
-        self.arrow_schema = _arrow_schema_of(schema)
-        table = _open_or_create(opts.uri, self.arrow_schema, opts.storage or None, self._create_options())
-        pending = _native.begin_write(table._t, self.operation)
+        check_sort_mode(self.operation, opts.get("sort_mode"))
+        self.arrow_schema = arrow_schema_of(schema)
+        table = open_or_create(opts.uri, self.arrow_schema, opts.storage or None, self._create_options())
+        pending = _native.begin_write(native(table), self.operation)
         self.instant = pending.instant
         self.token = pending.token
 
@@ -250,14 +251,14 @@ class OxlakeWriter(DataSourceArrowWriter):
         return _create_options(self.opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Written:
-        data = _from_spark(iterator, self.arrow_schema)
+        data = from_spark(iterator, self.arrow_schema)
         files = _native.write_files(
-            self.opts.table()._t,
+            native(self.opts.table()),
             self.operation,
             self.instant,
             data,
             self.opts.int("target_file_size", None),
-            _task_id(TaskContext.get()),
+            task_id(TaskContext.get()),
             self.opts.get("schema_mode"),
             self.opts.get("sort_mode"),
         )
@@ -265,7 +266,7 @@ class OxlakeWriter(DataSourceArrowWriter):
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         parts = [m.files for m in messages if isinstance(m, _Written)]
-        pending = _native.resume_write(self.opts.table()._t, self.operation, self.token)
+        pending = _native.resume_write(native(self.opts.table()), self.operation, self.token)
         try:
             pending.commit(parts)
         except BaseException:
@@ -273,7 +274,7 @@ class OxlakeWriter(DataSourceArrowWriter):
             raise
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        _native.resume_write(self.opts.table()._t, self.operation, self.token).abort()
+        _native.resume_write(native(self.opts.table()), self.operation, self.token).abort()
 
 
 # ---- streaming ------------------------------------------------------------------------------
@@ -309,14 +310,14 @@ class OxlakeStreamWriter(_StreamWriterBase):
             )
         self.opts = opts
         self.operation = opts.get("operation") or "upsert"
-        _check_sort_mode(self.operation, opts.get("sort_mode"))
+        check_sort_mode(self.operation, opts.get("sort_mode"))
         self.identifier = opts.get("checkpoint_identifier") or DEFAULT_CHECKPOINT_IDENTIFIER
-        self.arrow_schema = _arrow_schema_of(schema)
+        self.arrow_schema = arrow_schema_of(schema)
         # The table exists before the first batch (created here with the write's options).
-        _open_or_create(opts.uri, self.arrow_schema, opts.storage or None, _create_options(opts))
+        open_or_create(opts.uri, self.arrow_schema, opts.storage or None, _create_options(opts))
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Rows:
-        data = _from_spark(iterator, self.arrow_schema)
+        data = from_spark(iterator, self.arrow_schema)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, data.schema) as out:
             out.write_table(data)
@@ -479,7 +480,7 @@ class OxlakeStreamReader(DataSourceStreamReader):
         scan = self.opts.table().scan_split(
             split, columns=self.columns, filter=self.opts.get("filter"), batch_size=batch_size
         )
-        yield from _as_spark(iter(scan), self.schema)
+        yield from as_spark(iter(scan), self.schema)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass

@@ -396,6 +396,12 @@ class Table:
         """`hoodie.properties`."""
         return dict(self._t.properties)
 
+    @property
+    def global_index(self) -> bool:
+        """Whether record keys are unique across partitions (`create_table(..., global_index=True)`):
+        upserts move a key to the partition it names, deletes find a key in any partition."""
+        return self.properties.get("oxlake.index.global", "").lower() == "true"
+
     def extra_metadata(self, instant: str) -> dict[str, str]:
         """The `extraMetadata` the completed commit at `instant` recorded: the writer's schema,
         a streaming sink's checkpoint (`_hudi_streaming_sink_checkpoint`), a write's
@@ -656,8 +662,9 @@ class Table:
     ) -> WriteResult:
         """Deletes records, by key or by predicate (exactly one of the two).
 
-        `data`: rows with the record key and partition columns (any Arrow data, or a list of
-        dicts), or, on a table without partitions keyed by one field, a plain list of keys
+        `data`: rows with the record key and partition columns (the record key columns alone on
+        a table with a global index; any Arrow data, or a list of dicts), or, on a table keyed by
+        one field without partitions or with a global index, a plain list of keys
         (`t.delete([1, 2, 3])`). Keys not in the table are ignored; when none is, nothing is
         written and `instant` is None.
 
@@ -784,8 +791,12 @@ class Table:
         raise AssertionError("unreachable")
 
     def _key_rows(self, items: list[Any]) -> pa.Table:
-        """Rows of the key and partition columns from a list of dicts or of plain keys."""
+        """Rows of the key and partition columns (the key columns alone with a global index)
+        from a list of dicts or of plain keys."""
         columns = self._key_columns()
+        if self.global_index:
+            keys = self.properties.get("hoodie.table.recordkey.fields", "")
+            columns = [k for k in keys.split(",") if k]
         schema = self.schema
         missing = [c for c in columns if c not in schema.names]
         if missing:
@@ -802,7 +813,8 @@ class Table:
             return pa.Table.from_pylist([{c: i[c] for c in columns} for i in items], schema=fields)
         if len(columns) != 1:
             raise _native.InvalidArgumentError(
-                f"a plain list of keys deletes only from a table keyed by one field without partitions; "
+                "a plain list of keys deletes only from a table keyed by one field without partitions "
+                f"or with a global index; "
                 f"this one needs {columns} for each row: give rows, e.g. [{dict.fromkeys(columns, '...')}]"
             )
         return pa.table({columns[0]: pa.array(items, type=fields.field(0).type)})
@@ -1093,6 +1105,7 @@ def create_table(
     table_version: int = 8,
     key_generator_options: Mapping[str, str] | None = None,
     url_encode: bool = True,
+    global_index: bool = False,
 ) -> Table:
     """Creates an Apache Hudi table and returns it open.
 
@@ -1120,6 +1133,16 @@ def create_table(
     `ordering_field` the event-time field that decides which version of a record wins.
     `inline_compaction=N` (merge-on-read) makes every writer compact the table after N
     deltacommits since the last compaction (a table property, so all writers agree).
+    `global_index=True` makes record keys unique across partitions, as Apache Hudi's global
+    indexes (`GLOBAL_SIMPLE`, `RECORD_INDEX`) with `update.partition.path` do: writes look keys up
+    in every partition, an upsert giving a key another partition value moves its record there
+    (the older version is deleted from its old partition in the same commit; under an
+    `ordering_field` only when the incoming version wins), and a delete finds a key wherever it
+    is (its partition columns may be left out). A lookup then reads every partition's keys, so
+    build the record index (`build_metadata(record_index=True)`) on large tables. Without it
+    (the default, as Apache Hudi's default indexes) a key is unique within its partition: the
+    same key in two partitions is two records. A table property (`oxlake.index.global`), so
+    every oxlake writer agrees; Apache Hudi writers must be given a global index themselves.
     `name` (`hoodie.table.name`) defaults to the last segment of `uri` made a valid name
     (`table_name_of`).
     """
@@ -1140,6 +1163,7 @@ def create_table(
         table_version,
         dict(key_generator_options or {}),
         url_encode,
+        global_index,
     )
     return Table._wrap(native)
 

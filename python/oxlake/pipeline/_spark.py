@@ -12,6 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
+from oxlake._engine import native
 from oxlake.pipeline import _payload, rules
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
 from oxlake.table import Table
@@ -387,7 +388,7 @@ def _write(
     )
     for op, part in [("delete", deletes), ("upsert", _with_structs(upserts, structured))]:
         if part.num_rows:
-            out.append(bytes(_native.write_files(table._t, op, instant, part, None, task)))
+            out.append(bytes(_native.write_files(native(table), op, instant, part, None, task)))
     return out
 
 
@@ -397,7 +398,7 @@ def write_here(
     """Writes rows of WRITE held by the driver into the catalog at `uri` as ONE commit,
     from the driver (an incremental run's few rows need no Spark job)."""
     table = Table(uri, storage_options)
-    pending = _native.begin_write(table._t, "upsert")
+    pending = _native.begin_write(native(table), "upsert")
     try:
         landed, *_ = pending.commit(_write(table, pending.instant, rows, structured, None))
     except BaseException:
@@ -412,10 +413,10 @@ def write_one_commit(
     """Writes rows of WRITE (`op` upsert or delete) into the catalog at `uri` as ONE commit:
     the driver opens the instant, each Spark task writes whole layers (deletes, then upserts, as
     log files of the pending instant), the driver commits every task's files, or aborts."""
-    from oxlake.spark import _task_id
+    from oxlake._spark_io import task_id
 
     table = Table(uri, storage_options)
-    pending = _native.begin_write(table._t, "upsert")
+    pending = _native.begin_write(native(table), "upsert")
     instant = pending.instant
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -424,7 +425,7 @@ def write_one_commit(
         data = _rows(batches)
         if data is None:
             return
-        out = _write(Table(uri, storage_options), instant, data, structured, _task_id(TaskContext.get()))
+        out = _write(Table(uri, storage_options), instant, data, structured, task_id(TaskContext.get()))
         yield pa.RecordBatch.from_pydict({"written": pa.array(out, pa.binary())})
 
     try:

@@ -66,6 +66,7 @@ pub(crate) async fn keyed_table(dir: &Path, table_type: TableType, options: Tabl
         hive_style: true,
         inline_compaction: None,
         table_version: 6,
+        global_index: false,
         keygen_options: Default::default(),
         url_encode: true,
     };

@@ -386,6 +386,7 @@ mod tests {
             hive_style: false,
             inline_compaction: None,
             table_version: 6,
+            global_index: false,
             keygen_options: Default::default(),
             url_encode: true,
         })

@@ -60,19 +60,26 @@ pub(crate) struct Footprint {
 }
 
 impl Footprint {
-    pub(crate) fn of(metadata: &CommitMetadata, keys: &KeyChanges) -> Self {
+    /// `global`: the table's keys are unique across partitions (a global index), so keys meet
+    /// whatever partitions they were written to.
+    pub(crate) fn of(metadata: &CommitMetadata, keys: &KeyChanges, global: bool) -> Self {
         let written = metadata.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone()));
         let replaced = metadata.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string()));
         let count: usize = keys.written.iter().map(|(_, _, k)| k.len()).sum();
         let key_hashes = (count <= MAX_INTENT_KEYS).then(|| {
-            keys.written.iter().flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(p, k))).collect()
+            keys.written
+                .iter()
+                .flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(key_scope(p, global), k)))
+                .collect()
         });
+        let key_partitions =
+            keys.written.iter().filter(|(_, _, k)| !k.is_empty()).map(|(p, _, _)| key_scope(p, global));
         Footprint {
             groups: written.chain(replaced).collect(),
             compacted: metadata.compacted,
             replaces: !metadata.partition_to_replace_file_ids.is_empty(),
             key_hashes,
-            key_partitions: keys.written.iter().filter(|(_, _, k)| !k.is_empty()).map(|(p, _, _)| p.clone()).collect(),
+            key_partitions: key_partitions.map(str::to_string).collect(),
             evolves_schema: false,
         }
     }
@@ -99,6 +106,11 @@ fn groups_conflict(a: &Footprint, b: &Footprint) -> bool {
         return false;
     }
     !a.groups.is_disjoint(&b.groups)
+}
+
+/// The partition a key is unique in: its own, or the whole table's (`""`) with a global index.
+fn key_scope(partition: &str, global: bool) -> &str {
+    if global { "" } else { partition }
 }
 
 /// A stable 64-bit hash (FNV-1a) of a key in its partition: the same in every process.
@@ -218,7 +230,7 @@ pub(crate) async fn find_conflict(
         let Some(meta) = unless_gone(table.timeline().commit_metadata(table.storage(), other).await)? else {
             return Ok(Some(other.time.clone()));
         };
-        let theirs = Footprint::of(&meta, &KeyChanges::default());
+        let theirs = Footprint::of(&meta, &KeyChanges::default(), false);
         if groups_conflict(ours, &theirs) || unless_gone(wrote_same_keys(table, keys, &meta).await)?.unwrap_or(true) {
             return Ok(Some(other.time.clone()));
         }
@@ -239,15 +251,20 @@ fn unless_gone<T>(result: Result<T>) -> Result<Option<T>> {
 }
 
 /// Whether the completed commit `theirs` wrote any key that `keys` holds, in the partitions both
-/// wrote: read from the files it reports (all their keys, a superset of what it wrote).
+/// wrote (in any partition with a global index): read from the files it reports (all their keys,
+/// a superset of what it wrote).
 async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetadata) -> Result<bool> {
     if keys.written.is_empty() || theirs.compacted {
         return Ok(false);
     }
-    let ours: HashSet<u64> =
-        keys.written.iter().flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(p, k))).collect();
+    let global = table.config().global_index;
+    let ours: HashSet<u64> = keys
+        .written
+        .iter()
+        .flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(key_scope(p, global), k)))
+        .collect();
     let partitions: HashSet<&str> = keys.written.iter().map(|(p, _, _)| p.as_str()).collect();
-    for (partition, stat) in theirs.write_stats().filter(|(p, _)| partitions.contains(p)) {
+    for (partition, stat) in theirs.write_stats().filter(|(p, _)| global || partitions.contains(p)) {
         let Some(path) = stat.path.as_deref() else { continue };
         let name = path.rsplit('/').next().unwrap_or(path);
         let size = stat.file_size_in_bytes.max(0) as u64;
@@ -263,7 +280,7 @@ async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetada
         } else {
             continue;
         };
-        if stored.iter().any(|k| ours.contains(&key_hash(partition, k))) {
+        if stored.iter().any(|k| ours.contains(&key_hash(key_scope(partition, global), k))) {
             return Ok(true);
         }
     }
@@ -333,7 +350,7 @@ mod tests {
             .iter()
             .map(|(p, ks)| (p.to_string(), "f".to_string(), StringArray::from_iter_values(ks.iter())))
             .collect();
-        Footprint::of(&metadata, &KeyChanges { written, deleted: vec![] })
+        Footprint::of(&metadata, &KeyChanges { written, deleted: vec![] }, false)
     }
 
     /// A writer stopped long enough for the commit it checks to be archived (its instant file

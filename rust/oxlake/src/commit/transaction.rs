@@ -518,7 +518,7 @@ impl Transaction {
     /// write completed since this one began, or a later one committing now, overlaps it.
     async fn check(&self, table: &mut Table, metadata: &CommitMetadata, keys: &change::KeyChanges) -> Result<()> {
         let time = self.instant.time.as_str();
-        let mut footprint = conflicts::Footprint::of(metadata, keys);
+        let mut footprint = conflicts::Footprint::of(metadata, keys, table.config().global_index);
         footprint.evolves_schema = metadata.arrow_schema()?.is_some_and(|s| s != self.schema_at_begin)
             || metadata.extra_metadata.contains_key(internal::LATEST_SCHEMA_KEY);
         // The metadata table's deltacommits only append log files, each its own: they never

@@ -81,6 +81,8 @@ pub mod keys {
     pub const WRITE_PARTITION_FIELDS: &str = "hoodie.datasource.write.partitionpath.field";
     /// oxlake's own: compact a merge-on-read table after this many deltacommits (unset: never inline).
     pub const INLINE_COMPACTION: &str = "oxlake.compaction.inline.max.delta.commits";
+    /// oxlake's own: record keys are unique across partitions (see [`super::TableConfig::global_index`]).
+    pub const GLOBAL_INDEX: &str = "oxlake.index.global";
 }
 
 const DEFAULT_PAYLOAD: &str = "org.apache.hudi.common.model.DefaultHoodieRecordPayload";
@@ -222,6 +224,11 @@ pub struct TableConfig {
     pub timezone_utc: bool,
     /// Merge-on-read: writers compact after this many deltacommits since the last compaction.
     pub inline_compaction: Option<u32>,
+    /// Whether a record key is unique across partitions (a global index, as Apache Hudi's
+    /// `GLOBAL_SIMPLE` / `RECORD_INDEX` with `update.partition.path`): a write looks keys up in
+    /// every partition, and an upsert that gives a key another partition moves its record there.
+    /// Without it a key is unique within its partition only (Hudi's default indexes).
+    pub global_index: bool,
     /// Every key of the file, including those above and the ones oxlake does not interpret.
     pub raw: BTreeMap<String, String>,
 }
@@ -249,6 +256,8 @@ pub struct CreateOptions {
     pub hive_style: bool,
     /// See [`TableConfig::inline_compaction`].
     pub inline_compaction: Option<u32>,
+    /// See [`TableConfig::global_index`].
+    pub global_index: bool,
     /// `hoodie.table.version`: 6 (Apache Hudi 0.14/0.15, timeline layout 1), 8 (Hudi 1.0) or 9
     /// (Hudi 1.1); 8 and 9 use timeline layout 2.
     pub table_version: u32,
@@ -300,6 +309,7 @@ impl TableConfig {
             populate_meta_fields: true,
             timezone_utc: true,
             inline_compaction: opts.inline_compaction,
+            global_index: opts.global_index,
             raw: BTreeMap::new(),
         };
         if opts.inline_compaction.is_some() && opts.table_type != TableType::MergeOnRead {
@@ -393,6 +403,9 @@ impl TableConfig {
         if let Some(n) = self.inline_compaction {
             set(keys::INLINE_COMPACTION, &n.to_string());
         }
+        if self.global_index {
+            set(keys::GLOBAL_INDEX, "true");
+        }
         m
     }
 
@@ -481,6 +494,7 @@ impl TableConfig {
             populate_meta_fields: flag(keys::POPULATE_META_FIELDS, true),
             timezone_utc,
             inline_compaction,
+            global_index: flag(keys::GLOBAL_INDEX, false),
             raw,
         })
     }
@@ -684,6 +698,7 @@ mod tests {
             hive_style: true,
             inline_compaction: None,
             table_version: 6,
+            global_index: false,
             keygen_options: Default::default(),
             url_encode: true,
         }

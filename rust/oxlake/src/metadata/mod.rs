@@ -426,6 +426,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         hive_style: false,
         inline_compaction: None,
         table_version: 6,
+        global_index: false,
         keygen_options: Default::default(),
         url_encode: true,
     };

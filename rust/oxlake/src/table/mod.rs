@@ -610,6 +610,7 @@ mod tests {
             hive_style: true,
             inline_compaction: None,
             table_version: 6,
+            global_index: false,
             keygen_options: Default::default(),
             url_encode: true,
         }

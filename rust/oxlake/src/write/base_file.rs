@@ -182,7 +182,7 @@ fn merge_batch(
     stat: &mut WriteStat,
     matched: &mut hashbrown::HashSet<u32>,
 ) -> Result<(RecordBatch, Vec<u32>)> {
-    if work.changes.is_empty() {
+    if work.changes.is_empty() && work.moved_out.is_empty() && work.removed.is_empty() {
         return Ok((batch.clone(), vec![]));
     }
     let keys = string_column(batch, RECORD_KEY)?;
@@ -203,7 +203,15 @@ fn merge_batch(
     let mut keep = Vec::with_capacity(batch.num_rows());
     let mut replaced = Vec::new();
     for row in 0..batch.num_rows() {
-        let change = keys.is_valid(row).then(|| work.changes.get(keys.value(row))).flatten();
+        if keys.is_valid(row) && work.moved_out.contains_key(keys.value(row)) {
+            // Moved to another partition by this write (the incoming version won: see `plan`).
+            keep.push(false);
+            stat.num_deletes += 1;
+            continue;
+        }
+        let key = keys.is_valid(row).then(|| keys.value(row));
+        let removal = key.and_then(|k| work.removed.get(k));
+        let change = key.and_then(|k| work.changes.get(k)).or(removal);
         let Some(&new_row) = change else {
             keep.push(true);
             continue;
@@ -212,7 +220,7 @@ fn merge_batch(
         let stored_wins = cmp.as_ref().is_some_and(|(c, _)| c(row, new_row as usize).is_gt());
         if stored_wins {
             keep.push(true);
-        } else if work.deletes {
+        } else if work.deletes || removal.is_some() {
             keep.push(false);
             stat.num_deletes += 1;
         } else {

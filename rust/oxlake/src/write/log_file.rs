@@ -27,11 +27,10 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
     let mut blocks: Vec<LogBlock> = Vec::new();
     // The data records written, for the metadata table's file-level indexes.
     let mut records: Vec<RecordBatch> = Vec::new();
-    if work.deletes {
-        let mut rows: Vec<u32> = work.changes.values().copied().collect();
+    let delete_records = |changes: &super::plan::Changes| -> Result<Vec<DeleteRecord>> {
+        let mut rows: Vec<u32> = changes.values().copied().collect();
         rows.sort_unstable();
-        let records = rows
-            .iter()
+        rows.iter()
             .map(|&row| {
                 let row = row as usize;
                 let ordering = match &incoming.ordering {
@@ -44,9 +43,12 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
                     ordering,
                 })
             })
-            .collect::<Result<Vec<_>>>()?;
+            .collect()
+    };
+    let data_schema = crate::schema::without_meta_fields(&ctx.schema);
+    if work.deletes {
+        let records = delete_records(&work.changes)?;
         stat.num_deletes = records.len() as i64;
-        let data_schema = crate::schema::without_meta_fields(&ctx.schema);
         blocks.push(log::delete_block(&ctx.instant, &records, &data_schema, &ctx.table_name)?);
     } else {
         let mut rows: Vec<u32> = work.changes.values().copied().collect();
@@ -60,6 +62,15 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
             stat.num_writes = batch.num_rows() as i64;
             blocks.push(log::parquet_block(&ctx.instant, &batch, &ctx.table_name, &[])?);
             records.push(batch);
+        }
+        // Keys this write moves to another partition (global index): deleted here, carrying
+        // the incoming version's ordering value, which was found to win.
+        // and keys the rows flagged `_hoodie_is_deleted` delete.
+        if !work.moved_out.is_empty() || !work.removed.is_empty() {
+            let mut gone = delete_records(&work.moved_out)?;
+            gone.extend(delete_records(&work.removed)?);
+            stat.num_deletes = gone.len() as i64;
+            blocks.push(log::delete_block(&ctx.instant, &gone, &data_schema, &ctx.table_name)?);
         }
     }
     stat.total_log_blocks = blocks.len() as i64;

@@ -178,6 +178,54 @@ pub(crate) struct Incoming {
     pub partitions: Partitions,
     /// The ordering column, when the table orders by event time and the input has it.
     pub ordering: Option<ArrayRef>,
+    /// Rows of an upsert that delete their key (the input's `_hoodie_is_deleted` column, as
+    /// Apache Hudi's payloads read it), `None` when the input has no such column.
+    pub deleted: Option<arrow::array::BooleanArray>,
+}
+
+/// The column of an upsert's input marking rows that delete their key (Apache Hudi's
+/// `HoodieRecord.HOODIE_IS_DELETED_FIELD`): a delete and upserts as one commit.
+pub const IS_DELETED: &str = "_hoodie_is_deleted";
+
+impl Incoming {
+    /// Whether `row` deletes its key.
+    pub(crate) fn is_delete(&self, row: u32) -> bool {
+        self.deleted.as_ref().is_some_and(|d| d.is_valid(row as usize) && d.value(row as usize))
+    }
+
+    /// Whether every row deletes its key (an upsert that may change nothing).
+    fn only_deletes(&self) -> bool {
+        self.deleted.as_ref().is_some_and(|d| d.true_count() == d.len())
+    }
+}
+
+/// Takes the `_hoodie_is_deleted` column out of an upsert's input: the batches without it, and
+/// the flags (null as false), or `None` when no batch has it. It must be boolean; every batch has
+/// it or none.
+fn take_deleted(batches: Vec<RecordBatch>) -> Result<(Vec<RecordBatch>, Option<arrow::array::BooleanArray>)> {
+    let has = batches.iter().map(|b| b.schema().index_of(IS_DELETED).ok()).collect::<Vec<_>>();
+    if has.iter().all(Option::is_none) {
+        return Ok((batches, None));
+    }
+    let mut flags = arrow::array::BooleanBuilder::new();
+    let mut out = Vec::with_capacity(batches.len());
+    for (batch, at) in batches.into_iter().zip(has) {
+        let Some(at) = at else {
+            return Err(Error::invalid_data(format!("`{IS_DELETED}` is in some batches of the input, not all")));
+        };
+        let column = batch.column(at);
+        let values =
+            column.as_any().downcast_ref::<arrow::array::BooleanArray>().ok_or_else(|| Error::SchemaMismatch {
+                detail: format!("column `{IS_DELETED}` must be boolean, not {}", column.data_type()),
+            })?;
+        for i in 0..values.len() {
+            flags.append_value(values.is_valid(i) && values.value(i));
+        }
+        let mut batch = batch;
+        batch.remove_column(at);
+        out.push(batch);
+    }
+    Ok((out, Some(flags.finish())))
 }
 
 impl Table {
@@ -212,7 +260,7 @@ impl Table {
             // leaves no instant. Looked up before the instant is claimed (and again under it, as
             // every write does): a key a concurrent write adds after this look is that write's,
             // committed after this delete.
-            if op == WriteOperation::Delete {
+            if op == WriteOperation::Delete || incoming.only_deletes() {
                 self.reload().await?;
                 if plan::plan(self, op, Some(&incoming), config).await?.work.is_empty() {
                     return Ok(WriteResult::default());
@@ -321,6 +369,7 @@ impl Table {
                 keys: incoming.keys.clone(),
                 partitions: incoming.partitions.clone(),
                 ordering: incoming.ordering.clone(),
+                deleted: incoming.deleted.clone(),
             })
         };
         self.set_write_schema(target);
@@ -379,23 +428,28 @@ impl Table {
         self.check_writable()?;
         let Some(all) = keyed(self, op, batches, SchemaMode::Merge)? else { return Ok(Vec::new()) };
         let (keys, partitions) = (all.keys.clone(), all.partitions.clone());
-        // (partition, key) -> file id of the group holding the key.
-        let mut groups: hashbrown::HashMap<(String, String), String> = hashbrown::HashMap::new();
+        // With a global index a key is known by itself, whatever partition it names, and a
+        // key moving between partitions goes with the group it leaves.
+        let global = self.config().global_index;
+        let scope = |partition: &str| if global { String::new() } else { partition.to_string() };
+        // (partition, key) -> (partition, file id) of the group holding the key.
+        let mut groups: hashbrown::HashMap<(String, String), (String, String)> = hashbrown::HashMap::new();
         if !matches!(op, WriteOperation::Insert | WriteOperation::BulkInsert) {
-            let incoming = Arc::new(dedup(all)?);
+            let incoming = Arc::new(dedup(all, global)?);
             let lookup_only = WriteConfig { small_file_limit: 0, ..WriteConfig::default() };
             let plan = plan::plan(self, op, Some(&incoming), &lookup_only).await?;
             for work in plan.work.iter().filter(|w| w.old.is_some()) {
-                for key in work.changes.keys() {
-                    groups.insert((work.partition.clone(), key.clone()), work.file_id.clone());
+                for key in work.changes.keys().chain(work.moved_out.keys()).chain(work.removed.keys()) {
+                    let group = (work.partition.clone(), work.file_id.clone());
+                    groups.insert((scope(&work.partition), key.clone()), group);
                 }
             }
         }
         let mut routes = Vec::with_capacity(keys.len());
         for row in 0..keys.len() {
-            let (partition, key) = (partitions.path(row), keys.value(row));
-            routes.push(match groups.get(&(partition.to_string(), key.to_string())) {
-                Some(file_id) => format!("g/{partition}/{file_id}"),
+            let (partition, key) = (scope(partitions.path(row)), keys.value(row));
+            routes.push(match groups.get(&(partition.clone(), key.to_string())) {
+                Some((held_in, file_id)) => format!("g/{held_in}/{file_id}"),
                 None => format!("k/{partition}/{key}"),
             });
         }
@@ -566,6 +620,17 @@ fn key_changes(work: &[plan::FileWork], incoming: &Incoming) -> Result<crate::me
                 .push((w.partition.clone(), crate::metadata::record_index::take_keys(&incoming.keys, &rows)?));
             continue;
         }
+        if !w.moved_out.is_empty() {
+            let moved: Vec<u32> = w.moved_out.values().copied().collect();
+            let keys = crate::metadata::record_index::take_keys(&incoming.keys, &moved)?;
+            changes.deleted.push((w.partition.clone(), keys));
+        }
+        // Flagged deletes, as a delete's: kept in the index when they carry an ordering value.
+        if !w.removed.is_empty() && incoming.ordering.is_none() {
+            let removed: Vec<u32> = w.removed.values().copied().collect();
+            let keys = crate::metadata::record_index::take_keys(&incoming.keys, &removed)?;
+            changes.deleted.push((w.partition.clone(), keys));
+        }
         rows.extend(&w.inserts);
         if !rows.is_empty() {
             let keys = crate::metadata::record_index::take_keys(&incoming.keys, &rows)?;
@@ -602,11 +667,16 @@ fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: S
     if op == WriteOperation::BulkInsert {
         return Ok(keyed);
     }
-    keyed.map(dedup).transpose()
+    let global = table.config().global_index;
+    keyed.map(|k| dedup(k, global)).transpose()
 }
 
 /// The input checked against the table and keyed, every row kept.
 fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: SchemaMode) -> Result<Option<Incoming>> {
+    let (batches, deleted) = match op {
+        WriteOperation::Upsert => take_deleted(batches)?,
+        _ => (batches, None),
+    };
     let Some(first) = batches.first() else { return Ok(None) };
     let source_schema = first.schema();
     let data_schema = table.data_schema();
@@ -614,8 +684,10 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: Sch
         // Deletes need only the key, partition and (optionally) ordering columns, in the
         // table's types (exactly: a key `1.5` must not find the key `1`).
         let raw = schema::conform_known(&concat_batches(&source_schema, &batches)?, &data_schema)?;
+        // With a global index a key is found wherever it is: the partition columns may be left out.
         let cfg = table.config();
-        let needed: Vec<&String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).collect();
+        let partition_fields = if cfg.global_index { &[][..] } else { &cfg.partition_fields[..] };
+        let needed: Vec<&String> = cfg.record_key_fields.iter().chain(partition_fields).collect();
         for name in &needed {
             if raw.column_by_name(name).is_none() {
                 return Err(Error::invalid_data(format!("delete input lacks column `{name}`")));
@@ -643,8 +715,17 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: Sch
     }
     let spec = KeySpec::from_config(table.config());
     let keys = spec.record_keys(&batch)?;
-    let partitions = spec.partitions(&batch)?;
-    spec.check_default_partition_collisions(&batch, &keys, &partitions)?;
+    let partitionless = op == WriteOperation::Delete
+        && table.config().partition_fields.iter().any(|f| batch.column_by_name(f).is_none());
+    let partitions = if partitionless {
+        // A delete by key alone on a table with a global index: the partition is where the key is.
+        Partitions { paths: vec![String::new()], ids: vec![0; batch.num_rows()] }
+    } else {
+        spec.partitions(&batch)?
+    };
+    if !partitionless {
+        spec.check_default_partition_collisions(&batch, &keys, &partitions)?;
+    }
     let cfg = table.config();
     let ordering = match (&cfg.ordering_field, cfg.merge_mode) {
         (Some(name), crate::config::MergeMode::EventTime) => match batch.column_by_name(name) {
@@ -654,12 +735,13 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: Sch
         },
         _ => None,
     };
-    Ok(Some(Incoming { batch, keys, partitions, ordering }))
+    Ok(Some(Incoming { batch, keys, partitions, ordering, deleted }))
 }
 
-/// Combines rows with the same (partition, key): the greatest ordering value wins, ties and
-/// tables without ordering go to the last row.
-fn dedup(input: Incoming) -> Result<Incoming> {
+/// Combines rows with the same (partition, key), or the same key whatever its partition when
+/// keys are `global` (see [`crate::config::TableConfig::global_index`]): the greatest ordering
+/// value wins, ties and tables without ordering go to the last row.
+fn dedup(input: Incoming, global: bool) -> Result<Incoming> {
     let n = input.batch.num_rows();
     let cmp = match &input.ordering {
         Some(o) => Some(make_comparator(o.as_ref(), o.as_ref(), SortOptions { descending: false, nulls_first: true })?),
@@ -670,7 +752,7 @@ fn dedup(input: Incoming) -> Result<Incoming> {
         let mut slot_of: hashbrown::HashMap<(u32, &str), usize> = hashbrown::HashMap::with_capacity(n);
         let mut slots: Vec<u32> = Vec::with_capacity(n);
         for row in 0..n {
-            let k = (input.partitions.ids[row], input.keys.value(row));
+            let k = (if global { 0 } else { input.partitions.ids[row] }, input.keys.value(row));
             match slot_of.entry(k) {
                 hashbrown::hash_map::Entry::Vacant(e) => {
                     e.insert(slots.len());
@@ -693,11 +775,22 @@ fn dedup(input: Incoming) -> Result<Incoming> {
     let ids = kept.iter().map(|&r| input.partitions.ids[r as usize]).collect();
     let indices = UInt32Array::from(kept);
     let take = |a: &dyn Array| arrow::compute::take(a, &indices, None);
+    let deleted = match &input.deleted {
+        Some(d) => Some(
+            take(d)?
+                .as_any()
+                .downcast_ref::<arrow::array::BooleanArray>()
+                .cloned()
+                .ok_or_else(|| Error::invalid_data("deletion flags"))?,
+        ),
+        None => None,
+    };
     Ok(Incoming {
         batch: take_record_batch(&input.batch, &indices)?,
         keys: downcast_str(take(&input.keys)?)?,
         partitions: Partitions { paths: input.partitions.paths.clone(), ids },
         ordering: input.ordering.as_ref().map(|o| take(o.as_ref())).transpose()?,
+        deleted,
     })
 }
 
@@ -730,9 +823,10 @@ mod tests {
             keys: StringArray::from(vec!["a", "b", "a", "a", "b"]),
             partitions: Partitions { paths: vec!["p".into()], ids: vec![0; 5] },
             ordering: Some(Arc::new(Int64Array::from(vec![Some(5), Some(1), Some(9), Some(9), None]))),
+            deleted: None,
             batch,
         };
-        let out = dedup(incoming).unwrap();
+        let out = dedup(incoming, false).unwrap();
         let keys: Vec<_> = out.keys.iter().flatten().collect();
         assert_eq!(keys, vec!["a", "b"]);
         let v = out.batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();

@@ -131,6 +131,14 @@ pub(crate) struct FileWork {
     pub changes: Changes,
     /// Whether `changes` are deletes (else updates).
     pub deletes: bool,
+    /// Keys of the old file deleted from it because this write moves them to another partition
+    /// (a table with a global index), with the incoming row that moves each: the incoming
+    /// version was found to win, so these deletes are unconditional.
+    pub moved_out: Changes,
+    /// Keys of the old file an upsert's rows flagged `_hoodie_is_deleted` delete, with those
+    /// rows: deleted as a delete's rows are (a row with a lower ordering value than the stored
+    /// record's loses to it).
+    pub removed: Changes,
     /// Incoming rows appended as new records.
     pub inserts: Vec<u32>,
 }
@@ -211,18 +219,30 @@ pub(crate) async fn plan(
                 assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
             }
         }
+        WriteOperation::Upsert | WriteOperation::Delete if table.config().global_index => {
+            let Some(incoming) = incoming else { return Ok(plan) };
+            let rows: Vec<u32> = (0..incoming.keys.len() as u32).collect();
+            let scope = Scope::Global(&rows);
+            let hits = index_lookup(table, scope, &live, &slice_logs, incoming, config.parallelism).await?;
+            let routed = Routed { targets: &targets, small: &small_candidates, per_file };
+            plan_global(table, op, incoming, hits, &routed, config, &mut plan).await?;
+        }
         WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete => {
             let Some(incoming) = incoming else { return Ok(plan) };
             let mut looked_up = if op == WriteOperation::Insert {
                 HashMap::new()
             } else {
-                index_lookup(table, &rows_by_partition, &live, &slice_logs, incoming, config.parallelism).await?
+                let scope = Scope::Partitions(&rows_by_partition);
+                let hits = index_lookup(table, scope, &live, &slice_logs, incoming, config.parallelism).await?;
+                hits.by_partition(&rows_by_partition)
             };
             for (partition, rows) in rows_by_partition {
                 let (found, missing) = looked_up.remove(&partition).unwrap_or((Vec::new(), rows));
                 let deletes = op == WriteOperation::Delete;
                 for (file, changes) in found {
                     let log = targets.get(&(partition.clone(), file.name.file_id.clone())).cloned();
+                    let (changes, removed): (Changes, Changes) =
+                        changes.into_iter().partition(|(_, r)| deletes || !incoming.is_delete(*r));
                     plan.work.push(FileWork {
                         partition: partition.clone(),
                         file_id: file.name.file_id.clone(),
@@ -230,9 +250,13 @@ pub(crate) async fn plan(
                         log,
                         changes,
                         deletes,
+                        moved_out: Changes::new(),
+                        removed,
                         inserts: vec![],
                     });
                 }
+                // A row deleting a key no file holds deletes nothing.
+                let missing: Vec<u32> = missing.into_iter().filter(|r| !incoming.is_delete(*r)).collect();
                 if !deletes {
                     let small = small_candidates.get(&partition).map(Vec::as_slice).unwrap_or(&[]);
                     assign_inserts(&mut plan, &partition, missing, small, per_file, config);
@@ -241,6 +265,127 @@ pub(crate) async fn plan(
         }
     }
     Ok(plan)
+}
+
+/// Where a write's rows may go besides the groups holding their keys.
+struct Routed<'a> {
+    /// The log each merge-on-read file group's changes go to.
+    targets: &'a HashMap<FileGroupId, LogTarget>,
+    /// Small base files that take inserts, by partition.
+    small: &'a HashMap<String, Vec<BaseFile>>,
+    /// Records a new base file holds.
+    per_file: u64,
+}
+
+/// The plan of an upsert or a delete on a table with a global index, from where the lookup found
+/// each incoming key (in any partition). An update stays in the group holding its key when it
+/// names the same partition; one naming another partition moves the record, as Apache Hudi's
+/// global indexes do with `update.partition.path`: deleted from its group and inserted into the
+/// new partition, in this one commit. Under event-time ordering a record moves only when the
+/// incoming version wins (its ordering value at least the stored one's); else the incoming row is
+/// dropped, as an older update in the same partition would lose. A delete deletes the key where
+/// it is, whatever partition the input names.
+async fn plan_global(
+    table: &Table,
+    op: WriteOperation,
+    incoming: &Arc<Incoming>,
+    hits: Hits,
+    routed: &Routed<'_>,
+    config: &WriteConfig,
+    plan: &mut WritePlan,
+) -> Result<()> {
+    let deletes = op == WriteOperation::Delete;
+    let target = |row: u32| incoming.partitions.path(row as usize);
+    let flagged = |row: u32| !deletes && incoming.is_delete(row);
+    let moving: Vec<u32> = match deletes {
+        true => Vec::new(),
+        false => hits
+            .found
+            .iter()
+            .flat_map(|(p, files)| {
+                files.iter().flat_map(move |(_, c)| c.values().copied().filter(move |&r| target(r) != p))
+            })
+            .filter(|&r| !flagged(r))
+            .collect(),
+    };
+    let stale = older_than_stored(table, incoming, &moving).await?;
+    let mut inserts: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    let mut found: Vec<(String, Vec<(BaseFile, Changes)>)> = hits.found.into_iter().collect();
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    for (partition, files) in found {
+        for (file, changes) in files {
+            let (mut stays, mut leaves, mut removed) = (Changes::new(), Changes::new(), Changes::new());
+            for (key, row) in changes {
+                if flagged(row) {
+                    removed.insert(key, row);
+                } else if deletes || target(row) == partition {
+                    stays.insert(key, row);
+                } else if !stale.contains(&row) {
+                    leaves.insert(key, row);
+                    inserts.entry(target(row)).or_default().push(row);
+                }
+            }
+            if stays.is_empty() && leaves.is_empty() && removed.is_empty() {
+                continue;
+            }
+            let log = routed.targets.get(&(partition.clone(), file.name.file_id.clone())).cloned();
+            plan.work.push(FileWork {
+                partition: partition.clone(),
+                file_id: file.name.file_id.clone(),
+                old: Some(file),
+                log,
+                changes: stays,
+                deletes,
+                moved_out: leaves,
+                removed,
+                inserts: vec![],
+            });
+        }
+    }
+    if deletes {
+        return Ok(());
+    }
+    for row in (0..incoming.keys.len() as u32).filter(|&r| !hits.taken.contains(&r) && !flagged(r)) {
+        inserts.entry(target(row)).or_default().push(row);
+    }
+    for (partition, mut rows) in inserts {
+        rows.sort_unstable();
+        let small = routed.small.get(partition).map(Vec::as_slice).unwrap_or(&[]);
+        assign_inserts(plan, partition, rows, small, routed.per_file, config);
+    }
+    Ok(())
+}
+
+/// The rows of `rows` (incoming upserts of stored keys) whose ordering value is below the stored
+/// record's, under event-time ordering: they lose to it. Read from the table's current records
+/// of those keys (a lookup: the record index narrows it to their file groups).
+async fn older_than_stored(table: &Table, incoming: &Incoming, rows: &[u32]) -> Result<hashbrown::HashSet<u32>> {
+    let mut stale = hashbrown::HashSet::new();
+    let (Some(ordering), Some(field)) = (&incoming.ordering, &table.config().ordering_field) else {
+        return Ok(stale);
+    };
+    if rows.is_empty() {
+        return Ok(stale);
+    }
+    let row_of: HashMap<&str, u32> = rows.iter().map(|&r| (incoming.keys.value(r as usize), r)).collect();
+    let keys = arrow::compute::take_record_batch(&incoming.batch, &arrow::array::UInt32Array::from(rows.to_vec()))?;
+    let mut stored = table.lookup(&keys, Some(vec![RECORD_KEY.to_string(), field.clone()])).await?;
+    while let Some(batch) = stored.next().await {
+        let batch = batch?;
+        let key = arrow::compute::cast(batch.column(0), &arrow::datatypes::DataType::Utf8)?;
+        let key = key.as_any().downcast_ref::<StringArray>().ok_or_else(|| Error::invalid_data("record keys"))?;
+        let old = arrow::compute::cast(batch.column(1), ordering.data_type())?;
+        let options = arrow::compute::SortOptions { descending: false, nulls_first: true };
+        let cmp = arrow::array::make_comparator(old.as_ref(), ordering.as_ref(), options)?;
+        for i in 0..batch.num_rows() {
+            if let Some(&row) = key.is_valid(i).then(|| row_of.get(key.value(i))).flatten()
+                && cmp(i, row as usize).is_gt()
+            {
+                stale.insert(row);
+            }
+        }
+    }
+    Ok(stale)
 }
 
 fn group_by_partition(partitions: &Partitions) -> BTreeMap<String, Vec<u32>> {
@@ -312,6 +457,8 @@ fn assign_inserts(
                 log: None,
                 changes: Changes::new(),
                 deletes: false,
+                moved_out: Changes::new(),
+                removed: Changes::new(),
                 inserts: take,
             }),
         }
@@ -328,6 +475,8 @@ fn assign_inserts(
             log: None,
             changes: Changes::new(),
             deletes: false,
+            moved_out: Changes::new(),
+            removed: Changes::new(),
             inserts: chunk,
         });
     }
@@ -335,6 +484,62 @@ fn assign_inserts(
 
 /// Per partition: the changes per file, and the rows whose key no file holds.
 type LookedUp = HashMap<String, (Vec<(BaseFile, Changes)>, Vec<u32>)>;
+
+/// Which incoming rows a lookup looks for in which partitions' files.
+#[derive(Clone, Copy)]
+enum Scope<'a> {
+    /// Each partition's rows in its own files: a key is unique within its partition (Apache
+    /// Hudi's default indexes).
+    Partitions(&'a BTreeMap<String, Vec<u32>>),
+    /// Every row in every partition's files: a key is unique in the table (a global index).
+    Global(&'a [u32]),
+}
+
+impl<'a> Scope<'a> {
+    /// The rows looked for in the files of `partition`, if any.
+    fn rows(self, partition: &str) -> Option<&'a [u32]> {
+        match self {
+            Scope::Partitions(by_partition) => by_partition.get(partition).map(Vec::as_slice),
+            Scope::Global(rows) => Some(rows),
+        }
+    }
+
+    /// Every row looked up.
+    fn all_rows(self) -> Box<dyn Iterator<Item = u32> + 'a> {
+        match self {
+            Scope::Partitions(by_partition) => Box::new(by_partition.values().flatten().copied()),
+            Scope::Global(rows) => Box::new(rows.iter().copied()),
+        }
+    }
+
+    /// Whether `row`'s key is looked for in `partition`'s files.
+    fn looks_in(self, incoming: &Incoming, row: u32, partition: &str) -> bool {
+        match self {
+            Scope::Partitions(_) => incoming.partitions.path(row as usize) == partition,
+            Scope::Global(_) => true,
+        }
+    }
+}
+
+/// What a lookup found: per partition, the live files holding incoming keys, each with its
+/// changes (key → incoming row); and every row found.
+struct Hits {
+    found: HashMap<String, Vec<(BaseFile, Changes)>>,
+    taken: hashbrown::HashSet<u32>,
+}
+
+impl Hits {
+    /// Per partition written: its changes per file, and its rows no file holds.
+    fn by_partition(mut self, rows_by_partition: &BTreeMap<String, Vec<u32>>) -> LookedUp {
+        rows_by_partition
+            .iter()
+            .map(|(partition, rows)| {
+                let missing = rows.iter().copied().filter(|r| !self.taken.contains(r)).collect();
+                (partition.clone(), (self.found.remove(partition).unwrap_or_default(), missing))
+            })
+            .collect()
+    }
+}
 
 /// The index lookup of a write: the record index of a fresh metadata table when it keeps one
 /// (no data file is read); else the key columns of the live files, skipping those whose bloom
@@ -345,14 +550,14 @@ type LookedUp = HashMap<String, (Vec<(BaseFile, Changes)>, Vec<u32>)>;
 /// partitions written are read instead, which gives the same answer.
 async fn index_lookup(
     table: &Table,
-    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    scope: Scope<'_>,
     live: &HashMap<String, Vec<BaseFile>>,
     slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
     incoming: &Arc<Incoming>,
     parallelism: usize,
-) -> Result<LookedUp> {
+) -> Result<Hits> {
     let answer = match table.fresh_metadata_table().await {
-        Some(mdt) => match indexed(table, &mdt, rows_by_partition, live, slice_logs, incoming).await {
+        Some(mdt) => match indexed(table, &mdt, scope, live, slice_logs, incoming).await {
             Ok(answer) => answer,
             Err(e) => {
                 log::warn!("{}: metadata table unreadable ({e}); reading the keys of the files written", table.uri());
@@ -362,11 +567,9 @@ async fn index_lookup(
         None => Indexed::Unknown,
     };
     match answer {
-        Indexed::Located(located) => record_index_lookup(located, rows_by_partition, live, incoming),
-        Indexed::Candidates(candidates) => {
-            lookup(table, rows_by_partition, &candidates, slice_logs, incoming, parallelism).await
-        }
-        Indexed::Unknown => lookup(table, rows_by_partition, live, slice_logs, incoming, parallelism).await,
+        Indexed::Located(located) => Ok(record_index_lookup(located, scope, live, incoming)),
+        Indexed::Candidates(candidates) => lookup(table, scope, &candidates, slice_logs, incoming, parallelism).await,
+        Indexed::Unknown => lookup(table, scope, live, slice_logs, incoming, parallelism).await,
     }
 }
 
@@ -384,7 +587,7 @@ enum Indexed {
 async fn indexed(
     table: &Table,
     mdt: &crate::metadata::MetadataTable,
-    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    scope: Scope<'_>,
     live: &HashMap<String, Vec<BaseFile>>,
     slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
     incoming: &Arc<Incoming>,
@@ -392,9 +595,9 @@ async fn indexed(
     use crate::metadata::Index;
     if mdt.has(Index::RecordIndex) {
         let keys: std::collections::BTreeSet<String> =
-            rows_by_partition.values().flatten().map(|&r| incoming.keys.value(r as usize).to_string()).collect();
+            scope.all_rows().map(|r| incoming.keys.value(r as usize).to_string()).collect();
         let located = mdt.plan_locate(&keys).await?;
-        if record_index_pays(&located, rows_by_partition, live) {
+        if record_index_pays(&located, scope, live) {
             return Ok(Indexed::Located(located.read().await?));
         }
         log::info!(
@@ -408,7 +611,7 @@ async fn indexed(
         return Ok(Indexed::Unknown);
     }
     let mut paths: Vec<&str> = Vec::new();
-    for (partition, files) in live.iter().filter(|(p, _)| rows_by_partition.contains_key(*p)) {
+    for (partition, files) in live.iter().filter(|(p, _)| scope.rows(p).is_some()) {
         for f in files {
             paths.push(&f.path);
             let logs = slice_logs.get(&(partition.clone(), f.name.file_id.clone()));
@@ -423,8 +626,8 @@ async fn indexed(
         .collect();
     // A slice is read when some file of it lacks a bloom filter or may hold one of the keys.
     let mut candidates: HashMap<String, Vec<BaseFile>> = HashMap::new();
-    for (partition, rows) in rows_by_partition {
-        let Some(files) = live.get(partition) else { continue };
+    for (partition, files) in live {
+        let Some(rows) = scope.rows(partition) else { continue };
         for f in files {
             let logs = slice_logs.get(&(partition.clone(), f.name.file_id.clone()));
             let slice_paths =
@@ -455,7 +658,7 @@ const INDEX_ALWAYS_ROWS: usize = 65_536;
 /// of the partitions written, a share of the table's records estimated from their sizes.
 fn record_index_pays(
     located: &crate::metadata::record_index::Located<'_>,
-    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    scope: Scope<'_>,
     live: &HashMap<String, Vec<BaseFile>>,
 ) -> bool {
     let (rows, entries) = located.rows();
@@ -463,42 +666,57 @@ fn record_index_pays(
         return true;
     }
     let bytes = |written_only: bool| -> u64 {
-        let files = live.iter().filter(|(p, _)| !written_only || rows_by_partition.contains_key(*p));
+        let files = live.iter().filter(|(p, _)| !written_only || scope.rows(p).is_some());
         files.flat_map(|(_, files)| files).map(|f| f.size).sum()
     };
     let key_rows = entries as f64 * bytes(true) as f64 / bytes(false).max(1) as f64;
     rows as f64 * INDEX_ENTRY_COST <= key_rows
 }
 
-/// The lookup of a write through the record index: which file group holds each incoming
-/// (partition, key), without reading a data file, from the index's answer `located`. A group
-/// the index names that is not live (replaced meanwhile) holds nothing.
+/// The lookup of a write through the record index: which file group holds each incoming key
+/// (in its partition, or any with a global scope), without reading a data file, from the index's
+/// answer `located`. A group the index names that is not live (replaced meanwhile) holds nothing.
+/// A key the index places in several partitions (a global table written before it was global,
+/// or by a writer without a global index) is taken by its own partition's group, else by the
+/// first partition in order.
 fn record_index_lookup(
     located: HashMap<(String, String), String>,
-    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    scope: Scope<'_>,
     live: &HashMap<String, Vec<BaseFile>>,
     incoming: &Arc<Incoming>,
-) -> Result<LookedUp> {
-    let mut out = HashMap::new();
-    for (partition, rows) in rows_by_partition {
-        let files: HashMap<&str, &BaseFile> =
-            live.get(partition).into_iter().flatten().map(|f| (f.name.file_id.as_str(), f)).collect();
-        let mut by_file: HashMap<&str, Changes> = HashMap::new();
-        let mut missing = Vec::new();
-        for &r in rows {
-            let key = incoming.keys.value(r as usize);
-            match located.get(&(key.to_string(), partition.clone())).filter(|f| files.contains_key(f.as_str())) {
-                Some(file_id) => {
-                    let file_id = files.get_key_value(file_id.as_str()).map_or("", |(k, _)| *k);
-                    by_file.entry(file_id).or_default().insert(key.to_string(), r);
-                }
-                None => missing.push(r),
-            }
-        }
-        let found = by_file.into_iter().filter_map(|(f, c)| files.get(f).map(|b| ((*b).clone(), c))).collect();
-        out.insert(partition.clone(), (found, missing));
+) -> Hits {
+    let mut rows_of_key: HashMap<&str, Vec<u32>> = HashMap::new();
+    for r in scope.all_rows() {
+        rows_of_key.entry(incoming.keys.value(r as usize)).or_default().push(r);
     }
-    Ok(out)
+    let mut entries: Vec<((String, String), String)> = located.into_iter().collect();
+    entries.sort();
+    let mut hits: Vec<(u32, bool, String, String, String)> = Vec::new();
+    for ((key, partition), file_id) in entries {
+        let Some(rows) = rows_of_key.get(key.as_str()) else { continue };
+        let is_live = live.get(&partition).is_some_and(|files| files.iter().any(|f| f.name.file_id == file_id));
+        for &r in rows.iter().filter(|&&r| is_live && scope.looks_in(incoming, r, &partition)) {
+            let own = incoming.partitions.path(r as usize) == partition;
+            hits.push((r, !own, partition.clone(), file_id.clone(), key.clone()));
+        }
+    }
+    // Its own partition first, then partitions in order.
+    hits.sort();
+    let mut taken = hashbrown::HashSet::new();
+    let mut by_file: HashMap<(String, String), Changes> = HashMap::new();
+    for (r, _, partition, file_id, key) in hits {
+        if taken.insert(r) {
+            by_file.entry((partition, file_id)).or_default().insert(key, r);
+        }
+    }
+    let mut found: HashMap<String, Vec<(BaseFile, Changes)>> = HashMap::new();
+    for ((partition, file_id), changes) in by_file {
+        let file = live.get(&partition).and_then(|files| files.iter().find(|f| f.name.file_id == file_id));
+        if let Some(file) = file {
+            found.entry(partition).or_default().push((file.clone(), changes));
+        }
+    }
+    Hits { found, taken }
 }
 
 /// A stored key matching an incoming row, and whether it is live in its file group.
@@ -536,12 +754,12 @@ impl KeyIndex {
 /// partition, the changes per file and the rows whose key is in none of them.
 async fn lookup(
     table: &Table,
-    rows_by_partition: &BTreeMap<String, Vec<u32>>,
+    scope: Scope<'_>,
     live: &HashMap<String, Vec<BaseFile>>,
     slice_logs: &HashMap<FileGroupId, Vec<LogFile>>,
     incoming: &Arc<Incoming>,
     parallelism: usize,
-) -> Result<LookedUp> {
+) -> Result<Hits> {
     let storage = table.storage();
     // What completed instants wrote into the logs: a damaged block of theirs is an error, never a
     // key left out of routing (the write would then put the key in a second file group).
@@ -551,11 +769,21 @@ async fn lookup(
     };
     let permits = Arc::new(tokio::sync::Semaphore::new(parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
-    for (p, (partition, rows)) in rows_by_partition.iter().enumerate() {
-        let Some(files) = live.get(partition) else { continue };
-        let index = Arc::new(KeyIndex::new(incoming.clone(), rows));
+    // One index of every row for a global scope; one per partition's rows otherwise.
+    let shared = match scope {
+        Scope::Global(rows) => Some(Arc::new(KeyIndex::new(incoming.clone(), rows))),
+        Scope::Partitions(_) => None,
+    };
+    let mut partitions: Vec<&String> = live.keys().filter(|p| scope.rows(p).is_some()).collect();
+    partitions.sort();
+    for (p, partition) in partitions.iter().enumerate() {
+        let (Some(files), Some(rows)) = (live.get(*partition), scope.rows(partition)) else { continue };
+        let index = match &shared {
+            Some(index) => index.clone(),
+            None => Arc::new(KeyIndex::new(incoming.clone(), rows)),
+        };
         for (f, file) in files.iter().enumerate() {
-            let logs = slice_logs.get(&(partition.clone(), file.name.file_id.clone())).cloned().unwrap_or_default();
+            let logs = slice_logs.get(&((*partition).clone(), file.name.file_id.clone())).cloned().unwrap_or_default();
             let (storage, file, index, permits) = (storage.clone(), file.clone(), index.clone(), permits.clone());
             let committed = committed.clone();
             tasks.spawn(async move {
@@ -591,7 +819,6 @@ async fn lookup(
     }
     let mut claimed: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
     let mut found: HashMap<String, Vec<(BaseFile, Changes)>> = HashMap::new();
-    let partitions: Vec<&String> = rows_by_partition.keys().collect();
     for ((p, _), file, hits) in results {
         let changes: Changes = hits
             .into_iter()
@@ -602,14 +829,7 @@ async fn lookup(
             found.entry(partitions[p].clone()).or_default().push((file, changes));
         }
     }
-    let taken = claimed;
-    Ok(rows_by_partition
-        .iter()
-        .map(|(partition, rows)| {
-            let missing = rows.iter().copied().filter(|r| !taken.contains(r)).collect();
-            (partition.clone(), (found.remove(partition).unwrap_or_default(), missing))
-        })
-        .collect())
+    Ok(Hits { found, taken: claimed })
 }
 
 /// The keys of a base file that are in `index`, with their incoming rows, reading only the key

@@ -39,6 +39,7 @@ async fn create(dir: &tempfile::TempDir) -> Table {
         hive_style: true,
         inline_compaction: None,
         table_version: 6,
+        global_index: false,
         keygen_options: Default::default(),
         url_encode: true,
     };
@@ -168,6 +169,7 @@ async fn filters_prune_row_groups() {
         hive_style: true,
         inline_compaction: None,
         table_version: 6,
+        global_index: false,
         keygen_options: Default::default(),
         url_encode: true,
     };

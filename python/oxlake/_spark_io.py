@@ -1,0 +1,180 @@
+"""Arrow data between Spark and oxlake: the schemas and batches Spark takes and hands over, the
+task ids files are named with, the table a first write creates. Shared by `oxlake.spark` and
+`oxlake.spark_source` (internal: the public names are re-exported by `oxlake.spark`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from oxlake import _native
+from oxlake.table import Table, create_table
+
+if TYPE_CHECKING:
+    from pyspark import TaskContext
+    from pyspark.sql.types import StructType
+
+
+def spark_schema(schema: pa.Schema) -> StructType:
+    """The Spark schema of a table's Arrow schema (see `spark_arrow_schema`), every field nullable
+    (a change query's deleted rows carry nulls in columns the table declares non-null)."""
+    from pyspark.sql.pandas.types import from_arrow_schema
+    from pyspark.sql.types import StructField, StructType
+
+    # Timestamps without a time zone stay without one (Spark 3.5 would read them as local time).
+    converted = from_arrow_schema(spark_arrow_schema(schema), prefer_timestamp_ntz=True)
+    return StructType([StructField(f.name, f.dataType, True, f.metadata) for f in converted.fields])
+
+
+def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
+    """The Arrow schema Spark takes for data of `schema`, every column nullable: Spark has no
+    unsigned integers (they widen to the next signed type) and no 64-bit dates, keeps timestamps
+    in microseconds, and reads times of day as microseconds since midnight (a long, as Spark's
+    Avro reader does; its Arrow reader has no time type); fixed-size binary is binary."""
+    return _spark_schema(schema, pa.int64())
+
+
+def _spark_schema(schema: pa.Schema, time: pa.DataType) -> pa.Schema:
+    return pa.schema([_spark_field(f, time).with_nullable(True) for f in schema])
+
+
+def _spark_field(f: pa.Field, time: pa.DataType) -> pa.Field:
+    return f.with_type(_spark_type(f.type, time))
+
+
+_WIDENED = {
+    pa.uint8(): pa.int16(),
+    pa.uint16(): pa.int32(),
+    pa.uint32(): pa.int64(),
+    pa.date64(): pa.date32(),
+}
+
+
+def _spark_type(t: pa.DataType, time: pa.DataType) -> pa.DataType:
+    if t in _WIDENED:
+        return _WIDENED[t]
+    if pa.types.is_time(t):
+        return time
+    if pa.types.is_timestamp(t):
+        return pa.timestamp("us", t.tz)
+    if pa.types.is_fixed_size_binary(t):
+        return pa.binary()
+    if pa.types.is_list(t):
+        return pa.list_(_spark_field(t.value_field, time))
+    if pa.types.is_struct(t):
+        return pa.struct([_spark_field(t.field(i), time) for i in range(t.num_fields)])
+    if pa.types.is_map(t):
+        return pa.map_(_spark_field(t.key_field, time), _spark_field(t.item_field, time))
+    return t
+
+
+def as_spark(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Batches of `schema` in `spark_arrow_schema(schema)`; values are cast only where a type
+    differs (sub-microsecond parts of times and timestamps are dropped, Spark cannot hold them)."""
+    target = spark_arrow_schema(schema)
+    # Times become microseconds first, then their count.
+    in_micros = _spark_schema(schema, pa.time64("us"))
+    same_types = target.types == schema.types
+    for batch in batches:
+        if same_types:
+            yield pa.RecordBatch.from_arrays(batch.columns, schema=target)
+        else:
+            yield batch.cast(in_micros, safe=False).cast(target)
+
+
+SORT_MODES = ("none", "global_sort", "partition_sort")
+
+
+def check_sort_mode(operation: str, sort_mode: str | None) -> None:
+    """Refuses a sort mode for another operation than a bulk insert, or one Hudi does not name,
+    before any instant begins."""
+    if sort_mode is None:
+        return
+    if operation != "bulk_insert":
+        raise _native.InvalidArgumentError(
+            f"sort_mode is an option of operation='bulk_insert', not of '{operation}'"
+        )
+    if sort_mode.lower() not in SORT_MODES:
+        raise _native.InvalidArgumentError(
+            f"sort_mode `{sort_mode}` is not a bulk insert sort mode: {', '.join(SORT_MODES)}"
+        )
+
+
+def arrow_schema_of(schema: StructType) -> pa.Schema:
+    """The Arrow schema of a Spark schema, timestamps with a time zone in UTC (the instants
+    they are; Spark hands them over in its session time zone, converted by `from_spark`)."""
+    import inspect
+
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    # Spark 4.2 asks for the time zone of timestamps; earlier versions take UTC themselves.
+    takes_zone = "timezone" in inspect.signature(to_arrow_schema).parameters
+    try:
+        converted = to_arrow_schema(schema, timezone="UTC") if takes_zone else to_arrow_schema(schema)
+    except (TypeError, ValueError) as e:  # a Spark type Arrow cannot hold (intervals, ...)
+        raise _native.SchemaMismatchError(f"cannot write Spark schema {schema.simpleString()}: {e}") from None
+    return pa.schema([f.with_type(_normal(f.type)) for f in converted])
+
+
+def from_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
+    """Spark's Arrow batches as one table of `schema` (from `arrow_schema_of`): the time zone of
+    timestamps is the session's, relabelled UTC (the same instants), and large types become
+    regular ones (`_normal`); nothing else changes."""
+    out = []
+    for batch in batches:
+        if batch.schema != schema:
+            if [_normal(t) for t in batch.schema.types] != schema.types or batch.schema.names != schema.names:
+                raise _native.SchemaMismatchError(f"Spark handed over {batch.schema}, expected {schema}")
+            batch = pa.RecordBatch.from_arrays(
+                [c.cast(t) if c.type != t else c for c, t in zip(batch.columns, schema.types, strict=True)],
+                schema=schema,
+            )
+        out.append(batch)
+    return pa.Table.from_batches(out, schema=schema)
+
+
+def _normal(t: pa.DataType) -> pa.DataType:
+    """`t` as oxlake takes it from Spark, nested types too: timestamps with a time zone in UTC
+    (the same instants), large strings, binaries and lists as regular ones (Spark's
+    `useLargeVarTypes`; the values are the same)."""
+    if pa.types.is_timestamp(t) and t.tz is not None:
+        return pa.timestamp(t.unit, "UTC")
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_normal(f.type)) for f in t])
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_normal(t.value_type)))
+    if pa.types.is_map(t):
+        return pa.map_(
+            t.key_field.with_type(_normal(t.key_type)), t.item_field.with_type(_normal(t.item_type))
+        )
+    return t
+
+
+def task_id(ctx: TaskContext | None) -> tuple[int, int] | None:
+    """(task, attempt) of the running Spark task, attempts numbered from 1: part of the names
+    of the files it writes, so that no two attempts write the same file."""
+    if ctx is None:
+        return None
+    return ctx.partitionId(), ctx.taskAttemptId() + 1
+
+
+def open_or_create(
+    uri: str, schema: pa.Schema, storage_options: dict[str, str] | None, create_options: dict[str, Any]
+) -> Table:
+    try:
+        return Table(uri, storage_options)
+    except _native.TableNotFoundError:
+        if "record_key" not in create_options:
+            raise _native.InvalidArgumentError(
+                f"no table at {uri}: give record_key (and partition_by, ordering_field, ...) to create it"
+            ) from None
+        try:
+            return create_table(uri, schema, storage_options=storage_options, **create_options)
+        except _native.TableExistsError:
+            return Table(uri, storage_options)  # another writer created it meanwhile

@@ -1,0 +1,244 @@
+"""Tables with a global index (`create_table(..., global_index=True)`): a record key is unique
+across partitions. An upsert naming another partition moves the record there in one commit (as
+Apache Hudi's global indexes with `update.partition.path`), a delete finds a key wherever it is,
+and without the option a key is unique within its partition only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import oxlake
+import pyarrow as pa
+import pytest
+from conftest import SCHEMA, hudi_read, rows, run_paused, trips
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+EXAMPLES = int(os.environ.get("OXLAKE_MODEL_EXAMPLES", "25"))
+
+
+def global_table(path: str, table_type: str = "copy_on_write", **options: Any) -> oxlake.Table:
+    return oxlake.create_table(
+        path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type=table_type,  # type: ignore[arg-type]
+        global_index=True,
+        **options,
+    )
+
+
+def row(i: int, city: str, ts: int, name: str = "n") -> dict[str, Any]:
+    return {"id": i, "name": f"{name}{i}", "city": city, "ts": ts, "fare": float(i)}
+
+
+def table_of(items: list[dict[str, Any]]) -> pa.Table:
+    return pa.Table.from_pylist(items, schema=SCHEMA)
+
+
+def where(t: oxlake.Table) -> dict[int, tuple[str, str]]:
+    """Each key's partition column and name, failing if a key is there twice."""
+    out: dict[int, tuple[str, str]] = {}
+    for r in rows(t.scan()):
+        assert r["id"] not in out, f"key {r['id']} is in the table twice"
+        out[r["id"]] = (r["city"], r["name"])
+    return out
+
+
+@pytest.fixture(params=["copy_on_write", "merge_on_read"])
+def table_type(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.mark.parametrize("record_index", [False, True], ids=["key-reads", "record-index"])
+def test_an_upsert_naming_another_partition_moves_the_record(
+    table_path: str, table_type: str, record_index: bool
+) -> None:
+    t = global_table(table_path, table_type)
+    if record_index:
+        t.build_metadata(record_index_shards=2)
+    t.insert(trips([1, 2, 3, 4]))  # 1 nyc, 2 chennai, 3 sf, 4 nyc
+    result = t.upsert(table_of([row(1, "sf", 2, "moved"), row(2, "chennai", 2, "same")]))
+    assert (result.num_inserts, result.num_updates, result.num_deletes) == (1, 1, 1)
+    got = where(t)
+    assert got == {1: ("sf", "moved1"), 2: ("chennai", "same2"), 3: ("sf", "n3"), 4: ("nyc", "n4")}
+    # The old partition no longer holds it; the meta fields name the new one.
+    meta = {r["id"]: r["_hoodie_partition_path"] for r in rows(t.scan(), keep_meta=True)}
+    assert meta[1] == "city=sf"
+    if record_index:
+        assert t.lookup(pa.table({"id": pa.array([1], pa.int64())}))["city"].to_pylist() == ["sf"]
+        assert t.validate().ok
+    # hudi-rs reads the same rows.
+    other = hudi_read(table_path)
+    assert sorted(zip(other["id"].to_pylist(), other["city"].to_pylist(), strict=True)) == [
+        (1, "sf"),
+        (2, "chennai"),
+        (3, "sf"),
+        (4, "nyc"),
+    ]
+
+
+def test_without_a_global_index_a_key_is_unique_within_its_partition(table_path: str) -> None:
+    t = oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
+    assert not t.global_index
+    t.insert(trips([1]))
+    t.upsert(table_of([row(1, "sf", 2)]))
+    assert sorted(r["city"] for r in rows(t.scan())) == ["nyc", "sf"]
+
+
+def test_an_older_version_naming_another_partition_loses_and_moves_nothing(
+    table_path: str, table_type: str
+) -> None:
+    t = global_table(table_path, table_type)
+    t.insert(table_of([row(1, "nyc", 5, "new"), row(2, "nyc", 5, "new")]))
+    t.upsert(table_of([row(1, "sf", 4, "old"), row(2, "sf", 5, "tie")]))
+    # ts 4 < 5: the stored version wins and stays where it is; a tie goes to the incoming row.
+    assert where(t) == {1: ("nyc", "new1"), 2: ("sf", "tie2")}
+
+
+def test_duplicates_of_a_key_in_one_input_with_different_partitions_are_one_record(
+    table_path: str, table_type: str
+) -> None:
+    t = global_table(table_path, table_type)
+    t.upsert(table_of([row(7, "sf", 1, "a"), row(7, "nyc", 3, "b"), row(7, "chennai", 2, "c")]))
+    assert where(t) == {7: ("nyc", "b7")}
+    t.upsert(table_of([row(7, "sf", 9, "d"), row(7, "chennai", 8, "e")]))
+    assert where(t) == {7: ("sf", "d7")}
+
+
+def test_a_delete_finds_the_key_in_any_partition(table_path: str, table_type: str) -> None:
+    t = global_table(table_path, table_type)
+    t.insert(trips([1, 2, 3]))
+    # By key alone (a plain list), and by rows naming the wrong partition.
+    assert t.delete([1]).num_deletes == 1
+    assert t.delete(table_of([row(2, "sf", 9)])).num_deletes == 1
+    assert where(t) == {3: ("sf", "n3")}
+    assert t.delete([42]).instant is None
+
+
+def test_a_moved_record_reads_as_a_delete_and_an_insert_in_the_change_stream(
+    table_path: str, table_type: str
+) -> None:
+    t = global_table(table_path, table_type)
+    first = t.insert(trips([1, 2]))
+    t.upsert(table_of([row(1, "sf", 2, "moved")]))
+    changes = t.to_arrow(query="changes", start=first.completion or first.instant)
+    got = sorted((r["_change_type"], r["id"], r["city"]) for r in changes.to_pylist())
+    assert got == [("delete", 1, "nyc"), ("insert", 1, "sf")]
+    incremental = t.to_arrow(query="incremental", start=first.completion or first.instant)
+    assert [(r["id"], r["city"]) for r in incremental.to_pylist()] == [(1, "sf")]
+
+
+def test_compaction_and_clean_keep_moved_records_where_they_went(table_path: str) -> None:
+    t = global_table(table_path, "merge_on_read")
+    t.build_metadata(record_index_shards=2)
+    t.insert(trips(list(range(12))))
+    for ts, city in enumerate(["sf", "nyc", "chennai", "sf"], start=2):
+        t.upsert(table_of([row(i, city, ts, f"v{ts}-") for i in range(0, 12, 3)]))
+    t.compact()
+    t.clean(retain=1)
+    got = where(t)
+    assert {i: got[i][0] for i in range(0, 12, 3)} == dict.fromkeys(range(0, 12, 3), "sf")
+    assert len(got) == 12
+    assert t.validate().ok
+
+
+def test_two_writers_inserting_one_new_key_into_different_partitions_do_not_both_land(
+    table_path: str, tmp_path: Path
+) -> None:
+    """Writer A has passed its conflict check and waits to complete; B, later, upserts the same
+    new key into another partition. With a partition-scoped index the two are different records;
+    with a global index B must see A's key and fail (or A's write is refused), never both."""
+    t = global_table(table_path)
+    t.insert(trips([1]))
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    code = (
+        "import sys, oxlake, pyarrow as pa; from conftest import SCHEMA; "
+        "oxlake.Table(sys.argv[1]).upsert(pa.Table.from_pylist("
+        "[{{'id': 100, 'name': '{w}', 'city': '{city}', 'ts': 1, 'fare': 1.0}}], schema=SCHEMA))"
+    )
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = run_paused(table_path, "after-metadata-sync", code.format(w="a", city="sf"), tmp_path / "a", env)
+    b = run_paused(table_path, "before-intents", code.format(w="b", city="nyc"), tmp_path / "b", env)
+    (tmp_path / "a" / "resume").touch()
+    _, err = a.communicate(timeout=120)
+    assert a.returncode == 0, err
+    (tmp_path / "b" / "resume").touch()
+    _, err = b.communicate(timeout=120)
+    assert b.returncode != 0 and "CommitConflictError" in err, err
+    assert where(oxlake.Table(table_path))[100] == ("sf", "a")
+
+
+CITIES = ["sf", "nyc", "chennai"]
+step = st.tuples(
+    st.sampled_from(["upsert", "upsert", "delete", "compact", "clean"]),
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=9),
+            st.sampled_from(CITIES),
+            st.integers(min_value=0, max_value=4),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+)
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    table_type=st.sampled_from(["copy_on_write", "merge_on_read"]),
+    record_index=st.booleans(),
+    steps=st.lists(step, min_size=1, max_size=8),
+)
+def test_upserts_moving_keys_match_a_model(
+    table_type: str, record_index: bool, steps: list[tuple[str, list[tuple[int, str, int]]]]
+) -> None:
+    """Random upserts (keys given random partitions and ordering values), deletes by key,
+    compactions and cleans: the table always holds each key once, in the partition and with the
+    version the model says (the greatest ordering value wins, ties to the later write)."""
+    root = tempfile.mkdtemp(prefix="oxlake-global-")
+    try:
+        t = global_table(str(Path(root) / "t"), table_type)
+        if record_index:
+            t.build_metadata(record_index_shards=2)
+        model: dict[int, dict[str, Any]] = {}
+        for n, (kind, items) in enumerate(steps):
+            if kind == "compact":
+                if table_type == "merge_on_read":
+                    t.compact()
+                continue
+            if kind == "clean":
+                t.clean(retain=1)
+                continue
+            if kind == "delete":
+                keys = sorted({i for i, _, _ in items})
+                t.delete(keys)
+                for i in keys:
+                    model.pop(i, None)
+                continue
+            batch: dict[int, dict[str, Any]] = {}
+            for i, city, ts in items:
+                r = row(i, city, ts, f"s{n}-")
+                if i not in batch or ts >= batch[i]["ts"]:
+                    batch[i] = r
+            t.upsert(table_of(list(batch.values())))
+            for i, r in batch.items():
+                if i not in model or r["ts"] >= model[i]["ts"]:
+                    model[i] = r
+            assert rows(t.scan()) == [model[i] for i in sorted(model)]
+        assert rows(t.scan()) == [model[i] for i in sorted(model)]
+        if record_index:
+            assert t.validate().ok
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
