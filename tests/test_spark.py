@@ -522,6 +522,27 @@ def test_failed_data_source_write_leaves_the_table_unchanged(
     assert not [i for i in t.timeline() if i.state != "completed"]
 
 
+@needs_data_source
+def test_a_data_source_write_whose_tasks_share_a_key_is_refused(
+    source: SparkSession, table: oxlake.Table
+) -> None:
+    """Spark hands each task the rows its input partition holds: two tasks upserting one key
+    would each plan alone and both land (the key twice). The commit refuses it, naming the key,
+    and the table is as it was."""
+    table.insert(trips(list(range(10))))
+    before = rows(table.to_arrow())
+    # Two input partitions, one per half: key 5 in both.
+    halves = pa.concat_tables([trips([5, 100], ts=2, name="a"), trips([5, 101], ts=3, name="b")])
+    records = source.sparkContext.parallelize([tuple(r.values()) for r in halves.to_pylist()], 2)
+    df = source.createDataFrame(records, "id bigint, name string, city string, ts bigint, fare double")
+    assert df.rdd.glom().map(lambda p: sorted(r.id for r in p)).collect() == [[5, 100], [5, 101]]
+    with pytest.raises(Exception, match="record key `5` was written by two tasks"):
+        df.write.format("oxlake").option("operation", "upsert").mode("append").save(table.uri)
+    t = oxlake.Table(table.uri)
+    assert rows(t.to_arrow()) == before
+    assert not [i for i in t.timeline() if i.state != "completed"]
+
+
 # ---- schemas --------------------------------------------------------------------------------
 
 

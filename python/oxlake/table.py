@@ -649,7 +649,13 @@ class Table:
     ) -> WriteResult:
         """Updates records whose key exists and inserts the others. `schema_mode="merge"`
         evolves the table's schema to take `data`'s; the columns `data` lacks are then null in
-        the rows written (also in updated ones: not a partial update)."""
+        the rows written (also in updated ones: not a partial update).
+
+        A boolean column `_hoodie_is_deleted` (Apache Hudi's delete marker) makes the rows where
+        it is true deletes of their keys, in the same commit as the other rows' upserts (null is
+        false; the column is not stored). Under an `ordering_field` such a delete loses to a
+        stored record with a greater ordering value, as a delete does; one of a key the table
+        lacks deletes nothing."""
         return self._write("upsert", data, target_file_size, conflict_retries, schema_mode, extra_metadata)
 
     def delete(

@@ -553,6 +553,9 @@ impl Table {
         if let Err(e) = check_extra_metadata(extra) {
             return Err(tx.fail(self, e).await);
         }
+        if let Err(e) = check_keys_in_one_task(&parts, self.config().global_index) {
+            return Err(tx.fail(self, e).await);
+        }
         if reconcile
             && let Err(e) =
                 overlaps::merge_overlapping_rewrites(self, tx.time(), &mut parts, &WriteConfig::default()).await
@@ -792,6 +795,36 @@ fn dedup(input: Incoming, global: bool) -> Result<Incoming> {
         ordering: input.ordering.as_ref().map(|o| take(o.as_ref())).transpose()?,
         deleted,
     })
+}
+
+/// Refuses a distributed write in which two tasks wrote the same record key (in one partition, or
+/// anywhere with a global index): each planned against the table alone, so both would land, a
+/// key twice in the table. Spark's data source hands tasks whatever rows their input partitions
+/// hold; `oxlake.spark.write` routes every key to one task.
+fn check_keys_in_one_task(parts: &[WrittenFiles], global: bool) -> Result<()> {
+    if parts.len() < 2 {
+        return Ok(());
+    }
+    let mut seen: hashbrown::HashMap<(&str, &str), usize> = hashbrown::HashMap::new();
+    for (task, part) in parts.iter().enumerate() {
+        for (partition, _, keys) in &part.keys.written {
+            let scope = if global { "" } else { partition.as_str() };
+            for key in keys.iter().flatten() {
+                match seen.insert((scope, key), task) {
+                    Some(other) if other != task => {
+                        return Err(Error::invalid_data(format!(
+                            "record key `{key}` was written by two tasks of this write{}: each task decides alone, so \
+                             both versions would land; repartition the rows by the record key (or use \
+                             oxlake.spark.write, which does)",
+                            if global { "" } else { " in one partition" }
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Refuses extra metadata under the keys the commit's schema is recorded at.
