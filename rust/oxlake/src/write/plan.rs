@@ -691,10 +691,15 @@ fn record_index_lookup(
     }
     let mut entries: Vec<((String, String), String)> = located.into_iter().collect();
     entries.sort();
+    // The live groups by (partition, file id): one probe per index entry.
+    let groups: HashMap<(&str, &str), &BaseFile> = live
+        .iter()
+        .flat_map(|(p, files)| files.iter().map(move |f| ((p.as_str(), f.name.file_id.as_str()), f)))
+        .collect();
     let mut hits: Vec<(u32, bool, String, String, String)> = Vec::new();
     for ((key, partition), file_id) in entries {
         let Some(rows) = rows_of_key.get(key.as_str()) else { continue };
-        let is_live = live.get(&partition).is_some_and(|files| files.iter().any(|f| f.name.file_id == file_id));
+        let is_live = groups.contains_key(&(partition.as_str(), file_id.as_str()));
         for &r in rows.iter().filter(|&&r| is_live && scope.looks_in(incoming, r, &partition)) {
             let own = incoming.partitions.path(r as usize) == partition;
             hits.push((r, !own, partition.clone(), file_id.clone(), key.clone()));
@@ -711,9 +716,9 @@ fn record_index_lookup(
     }
     let mut found: HashMap<String, Vec<(BaseFile, Changes)>> = HashMap::new();
     for ((partition, file_id), changes) in by_file {
-        let file = live.get(&partition).and_then(|files| files.iter().find(|f| f.name.file_id == file_id));
+        let file = groups.get(&(partition.as_str(), file_id.as_str())).map(|f| (*f).clone());
         if let Some(file) = file {
-            found.entry(partition).or_default().push((file.clone(), changes));
+            found.entry(partition).or_default().push((file, changes));
         }
     }
     Hits { found, taken }
