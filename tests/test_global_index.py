@@ -84,6 +84,32 @@ def test_an_upsert_naming_another_partition_moves_the_record(
     ]
 
 
+def test_an_insert_of_a_stored_key_updates_or_moves_it(table_path: str, table_type: str) -> None:
+    """On a global table an insert looks its keys up too: keys stay unique."""
+    t = global_table(table_path, table_type)
+    t.insert(trips([1, 2]))  # 1 nyc, 2 chennai
+    result = t.insert(table_of([row(1, "sf", 2, "again"), row(2, "chennai", 2, "again")]))
+    assert (result.num_inserts, result.num_updates) == (1, 1)
+    assert where(t) == {1: ("sf", "again1"), 2: ("chennai", "again2")}
+
+
+@pytest.mark.parametrize("record_index", [False, True], ids=["key-reads", "record-index"])
+def test_a_key_already_in_two_partitions_is_updated_in_the_one_the_row_names(
+    table_path: str, table_type: str, record_index: bool
+) -> None:
+    """A bulk insert does not look keys up: it can leave a key in two partitions. An upsert
+    then updates the copy in the partition it names (both lookups agree), never moving the
+    other copy into that partition beside it."""
+    t = global_table(table_path, table_type)
+    if record_index:
+        t.build_metadata(record_index_shards=2)
+    t.insert(trips([1]))  # nyc
+    t.bulk_insert(table_of([row(1, "sf", 2, "bulk")]))
+    t.upsert(table_of([row(1, "sf", 3, "named")]))
+    got = sorted((r["city"], r["name"]) for r in rows(t.scan()))
+    assert got == [("nyc", "n1"), ("sf", "named1")]
+
+
 def test_without_a_global_index_a_key_is_unique_within_its_partition(table_path: str) -> None:
     t = oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
     assert not t.global_index

@@ -1143,8 +1143,11 @@ def create_table(
     indexes (`GLOBAL_SIMPLE`, `RECORD_INDEX`) with `update.partition.path` do: writes look keys up
     in every partition, an upsert giving a key another partition value moves its record there
     (the older version is deleted from its old partition in the same commit; under an
-    `ordering_field` only when the incoming version wins), and a delete finds a key wherever it
-    is (its partition columns may be left out). A lookup then reads every partition's keys, so
+    `ordering_field` only when the incoming version wins), an insert looks its keys up as an
+    upsert does, and a delete finds a key wherever it is (its partition columns may be left
+    out). `bulk_insert` and `insert_overwrite` do not look keys up: loading a key that is
+    already in another partition leaves it in both (an upsert then updates the copy in the
+    partition it names). A lookup then reads every partition's keys, so
     build the record index (`build_metadata(record_index=True)`) on large tables. Without it
     (the default, as Apache Hudi's default indexes) a key is unique within its partition: the
     same key in two partitions is two records. A table property (`oxlake.index.global`), so

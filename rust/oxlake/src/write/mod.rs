@@ -434,7 +434,12 @@ impl Table {
         let scope = |partition: &str| if global { String::new() } else { partition.to_string() };
         // (partition, key) -> (partition, file id) of the group holding the key.
         let mut groups: hashbrown::HashMap<(String, String), (String, String)> = hashbrown::HashMap::new();
-        if !matches!(op, WriteOperation::Insert | WriteOperation::BulkInsert) {
+        let looks_up = match op {
+            WriteOperation::BulkInsert => false,
+            WriteOperation::Insert => global,
+            _ => true,
+        };
+        if looks_up {
             let incoming = Arc::new(dedup(all, global)?);
             let lookup_only = WriteConfig { small_file_limit: 0, ..WriteConfig::default() };
             let plan = plan::plan(self, op, Some(&incoming), &lookup_only).await?;
@@ -553,7 +558,10 @@ impl Table {
         if let Err(e) = check_extra_metadata(extra) {
             return Err(tx.fail(self, e).await);
         }
-        if let Err(e) = check_keys_in_one_task(&parts, self.config().global_index) {
+        // A bulk insert keeps duplicate keys, as in one process.
+        if op != WriteOperation::BulkInsert
+            && let Err(e) = check_keys_in_one_task(&parts, self.config().global_index)
+        {
             return Err(tx.fail(self, e).await);
         }
         if reconcile

@@ -219,7 +219,9 @@ pub(crate) async fn plan(
                 assign_inserts(&mut plan, &partition, rows, &[], per_file, config);
             }
         }
-        WriteOperation::Upsert | WriteOperation::Delete if table.config().global_index => {
+        // With a global index an insert looks its keys up too (an existing key is updated where
+        // it is, or moved): keys stay unique. A bulk insert never looks keys up.
+        WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete if table.config().global_index => {
             let Some(incoming) = incoming else { return Ok(plan) };
             let rows: Vec<u32> = (0..incoming.keys.len() as u32).collect();
             let scope = Scope::Global(&rows);
@@ -814,27 +816,42 @@ async fn lookup(
     while let Some(joined) = tasks.join_next().await {
         results.push(joined.map_err(|e| Error::invalid_data(format!("lookup task failed: {e}")))??);
     }
-    // A key is live in at most one file group. It may also be held, deleted, by another (an insert
-    // after a merge-on-read delete lands in a new group): the live group takes it, else the first
-    // file listed that holds it.
+    // A key is live in at most one file group of its partition. It may also be held, deleted, by
+    // another (an insert after a merge-on-read delete lands in a new group), and with a global
+    // scope be live in two partitions (written before the table was global, or by a bulk insert).
+    // Each row goes to a group holding it live in its own partition, else live in the first
+    // partition listed, else the first file holding it deleted (as `record_index_lookup`).
     results.sort_by_key(|r| r.0);
-    let mut taken: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
-    for (_, _, hits) in &results {
-        taken.extend(hits.iter().filter(|h| h.2).map(|h| h.1));
+    let mut best: hashbrown::HashMap<u32, (u8, usize)> = hashbrown::HashMap::new();
+    for (i, ((p, _), _, hits)) in results.iter().enumerate() {
+        for &(_, r, live) in hits {
+            let own = incoming.partitions.path(r as usize) == partitions[*p].as_str();
+            let choice = (
+                if live && own {
+                    0
+                } else if live {
+                    1
+                } else {
+                    2
+                },
+                i,
+            );
+            let entry = best.entry(r).or_insert(choice);
+            *entry = (*entry).min(choice);
+        }
     }
-    let mut claimed: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
     let mut found: HashMap<String, Vec<(BaseFile, Changes)>> = HashMap::new();
-    for ((p, _), file, hits) in results {
+    for (i, ((p, _), file, hits)) in results.into_iter().enumerate() {
         let changes: Changes = hits
             .into_iter()
-            .filter(|(_, r, live)| (*live || !taken.contains(r)) && claimed.insert(*r))
+            .filter(|(_, r, _)| best.get(r).is_some_and(|b| b.1 == i))
             .map(|(k, r, _)| (k, r))
             .collect();
         if !changes.is_empty() {
             found.entry(partitions[p].clone()).or_default().push((file, changes));
         }
     }
-    Ok(Hits { found, taken: claimed })
+    Ok(Hits { found, taken: best.keys().copied().collect() })
 }
 
 /// The keys of a base file that are in `index`, with their incoming rows, reading only the key
