@@ -434,15 +434,29 @@ impl Transaction {
 
     /// `error` as the conflict it is when it is a data file gone while this write read it and a
     /// table service completed since the write began (a compaction, clustering or clean removed
-    /// or replaced what the write planned against): a conflict is retried (`conflict_retries`),
-    /// a storage error is not.
+    /// or replaced what the write planned against), or a timeline file of an instant archived
+    /// meanwhile: a conflict is retried (`conflict_retries`), a storage error is not.
     pub async fn lost_to_service(&self, table: &mut Table, error: Error) -> Error {
         let gone = match &error {
             Error::Storage { path, source: object_store::Error::NotFound { .. } } => path.clone(),
             _ => return error,
         };
-        if gone.starts_with(".hoodie/") || table.reload().await.is_err() {
+        if table.reload().await.is_err() {
             return error;
+        }
+        if gone.starts_with(".hoodie/") {
+            // A completed instant's file archived while this write read it (its view of the
+            // timeline predates the archival: a writer paused between its reload and its reads).
+            let name = gone.rsplit('/').next().unwrap_or(&gone);
+            let time: String = name.chars().take_while(char::is_ascii_digit).collect();
+            let archived = time.len() >= 14 && !table.timeline().instants().iter().any(|i| i.time == time);
+            return match archived {
+                true => Error::CommitConflict {
+                    instant: time.clone(),
+                    detail: format!("{gone} was archived while this write read it"),
+                },
+                false => error,
+            };
         }
         let timeline = table.timeline();
         // A rollback (even one still running) deletes the files of the write it undoes: a log a
