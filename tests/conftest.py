@@ -207,6 +207,24 @@ def run_paused(
     return proc
 
 
+def race_past_the_intents(table_path: str, tmp_path: Path, code_a: str, code_b: str) -> tuple[int, str]:
+    """Two writes in other processes (`code_*`, argv[1]: the table) interleaved at pause points:
+    A passes its conflict check and waits before completing; B, later, waits between its look
+    at the timeline (A pending) and its listing of the intents; A completes (asserted), then B
+    goes on. Returns B's exit code and stderr."""
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    a = run_paused(table_path, "after-metadata-sync", code_a, tmp_path / "a", env)
+    b = run_paused(table_path, "before-intents", code_b, tmp_path / "b", env)
+    (tmp_path / "a" / "resume").touch()
+    _, err = a.communicate(timeout=120)
+    assert a.returncode == 0, err
+    (tmp_path / "b" / "resume").touch()
+    _, err = b.communicate(timeout=120)
+    return b.returncode, err
+
+
 @dataclass
 class Paused:
     """A process `paused` held, then let go: its exit code and output once the block ended."""

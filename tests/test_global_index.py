@@ -14,7 +14,7 @@ from typing import Any
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, hudi_read, rows, run_paused, trips
+from conftest import SCHEMA, hudi_read, race_past_the_intents, rows, trips
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -183,22 +183,14 @@ def test_two_writers_inserting_one_new_key_into_different_partitions_do_not_both
     with a global index B must see A's key and fail (or A's write is refused), never both."""
     t = global_table(table_path)
     t.insert(trips([1]))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
     code = (
         "import sys, oxlake, pyarrow as pa; from conftest import SCHEMA; "
         "oxlake.Table(sys.argv[1]).upsert(pa.Table.from_pylist("
         "[{{'id': 100, 'name': '{w}', 'city': '{city}', 'ts': 1, 'fare': 1.0}}], schema=SCHEMA))"
     )
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    a = run_paused(table_path, "after-metadata-sync", code.format(w="a", city="sf"), tmp_path / "a", env)
-    b = run_paused(table_path, "before-intents", code.format(w="b", city="nyc"), tmp_path / "b", env)
-    (tmp_path / "a" / "resume").touch()
-    _, err = a.communicate(timeout=120)
-    assert a.returncode == 0, err
-    (tmp_path / "b" / "resume").touch()
-    _, err = b.communicate(timeout=120)
-    assert b.returncode != 0 and "CommitConflictError" in err, err
+    a, b = code.format(w="a", city="sf"), code.format(w="b", city="nyc")
+    returncode, err = race_past_the_intents(table_path, tmp_path, a, b)
+    assert returncode != 0 and "CommitConflictError" in err, err
     assert where(oxlake.Table(table_path))[100] == ("sf", "a")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import rows, run_paused, trips, trips_table
+from conftest import race_past_the_intents, rows, run_paused, trips, trips_table
 from oxlake.testing import faults, inject_faults
 from test_concurrency import held_write
 
@@ -308,23 +308,12 @@ def test_an_overlapping_write_completing_while_the_intents_are_listed_is_a_confl
     the key was in the table twice. B's check reads the timeline again after the intents."""
     t = trips_table(table_path)
     t.insert(trips([1, 2, 3]))
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))
     code = (
         "import sys, oxlake; from conftest import trips; "
-        "oxlake.Table(sys.argv[1]).upsert(trips([{id}], name='{w}'))"
+        "oxlake.Table(sys.argv[1]).upsert(trips([100], name='{w}'))"
     )
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    # A passed its check and waits before completing; B, later, waits between its look at the
-    # timeline (A pending) and its listing of the intents.
-    a = run_paused(table_path, "after-metadata-sync", code.format(id=100, w="a"), tmp_path / "a", env)
-    b = run_paused(table_path, "before-intents", code.format(id=100, w="b"), tmp_path / "b", env)
-    (tmp_path / "a" / "resume").touch()
-    _, err = a.communicate(timeout=120)
-    assert a.returncode == 0, err
-    (tmp_path / "b" / "resume").touch()
-    _, err = b.communicate(timeout=120)
-    assert b.returncode != 0 and "CommitConflictError" in err, err
+    returncode, err = race_past_the_intents(table_path, tmp_path, code.format(w="a"), code.format(w="b"))
+    assert returncode != 0 and "CommitConflictError" in err, err
     t = oxlake.Table(table_path)
     got = [r for r in rows(t.scan(with_meta_columns=False)) if r["id"] == 100]
     assert [r["name"] for r in got] == ["a100"]
