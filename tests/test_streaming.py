@@ -287,6 +287,60 @@ def test_the_stream_source_reads_each_commit_once(spark: SparkSession, tmp_path:
 
 
 @needs_streaming_source
+def test_an_available_now_run_goes_on_past_a_replayed_batch(spark: SparkSession, tmp_path: Path) -> None:
+    """`availableNow` reads every commit there is at the start, in micro-batches of
+    `maxInstantsPerTrigger`, also when the run begins by replaying a batch the last run planned
+    but did not finish (killed between Spark's offset and commit logs). Spark runs a source that
+    cannot prepare for `availableNow` as `once`: that run ended after the replay, the newer commits
+    left out of the copy (found by the streaming stress suite)."""
+    uri, copy, checkpoint = str(tmp_path / "t"), str(tmp_path / "copy"), tmp_path / "cp"
+    schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
+    t = oxlake.create_table(uri, schema, record_key="id", partition_by=["city"], ordering_field="ts")
+
+    def write(rows: list[tuple[int, str, int, str]]) -> None:
+        t.upsert(pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema))
+
+    batches: list[int] = []
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        batches.append(batch_id)
+        oxlake.spark.write_batch(
+            df.drop("_change_type"), batch_id, copy, record_key="id", partition_by=["city"], ordering_field="ts"
+        )
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("oxlake")
+            .option("with_meta_columns", "false")
+            .option("maxInstantsPerTrigger", "1")
+            .load(uri)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    write([(1, "sf", 1, "a"), (2, "nyc", 1, "a")])
+    write([(2, "nyc", 2, "b")])
+    run()  # the table as it is: one batch
+    write([(3, "sf", 1, "c")])
+    write([(1, "sf", 5, "d")])
+    run()  # two commits, one per batch
+    assert table_rows(copy) == table_rows(uri)
+    assert batches == [0, 1, 2]
+    # The last run "killed" after its offset log entry for batch 2 and before its commit log one.
+    for done in (checkpoint / "commits" / "2", checkpoint / "commits" / ".2.crc"):
+        done.unlink(missing_ok=True)
+    write([(4, "la", 1, "e")])
+    run()  # batch 2 replayed (already in the copy: skipped), then the new commit
+    assert batches == [0, 1, 2, 2, 3]
+    assert table_rows(copy) == table_rows(uri)
+    assert oxlake.Table(copy).to_arrow().num_rows == 4
+
+
+@needs_streaming_source
 def test_the_stream_source_refuses_a_window_a_clean_removed(spark: SparkSession, tmp_path: Path) -> None:
     uri = str(tmp_path / "t")
     schema = pa.schema([("id", pa.int64()), ("ts", pa.int64())])

@@ -66,6 +66,13 @@ except ImportError:  # Spark 4.0: no Arrow stream writer
 
     _ARROW_STREAM_WRITER = False
 
+try:
+    from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
+except ImportError:  # Spark 4.1: `availableNow` runs the source as `once`
+
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
+        pass
+
 from oxlake import _native
 from oxlake._engine import DEFAULT_SPLIT_BYTES, native, read_columns, result_schema
 from oxlake._spark_io import (
@@ -351,7 +358,7 @@ class OxlakeStreamWriter(_StreamWriterBase):
         pass  # nothing was written: the rows never left the messages
 
 
-class OxlakeStreamReader(DataSourceStreamReader):
+class OxlakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """`readStream.format("oxlake")`: offsets are the window bounds of completed commits (the
     requested time on a version 6 table, the completion time on versions 8 and 9); each
     micro-batch is the incremental query (option `query`: `incremental`, the default, or
@@ -360,11 +367,16 @@ class OxlakeStreamReader(DataSourceStreamReader):
     Options: `starting` (`earliest`, the default: the table as it is, then each commit after;
     `latest`; or a window bound, what committed after it: a completion time on versions 8 and
     9), `maxInstantsPerTrigger` (commits per micro-batch after the first; Spark 4.2 passes it as
-    its files limit; `availableNow` triggers read all there is in one batch), and those of the
+    its files limit), and those of the
     batch read (`columns`, `filter`, `with_meta_columns`, `batch_size`, `split_bytes`). The
     columns are those of the query's start: a column added later is not read. A window reaching
     commits whose files a clean removed is an error naming `starting`, never rows silently
-    missing. Offsets name the kind of their bound, so a stream goes on across `Table.upgrade`."""
+    missing. Offsets name the kind of their bound, so a stream goes on across `Table.upgrade`.
+
+    An `availableNow` trigger reads every commit completed when the query starts, in as many
+    micro-batches as the limit makes, after a batch replayed from the checkpoint too. (Spark
+    runs a source without `prepareForTriggerAvailableNow` as `once`: a restart that replays an
+    unfinished batch would end there, the commits after it left for a later run.)"""
 
     def __init__(self, opts: _Options, columns: list[str] | None, schema: pa.Schema) -> None:
         self.opts = opts
@@ -380,6 +392,8 @@ class OxlakeStreamReader(DataSourceStreamReader):
         if self.max_instants is not None and self.max_instants < 1:
             raise _native.InvalidArgumentError("maxInstantsPerTrigger must be at least 1")
         self._last: dict[str, Any] | None = None
+        # `availableNow`: the last commit at the query's start; no offset passes it.
+        self._target: dict[str, Any] | None = None
 
     def _state(self) -> tuple[list[tuple[str, str]], str]:
         """The completed commits a micro-batch may take, as (requested time, window bound) in
@@ -433,6 +447,10 @@ class OxlakeStreamReader(DataSourceStreamReader):
 
         return ReadAllAvailable() if self.max_instants is None else ReadMaxFiles(self.max_instants)
 
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        commits, by = self._state()
+        self._target = {"bound": commits[-1][1], "by": by} if commits else {"bound": None, "by": by}
+
     def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None) -> dict[str, Any]:  # noqa: N802
         commits, by = self._state()
         if start is None:  # Spark 4.1 and earlier: no start, no limit
@@ -441,6 +459,9 @@ class OxlakeStreamReader(DataSourceStreamReader):
             most = getattr(limit, "max_files", None)
         after = self._bound(start, commits, by)
         newer = [c for _, c in commits if after is None or c > after]
+        if self._target is not None:
+            target = self._bound(self._target, commits, by)
+            newer = [c for c in newer if target is not None and c <= target]
         if not newer:
             return start
         # The first micro-batch from `earliest` is the table as it is (the window from the
