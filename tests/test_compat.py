@@ -66,6 +66,20 @@ def id_name_active(table: pa.Table) -> list[tuple]:
 
 @pytest.mark.skipif(not ALL, reason=CORPUS_ABSENT)
 @pytest.mark.parametrize("name", [table_id(z) for z in ALL])
+def test_a_dataset_of_every_table_equals_its_scan(extracted: dict[str, str], name: str) -> None:
+    """`to_pyarrow_dataset` over tables Apache Hudi wrote (merge-on-read logs, key generators
+    whose partition column is not the file's, tables without meta fields): the same rows and
+    types as `to_arrow`, snapshot and read-optimized."""
+    t = oxlake.Table(extracted[name])
+    for query in ("snapshot", "read_optimized"):
+        expected = t.to_arrow(query=query)
+        got = t.to_pyarrow_dataset(query=query).to_table()
+        assert got.schema.equals(expected.schema)
+        assert sorted(map(str, got.to_pylist())) == sorted(map(str, expected.to_pylist()))
+
+
+@pytest.mark.skipif(not ALL, reason=CORPUS_ABSENT)
+@pytest.mark.parametrize("name", [table_id(z) for z in ALL])
 def test_reads_like_hudi_rs_at_every_instant(extracted: dict[str, str], name: str) -> None:
     """Versions 8 and 9 bound incremental windows by completion time (the instants passed are
     requested times, read as completion bounds by both readers)."""

@@ -5,12 +5,14 @@ keeping Arrow types."""
 from __future__ import annotations
 
 import decimal
+from pathlib import Path
 from typing import Any
 
 import oxlake
 import oxlake.dask
 import oxlake.polars
 import pyarrow as pa
+import pyarrow.dataset as pds
 import pytest
 from conftest import rows, trips, trips_table
 from hypothesis import HealthCheck, given, settings
@@ -57,6 +59,103 @@ def test_polars_pandas_and_pyarrow_take_a_table_and_a_scan(filled: oxlake.Table)
     if hasattr(pd.DataFrame, "from_arrow"):  # pandas 3
         frame = pd.DataFrame.from_arrow(filled.scan(with_meta_columns=False))
         assert sorted(frame["id"]) == [r["id"] for r in expected]
+
+
+# ---- a reusable dataset with pushdown -----------------------------------------------------------
+
+
+def sorted_rows(table: pa.Table) -> list[str]:
+    return sorted(str(r) for r in table.to_pylist())
+
+
+def test_a_dataset_takes_duckdb_polars_and_pyarrow_filters_into_the_files(table_path: str) -> None:
+    """`to_pyarrow_dataset` of a copy-on-write table: DuckDB, Polars and pyarrow push filter and
+    projection into it. The proof that pruning happens: the other partitions' files are damaged
+    after the dataset is made, and queries of one partition do not notice; a query reaching them
+    does. The dataset is reusable and equals the scan with the same filter."""
+    t = trips_table(table_path)
+    t.insert(trips(list(range(3000))))
+    t.upsert(trips([1, 4], ts=2, name="u"))
+    ds = t.to_pyarrow_dataset(with_meta_columns=False)
+    assert type(ds).__name__ == "FileSystemDataset"
+    expected = rows(t.to_arrow(columns=["id", "name"], filter="city = 'nyc' AND id < 100"))
+    query = "select id, name from ds where city = 'nyc' and id < 100 order by id"
+    for _ in range(2):  # reusable
+        assert [dict(zip(["id", "name"], r, strict=True)) for r in duckdb.sql(query).fetchall()] == expected
+    for path in Path(table_path).glob("city=sf/*.parquet"):
+        path.write_bytes(b"damaged")
+    assert [dict(zip(["id", "name"], r, strict=True)) for r in duckdb.sql(query).fetchall()] == expected
+    lazy = pl.scan_pyarrow_dataset(ds).filter((pl.col("city") == "nyc") & (pl.col("id") < 100))
+    assert rows(lazy.select("id", "name").collect().to_arrow()) == expected
+    got = ds.to_table(columns=["id", "name"], filter=(pds.field("city") == "nyc") & (pds.field("id") < 100))
+    assert rows(got) == expected
+    with pytest.raises(Exception, match="(?i)parquet|magic|corrupt|invalid"):
+        duckdb.sql("select count(*) from ds where city = 'sf'").fetchall()
+
+
+@pytest.mark.parametrize("with_meta_columns", [True, False])
+def test_a_merge_on_read_dataset_merges_slices_with_logs(table_path: str, with_meta_columns: bool) -> None:
+    """Slices with logs are merged by oxlake (held in memory), the others read by pyarrow; after a
+    compaction every slice is a file. Time travel gives the table as it was."""
+    t = trips_table(table_path, table_type="merge_on_read")
+    first = t.insert(trips(list(range(300))))
+    t.upsert(trips([1, 4], ts=2, name="u"))  # both in nyc: sf and chennai stay files
+    t.delete(trips([7]))
+    ds = t.to_pyarrow_dataset(with_meta_columns=with_meta_columns)
+    assert type(ds).__name__ == "UnionDataset"
+    expected = t.to_arrow(with_meta_columns=with_meta_columns)
+    assert ds.schema.equals(expected.schema)
+    assert sorted_rows(ds.to_table()) == sorted_rows(expected)
+    assert duckdb.sql("select name from ds where id = 1").fetchall() == [("u1",)]
+    assert duckdb.sql("select count(*) from ds where id = 7").fetchall() == [(0,)]
+    old = t.to_pyarrow_dataset(as_of=first.instant, with_meta_columns=with_meta_columns)
+    assert sorted_rows(old.to_table()) == sorted_rows(
+        t.to_arrow(as_of=first.instant, with_meta_columns=with_meta_columns)
+    )
+    ro = t.to_pyarrow_dataset(query="read_optimized")
+    assert type(ro).__name__ == "FileSystemDataset"
+    assert sorted_rows(ro.to_table()) == sorted_rows(t.to_arrow(query="read_optimized"))
+    t.compact()
+    compacted = t.to_pyarrow_dataset(with_meta_columns=with_meta_columns)
+    assert type(compacted).__name__ == "FileSystemDataset"
+    assert sorted_rows(compacted.to_table()) == sorted_rows(expected)
+
+
+def test_a_dataset_reads_files_written_before_a_rename_through_oxlake(table_path: str) -> None:
+    """A column renamed, then one added under the old name: files written before hold the old
+    column under that name, so pyarrow reading them itself would give the old values for the new
+    column. They are merged by oxlake instead; files written after are read by pyarrow."""
+    t = trips_table(table_path)
+    t.insert(trips(list(range(30))))
+    t.update_schema().rename_column("name", "label").commit()
+    t.update_schema().add_column("name", pa.string()).commit()
+    t.insert(
+        pa.table(
+            {
+                "id": pa.array([100], pa.int64()),
+                "label": ["l100"],
+                "city": ["sf"],
+                "ts": pa.array([1], pa.int64()),
+                "fare": [1.0],
+                "name": ["fresh"],
+            }
+        ).select([f.name for f in t.schema if not f.name.startswith("_hoodie_")])
+    )
+    ds = t.to_pyarrow_dataset(with_meta_columns=False)
+    assert type(ds).__name__ == "UnionDataset"  # the old files merged, the new one a file
+    expected = t.to_arrow(with_meta_columns=False)
+    assert sorted_rows(ds.to_table()) == sorted_rows(expected)
+    assert duckdb.sql("select label, name from ds where id = 7").fetchall() == [("n7", None)]
+    assert duckdb.sql("select label, name from ds where id = 100").fetchall() == [("l100", "fresh")]
+
+
+def test_a_dataset_of_an_empty_table_has_its_schema(table_path: str) -> None:
+    t = trips_table(table_path)
+    ds = t.to_pyarrow_dataset()
+    assert ds.schema.equals(t.schema)
+    assert ds.to_table().num_rows == 0
+    with pytest.raises(oxlake.InvalidArgumentError, match="query"):
+        t.to_pyarrow_dataset(query="incremental")  # type: ignore[arg-type]
 
 
 # ---- the Polars lazy scan ---------------------------------------------------------------------

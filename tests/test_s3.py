@@ -71,3 +71,28 @@ def test_second_writer_claiming_the_same_instant_is_refused(s3: SeaweedS3) -> No
 def test_missing_bucket_is_a_storage_error(s3: SeaweedS3) -> None:
     with pytest.raises((oxlake.StorageError, oxlake.TableNotFoundError)):
         oxlake.Table("s3://no-such-bucket/t", storage_options=s3.storage_options())
+
+
+def test_a_dataset_on_s3_is_read_by_pyarrow_and_duckdb(s3: SeaweedS3) -> None:
+    """`to_pyarrow_dataset` opens the bucket with pyarrow's S3 file system, configured from the
+    table's storage options: DuckDB's filter reaches the files there."""
+    duckdb = pytest.importorskip("duckdb")
+    opts = s3.storage_options()
+    t = oxlake.create_table(
+        "s3://lake/dataset",
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        storage_options=opts,
+    )
+    t.insert(trips(list(range(50))))
+    t.upsert(trips([1, 2], ts=2, name="u"))
+    t.insert(trips([60, 61], city="東京 %/"))  # a key with `%`, `/` and non-ASCII
+    ds = oxlake.Table("s3://lake/dataset", storage_options=opts).to_pyarrow_dataset(with_meta_columns=False)
+    assert type(ds).__name__ == "FileSystemDataset"
+    assert all(f.startswith("lake/dataset/city=") for f in ds.files)
+    got = duckdb.sql("select id, name from ds where city = 'nyc' and id < 10 order by id").fetchall()
+    assert got == [(1, "u1"), (4, "n4"), (7, "n7")]
+    assert duckdb.sql("select id from ds where city = '東京 %/' order by id").fetchall() == [(60,), (61,)]
+    assert rows(ds.to_table()) == rows(t.to_arrow(with_meta_columns=False))

@@ -305,7 +305,12 @@ def test_an_available_now_run_goes_on_past_a_replayed_batch(spark: SparkSession,
     def sink(df: DataFrame, batch_id: int) -> None:
         batches.append(batch_id)
         oxlake.spark.write_batch(
-            df.drop("_change_type"), batch_id, copy, record_key="id", partition_by=["city"], ordering_field="ts"
+            df.drop("_change_type"),
+            batch_id,
+            copy,
+            record_key="id",
+            partition_by=["city"],
+            ordering_field="ts",
         )
 
     def run() -> None:

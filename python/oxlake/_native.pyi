@@ -93,6 +93,11 @@ class Table:
         batch_size: int | None = None,
         memory_limit: int | None = None,
     ) -> RecordBatchStream: ...
+    def dataset_slices(
+        self, as_of: str | None = None, query: str = "snapshot"
+    ) -> list[tuple[bytes, str | None]]: ...
+    @property
+    def storage_options(self) -> dict[str, str]: ...
     def planned_files(
         self,
         as_of: str | None = None,

@@ -73,6 +73,7 @@ except ImportError:  # Spark 4.1: `availableNow` runs the source as `once`
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         pass
 
+
 from oxlake import _native
 from oxlake._engine import DEFAULT_SPLIT_BYTES, native, read_columns, result_schema
 from oxlake._spark_io import (

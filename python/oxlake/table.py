@@ -18,6 +18,7 @@ from oxlake._engine import require
 if TYPE_CHECKING:
     import pandas as pd
     import polars as pl
+    import pyarrow.dataset
 
     from oxlake.merge import Merge
 
@@ -1029,6 +1030,35 @@ class Table:
         """Reads one split of `splits` (give the same columns and filter)."""
         return Scan(
             self._t.scan_split(split.data, _columns(columns), _filter(filter), batch_size, memory_limit)
+        )
+
+    def to_pyarrow_dataset(
+        self,
+        *,
+        as_of: TimeLike | None = None,
+        query: Literal["snapshot", "read_optimized"] = "snapshot",
+        with_meta_columns: bool = True,
+    ) -> pyarrow.dataset.Dataset:
+        """The table as of `as_of` (default: now) as a `pyarrow.dataset.Dataset`: a source that
+        can be queried again and again, and that DuckDB (`duckdb.sql("... from ds where ...")`),
+        Polars (`pl.scan_pyarrow_dataset(ds)`) and pyarrow (`ds.to_table(columns=, filter=)`)
+        push their projections and filters into.
+
+        Base files that hold their rows as they are (no merge-on-read log over them, columns
+        under the table's names and types) are read by pyarrow itself: their footers are read
+        once here, so a filter skips row groups and whole files by their statistics and only
+        the projected columns are read. The rest (file slices with logs, files written before a
+        column was renamed, stores pyarrow has no file system for: anything but local disk and
+        S3) is merged by oxlake here and held in memory; compact a merge-on-read table first to
+        keep that small. Commits after the call are not seen: call it again for a newer
+        snapshot (a `Table` itself, as an Arrow stream, is read anew at every use)."""
+        from oxlake._dataset import to_dataset
+
+        return to_dataset(
+            self,
+            self._time(as_of, "as_of"),
+            _one_of("query", query, ("snapshot", "read_optimized")),
+            with_meta_columns,
         )
 
     def planned_files(

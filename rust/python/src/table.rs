@@ -382,6 +382,31 @@ impl PyTable {
         })
     }
 
+    /// A snapshot's slices for a dataset other engines read: `(split json, base file)` each, the
+    /// base file (relative to the table root) when an engine may read that file alone.
+    #[pyo3(signature = (as_of=None, query="snapshot"))]
+    fn dataset_slices(
+        &self,
+        py: Python<'_>,
+        as_of: Option<String>,
+        query: &str,
+    ) -> PyResult<Vec<(Vec<u8>, Option<String>)>> {
+        let opts = query_options(None, None, as_of, query, None, None)?;
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            let parts = t.plan_dataset(&opts).await?;
+            parts.into_iter().map(|(split, direct)| Ok((split.to_json()?, direct))).collect()
+        })
+    }
+
+    /// The storage options the table was opened with (a dataset's file system takes them).
+    #[getter]
+    fn storage_options(&self, py: Python<'_>) -> PyResult<HashMap<String, String>> {
+        self.with(py, |t| Ok(t.options().storage_options.clone()))
+    }
+
     /// Reads one split planned by `splits`, with a column selection and a filter.
     #[pyo3(signature = (split, columns=None, filter=None, batch_size=None, memory_limit=None))]
     fn scan_split(

@@ -90,6 +90,46 @@ impl Table {
         Ok(if splits.is_empty() { vec![Split::Scan(ScanPlan { slices: Vec::new(), ..plan })] } else { splits })
     }
 
+    /// A snapshot (or read-optimized) query's slices, one split each, for a dataset that other
+    /// engines read: with each, the base file (relative to the table root) when that file alone
+    /// holds the slice's rows under the table's column names, so that an engine may read it
+    /// itself (no log to merge over it, not cut by rows, no column renamed or dropped since it
+    /// was written); `None` when only oxlake's reader gives its rows.
+    pub async fn plan_dataset(&self, opts: &ScanOptions) -> Result<Vec<(Split, Option<String>)>> {
+        if !matches!(opts.query, QueryType::Snapshot | QueryType::ReadOptimized) {
+            return Err(Error::invalid_arg("query", "a dataset is a snapshot or read_optimized query"));
+        }
+        let plan = self.plan_scan_pruned(opts).await?;
+        // Time travel reads the columns as they were then: files are judged by that schema.
+        let as_of = match self.timeline().latest_completed_data() {
+            Some(latest) if plan.upper < latest.time => self.with_schema_as_of(&plan.upper).await?,
+            _ => None,
+        };
+        let history = as_of.as_ref().unwrap_or(self).column_history().cloned();
+        let names_as_table = |path: &str| {
+            history.as_ref().is_none_or(|h| {
+                crate::format::file_name::base_file_instant(path).is_some_and(|t| h.columns_at(&t).is_none())
+            })
+        };
+        Ok(plan
+            .slices
+            .into_iter()
+            .map(|slice| {
+                let direct = slice
+                    .base
+                    .as_ref()
+                    .filter(|b| slice.logs.is_empty() && b.rows.is_none() && names_as_table(&b.path))
+                    .map(|b| b.path.clone());
+                let split = Split::Scan(ScanPlan {
+                    slices: vec![slice],
+                    upper: plan.upper.clone(),
+                    commit_range: plan.commit_range.clone(),
+                });
+                (split, direct)
+            })
+            .collect())
+    }
+
     /// `slices` with every base file read without logs cut by rows into its share of `pieces`
     /// parts of the `total` bytes (its footer tells how many rows it has); parts of fewer than
     /// [`MIN_PIECE_ROWS`] rows are not made.
