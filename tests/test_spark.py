@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import oxlake
 import oxlake.spark
@@ -523,21 +524,48 @@ def test_failed_data_source_write_leaves_the_table_unchanged(
 
 
 @needs_data_source
-def test_a_data_source_write_whose_tasks_share_a_key_is_refused(
+def test_a_data_source_write_whose_tasks_share_a_key_is_reconciled_or_refused(
     source: SparkSession, table: oxlake.Table
 ) -> None:
-    """Spark hands each task the rows its input partition holds: two tasks upserting one key
-    would each plan alone and both land (the key twice). The commit refuses it, naming the key,
-    and the table is as it was."""
+    """Spark hands each task the rows its input partition holds, so two tasks may carry one key.
+    Both updating an existing key write its file group: the commit merges their rewrites, the
+    greater ordering value winning, as one process would. Both inserting a new key into new file
+    groups (a new partition) would land it twice, and one deleting a key another writes would
+    decide by task placement: the commit refuses those, naming the key, and the table is as it
+    was."""
     table.insert(trips(list(range(10))))
-    before = rows(table.to_arrow())
-    # Two input partitions, one per half: key 5 in both.
-    halves = pa.concat_tables([trips([5, 100], ts=2, name="a"), trips([5, 101], ts=3, name="b")])
-    records = source.sparkContext.parallelize([tuple(r.values()) for r in halves.to_pylist()], 2)
-    df = source.createDataFrame(records, "id bigint, name string, city string, ts bigint, fare double")
-    assert df.rdd.glom().map(lambda p: sorted(r.id for r in p)).collect() == [[5, 100], [5, 101]]
-    with pytest.raises(Exception, match="record key `5` was written by two tasks"):
+
+    def frame(*halves: pa.Table) -> Any:
+        data = pa.concat_tables(halves)
+        records = source.sparkContext.parallelize([tuple(r.values()) for r in data.to_pylist()], 2)
+        columns = "id bigint, name string, city string, ts bigint, fare double"
+        if "_hoodie_is_deleted" in data.column_names:
+            columns += ", _hoodie_is_deleted boolean"
+        df = source.createDataFrame(records, columns)
+        assert len(df.rdd.glom().collect()) == 2
+        return df
+
+    # Existing key 5 in both input partitions: reconciled, the greater ts wins.
+    df = frame(trips([5, 100], ts=3, name="a"), trips([5, 101], ts=2, name="b"))
+    df.write.format("oxlake").option("operation", "upsert").mode("append").save(table.uri)
+    got = {r["id"]: r for r in rows(oxlake.Table(table.uri).to_arrow())}
+    assert sorted(got) == [*range(10), 100, 101]
+    assert got[5]["name"] == "a5"
+    before = rows(oxlake.Table(table.uri).to_arrow())
+
+    # A new key in a new partition in both: two new file groups would each hold it.
+    df = frame(trips([300], ts=2, city="la", name="a"), trips([300], ts=3, city="la", name="b"))
+    with pytest.raises(Exception, match="record key `300` was written into two file groups by two tasks"):
         df.write.format("oxlake").option("operation", "upsert").mode("append").save(table.uri)
+    assert rows(oxlake.Table(table.uri).to_arrow()) == before
+
+    # Key 7 deleted in one input partition and updated in the other.
+    deleted = trips([7, 102], ts=4).append_column("_hoodie_is_deleted", pa.array([True, False]))
+    updated = trips([7], ts=5, name="u").append_column("_hoodie_is_deleted", pa.array([False]))
+    with pytest.raises(Exception, match="record key `7` was deleted and written by two tasks"):
+        frame(deleted, updated).write.format("oxlake").option("operation", "upsert").mode("append").save(
+            table.uri
+        )
     t = oxlake.Table(table.uri)
     assert rows(t.to_arrow()) == before
     assert not [i for i in t.timeline() if i.state != "completed"]

@@ -50,6 +50,10 @@ pub struct KeyChanges {
     pub written: Vec<(String, String, StringArray)>,
     /// Keys deleted from a partition.
     pub deleted: Vec<(String, StringArray)>,
+    /// Keys deleted by deletes carrying an ordering value, by partition: the record index keeps
+    /// their entries (such a delete may lose to the stored record), but a distributed write's
+    /// check that no two tasks decided about one key sees them.
+    pub ordered_deletes: Vec<(String, StringArray)>,
 }
 
 /// [`KeyChanges`] as it travels between processes (a distributed write's tasks report theirs).
@@ -57,6 +61,8 @@ pub struct KeyChanges {
 struct KeyChangesText {
     written: Vec<(String, String, Vec<String>)>,
     deleted: Vec<(String, Vec<String>)>,
+    #[serde(default)]
+    ordered_deletes: Vec<(String, Vec<String>)>,
 }
 
 fn texts(a: &StringArray) -> Vec<String> {
@@ -68,6 +74,7 @@ impl Serialize for KeyChanges {
         KeyChangesText {
             written: self.written.iter().map(|(p, f, k)| (p.clone(), f.clone(), texts(k))).collect(),
             deleted: self.deleted.iter().map(|(p, k)| (p.clone(), texts(k))).collect(),
+            ordered_deletes: self.ordered_deletes.iter().map(|(p, k)| (p.clone(), texts(k))).collect(),
         }
         .serialize(s)
     }
@@ -79,6 +86,7 @@ impl<'de> Deserialize<'de> for KeyChanges {
         Ok(KeyChanges {
             written: t.written.into_iter().map(|(p, f, k)| (p, f, StringArray::from(k))).collect(),
             deleted: t.deleted.into_iter().map(|(p, k)| (p, StringArray::from(k))).collect(),
+            ordered_deletes: t.ordered_deletes.into_iter().map(|(p, k)| (p, StringArray::from(k))).collect(),
         })
     }
 }
@@ -88,6 +96,7 @@ impl KeyChanges {
     pub fn extend(&mut self, other: KeyChanges) {
         self.written.extend(other.written);
         self.deleted.extend(other.deleted);
+        self.ordered_deletes.extend(other.ordered_deletes);
     }
 
     /// Whether no key moved.

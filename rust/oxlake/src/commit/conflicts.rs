@@ -350,7 +350,7 @@ mod tests {
             .iter()
             .map(|(p, ks)| (p.to_string(), "f".to_string(), StringArray::from_iter_values(ks.iter())))
             .collect();
-        Footprint::of(&metadata, &KeyChanges { written, deleted: vec![] }, false)
+        Footprint::of(&metadata, &KeyChanges { written, ..Default::default() }, false)
     }
 
     /// A writer stopped long enough for the commit it checks to be archived (its instant file

@@ -622,24 +622,19 @@ fn key_changes(work: &[plan::FileWork], incoming: &Incoming) -> Result<crate::me
         let mut rows: Vec<u32> = w.changes.values().copied().collect();
         // A delete carrying an ordering value may lose to the stored record (event-time
         // ordering): its key keeps its entry, which routes a later write to the same group.
-        if w.deletes && incoming.ordering.is_some() {
+        let deletes = if incoming.ordering.is_some() { &mut changes.ordered_deletes } else { &mut changes.deleted };
+        if w.deletes {
+            deletes.push((w.partition.clone(), crate::metadata::record_index::take_keys(&incoming.keys, &rows)?));
             continue;
         }
-        if w.deletes {
-            changes
-                .deleted
-                .push((w.partition.clone(), crate::metadata::record_index::take_keys(&incoming.keys, &rows)?));
-            continue;
+        // Flagged deletes, as a delete's.
+        if !w.removed.is_empty() {
+            let removed: Vec<u32> = w.removed.values().copied().collect();
+            deletes.push((w.partition.clone(), crate::metadata::record_index::take_keys(&incoming.keys, &removed)?));
         }
         if !w.moved_out.is_empty() {
             let moved: Vec<u32> = w.moved_out.values().copied().collect();
             let keys = crate::metadata::record_index::take_keys(&incoming.keys, &moved)?;
-            changes.deleted.push((w.partition.clone(), keys));
-        }
-        // Flagged deletes, as a delete's: kept in the index when they carry an ordering value.
-        if !w.removed.is_empty() && incoming.ordering.is_none() {
-            let removed: Vec<u32> = w.removed.values().copied().collect();
-            let keys = crate::metadata::record_index::take_keys(&incoming.keys, &removed)?;
             changes.deleted.push((w.partition.clone(), keys));
         }
         rows.extend(&w.inserts);
@@ -805,29 +800,48 @@ fn dedup(input: Incoming, global: bool) -> Result<Incoming> {
     })
 }
 
-/// Refuses a distributed write in which two tasks wrote the same record key (in one partition, or
-/// anywhere with a global index): each planned against the table alone, so both would land, a
-/// key twice in the table. Spark's data source hands tasks whatever rows their input partitions
-/// hold; `oxlake.spark.write` routes every key to one task.
+/// Refuses a distributed write in which two tasks decided about the same record key (in one
+/// partition, or anywhere with a global index) in ways the commit cannot reconcile: each planned
+/// against the table alone. Two tasks writing a key into two file groups would both land (the key
+/// twice in the table); one deleting a key another writes would keep or lose the row by which
+/// task ran where, not by the ordering field. Two tasks writing one key into the same file group
+/// are reconciled as one process would (copy-on-write rewrites merged, the greater ordering value
+/// winning; merge-on-read logs merged by readers). Spark's data source hands tasks whatever rows
+/// their input partitions hold; `oxlake.spark.write` routes every key to one task.
 fn check_keys_in_one_task(parts: &[WrittenFiles], global: bool) -> Result<()> {
     if parts.len() < 2 {
         return Ok(());
     }
-    let mut seen: hashbrown::HashMap<(&str, &str), usize> = hashbrown::HashMap::new();
+    fn scope(partition: &str, global: bool) -> &str {
+        if global { "" } else { partition }
+    }
+    let refuse = |key: &str, what: &str| {
+        Error::invalid_data(format!(
+            "record key `{key}` was {what} by two tasks of this write{}: each task decides alone, so the \
+             result would depend on which task ran where; repartition the rows by the record key (or use \
+             oxlake.spark.write, which does)",
+            if global { "" } else { " in one partition" }
+        ))
+    };
+    // (scope, key) → (task, file id) of its write.
+    let mut written: hashbrown::HashMap<(&str, &str), (usize, &str)> = hashbrown::HashMap::new();
     for (task, part) in parts.iter().enumerate() {
-        for (partition, _, keys) in &part.keys.written {
-            let scope = if global { "" } else { partition.as_str() };
+        for (partition, file_id, keys) in &part.keys.written {
             for key in keys.iter().flatten() {
-                match seen.insert((scope, key), task) {
-                    Some(other) if other != task => {
-                        return Err(Error::invalid_data(format!(
-                            "record key `{key}` was written by two tasks of this write{}: each task decides alone, so \
-                             both versions would land; repartition the rows by the record key (or use \
-                             oxlake.spark.write, which does)",
-                            if global { "" } else { " in one partition" }
-                        )));
+                match written.insert((scope(partition, global), key), (task, file_id)) {
+                    Some((other, file)) if other != task && file != file_id => {
+                        return Err(refuse(key, "written into two file groups"));
                     }
                     _ => {}
+                }
+            }
+        }
+    }
+    for (task, part) in parts.iter().enumerate() {
+        for (partition, keys) in part.keys.deleted.iter().chain(&part.keys.ordered_deletes) {
+            for key in keys.iter().flatten() {
+                if written.get(&(scope(partition, global), key)).is_some_and(|(other, _)| *other != task) {
+                    return Err(refuse(key, "deleted and written"));
                 }
             }
         }
@@ -888,8 +902,9 @@ mod tests {
             let stats = FileStats { rows, ..FileStats::default() };
             let written = WrittenFiles {
                 keys: crate::metadata::KeyChanges {
-                    written: vec![("p".into(), "f".into(), StringArray::from(keys))],
+                    written: vec![("p".into(), "f".into(), StringArray::from(keys.clone()))],
                     deleted: vec![],
+                    ordered_deletes: vec![("p".into(), StringArray::from(keys))],
                 },
                 entries: vec![("p/.f_1.log.1_0-0-1".into(), FileEntry { stats: Some(stats), bloom })],
                 ..WrittenFiles::default()
