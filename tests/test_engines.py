@@ -158,6 +158,36 @@ def test_a_dataset_of_an_empty_table_has_its_schema(table_path: str) -> None:
         t.to_pyarrow_dataset(query="incremental")  # type: ignore[arg-type]
 
 
+# ---- datafusion-python ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_datafusion_python_queries_a_table_with_filters_pushed_into_oxlake(
+    table_path: str, table_type: str
+) -> None:
+    """`SessionContext.register_table(name, t)` through DataFusion's FFI: SQL over the table
+    equals the scan with the same filter; the other partitions' files are damaged after the
+    registration and a query of one partition does not notice (its filter reached oxlake's
+    partition pruning), while a query reaching them fails with the file's error."""
+    datafusion = pytest.importorskip("datafusion")
+    t = trips_table(table_path, table_type=table_type)
+    t.insert(trips(list(range(3000))))
+    t.upsert(trips([1, 4, 5], ts=2, name="u"))
+    t.delete(trips([7]))
+    ctx = datafusion.SessionContext()
+    ctx.register_table("trips", t)
+    query = "select id, name from trips where city = 'nyc' and id < 100 order by id"
+    expected = rows(t.to_arrow(columns=["id", "name"], filter="city = 'nyc' AND id < 100"))
+    assert rows(ctx.sql(query).to_arrow_table()) == expected
+    assert ctx.sql("select count(*) as n from trips").to_arrow_table()["n"].to_pylist() == [2999]
+    for path in Path(table_path).glob("city=sf/*"):
+        if path.name.endswith(".parquet") or ".log." in path.name:
+            path.write_bytes(b"damaged")
+    assert rows(ctx.sql(query).to_arrow_table()) == expected
+    with pytest.raises(Exception, match="city=sf"):
+        ctx.sql("select count(*) from trips where city = 'sf'").to_arrow_table()
+
+
 # ---- the Polars lazy scan ---------------------------------------------------------------------
 
 

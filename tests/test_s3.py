@@ -96,3 +96,23 @@ def test_a_dataset_on_s3_is_read_by_pyarrow_and_duckdb(s3: SeaweedS3) -> None:
     assert got == [(1, "u1"), (4, "n4"), (7, "n7")]
     assert duckdb.sql("select id from ds where city = '東京 %/' order by id").fetchall() == [(60,), (61,)]
     assert rows(ds.to_table()) == rows(t.to_arrow(with_meta_columns=False))
+
+
+def test_datafusion_python_reads_a_table_on_s3_through_oxlake_s_store(s3: SeaweedS3) -> None:
+    """The table provider scans with oxlake's own object store (the table's credentials and
+    endpoint), not the asking session's, which knows nothing of the bucket."""
+    datafusion = pytest.importorskip("datafusion")
+    opts = s3.storage_options()
+    t = oxlake.create_table(
+        "s3://lake/fusion",
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        storage_options=opts,
+    )
+    t.insert(trips(list(range(30))))
+    ctx = datafusion.SessionContext()
+    ctx.register_table("trips", t)
+    got = ctx.sql("select id from trips where city = 'nyc' and id < 10 order by id").to_arrow_table()
+    assert got["id"].to_pylist() == [1, 4, 7]

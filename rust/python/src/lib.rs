@@ -2,6 +2,7 @@
 //! crate. The Pythonic API (`oxlake.Table`, `oxlake.create_table`) wraps this module.
 
 mod arrow_ffi;
+mod datafusion_ffi;
 mod distributed;
 mod errors;
 mod logging;

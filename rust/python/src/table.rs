@@ -401,6 +401,25 @@ impl PyTable {
         })
     }
 
+    /// The latest snapshot as a DataFusion table provider for datafusion-python
+    /// (`SessionContext.register_table(name, table)`): a capsule of DataFusion's FFI, planned now,
+    /// scanned with oxlake's own session (its store, memory pool and options) while the asking
+    /// session's projection, filters and limit are pushed into it.
+    fn __datafusion_table_provider__<'py>(
+        &self,
+        py: Python<'py>,
+        session: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, pyo3::types::PyCapsule>> {
+        let codec = crate::datafusion_ffi::logical_codec(&session)?;
+        let inner = self.inner.clone();
+        let provider = run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            t.foreign_provider(&ScanOptions::default()).await
+        })?;
+        crate::datafusion_ffi::provider_capsule(py, Arc::new(provider), codec)
+    }
+
     /// The storage options the table was opened with (a dataset's file system takes them).
     #[getter]
     fn storage_options(&self, py: Python<'_>) -> PyResult<HashMap<String, String>> {

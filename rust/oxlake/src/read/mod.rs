@@ -9,6 +9,7 @@
 mod adapter;
 pub mod changes;
 pub mod filter;
+pub mod foreign;
 mod in_set;
 pub mod merge;
 pub mod mor_exec;
