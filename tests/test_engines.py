@@ -176,6 +176,8 @@ def test_datafusion_python_queries_a_table_with_filters_pushed_into_oxlake(
     t.delete(trips([7]))
     ctx = datafusion.SessionContext()
     ctx.register_table("trips", t)
+    with pytest.raises(oxlake.UnsupportedError, match="datafusion-python 55"):
+        t.__datafusion_table_provider__()  # as datafusion-python before 52 asks
     query = "select id, name from trips where city = 'nyc' and id < 100 order by id"
     expected = rows(t.to_arrow(columns=["id", "name"], filter="city = 'nyc' AND id < 100"))
     assert rows(ctx.sql(query).to_arrow_table()) == expected

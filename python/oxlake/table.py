@@ -1098,12 +1098,17 @@ class Table:
             with_meta_columns=with_meta_columns,
         ).to_polars()
 
-    def __datafusion_table_provider__(self, session: object) -> object:
+    def __datafusion_table_provider__(self, session: object | None = None) -> object:
         """The latest snapshot as a table provider for datafusion-python 55 (the DataFusion
         version of oxlake's core): `ctx.register_table("trips", t)` then SQL over it, with
         DataFusion's projection, filters and limit pushed into oxlake's scan (partition and
         row-group pruning, the merge-on-read merge). Planned at registration: register again to
         see later commits."""
+        if session is None:  # datafusion-python before 52 asks without its session
+            raise _native.UnsupportedError(
+                "registering an oxlake table needs datafusion-python 55 (the DataFusion version of oxlake's "
+                "core): pip install 'oxlake[datafusion]'"
+            )
         return self._t.__datafusion_table_provider__(session)
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
