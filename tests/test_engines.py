@@ -126,7 +126,7 @@ def test_a_dataset_reads_files_written_before_a_rename_through_oxlake(table_path
     column under that name, so pyarrow reading them itself would give the old values for the new
     column. They are merged by oxlake instead; files written after are read by pyarrow."""
     t = trips_table(table_path)
-    t.insert(trips(list(range(30))))
+    first = t.insert(trips(list(range(30))))
     t.update_schema().rename_column("name", "label").commit()
     t.update_schema().add_column("name", pa.string()).commit()
     t.insert(
@@ -147,6 +147,32 @@ def test_a_dataset_reads_files_written_before_a_rename_through_oxlake(table_path
     assert sorted_rows(ds.to_table()) == sorted_rows(expected)
     assert duckdb.sql("select label, name from ds where id = 7").fetchall() == [("n7", None)]
     assert duckdb.sql("select label, name from ds where id = 100").fetchall() == [("l100", "fresh")]
+    # Time travel to before the rename reads the old names, read-optimized too.
+    for query in ("snapshot", "read_optimized"):
+        then = t.to_pyarrow_dataset(query=query, as_of=first.instant, with_meta_columns=False).to_table()
+        assert then.column_names == ["id", "name", "city", "ts", "fare"]
+        assert sorted_rows(then) == sorted_rows(
+            t.to_arrow(query=query, as_of=first.instant, with_meta_columns=False)
+        )
+        assert sorted(then["name"].to_pylist())[:2] == ["n0", "n1"]
+
+
+def test_a_dataset_and_a_scan_see_a_schema_another_handle_changed(table_path: str) -> None:
+    """A handle opened before another process renamed a column and added one under the old name
+    reads the table as it is now: the dataset and `with_meta_columns=False` take the columns of
+    the reloaded table, not the handle's first view (which gave the renamed column's values to
+    the new one, or none)."""
+    t = trips_table(table_path)
+    t.insert(trips(list(range(30))))
+    other = oxlake.Table(table_path)
+    other.update_schema().rename_column("name", "label").commit()
+    other.update_schema().add_column("name", pa.string()).commit()
+    expected = oxlake.Table(table_path).to_arrow(with_meta_columns=False)
+    assert expected.column_names == ["id", "label", "city", "ts", "fare", "name"]
+    assert sorted_rows(t.to_arrow(with_meta_columns=False)) == sorted_rows(expected)
+    ds = t.to_pyarrow_dataset(with_meta_columns=False)
+    assert ds.schema.names == expected.column_names
+    assert sorted_rows(ds.to_table()) == sorted_rows(expected)
 
 
 def test_a_dataset_of_an_empty_table_has_its_schema(table_path: str) -> None:
@@ -156,6 +182,30 @@ def test_a_dataset_of_an_empty_table_has_its_schema(table_path: str) -> None:
     assert ds.to_table().num_rows == 0
     with pytest.raises(oxlake.InvalidArgumentError, match="query"):
         t.to_pyarrow_dataset(query="incremental")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@pytest.mark.parametrize("indexed", [False, True])
+def test_a_filter_on_a_float_column_keeps_nan_rows_statistics_leave_out(
+    table_path: str, table_type: str, indexed: bool
+) -> None:
+    """Parquet statistics (and the metadata table's column stats, page indexes, bloom filters)
+    leave NaN out: a file of 3.0 and NaN has min = max = 3.0. DataFusion orders NaN above every
+    number, so `g > 5` and `g != 3` hold for it: pruning by statistics dropped that row (a wrong
+    answer). Filters reading a float column no longer prune by statistics."""
+    schema = pa.schema([("id", pa.int64()), ("g", pa.float64())])
+    t = oxlake.create_table(table_path, schema, record_key="id", table_type=table_type)
+    if indexed:
+        t.build_metadata()
+    t.insert(pa.table({"id": [1, 2, 3], "g": [3.0, float("nan"), 3.0]}, schema=schema))
+    if table_type == "merge_on_read":
+        t.upsert(pa.table({"id": [3], "g": [3.0]}, schema=schema))  # a log beside the base
+    for sql, ids in [("g > 5", [2]), ("g != 3", [2]), ("g = 'NaN'::double", [2]), ("g < 5", [1, 3])]:
+        assert sorted(t.to_arrow(filter=sql, columns=["id"])["id"].to_pylist()) == ids, sql
+    datafusion = pytest.importorskip("datafusion")
+    ctx = datafusion.SessionContext()
+    ctx.register_table("t", t)
+    assert ctx.sql("select id from t where g > 5").to_arrow_table()["id"].to_pylist() == [2]
 
 
 # ---- datafusion-python ------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.dataset as pa_ds
 import pyarrow.fs as pa_fs
 
-from oxlake._engine import META_PREFIX, native, query_schema
+from oxlake._engine import META_PREFIX, native
 
 if TYPE_CHECKING:
     from oxlake.table import Table
@@ -31,12 +31,13 @@ _FOOTER_THREADS = 16
 
 def to_dataset(table: Table, as_of: str | None, query: str, with_meta_columns: bool) -> pa_ds.Dataset:
     t = native(table)
-    schema = query_schema(table, query, as_of)
+    # The schema comes with the plan, from the same view of the table.
+    planned, parts = t.dataset_slices(as_of, query)
+    schema = pa.schema(planned)
     if not with_meta_columns:
         schema = pa.schema(
             [f for f in schema if not f.name.startswith(META_PREFIX)], metadata=schema.metadata
         )
-    parts = t.dataset_slices(as_of, query)
     fs, root = filesystem(t.uri, t.storage_options)
     fmt = pa_ds.ParquetFileFormat()
     partition_columns = _partition_columns(table.properties)

@@ -56,7 +56,9 @@ def native(table: Table) -> _native.Table:
 
 def query_schema(table: Table, query: str, as_of: str | None) -> pa.Schema:
     """The table's columns as a query reads them (time travel: as of its instant)."""
-    return table.schema_as_of(as_of) if as_of is not None and query == "snapshot" else table.schema
+    if as_of is not None and query in ("snapshot", "read_optimized"):
+        return table.schema_as_of(as_of)
+    return table.schema
 
 
 def result_schema(table: Table, columns: list[str] | None, query: str, as_of: str | None = None) -> pa.Schema:

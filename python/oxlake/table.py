@@ -13,7 +13,7 @@ import pyarrow as pa
 from oxlake import _native
 from oxlake._engine import CHANGE_TYPE as _CHANGE_TYPE
 from oxlake._engine import META_PREFIX as _META_PREFIX
-from oxlake._engine import require
+from oxlake._engine import read_columns, require
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -921,12 +921,7 @@ class Table:
         as_of_time = self._time(as_of, "as_of")
         cols = _columns(columns)
         if cols is None and not with_meta_columns:
-            schema = (
-                self.schema_as_of(as_of_time)
-                if as_of_time is not None and query == "snapshot"
-                else self.schema
-            )
-            cols = [f.name for f in schema if not f.name.startswith(_META_PREFIX)]
+            cols = read_columns(self, None, False, query, as_of_time) or []
             if query == "changes":
                 cols.append(_CHANGE_TYPE)
         native = self._t.scan(
@@ -1051,7 +1046,11 @@ class Table:
         column was renamed, stores pyarrow has no file system for: anything but local disk and
         S3) is merged by oxlake here and held in memory; compact a merge-on-read table first to
         keep that small. Commits after the call are not seen: call it again for a newer
-        snapshot (a `Table` itself, as an Arrow stream, is read anew at every use)."""
+        snapshot (a `Table` itself, as an Arrow stream, is read anew at every use). pyarrow's
+        pruning by Parquet statistics does not see NaN (the statistics leave it out): a filter
+        that holds for NaN (`x > 5` in DuckDB's and DataFusion's order, `is_nan`) may miss NaN
+        rows of files pyarrow reads; `t.to_arrow(filter=...)` does not prune by statistics on
+        float columns."""
         from oxlake._dataset import to_dataset
 
         return to_dataset(

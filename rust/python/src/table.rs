@@ -19,6 +19,9 @@ use crate::runtime::run;
 /// A write's result: instant, inserts, updates, deletes, files, completion time.
 pub(crate) type WriteSummary = (Option<String>, u64, u64, u64, Vec<String>, Option<String>);
 
+/// A slice of a dataset: its split as JSON, and its base file when an engine may read it alone.
+type DatasetSlice = (Vec<u8>, Option<String>);
+
 #[pyclass(name = "Table", module = "oxlake._native")]
 pub struct PyTable {
     pub(crate) inner: Arc<Mutex<Table>>,
@@ -120,14 +123,20 @@ impl PyTable {
     /// The schema of reads: meta fields, then the data columns.
     #[getter]
     fn schema(&self, py: Python<'_>) -> PyResult<PySchema> {
-        self.with(py, |t| Ok(PySchema(t.schema())))
+        let inner = self.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            t.reload().await?;
+            Ok(PySchema(t.schema()))
+        })
     }
 
     /// The schema of reads as of the commit at `as_of` (time travel returns its columns).
     fn schema_as_of(&self, py: Python<'_>, as_of: String) -> PyResult<PySchema> {
         let inner = self.inner.clone();
         run(py, async move {
-            let t = inner.lock().await;
+            let mut t = inner.lock().await;
+            t.reload().await?;
             let schema = match t.with_schema_as_of(&as_of).await? {
                 Some(older) => older.schema(),
                 None => t.schema(),
@@ -382,22 +391,27 @@ impl PyTable {
         })
     }
 
-    /// A snapshot's slices for a dataset other engines read: `(split json, base file)` each, the
-    /// base file (relative to the table root) when an engine may read that file alone.
+    /// A snapshot's slices for a dataset other engines read, and the schema they are read with:
+    /// `(split json, base file)` each, the base file (relative to the table root) when an engine
+    /// may read that file alone.
     #[pyo3(signature = (as_of=None, query="snapshot"))]
     fn dataset_slices(
         &self,
         py: Python<'_>,
         as_of: Option<String>,
         query: &str,
-    ) -> PyResult<Vec<(Vec<u8>, Option<String>)>> {
+    ) -> PyResult<(PySchema, Vec<DatasetSlice>)> {
         let opts = query_options(None, None, as_of, query, None, None)?;
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
-            let parts = t.plan_dataset(&opts).await?;
-            parts.into_iter().map(|(split, direct)| Ok((split.to_json()?, direct))).collect()
+            let (schema, parts) = t.plan_dataset(&opts).await?;
+            let parts = parts
+                .into_iter()
+                .map(|(split, direct)| Ok((split.to_json()?, direct)))
+                .collect::<oxlake::Result<_>>()?;
+            Ok((PySchema(schema), parts))
         })
     }
 

@@ -330,6 +330,11 @@ impl Table {
         // A filter the latest columns do not take (a time-travel read names that instant's
         // columns) prunes nothing here; the read itself checks it.
         let Ok(expr) = filter.to_expr(&df) else { return Ok(slices) };
+        // Column statistics leave NaN out: the conjuncts reading a float do not prune.
+        let kept = datafusion::logical_expr::utils::split_conjunction_owned(expr)
+            .into_iter()
+            .filter(|e| !crate::read::filter::reads_floats(e, &schema));
+        let Some(expr) = datafusion::logical_expr::utils::conjunction(kept) else { return Ok(slices) };
         let physical = ctx.state().create_physical_expr(expr, df.schema())?;
         // `None`: the filter cannot prune (always true, or not understood).
         let Some(predicate) = PruningPredicateBuilder::new().with_file_schema(schema.clone()).build(physical) else {

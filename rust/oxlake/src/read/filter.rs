@@ -88,6 +88,40 @@ impl Filter {
     }
 }
 
+/// Whether `expr` reads a floating-point value (a float column, or a struct, list or map holding
+/// one). Parquet statistics, page indexes and bloom filters leave NaN out, while DataFusion orders
+/// NaN above every number: pruning by them would drop rows that `x > 5` or `x != 3` hold when `x`
+/// is NaN. Scans and index pruning do not prune by statistics for such a filter.
+pub fn reads_floats(expr: &Expr, schema: &arrow::datatypes::Schema) -> bool {
+    expr.column_refs().iter().any(|c| schema.field_with_name(&c.name).map_or(true, |f| holds_floats(f.data_type())))
+}
+
+fn holds_floats(t: &DataType) -> bool {
+    match t {
+        DataType::Float16 | DataType::Float32 | DataType::Float64 => true,
+        DataType::Struct(fields) => fields.iter().any(|f| holds_floats(f.data_type())),
+        DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) | DataType::Map(f, _) => {
+            holds_floats(f.data_type())
+        }
+        DataType::Dictionary(_, v) => holds_floats(v),
+        _ => false,
+    }
+}
+
+/// `options` that do not prune by statistics, page indexes or bloom filters when `floats` (the
+/// scan's filters read a floating-point value, see [`reads_floats`]).
+pub fn nan_safe(
+    mut options: datafusion::config::TableParquetOptions,
+    floats: bool,
+) -> datafusion::config::TableParquetOptions {
+    if floats {
+        options.global.pruning = false;
+        options.global.enable_page_index = false;
+        options.global.bloom_filter_on_read = false;
+    }
+    options
+}
+
 /// A column of a scan by name, and its type: a top-level column (whose name may itself hold
 /// dots), else a field inside struct columns named by a dotted path (`customer.tier`, read with
 /// `get_field`; the longest top-level name that is a prefix wins). `None`: no such column.

@@ -229,7 +229,10 @@ impl HudiTableProvider {
             spec,
             admission: Admission::new(self.upper.clone(), self.timeline.clone()),
             base_predicate,
-            parquet_options: state.table_options().parquet.clone(),
+            parquet_options: super::filter::nan_safe(
+                state.table_options().parquet.clone(),
+                filters.iter().any(|f| super::filter::reads_floats(f, &self.schema)),
+            ),
             columns: self.columns.clone(),
         };
         Ok(MergeOnReadExec::try_new(groups, ctx)?)
@@ -362,7 +365,10 @@ impl TableProvider for HudiTableProvider {
                 .with_limit(limit)
                 .with_expr_adapter(Some(Arc::new(super::adapter::EvolvedFiles)))
                 .build();
-            let format = ParquetFormat::default().with_options(state.table_options().parquet.clone());
+            let format = ParquetFormat::default().with_options(super::filter::nan_safe(
+                state.table_options().parquet.clone(),
+                filters.iter().any(|f| super::filter::reads_floats(f, &self.schema)),
+            ));
             let scan = format.create_physical_plan(state, config).await?;
             plans.push(match view {
                 None => scan,

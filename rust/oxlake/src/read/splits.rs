@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use arrow::datatypes::SchemaRef;
 use serde::{Deserialize, Serialize};
 
 use super::changes::ChangePlan;
@@ -94,8 +95,9 @@ impl Table {
     /// engines read: with each, the base file (relative to the table root) when that file alone
     /// holds the slice's rows under the table's column names, so that an engine may read it
     /// itself (no log to merge over it, not cut by rows, no column renamed or dropped since it
-    /// was written); `None` when only oxlake's reader gives its rows.
-    pub async fn plan_dataset(&self, opts: &ScanOptions) -> Result<Vec<(Split, Option<String>)>> {
+    /// was written); `None` when only oxlake's reader gives its rows. Also the schema the slices
+    /// are read with (as of the snapshot's instant).
+    pub async fn plan_dataset(&self, opts: &ScanOptions) -> Result<(SchemaRef, Vec<(Split, Option<String>)>)> {
         if !matches!(opts.query, QueryType::Snapshot | QueryType::ReadOptimized) {
             return Err(Error::invalid_arg("query", "a dataset is a snapshot or read_optimized query"));
         }
@@ -105,13 +107,14 @@ impl Table {
             Some(latest) if plan.upper < latest.time => self.with_schema_as_of(&plan.upper).await?,
             _ => None,
         };
-        let history = as_of.as_ref().unwrap_or(self).column_history().cloned();
+        let read_as = as_of.as_ref().unwrap_or(self);
+        let (schema, history) = (read_as.schema(), read_as.column_history().cloned());
         let names_as_table = |path: &str| {
             history.as_ref().is_none_or(|h| {
                 crate::format::file_name::base_file_instant(path).is_some_and(|t| h.columns_at(&t).is_none())
             })
         };
-        Ok(plan
+        let parts = plan
             .slices
             .into_iter()
             .map(|slice| {
@@ -127,7 +130,8 @@ impl Table {
                 });
                 (split, direct)
             })
-            .collect())
+            .collect();
+        Ok((schema, parts))
     }
 
     /// `slices` with every base file read without logs cut by rows into its share of `pieces`
