@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -228,29 +228,37 @@ def test_the_stream_sink_commits_each_micro_batch_once(spark: SparkSession, tmp_
     assert {r["id"]: r["v"] for r in hudi_read(uri).to_pylist()} == {k: v[2] for k, v in expected.items()}
 
 
+COPIED = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
+
+
+def changing_table(uri: str) -> Callable[[list[tuple[int, str, int, str]]], None]:
+    """A new table of `COPIED` rows at `uri`, and a function upserting (id, city, ts, v) rows."""
+    t = oxlake.create_table(uri, COPIED, record_key="id", partition_by=["city"], ordering_field="ts")
+
+    def write(rows: list[tuple[int, str, int, str]]) -> None:
+        t.upsert(pa.Table.from_pylist([dict(zip(COPIED.names, r, strict=True)) for r in rows], schema=COPIED))
+
+    return write
+
+
+def copy_batch(df: DataFrame, batch_id: int, copy: str) -> None:
+    """A micro-batch of the change stream upserted into the table at `copy`."""
+    oxlake.spark.write_batch(
+        df.drop("_change_type"), batch_id, copy, record_key="id", partition_by=["city"], ordering_field="ts"
+    )
+
+
 @needs_streaming_source
 def test_the_stream_source_reads_each_commit_once(spark: SparkSession, tmp_path: Path) -> None:
     """A downstream query copies the change stream of one table into another: after each run
     the copy equals the table; `maxInstantsPerTrigger` bounds each micro-batch."""
     uri, copy, checkpoint = str(tmp_path / "t"), str(tmp_path / "copy"), tmp_path / "cp"
-    schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
-    t = oxlake.create_table(uri, schema, record_key="id", partition_by=["city"], ordering_field="ts")
-
-    def write(rows: list[tuple[int, str, int, str]]) -> None:
-        t.upsert(pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema))
-
+    write = changing_table(uri)
     batches: list[int] = []
 
     def sink(df: DataFrame, batch_id: int) -> None:
         batches.append(df.count())
-        oxlake.spark.write_batch(
-            df.drop("_change_type"),
-            batch_id,
-            copy,
-            record_key="id",
-            partition_by=["city"],
-            ordering_field="ts",
-        )
+        copy_batch(df, batch_id, copy)
 
     def run(**options: str) -> None:
         reader = spark.readStream.format("oxlake").option("with_meta_columns", "false")
@@ -294,24 +302,12 @@ def test_an_available_now_run_goes_on_past_a_replayed_batch(spark: SparkSession,
     cannot prepare for `availableNow` as `once`: that run ended after the replay, the newer commits
     left out of the copy (found by the streaming stress suite)."""
     uri, copy, checkpoint = str(tmp_path / "t"), str(tmp_path / "copy"), tmp_path / "cp"
-    schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
-    t = oxlake.create_table(uri, schema, record_key="id", partition_by=["city"], ordering_field="ts")
-
-    def write(rows: list[tuple[int, str, int, str]]) -> None:
-        t.upsert(pa.Table.from_pylist([dict(zip(schema.names, r, strict=True)) for r in rows], schema=schema))
-
+    write = changing_table(uri)
     batches: list[int] = []
 
     def sink(df: DataFrame, batch_id: int) -> None:
         batches.append(batch_id)
-        oxlake.spark.write_batch(
-            df.drop("_change_type"),
-            batch_id,
-            copy,
-            record_key="id",
-            partition_by=["city"],
-            ordering_field="ts",
-        )
+        copy_batch(df, batch_id, copy)
 
     def run() -> None:
         query = (

@@ -25,8 +25,8 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Pla
 
 use super::named::name_failures;
 use super::provider::HudiTableProvider;
-use super::{QueryType, ScanOptions, base_files, session};
-use crate::error::{Error, Result};
+use super::{ScanOptions, base_files, session};
+use crate::error::Result;
 use crate::storage::Storage;
 use crate::table::Table;
 
@@ -49,15 +49,8 @@ impl Table {
     /// The snapshot (or read-optimized) query of `opts`, planned now, as a provider another
     /// DataFusion session can scan (see the module docs). Later commits are not seen.
     pub async fn foreign_provider(&self, opts: &ScanOptions) -> Result<ForeignProvider> {
-        if !matches!(opts.query, QueryType::Snapshot | QueryType::ReadOptimized) {
-            return Err(Error::invalid_arg("query", "a table provider serves a snapshot or read_optimized query"));
-        }
-        let plan = self.plan_scan_pruned(opts).await?;
-        // Time travel reads the columns as they were then.
-        let as_of = match self.timeline().latest_completed_data() {
-            Some(latest) if plan.upper < latest.time => self.with_schema_as_of(&plan.upper).await?,
-            _ => None,
-        };
+        let plan = self.plan_snapshot(opts, "a table provider").await?;
+        let as_of = self.read_as(&plan).await?;
         let table = as_of.as_ref().unwrap_or(self);
         Ok(ForeignProvider {
             bases: Arc::new(base_files(&plan).collect()),

@@ -413,6 +413,26 @@ impl Table {
         self.scan_split(split, opts).await
     }
 
+    /// The table as a snapshot planned as of an earlier instant (time travel) reads it: with
+    /// the columns as of that instant; `None` when the plan reads the latest columns (the
+    /// latest snapshot, or a window of commits).
+    pub(crate) async fn read_as(&self, plan: &ScanPlan) -> Result<Option<Table>> {
+        let earlier = self.timeline().latest_completed_data().is_some_and(|l| plan.upper < l.time);
+        if plan.commit_range.is_some() || !earlier {
+            return Ok(None);
+        }
+        self.with_schema_as_of(&plan.upper).await
+    }
+
+    /// Plans a snapshot or read-optimized query for another engine (`what` names it in the
+    /// error for any other query).
+    pub(crate) async fn plan_snapshot(&self, opts: &ScanOptions, what: &str) -> Result<ScanPlan> {
+        if !matches!(opts.query, QueryType::Snapshot | QueryType::ReadOptimized) {
+            return Err(Error::invalid_arg("query", format!("{what} serves a snapshot or read_optimized query")));
+        }
+        self.plan_scan_pruned(opts).await
+    }
+
     /// Reads a planned split (see [`Table::plan_splits`]) with the columns, filter and batch size of
     /// `opts` (its other fields went into the planning).
     pub async fn scan_split(&self, split: splits::Split, opts: &ScanOptions) -> Result<SendableRecordBatchStream> {
@@ -425,15 +445,9 @@ impl Table {
             splits::Split::Changes(None) => Vec::new(),
             splits::Split::Scan(plan) => base_files(plan).collect(),
         };
-        // Time travel (a snapshot planned as of an earlier instant) reads the columns as of it.
         let as_of = match &split {
-            splits::Split::Scan(plan)
-                if plan.commit_range.is_none()
-                    && self.timeline().latest_completed_data().is_some_and(|l| plan.upper < l.time) =>
-            {
-                self.with_schema_as_of(&plan.upper).await?
-            }
-            _ => None,
+            splits::Split::Scan(plan) => self.read_as(plan).await?,
+            splits::Split::Changes(_) => None,
         };
         let table = as_of.as_ref().unwrap_or(self);
         let mut df = match split {

@@ -98,15 +98,9 @@ impl Table {
     /// was written); `None` when only oxlake's reader gives its rows. Also the schema the slices
     /// are read with (as of the snapshot's instant).
     pub async fn plan_dataset(&self, opts: &ScanOptions) -> Result<(SchemaRef, Vec<(Split, Option<String>)>)> {
-        if !matches!(opts.query, QueryType::Snapshot | QueryType::ReadOptimized) {
-            return Err(Error::invalid_arg("query", "a dataset is a snapshot or read_optimized query"));
-        }
-        let plan = self.plan_scan_pruned(opts).await?;
+        let plan = self.plan_snapshot(opts, "a dataset").await?;
         // Time travel reads the columns as they were then: files are judged by that schema.
-        let as_of = match self.timeline().latest_completed_data() {
-            Some(latest) if plan.upper < latest.time => self.with_schema_as_of(&plan.upper).await?,
-            _ => None,
-        };
+        let as_of = self.read_as(&plan).await?;
         let read_as = as_of.as_ref().unwrap_or(self);
         let (schema, history) = (read_as.schema(), read_as.column_history().cloned());
         let names_as_table = |path: &str| {
