@@ -161,6 +161,7 @@ def create_table(
     key_generator_options: dict[str, str] | None = None,
     url_encode: bool = True,
     global_index: bool = False,
+    meta_fields: bool = True,
 ) -> Table: ...
 
 class PendingWrite:

@@ -430,7 +430,7 @@ class Table:
         *,
         column_stats_shards: int = 2,
         bloom_filters_shards: int = 2,
-        record_index_shards: int = 8,
+        record_index_shards: int | None = None,
     ) -> str:
         """Builds the table's metadata table (`.hoodie/oxlake/metadata`), replacing any earlier
         one, and returns the `indexing` instant that records it. Every later write keeps it in
@@ -443,7 +443,12 @@ class Table:
           reading a data file, and `lookup` reads only the groups holding the keys.
 
         Each index is sharded into the given number of file groups; 0 leaves an index out
-        (`files` needs at least one)."""
+        (`files` needs at least one). `record_index_shards` defaults to 8, and to 0 in a table
+        without meta fields, whose rows store no key to index (asking for it there is an
+        `UnsupportedError`)."""
+        if record_index_shards is None:
+            virtual = self.properties.get("hoodie.populate.meta.fields", "true").lower() == "false"
+            record_index_shards = 0 if virtual else 8
         return self._t.build_metadata(
             files_shards, column_stats_shards, bloom_filters_shards, record_index_shards
         )
@@ -1154,6 +1159,7 @@ def create_table(
     key_generator_options: Mapping[str, str] | None = None,
     url_encode: bool = True,
     global_index: bool = False,
+    meta_fields: bool = True,
 ) -> Table:
     """Creates an Apache Hudi table and returns it open.
 
@@ -1194,6 +1200,12 @@ def create_table(
     (the default, as Apache Hudi's default indexes) a key is unique within its partition: the
     same key in two partitions is two records. A table property (`oxlake.index.global`), so
     every oxlake writer agrees; Apache Hudi writers must be given a global index themselves.
+    `meta_fields=False` makes a table without meta fields (Apache Hudi's virtual keys,
+    `hoodie.populate.meta.fields=false`): data files keep the five `_hoodie_*` columns, all null,
+    and every reader and writer makes a row's key from its record key fields. Writes are cheaper
+    (no per-row key, sequence number or file name is stored); what is given up: the meta columns
+    read null, incremental and change queries admit whole files of the commits in their window
+    (not single rows), and the record index is not kept (Apache Hudi keeps none either).
     `name` (`hoodie.table.name`) defaults to the last segment of `uri` made a valid name
     (`table_name_of`).
     """
@@ -1215,6 +1227,7 @@ def create_table(
         dict(key_generator_options or {}),
         url_encode,
         global_index,
+        meta_fields,
     )
     return Table._wrap(native)
 

@@ -67,6 +67,7 @@ pub(crate) async fn keyed_table(dir: &Path, table_type: TableType, options: Tabl
         inline_compaction: None,
         table_version: 6,
         global_index: false,
+        meta_fields: true,
         keygen_options: Default::default(),
         url_encode: true,
     };

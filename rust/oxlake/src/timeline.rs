@@ -27,6 +27,10 @@ pub struct Timeline {
     /// those oxlake rolled back ([`ROLLED_BACK_DIR`]), and those a restricted timeline withholds
     /// ([`Timeline::retain`]).
     rolled_back: Arc<BTreeSet<String>>,
+    /// The store's version tag (ETag) of each listed instant file, by file name: a completed
+    /// instant removed and written again under the same name (a layout 1 compaction or metadata
+    /// deltacommit run again at its own time) is a different file to what caches its contents.
+    versions: Arc<BTreeMap<String, String>>,
 }
 
 /// oxlake's markers of the instant times it rolled back, one empty file `<time>` each, written
@@ -64,9 +68,26 @@ impl Timeline {
 
     async fn list(storage: &Storage, dir: String, layout: u32) -> Result<Self> {
         // One round trip: the markers are listed beside the timeline.
-        let (files, rolled_back) = futures::try_join!(storage.list_dir(&dir), storage.list_dir(ROLLED_BACK_DIR))?;
-        let names = files.iter().map(|f| f.path.rsplit('/').next().unwrap_or(&f.path));
-        Ok(Self::from_file_names(names, dir, layout).with_rolled_back(&rolled_back))
+        let (files, rolled_back) =
+            futures::try_join!(storage.list_dir_tagged(&dir), storage.list_dir(ROLLED_BACK_DIR))?;
+        Ok(Self::from_listing(&files, dir, layout).with_rolled_back(&rolled_back))
+    }
+
+    /// Builds a timeline from a listing of its folder, each file with its version tag.
+    pub fn from_listing(files: &[(FileInfo, Option<String>)], dir: String, layout: u32) -> Self {
+        let name = |f: &FileInfo| f.path.rsplit('/').next().unwrap_or(&f.path).to_string();
+        let versions = files.iter().filter_map(|(f, tag)| Some((name(f), tag.clone()?))).collect();
+        let names: Vec<String> = files.iter().map(|(f, _)| name(f)).collect();
+        let mut timeline = Self::from_file_names(names.iter().map(String::as_str), dir, layout);
+        timeline.versions = Arc::new(versions);
+        timeline
+    }
+
+    /// The store's version tag of an instant's file as listed (`None`: not listed, or the store
+    /// gives none).
+    pub fn version_of(&self, instant: &Instant) -> Option<&str> {
+        let path = self.path_of(instant);
+        self.versions.get(path.rsplit('/').next().unwrap_or(&path)).map(String::as_str)
     }
 
     /// This timeline knowing the times rolled back, from a listing of [`ROLLED_BACK_DIR`].
@@ -91,7 +112,14 @@ impl Timeline {
                 }
             }
         }
-        Timeline { instants: by_time.into_values().collect(), dir, layout, archived: None, rolled_back: Arc::default() }
+        Timeline {
+            instants: by_time.into_values().collect(),
+            dir,
+            layout,
+            archived: None,
+            rolled_back: Arc::default(),
+            versions: Arc::default(),
+        }
     }
 
     /// This timeline with the archived instants added (their latest archived state; an instant
@@ -125,6 +153,7 @@ impl Timeline {
             layout: self.layout,
             archived: Some(Arc::new(details)),
             rolled_back: self.rolled_back.clone(),
+            versions: self.versions.clone(),
         }
     }
 
@@ -387,6 +416,7 @@ mod tests {
             inline_compaction: None,
             table_version: 6,
             global_index: false,
+            meta_fields: true,
             keygen_options: Default::default(),
             url_encode: true,
         })

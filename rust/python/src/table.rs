@@ -41,7 +41,7 @@ fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_int
 
 /// Creates a table and returns it open.
 #[pyfunction]
-#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=8, key_generator_options=None, url_encode=true, global_index=false))]
+#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=8, key_generator_options=None, url_encode=true, global_index=false, meta_fields=true))]
 #[allow(clippy::too_many_arguments)]
 pub fn create_table(
     py: Python<'_>,
@@ -60,6 +60,7 @@ pub fn create_table(
     key_generator_options: Option<std::collections::BTreeMap<String, String>>,
     url_encode: bool,
     global_index: bool,
+    meta_fields: bool,
 ) -> PyResult<PyTable> {
     let schema = import_schema(&schema)?;
     let table_type = TableType::parse(&table_type).ok_or_else(|| {
@@ -75,6 +76,7 @@ pub fn create_table(
         inline_compaction,
         table_version,
         global_index,
+        meta_fields,
         keygen_options: key_generator_options.unwrap_or_default(),
         url_encode,
     };

@@ -264,19 +264,20 @@ async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetada
         .flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(key_scope(p, global), k)))
         .collect();
     let partitions: HashSet<&str> = keys.written.iter().map(|(p, _, _)| p.as_str()).collect();
+    let stored_keys = table.stored_keys()?;
     for (partition, stat) in theirs.write_stats().filter(|(p, _)| global || partitions.contains(p)) {
         let Some(path) = stat.path.as_deref() else { continue };
         let name = path.rsplit('/').next().unwrap_or(path);
         let size = stat.file_size_in_bytes.max(0) as u64;
         let stored: Vec<String> = if BaseFileName::parse(name).is_some() {
-            let keys = crate::storage::record_keys(table.storage(), path, size).await?;
+            let keys = stored_keys.of_base_file(table.storage(), path, size).await?;
             keys.iter().flatten().map(str::to_string).collect()
         } else if let Some(name) = LogFileName::parse(name) {
             let log = LogFile { name, path: path.to_string(), size };
             // Their write is committed: a damaged block of it is an error, never keys unseen.
             let end = (stat.log_offset.unwrap_or(0).max(0) as u64).saturating_add(size);
             let written = crate::log::CommittedLogs::of(path, partition, &stat.file_id, end, "a concurrent commit");
-            crate::log::record_keys(table.storage(), &[log], Some(&written)).await?.into_keys().collect()
+            crate::log::record_keys(table.storage(), &[log], Some(&written), &stored_keys).await?.into_keys().collect()
         } else {
             continue;
         };

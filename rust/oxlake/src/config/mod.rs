@@ -258,6 +258,9 @@ pub struct CreateOptions {
     pub inline_compaction: Option<u32>,
     /// See [`TableConfig::global_index`].
     pub global_index: bool,
+    /// `hoodie.populate.meta.fields`: whether data files carry the meta fields' values (without,
+    /// Apache Hudi's virtual keys: they are null and readers make keys from the key fields).
+    pub meta_fields: bool,
     /// `hoodie.table.version`: 6 (Apache Hudi 0.14/0.15, timeline layout 1), 8 (Hudi 1.0) or 9
     /// (Hudi 1.1); 8 and 9 use timeline layout 2.
     pub table_version: u32,
@@ -306,7 +309,7 @@ impl TableConfig {
             url_encode: opts.url_encode,
             key_generator,
             merge_mode,
-            populate_meta_fields: true,
+            populate_meta_fields: opts.meta_fields,
             timezone_utc: true,
             inline_compaction: opts.inline_compaction,
             global_index: opts.global_index,
@@ -396,7 +399,7 @@ impl TableConfig {
                 }
             }
         }
-        set(keys::POPULATE_META_FIELDS, "true");
+        set(keys::POPULATE_META_FIELDS, bool_str(self.populate_meta_fields));
         set(keys::DATABASE_NAME, "default");
         set(keys::ARCHIVELOG_FOLDER, "archived");
         set(keys::CHECKSUM, &checksum("default", &self.name).to_string());
@@ -699,6 +702,7 @@ mod tests {
             inline_compaction: None,
             table_version: 6,
             global_index: false,
+            meta_fields: true,
             keygen_options: Default::default(),
             url_encode: true,
         }

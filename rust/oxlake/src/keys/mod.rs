@@ -25,8 +25,10 @@ use crate::config::{PartitionKind, TableConfig};
 use crate::error::{Error, Result};
 
 pub mod joda;
+pub mod stored;
 pub mod timestamp;
 
+pub use stored::StoredKeys;
 use timestamp::TimestampFormat;
 
 /// Complex-key placeholder for a null value.

@@ -103,8 +103,8 @@ pub struct CommittedLogs {
     bases: Vec<(String, CommittedLog)>,
 }
 
-/// Log write stats of completed instants, by URI of the instant's file: a completed instant's
-/// metadata never changes, so each is read once per process.
+/// Log write stats of completed instants, by URI and version of the instant's file: a completed
+/// instant file never changes, so each is read once per process.
 type StatCache = std::sync::Mutex<HashMap<String, InstantLogs>>;
 /// The files one completed instant wrote, by path.
 type InstantLogs = Arc<Vec<(String, CommittedLog)>>;
@@ -189,7 +189,10 @@ fn is_log(path: &str) -> bool {
 
 /// The key of an instant in [`STAT_CACHE`].
 fn stat_key(storage: &Storage, timeline: &Timeline, instant: &crate::format::instant::Instant) -> String {
-    format!("{}/{}", storage.uri(), timeline.path_of(instant))
+    // With the file's version: a completed instant written again under the same name (version 6
+    // names it by its requested time alone) has other contents.
+    let version = timeline.version_of(instant).unwrap_or_default();
+    format!("{}/{}#{version}", storage.uri(), timeline.path_of(instant))
 }
 
 /// The log files a completed instant's write stats name, keyed for [`STAT_CACHE`].
@@ -463,6 +466,7 @@ pub async fn record_keys(
     storage: &Storage,
     logs: &[LogFile],
     committed: Option<&CommittedLogs>,
+    stored: &crate::keys::StoredKeys,
 ) -> Result<HashMap<String, bool>> {
     let mut keys = HashMap::new();
     for Located { path, block } in read_blocks(storage, logs, committed).await? {
@@ -474,7 +478,7 @@ pub async fn record_keys(
             }
             BlockType::ParquetData => {
                 let builder = parquet_block_reader(&path, &block.content)?;
-                let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), [schema::RECORD_KEY]);
+                let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), stored.columns());
                 builder
                     .with_projection(mask)
                     .build()
@@ -483,22 +487,15 @@ pub async fn record_keys(
             }
             BlockType::AvroData => {
                 let Some(writer_schema) = block.header.get(&HeaderKey::Schema) else { continue };
-                let key_only = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-                    schema::RECORD_KEY,
-                    arrow::datatypes::DataType::Utf8,
-                    true,
-                )]));
-                let reader = DatumReader::new(writer_schema, key_only).map_err(|e| Error::corrupt(&path, e))?;
+                let reader = DatumReader::new(writer_schema, stored.schema()).map_err(|e| Error::corrupt(&path, e))?;
                 let datums = log_block::avro_datums(&block.content).map_err(|e| Error::corrupt(&path, e))?;
                 vec![reader.read(datums).map_err(|e| Error::corrupt(&path, e))?]
             }
             _ => continue,
         };
         for b in batches {
-            let col = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8)?;
-            if let Some(s) = col.as_any().downcast_ref::<arrow::array::StringArray>() {
-                keys.extend(s.iter().flatten().map(|k| (k.to_string(), true)));
-            }
+            let written = stored.keys_in(&b, &path)?;
+            keys.extend(written.iter().flatten().map(|k| (k.to_string(), true)));
         }
     }
     Ok(keys)

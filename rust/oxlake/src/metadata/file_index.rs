@@ -19,8 +19,6 @@ use datafusion::common::{Column, ScalarValue};
 use datafusion::functions_aggregate::min_max::{MaxAccumulator, MinAccumulator};
 use datafusion::logical_expr::Accumulator;
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
-use futures::StreamExt;
-use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use parquet::bloom_filter::Sbbf;
@@ -30,6 +28,7 @@ use super::{Index, MetadataTable, Select};
 pub use crate::commit::change::{ColumnStats, FileEntry, FileStats};
 use crate::error::{Error, Result};
 use crate::format::file_name::BaseFileName;
+use crate::keys::StoredKeys;
 use crate::read::{Filter, PlannedSlice};
 use crate::schema::RECORD_KEY;
 use crate::storage::{ParquetFile, Storage};
@@ -87,14 +86,15 @@ impl Bounds {
 }
 
 /// Computes the index entries of a data file: statistics when `stats`, a bloom filter of record
-/// keys when `bloom`. `schema` is the table's read schema (log blocks are decoded into it).
+/// keys (read as `bloom` says) when asked. `schema` is the table's read schema (log blocks are
+/// decoded into it).
 pub(crate) async fn file_entry(
     storage: &Storage,
     schema: &SchemaRef,
     path: &str,
     size: u64,
     stats: bool,
-    bloom: bool,
+    bloom: Option<&StoredKeys>,
 ) -> Result<FileEntry> {
     let name = path.rsplit('/').next().unwrap_or(path);
     if BaseFileName::parse(name).is_some() {
@@ -106,7 +106,12 @@ pub(crate) async fn file_entry(
 
 /// The entry of a log file whose data records are `batches` (of the table `schema`): computed
 /// from a log file read back, or by its writer from the batches it wrote.
-pub(crate) fn log_entry(schema: &SchemaRef, batches: &[RecordBatch], stats: bool, bloom: bool) -> Result<FileEntry> {
+pub(crate) fn log_entry(
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    stats: bool,
+    bloom: Option<&StoredKeys>,
+) -> Result<FileEntry> {
     let mut entry = FileEntry::default();
     if stats {
         let mut out = FileStats { rows: batches.iter().map(|b| b.num_rows() as u64).sum(), ..Default::default() };
@@ -121,15 +126,21 @@ pub(crate) fn log_entry(schema: &SchemaRef, batches: &[RecordBatch], stats: bool
         }
         entry.stats = Some(out);
     }
-    if bloom && let Ok(i) = schema.index_of(RECORD_KEY) {
+    if let Some(stored) = bloom {
         let keys: Vec<ArrayRef> =
-            batches.iter().map(|b| cast(b.column(i), &DataType::Utf8)).collect::<Result<_, _>>()?;
+            batches.iter().map(|b| stored.keys(b).map(|k| Arc::new(k) as ArrayRef)).collect::<Result<_>>()?;
         entry.bloom = Some(bloom_of(&keys)?);
     }
     Ok(entry)
 }
 
-async fn base_file_entry(storage: &Storage, path: &str, size: u64, stats: bool, bloom: bool) -> Result<FileEntry> {
+async fn base_file_entry(
+    storage: &Storage,
+    path: &str,
+    size: u64,
+    stats: bool,
+    bloom: Option<&StoredKeys>,
+) -> Result<FileEntry> {
     let builder = ParquetRecordBatchStreamBuilder::new(ParquetFile::open(storage, path, size)).await?;
     let mut entry = FileEntry::default();
     if stats {
@@ -159,14 +170,9 @@ async fn base_file_entry(storage: &Storage, path: &str, size: u64, stats: bool, 
         }
         entry.stats = Some(out);
     }
-    if bloom && builder.schema().index_of(RECORD_KEY).is_ok() {
-        let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
-        let mut stream = builder.with_projection(mask).build()?;
-        let mut keys = Vec::new();
-        while let Some(batch) = stream.next().await {
-            keys.push(cast(batch?.column(0), &DataType::Utf8)?);
-        }
-        entry.bloom = Some(bloom_of(&keys)?);
+    if let Some(stored) = bloom {
+        let keys: ArrayRef = Arc::new(stored.of_base_file(storage, path, size).await?);
+        entry.bloom = Some(bloom_of(&[keys])?);
     }
     Ok(entry)
 }

@@ -184,10 +184,12 @@ impl Table {
     /// snapshot read), replacing any earlier one; recorded on the data timeline as an `indexing`
     /// instant. Returns that instant.
     pub async fn build_metadata(&mut self, config: MetadataConfig) -> Result<String> {
-        let mut config = config;
-        if !self.config().populate_meta_fields {
-            // Rows carry no record key to index.
-            config.shards.remove(&Index::RecordIndex);
+        if !self.config().populate_meta_fields && config.shards.contains_key(&Index::RecordIndex) {
+            // As Apache Hudi: the record index is kept from the rows' stored keys.
+            return Err(Error::unsupported(
+                "the record index of a table without meta fields (`hoodie.populate.meta.fields=false`): \
+                 its rows store no record key; writes look keys up in the files (or their bloom filters)",
+            ));
         }
         let tx = Transaction::begin(self, Action::Indexing).await?;
         let time = tx.time().to_string();
@@ -346,6 +348,7 @@ async fn file_entries(
         return Ok(out);
     }
     let schema = data.schema();
+    let keys = if bloom { Some(data.stored_keys()?) } else { None };
     let known: HashMap<&str, &file_index::FileEntry> = known.iter().map(|(p, e)| (p.as_str(), e)).collect();
     let mut computed: Vec<(String, file_index::FileEntry)> = Vec::new();
     let mut unknown: Vec<FileInfo> = Vec::new();
@@ -358,9 +361,9 @@ async fn file_entries(
     }
     // Owned futures, spawned: the stream stays `Send` for any caller.
     let tasks = unknown.into_iter().map(|f| {
-        let (storage, schema) = (data.storage().clone(), schema.clone());
+        let (storage, schema, keys) = (data.storage().clone(), schema.clone(), keys.clone());
         tokio::spawn(async move {
-            let entry = file_index::file_entry(&storage, &schema, &f.path, f.size, stats, bloom).await?;
+            let entry = file_index::file_entry(&storage, &schema, &f.path, f.size, stats, keys.as_ref()).await?;
             Ok::<_, Error>((f.path, entry))
         })
     });
@@ -427,6 +430,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         inline_compaction: None,
         table_version: 6,
         global_index: false,
+        meta_fields: true,
         keygen_options: Default::default(),
         url_encode: true,
     };

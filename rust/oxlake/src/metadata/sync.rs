@@ -265,11 +265,12 @@ fn record_batches(changes: &KeyChanges, rows: &[Vec<u32>], time: &str) -> Result
 async fn replaced_keys(data: &Table, groups: &[FileGroupId], added: &[FileInfo]) -> Result<KeyChanges> {
     let view = data.file_system_view().await?;
     let mut changes = KeyChanges::default();
+    let stored_keys = data.stored_keys()?;
     for f in added {
         let name = f.path.rsplit('/').next().unwrap_or(&f.path);
         let Some(base) = crate::format::file_name::BaseFileName::parse(name) else { continue };
         let partition = f.path.rsplit_once('/').map_or("", |(p, _)| p).to_string();
-        let keys = crate::storage::record_keys(data.storage(), &f.path, f.size).await?;
+        let keys = stored_keys.of_base_file(data.storage(), &f.path, f.size).await?;
         changes.written.push((partition, base.file_id, keys));
     }
     // A damaged committed log block is an error: its keys would stay in the index otherwise.
@@ -278,10 +279,11 @@ async fn replaced_keys(data: &Table, groups: &[FileGroupId], added: &[FileInfo])
         let Some(slice) = view.get(id).and_then(|g| g.slices.values().next_back()) else { continue };
         let mut keys: BTreeSet<String> = BTreeSet::new();
         if let Some(base) = &slice.base {
-            let stored = crate::storage::record_keys(data.storage(), &base.path, base.size).await?;
+            let stored = stored_keys.of_base_file(data.storage(), &base.path, base.size).await?;
             keys.extend(stored.iter().flatten().map(str::to_string));
         }
-        keys.extend(crate::log::record_keys(data.storage(), &slice.logs, Some(&committed)).await?.into_keys());
+        let in_logs = crate::log::record_keys(data.storage(), &slice.logs, Some(&committed), &stored_keys).await?;
+        keys.extend(in_logs.into_keys());
         changes.deleted.push((id.0.clone(), arrow::array::StringArray::from_iter_values(keys)));
     }
     Ok(changes)

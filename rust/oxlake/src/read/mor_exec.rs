@@ -410,6 +410,7 @@ mod tests {
             inline_compaction: None,
             table_version: 6,
             global_index: false,
+            meta_fields: true,
             keygen_options: Default::default(),
             url_encode: true,
         };

@@ -23,7 +23,7 @@ use object_store::path::{Path, PathPart};
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig};
 
 use self::faults::FaultStore;
-pub(crate) use self::parquet_read::{decoding, panic_message, record_keys};
+pub(crate) use self::parquet_read::{decoding, panic_message};
 
 /// Listings of partition folders run at once by [`Storage::list_table`].
 const LISTINGS_AT_ONCE: usize = 16;
@@ -234,6 +234,13 @@ impl Storage {
         let prefix = self.path(rel_dir);
         let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
         Ok(listing.objects.into_iter().map(|m| self.file_info(&m)).collect())
+    }
+
+    /// [`Self::list_dir`], each file with the store's version tag (its ETag) where it gives one.
+    pub async fn list_dir_tagged(&self, rel_dir: &str) -> Result<Vec<(FileInfo, Option<String>)>> {
+        let prefix = self.path(rel_dir);
+        let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
+        Ok(listing.objects.into_iter().map(|m| (self.file_info(&m), m.e_tag.clone())).collect())
     }
 
     /// Lists the files inside a directory of flat files whose names sort after `after` (a name

@@ -98,15 +98,14 @@ impl Table {
         let storage = Storage::open(uri, &options.storage_options)?;
         let (properties, timeline_files, files, rolled_back) = futures::try_join!(
             storage.get_opt(PROPERTIES_FILE),
-            storage.list_dir(".hoodie"),
+            storage.list_dir_tagged(".hoodie"),
             storage.list_table(),
             storage.list_dir(crate::timeline::ROLLED_BACK_DIR)
         )?;
         let config = parse_properties(&storage, properties)?;
         let dir = config.timeline_dir();
-        let timeline_files = if dir == ".hoodie" { timeline_files } else { storage.list_dir(&dir).await? };
-        let names = timeline_files.iter().filter_map(|f| f.path.rsplit('/').next());
-        let timeline = Timeline::from_file_names(names, config.timeline_dir(), config.layout_version)
+        let timeline_files = if dir == ".hoodie" { timeline_files } else { storage.list_dir_tagged(&dir).await? };
+        let timeline = Timeline::from_listing(&timeline_files, config.timeline_dir(), config.layout_version)
             .with_rolled_back(&rolled_back);
         let (data_schema, columns) = resolve_schema(&storage, &config, &timeline).await?;
         let table =
@@ -259,6 +258,12 @@ impl Table {
     /// `schema::evolve`); the next reload takes the committed one again.
     pub(crate) fn set_write_schema(&mut self, schema: SchemaRef) {
         self.data_schema = schema;
+    }
+
+    /// Where the record keys of stored rows come from: the meta column, or the record key fields
+    /// of a table without meta fields.
+    pub fn stored_keys(&self) -> Result<crate::keys::StoredKeys> {
+        crate::keys::StoredKeys::of(self.config(), &self.data_schema)
     }
 
     /// The schema of the base files and of reads: meta fields, then the data columns.
@@ -611,6 +616,7 @@ mod tests {
             inline_compaction: None,
             table_version: 6,
             global_index: false,
+            meta_fields: true,
             keygen_options: Default::default(),
             url_encode: true,
         }

@@ -21,7 +21,6 @@ use super::plan::{FileWork, TaskId, WriteConfig};
 use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
 use crate::format::file_name::BaseFileName;
-use crate::schema::RECORD_KEY;
 use crate::storage::{ParquetFile, Storage};
 use crate::table::Table;
 
@@ -53,6 +52,8 @@ pub(super) struct Context {
     pub file_indexes: (bool, bool),
     /// How files of older schema versions name the columns (`None`: as the table does).
     pub columns: Option<Arc<crate::schema::internal::ColumnHistory>>,
+    /// Where stored rows' keys come from; with virtual keys the meta columns are written null.
+    pub keys: crate::keys::StoredKeys,
     /// Whether a log file is named with the instant writing it (table version 8 and later: it
     /// joins the slice its completion time falls in) rather than its slice's base instant.
     pub logs_named_by_writer: bool,
@@ -82,6 +83,7 @@ pub(crate) async fn write_all(
         task: config.task,
         file_indexes: crate::metadata::file_indexes(table),
         logs_named_by_writer: table.config().layout_version >= 2,
+        keys: table.stored_keys()?,
     });
     let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -145,7 +147,7 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
                 Ok(vec![crate::schema::align(&batch, s)?])
             })?
             .remove(0);
-            let (kept, replaced) = merge_batch(ctx, &work, &batch, &mut stat, &mut matched)?;
+            let (kept, replaced) = merge_batch(ctx, &work, &batch, &old.path, &mut stat, &mut matched)?;
             if kept.num_rows() > 0 {
                 writer.write(&kept).await?;
             }
@@ -179,13 +181,14 @@ fn merge_batch(
     ctx: &Context,
     work: &FileWork,
     batch: &RecordBatch,
+    path: &str,
     stat: &mut WriteStat,
     matched: &mut hashbrown::HashSet<u32>,
 ) -> Result<(RecordBatch, Vec<u32>)> {
     if work.changes.is_empty() && work.moved_out.is_empty() && work.removed.is_empty() {
         return Ok((batch.clone(), vec![]));
     }
-    let keys = string_column(batch, RECORD_KEY)?;
+    let keys = ctx.keys.keys_in(batch, path)?;
     let incoming = ctx.incoming.as_ref().ok_or_else(|| Error::invalid_data("changes without input"))?;
     let cmp = match (&ctx.ordering_field, &incoming.ordering) {
         (Some(field), Some(new)) => match batch.column_by_name(field) {
@@ -233,7 +236,8 @@ fn merge_batch(
     Ok((kept, replaced))
 }
 
-/// Fills the meta fields of incoming rows as Apache Hudi does.
+/// Fills the meta fields of incoming rows as Apache Hudi does: null in a table without meta
+/// fields (its readers make keys from the record key fields).
 pub(super) struct MetaWriter<'a> {
     instant: &'a str,
     /// `<task>-<file index>`: sequence numbers are unique across the tasks of a write.
@@ -254,6 +258,12 @@ impl<'a> MetaWriter<'a> {
         let indices = UInt32Array::from(rows.to_vec());
         let data = take_record_batch(&incoming.batch, &indices)?;
         let n = rows.len();
+        if ctx.keys.is_virtual() {
+            let meta = ctx.schema.fields().iter().take(crate::schema::META_FIELDS.len());
+            let mut columns: Vec<ArrayRef> = meta.map(|f| arrow::array::new_null_array(f.data_type(), n)).collect();
+            columns.extend(data.columns().iter().cloned());
+            return Ok(RecordBatch::try_new(ctx.schema.clone(), columns)?);
+        }
         // `<instant>_<task>-<file>_<n>`, written into one buffer (no string per row).
         let mut seqnos = StringBuilder::with_capacity(n, n * (self.instant.len() + 12));
         for i in 0..n {
@@ -273,10 +283,4 @@ impl<'a> MetaWriter<'a> {
         columns.extend(data.columns().iter().cloned());
         Ok(RecordBatch::try_new(ctx.schema.clone(), columns)?)
     }
-}
-
-fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
-    let col = batch.column_by_name(name).ok_or_else(|| Error::corrupt(name, "meta column missing from base file"))?;
-    let s = cast(col, &arrow::datatypes::DataType::Utf8)?;
-    s.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| Error::corrupt(name, "not a string column"))
 }

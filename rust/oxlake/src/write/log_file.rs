@@ -91,7 +91,7 @@ pub(super) async fn write_log(ctx: &Context, index: usize, work: FileWork) -> Re
     stat.file_size_in_bytes = file.size as i64;
     let entry = match ctx.file_indexes {
         (false, false) => None,
-        (stats, bloom) => Some(file_index::log_entry(&ctx.schema, &records, stats, bloom)?),
+        (stats, bloom) => Some(file_index::log_entry(&ctx.schema, &records, stats, bloom.then_some(&ctx.keys))?),
     };
     Ok(Written { partition: work.partition, stat, entry })
 }

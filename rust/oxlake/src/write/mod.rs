@@ -303,9 +303,6 @@ impl Table {
                 cfg.partition_fields[i]
             )));
         }
-        if !cfg.populate_meta_fields {
-            return Err(Error::unsupported("writing tables without meta fields"));
-        }
         cfg.check_record_key_fields()?;
         if cfg.merge_mode == crate::config::MergeMode::Custom {
             return Err(Error::unsupported("writing a table with a custom payload or merge strategy"));

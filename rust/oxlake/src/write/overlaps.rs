@@ -9,7 +9,7 @@
 //! Merge-on-read file groups need nothing of this: each task's changes are a log file of its own
 //! (task-unique write tokens), and readers merge them.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray};
@@ -26,7 +26,7 @@ use super::plan::{TaskId, WriteConfig};
 use crate::error::{Error, Result};
 use crate::format::commit::WriteStat;
 use crate::format::file_name::{BaseFileName, file_path};
-use crate::schema::{COMMIT_TIME, FILE_NAME, RECORD_KEY};
+use crate::schema::{COMMIT_TIME, FILE_NAME};
 use crate::storage::ParquetFile;
 use crate::table::Table;
 
@@ -52,10 +52,21 @@ pub(crate) async fn merge_overlapping_rewrites(
     }
     let mut merged = Vec::with_capacity(overlapping.len());
     let mut dropped = std::collections::HashSet::new();
+    let virtual_keys = table.stored_keys()?.is_virtual();
     for ((partition, file_id), at) in overlapping {
         let stats: Vec<&WriteStat> = at.iter().map(|&(p, s)| &parts[p].stats[s].1).collect();
         log::info!("{} tasks rewrote file group {partition}/{file_id}: merging their files", stats.len());
-        let stat = merge_group(table, instant, &partition, &file_id, &stats, config).await?;
+        // Without meta fields no row carries the instant that wrote it: a row is new in a
+        // rewrite when its task reported writing the key into this group.
+        let written = virtual_keys.then(|| {
+            at.iter()
+                .map(|&(p, _)| {
+                    let ours = parts[p].keys.written.iter().filter(|(wp, wf, _)| *wp == partition && *wf == file_id);
+                    ours.flat_map(|(_, _, keys)| keys.iter().flatten().map(str::to_string)).collect()
+                })
+                .collect()
+        });
+        let stat = merge_group(table, instant, (&partition, &file_id), &stats, written, config).await?;
         merged.push((partition, stat));
         dropped.extend(at);
     }
@@ -80,9 +91,9 @@ fn file_name(path: &str) -> &str {
 async fn merge_group(
     table: &Table,
     instant: &str,
-    partition: &str,
-    file_id: &str,
+    (partition, file_id): (&str, &str),
     stats: &[&WriteStat],
+    written: Option<Vec<HashSet<String>>>,
     config: &WriteConfig,
 ) -> Result<WriteStat> {
     let schema = table.schema();
@@ -104,7 +115,14 @@ async fn merge_group(
         crate::config::MergeMode::EventTime => table.config().ordering_field.clone(),
         _ => None,
     };
-    let rows = merged_rows(&files, instant, ordering.as_deref())?;
+    let stored_keys = table.stored_keys()?;
+    let keys = files.iter().zip(stats).map(|(f, s)| stored_keys.keys_in(f, s.path.as_deref().unwrap_or(file_id)));
+    let keys = keys.collect::<Result<Vec<_>>>()?;
+    let new = match &written {
+        Some(written) => Written::Keys(written),
+        None => Written::At(instant, files.iter().map(|f| string_column(f, COMMIT_TIME)).collect::<Result<_>>()?),
+    };
+    let rows = merged_rows(&files, &keys, &new, ordering.as_deref())?;
     let name = BaseFileName {
         file_id: file_id.to_string(),
         write_token: TaskId::DRIVER.write_token(0),
@@ -113,7 +131,10 @@ async fn merge_group(
     .name();
     let refs: Vec<&RecordBatch> = files.iter().collect();
     let batch = interleave_record_batch(&refs, &rows.iter().map(|r| r.at).collect::<Vec<_>>())?;
-    let batch = with_file_name(&batch, &rows, &name)?;
+    let batch = match written {
+        Some(_) => batch,
+        None => with_file_name(&batch, &rows, &name)?,
+    };
 
     let rel = file_path(partition, &name);
     let sink = BufWriter::new(table.storage().object_store(), table.storage().path(&rel));
@@ -147,22 +168,42 @@ struct Row {
     new: bool,
 }
 
+/// Which rows of each rewrite this instant wrote.
+enum Written<'a> {
+    /// Those whose `_hoodie_commit_time` (one column per rewrite) is the instant's.
+    At(&'a str, Vec<StringArray>),
+    /// Those whose key the rewrite's task wrote (tables without meta fields).
+    Keys(&'a [HashSet<String>]),
+}
+
+impl Written<'_> {
+    fn is_new(&self, f: usize, r: usize, key: &str) -> bool {
+        match self {
+            Written::At(instant, times) => times[f].value(r) == *instant,
+            Written::Keys(keys) => keys[f].contains(key),
+        }
+    }
+}
+
 /// The rows of the merged file, in the first rewrite's order, then the new rows of the others:
 /// older rows that every rewrite kept, and the rows this instant wrote. When two tasks wrote the
 /// same key, the greater ordering value wins, then the later task.
-fn merged_rows(files: &[RecordBatch], instant: &str, ordering: Option<&str>) -> Result<Vec<Row>> {
-    let keys = files.iter().map(|f| string_column(f, RECORD_KEY)).collect::<Result<Vec<_>>>()?;
-    let times = files.iter().map(|f| string_column(f, COMMIT_TIME)).collect::<Result<Vec<_>>>()?;
+fn merged_rows(
+    files: &[RecordBatch],
+    keys: &[StringArray],
+    written: &Written<'_>,
+    ordering: Option<&str>,
+) -> Result<Vec<Row>> {
     let order_value = |(f, r): (usize, usize)| -> Result<Option<ScalarValue>> {
         let Some(col) = ordering.and_then(|name| files[f].column_by_name(name)) else { return Ok(None) };
         Ok(Some(ScalarValue::try_from_array(col, r)?))
     };
     let mut new: HashMap<&str, (usize, usize)> = HashMap::new();
     let mut kept_by: HashMap<&str, usize> = HashMap::new();
-    for (f, (keys, times)) in keys.iter().zip(&times).enumerate() {
+    for (f, keys) in keys.iter().enumerate() {
         for r in 0..keys.len() {
             let key = keys.value(r);
-            if times.value(r) != instant {
+            if !written.is_new(f, r, key) {
                 *kept_by.entry(key).or_default() += 1;
                 continue;
             }
@@ -175,10 +216,10 @@ fn merged_rows(files: &[RecordBatch], instant: &str, ordering: Option<&str>) -> 
         }
     }
     let mut rows = Vec::new();
-    for (f, (keys, times)) in keys.iter().zip(&times).enumerate() {
+    for (f, keys) in keys.iter().enumerate() {
         for r in 0..keys.len() {
             let key = keys.value(r);
-            if times.value(r) != instant {
+            if !written.is_new(f, r, key) {
                 if f == 0 && kept_by.get(key) == Some(&files.len()) && !new.contains_key(key) {
                     rows.push(Row { at: (f, r), new: false });
                 }
@@ -213,6 +254,7 @@ fn string_column(batch: &RecordBatch, name: &str) -> Result<StringArray> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::schema::RECORD_KEY;
     use arrow::array::Int64Array;
     use arrow::datatypes::{Field, Schema};
 
@@ -233,6 +275,12 @@ mod tests {
         .unwrap()
     }
 
+    fn merge(files: &[RecordBatch], instant: &str, ordering: Option<&str>) -> Vec<Row> {
+        let keys: Vec<StringArray> = files.iter().map(|f| string_column(f, RECORD_KEY).unwrap()).collect();
+        let times = files.iter().map(|f| string_column(f, COMMIT_TIME).unwrap()).collect();
+        merged_rows(files, &keys, &Written::At(instant, times), ordering).unwrap()
+    }
+
     fn keys(files: &[RecordBatch], rows: &[Row]) -> Vec<String> {
         rows.iter().map(|r| string_column(&files[r.at.0], RECORD_KEY).unwrap().value(r.at.1).to_string()).collect()
     }
@@ -243,9 +291,13 @@ mod tests {
         let t0 = file(&[("1", "b", 0), ("1", "d", 0), ("2", "a", 5)]);
         let t1 = file(&[("1", "a", 0), ("1", "c", 0), ("1", "d", 0), ("2", "b", 5), ("2", "e", 5)]);
         let files = [t0, t1];
-        let rows = merged_rows(&files, "2", None).unwrap();
+        let rows = merge(&files, "2", None);
         assert_eq!(keys(&files, &rows), ["d", "a", "b", "e"]);
         assert_eq!(rows.iter().filter(|r| r.new).count(), 3);
+        // Without meta fields the tasks' written keys say the same.
+        let written = [HashSet::from(["a".to_string()]), HashSet::from(["b".to_string(), "e".to_string()])];
+        let key_columns: Vec<StringArray> = files.iter().map(|f| string_column(f, RECORD_KEY).unwrap()).collect();
+        assert_eq!(merged_rows(&files, &key_columns, &Written::Keys(&written), None).unwrap(), rows);
     }
 
     #[test]
@@ -253,8 +305,8 @@ mod tests {
         let t0 = file(&[("2", "a", 9)]);
         let t1 = file(&[("2", "a", 3)]);
         let files = [t0, t1];
-        assert_eq!(merged_rows(&files, "2", Some("ts")).unwrap(), [Row { at: (0, 0), new: true }]);
+        assert_eq!(merge(&files, "2", Some("ts")), [Row { at: (0, 0), new: true }]);
         // Without an ordering field the later task wins.
-        assert_eq!(merged_rows(&files, "2", None).unwrap(), [Row { at: (1, 0), new: true }]);
+        assert_eq!(merge(&files, "2", None), [Row { at: (1, 0), new: true }]);
     }
 }

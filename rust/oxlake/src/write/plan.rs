@@ -8,14 +8,12 @@ use arrow::array::{Array, StringArray};
 
 use crate::keys::Partitions;
 use futures::StreamExt;
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::{Incoming, WriteOperation};
 use crate::error::{Error, Result};
 use crate::format::file_name::new_file_id;
 use crate::schema::RECORD_KEY;
-use crate::storage::{ParquetFile, Storage};
+use crate::storage::Storage;
 use crate::table::Table;
 use crate::table::fs_view::{BaseFile, FileGroupId, LogFile};
 
@@ -768,6 +766,7 @@ async fn lookup(
     parallelism: usize,
 ) -> Result<Hits> {
     let storage = table.storage();
+    let stored_keys = Arc::new(table.stored_keys()?);
     // What completed instants wrote into the logs: a damaged block of theirs is an error, never a
     // key left out of routing (the write would then put the key in a second file group).
     let committed = match slice_logs.values().any(|l| !l.is_empty()) {
@@ -792,15 +791,16 @@ async fn lookup(
         for (f, file) in files.iter().enumerate() {
             let logs = slice_logs.get(&((*partition).clone(), file.name.file_id.clone())).cloned().unwrap_or_default();
             let (storage, file, index, permits) = (storage.clone(), file.clone(), index.clone(), permits.clone());
-            let committed = committed.clone();
+            let (committed, stored_keys) = (committed.clone(), stored_keys.clone());
             tasks.spawn(async move {
                 let _permit = permits.acquire_owned().await.map_err(Error::invalid_data)?;
-                let mut hits: Vec<Hit> =
-                    matching_keys(&storage, &file, &index).await?.into_iter().map(|(k, r)| (k, r, true)).collect();
+                let held = matching_keys(&storage, &file, &index, &stored_keys).await?;
+                let mut hits: Vec<Hit> = held.into_iter().map(|(k, r)| (k, r, true)).collect();
                 // Merge-on-read: records inserted into the slice's logs belong to the group too, and
                 // a key whose last log block deleted it is held but not live.
                 if !logs.is_empty() {
-                    let mut in_logs = crate::log::record_keys(&storage, &logs, committed.as_deref()).await?;
+                    let mut in_logs =
+                        crate::log::record_keys(&storage, &logs, committed.as_deref(), &stored_keys).await?;
                     for hit in &mut hits {
                         if let Some(live) = in_logs.remove(&hit.0) {
                             hit.2 = live;
@@ -854,29 +854,30 @@ async fn lookup(
     Ok(Hits { found, taken: best.keys().copied().collect() })
 }
 
-/// The keys of a base file that are in `index`, with their incoming rows, reading only the key
-/// column.
-async fn matching_keys(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
+/// The keys of a base file that are in `index`, with their incoming rows, reading only the
+/// columns keys are made from.
+async fn matching_keys(
+    storage: &Storage,
+    file: &BaseFile,
+    index: &KeyIndex,
+    stored: &crate::keys::StoredKeys,
+) -> Result<Vec<(String, u32)>> {
     // The Parquet reader does not know which file it decodes: its errors are named here.
-    let keys = crate::storage::decoding(&file.path, matching_keys_of(storage, file, index)).await;
+    let keys = crate::storage::decoding(&file.path, matching_keys_of(storage, file, index, stored)).await;
     keys.map_err(|e| e.in_file(&file.path))
 }
 
-async fn matching_keys_of(storage: &Storage, file: &BaseFile, index: &KeyIndex) -> Result<Vec<(String, u32)>> {
-    let reader = ParquetFile::open(storage, &file.path, file.size);
-    let builder = ParquetRecordBatchStreamBuilder::new(reader).await?;
-    let mask = ProjectionMask::columns(builder.parquet_schema(), [RECORD_KEY]);
-    let mut stream = builder.with_projection(mask).build()?;
+async fn matching_keys_of(
+    storage: &Storage,
+    file: &BaseFile,
+    index: &KeyIndex,
+    stored: &crate::keys::StoredKeys,
+) -> Result<Vec<(String, u32)>> {
+    let mut stream = stored.base_file_batches(storage, &file.path, file.size).await?;
     let mut hits = Vec::new();
     while let Some(batch) = stream.next().await {
-        let batch = batch?;
-        let col = batch.column(0);
-        let strings = arrow::compute::cast(col, &arrow::datatypes::DataType::Utf8)?;
-        let strings = strings
-            .as_any()
-            .downcast_ref::<StringArray>()
-            .ok_or_else(|| Error::corrupt(&file.path, "record key column is not a string"))?;
-        hits.extend(strings.iter().flatten().filter_map(|k| index.get(k).map(|r| (k.to_string(), r))));
+        let keys = stored.keys_in(&batch?, &file.path)?;
+        hits.extend(keys.iter().flatten().filter_map(|k| index.get(k).map(|r| (k.to_string(), r))));
     }
     Ok(hits)
 }

@@ -40,6 +40,7 @@ async fn create(dir: &tempfile::TempDir) -> Table {
         inline_compaction: None,
         table_version: 6,
         global_index: false,
+        meta_fields: true,
         keygen_options: Default::default(),
         url_encode: true,
     };
@@ -170,6 +171,7 @@ async fn filters_prune_row_groups() {
         inline_compaction: None,
         table_version: 6,
         global_index: false,
+        meta_fields: true,
         keygen_options: Default::default(),
         url_encode: true,
     };
