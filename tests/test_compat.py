@@ -202,7 +202,7 @@ def test_format_md_expectations_v8_v9(extracted: dict[str, str]) -> None:
         assert sorted(t.to_arrow()["txn_id"].to_pylist()) == ["TXN-101", "TXN-102", "TXN-103"]
 
 
-WRITABLE_V6 = [z for z in V6 if "empty" not in z.name and "no_metafields" not in z.name]
+WRITABLE_V6 = [z for z in V6 if "empty" not in z.name]
 
 
 @pytest.mark.skipif(not V6, reason=CORPUS_ABSENT)
@@ -268,20 +268,6 @@ def test_writing_retires_apache_hudi_metadata_table(extracted: dict[str, str], t
     after = oxlake.Table(str(path)).to_arrow()
     assert sorted(after["name"].to_pylist()) == sorted(["Zed", *before["name"].to_pylist()[1:]])
     assert plain(after) == plain(hudi_read(str(path)))
-
-
-@pytest.mark.skipif(not V6, reason=CORPUS_ABSENT)
-def test_writes_refused_where_unsupported(extracted: dict[str, str], tmp_path: Path) -> None:
-    for name, match in ((cow("v6_simplekeygen_hivestyle_no_metafields"), "without meta fields"),):
-        path = str(tmp_path / name.replace("/", "_"))
-        shutil.copytree(extracted[name], path)
-        t = oxlake.Table(path)
-        before = t.to_arrow()
-        data = before.select([c for c in before.column_names if not c.startswith("_hoodie_")])
-        with pytest.raises(oxlake.UnsupportedError, match=match):
-            t.upsert(data.slice(0, 1))
-        assert plain(oxlake.Table(path).to_arrow()) == plain(before)
-        assert [i.state for i in oxlake.Table(path).timeline()] == [i.state for i in t.timeline()]
 
 
 def java_compaction_plan(table: Path, time: str, operations: list[dict[str, object]]) -> None:

@@ -70,8 +70,12 @@ def test_disjoint_writes_both_commit(table_path: str, tmp_path: Path) -> None:
     assert got == {0: "held0", 1: "free1", 2: "n2", 3: "held3", 4: "free4", 5: "n5"}
 
 
-def test_one_new_key_inserted_by_two_writers_lands_once(table_path: str, tmp_path: Path) -> None:
-    t = trips_table(table_path, heartbeat_interval=HEARTBEAT)
+@pytest.mark.parametrize("meta_fields", [True, False], ids=["meta", "virtual-keys"])
+def test_one_new_key_inserted_by_two_writers_lands_once(
+    table_path: str, tmp_path: Path, meta_fields: bool
+) -> None:
+    """Only the keys tell the two writes apart: without meta fields, those the key fields make."""
+    t = trips_table(table_path, heartbeat_interval=HEARTBEAT, meta_fields=meta_fields)
     t.insert(trips([0, 3]))
     # Both insert key 9 into "sf": into different new files, so only the keys tell them apart.
     held = held_write(

@@ -571,6 +571,29 @@ def test_a_data_source_write_whose_tasks_share_a_key_is_reconciled_or_refused(
     assert not [i for i in t.timeline() if i.state != "completed"]
 
 
+@needs_data_source
+def test_two_tasks_rewriting_one_group_of_a_table_without_meta_fields_are_merged(
+    source: SparkSession, tmp_path: Path
+) -> None:
+    """Without meta fields no row carries the instant that wrote it: the commit tells a task's new
+    rows from the old ones it kept by the keys the task reported, and merges the two rewrites of
+    one copy-on-write group (the greater ordering value winning for a key both wrote)."""
+    path = str(tmp_path / "t")
+    t = trips_table(path, meta_fields=False)
+    t.insert(trips(list(range(12))))
+    columns = "id bigint, name string, city string, ts bigint, fare double"
+    # Keys 2, 5, 8 and 11 are all in "chennai": each task rewrites its one file group.
+    halves = [trips([2, 5], ts=3, name="a"), trips([5, 8], ts=2, name="b")]
+    records = [tuple(r.values()) for r in pa.concat_tables(halves).to_pylist()]
+    df = source.createDataFrame(source.sparkContext.parallelize(records, 2), columns)
+    assert len(df.rdd.glom().collect()) == 2
+    df.write.format("oxlake").option("operation", "upsert").mode("append").save(path)
+    got = {r["id"]: r["name"] for r in rows(oxlake.Table(path).to_arrow())}
+    assert sorted(got) == list(range(12))
+    assert (got[2], got[5], got[8], got[11]) == ("a2", "a5", "b8", "n11")
+    assert rows(hudi_read(path).select(["id", "name"])) == [{"id": i, "name": got[i]} for i in range(12)]
+
+
 # ---- schemas --------------------------------------------------------------------------------
 
 

@@ -234,14 +234,8 @@ CORPUS = (
 )
 
 
-def writable(z: Path) -> bool:
-    """Corpus tables oxlake writes today: those with meta fields (`nometa` in a name means
-    without a metadata table; `no_metafields`, without meta fields: the issue of virtual keys)."""
-    return "no_metafields" not in z.name
-
-
 @pytest.mark.skipif(not CORPUS, reason=CORPUS_ABSENT)
-@pytest.mark.parametrize("zip_path", [z for z in CORPUS if writable(z)], ids=lambda z: z.stem)
+@pytest.mark.parametrize("zip_path", CORPUS, ids=lambda z: z.stem)
 def test_apache_hudi_1x_tables_take_writes_and_services(zip_path: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(zip_path) as f:
         f.extractall(tmp_path, members=[m for m in f.namelist() if not m.startswith("__MACOSX")])
