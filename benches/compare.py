@@ -80,15 +80,17 @@ def run_one(task: str, work: Path) -> dict[str, Any]:
     if task in ("write_pyarrow", "write_pyarrow_same_columns"):
         ds.write_dataset(data, work / OUTPUT[task], existing_data_behavior="delete_matching", **hive)
         rows = data.num_rows
-    elif task == "write_oxlake":
+    elif task in ("write_oxlake", "write_oxlake_virtual_keys"):
         import oxlake
 
         t = oxlake.create_table(
-            str(work / "oxlake"),
+            str(work / OUTPUT[task]),
             data.schema,
             record_key="trip_id",
             partition_by=["city"],
             ordering_field="ts",
+            # Without meta fields (Apache Hudi's virtual keys): the meta columns are written null.
+            meta_fields=task == "write_oxlake",
         )
         rows = t.insert(data).num_inserts
     elif task == "write_deltalake":
@@ -168,12 +170,14 @@ OUTPUT = {
     "write_pyarrow": "pyarrow",
     "write_pyarrow_same_columns": "pyarrow_meta",
     "write_oxlake": "oxlake",
+    "write_oxlake_virtual_keys": "oxlake_virtual",
     "write_deltalake": "delta",
 }
 TASKS = [
     "write_pyarrow",
     "write_pyarrow_same_columns",
     "write_oxlake",
+    "write_oxlake_virtual_keys",
     "write_deltalake",
     "read_pyarrow",
     "read_oxlake",
@@ -207,16 +211,22 @@ def main() -> int:
         print(f"{args.rows:,} rows, best of {args.repeat}; ratios are seconds over the pyarrow floor\n")
         print(
             f"{'task':<28}{'rows/s':>14}{'seconds':>10}{'peak MB':>10}{'vs pyarrow':>12}{'vs same cols':>14}"
+            f"{'vs deltalake':>14}"
         )
         for task, r in results.items():
             write = task.startswith("write")
             floor = results.get("write_pyarrow" if write else "read_pyarrow")
             same = results.get("write_pyarrow_same_columns") if write else None
+            delta = results.get("write_deltalake" if write else "read_deltalake")
             ratio = f"{r['seconds'] / floor['seconds']:.2f}x" if floor else "-"
             ratio_same = f"{r['seconds'] / same['seconds']:.2f}x" if same else "-"
+            ratio_delta = f"{r['seconds'] / delta['seconds']:.2f}x" if delta else "-"
             rate = r["rows"] / r["seconds"]
             peak = r["peak_bytes"] / 1e6
-            print(f"{task:<28}{rate:>14,.0f}{r['seconds']:>10.2f}{peak:>10.0f}{ratio:>12}{ratio_same:>14}")
+            print(
+                f"{task:<28}{rate:>14,.0f}{r['seconds']:>10.2f}{peak:>10.0f}{ratio:>12}{ratio_same:>14}"
+                f"{ratio_delta:>14}"
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

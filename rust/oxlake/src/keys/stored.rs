@@ -150,8 +150,11 @@ mod tests {
     use super::*;
 
     fn config(populate: bool, fields: &str) -> TableConfig {
+        let keygen = if fields.contains(',') { "COMPLEX" } else { "SIMPLE" };
         let text = format!(
-            "hoodie.table.name=t\nhoodie.table.recordkey.fields={fields}\nhoodie.populate.meta.fields={populate}\n"
+            "hoodie.table.name=t\nhoodie.table.type=COPY_ON_WRITE\nhoodie.table.version=8\n\
+             hoodie.table.keygenerator.type={keygen}\nhoodie.table.recordkey.fields={fields}\n\
+             hoodie.populate.meta.fields={populate}\n"
         );
         TableConfig::parse(&text).expect("config")
     }

@@ -437,7 +437,7 @@ impl Table {
             _ => true,
         };
         if looks_up {
-            let incoming = Arc::new(dedup(all, global)?);
+            let incoming = Arc::new(dedup(all, global, simple_key_field(self.config()))?);
             let lookup_only = WriteConfig { small_file_limit: 0, ..WriteConfig::default() };
             let plan = plan::plan(self, op, Some(&incoming), &lookup_only).await?;
             for work in plan.work.iter().filter(|w| w.old.is_some()) {
@@ -671,7 +671,54 @@ fn prepare(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: S
         return Ok(keyed);
     }
     let global = table.config().global_index;
-    keyed.map(|k| dedup(k, global)).transpose()
+    keyed.map(|k| dedup(k, global, simple_key_field(table.config()))).transpose()
+}
+
+/// The one field a table's record key is the text of (not a complex key), if it has one.
+fn simple_key_field(cfg: &crate::config::TableConfig) -> Option<&str> {
+    match cfg.record_key_fields.as_slice() {
+        [field] if !cfg.complex_keys() => Some(field),
+        _ => None,
+    }
+}
+
+/// The key column as 64-bit integers when the key is the text of one integer column
+/// (`simple_field`): two rows share a key exactly when they share the integer, and hashing and
+/// comparing it costs a fraction of the text's.
+fn integer_keys(batch: &RecordBatch, simple_field: Option<&str>) -> Result<Option<arrow::array::Int64Array>> {
+    use arrow::datatypes::DataType::{Int8, Int16, Int32, Int64, UInt8, UInt16, UInt32};
+    let Some(col) = simple_field.and_then(|f| batch.column_by_name(f)) else { return Ok(None) };
+    if !matches!(col.data_type(), Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32) {
+        return Ok(None);
+    }
+    let ints = arrow::compute::cast(col, &arrow::datatypes::DataType::Int64)?;
+    Ok(ints.as_any().downcast_ref::<arrow::array::Int64Array>().cloned())
+}
+
+/// The row holding the winning version of each distinct `(partition, key)`, in order of first
+/// appearance: the greatest ordering value (`cmp`), ties to the later row.
+fn winners<K: std::hash::Hash + Eq>(
+    n: usize,
+    key: impl Fn(usize) -> (u32, K),
+    cmp: Option<&arrow::array::DynComparator>,
+) -> Vec<u32> {
+    let mut slot_of: hashbrown::HashMap<(u32, K), usize> = hashbrown::HashMap::with_capacity(n);
+    let mut slots: Vec<u32> = Vec::with_capacity(n);
+    for row in 0..n {
+        match slot_of.entry(key(row)) {
+            hashbrown::hash_map::Entry::Vacant(e) => {
+                e.insert(slots.len());
+                slots.push(row as u32);
+            }
+            hashbrown::hash_map::Entry::Occupied(e) => {
+                let slot = *e.get();
+                if cmp.is_none_or(|c| c(slots[slot] as usize, row).is_le()) {
+                    slots[slot] = row as u32;
+                }
+            }
+        }
+    }
+    slots
 }
 
 /// The input checked against the table and keyed, every row kept.
@@ -744,33 +791,16 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: Sch
 /// Combines rows with the same (partition, key), or the same key whatever its partition when
 /// keys are `global` (see [`crate::config::TableConfig::global_index`]): the greatest ordering
 /// value wins, ties and tables without ordering go to the last row.
-fn dedup(input: Incoming, global: bool) -> Result<Incoming> {
+fn dedup(input: Incoming, global: bool, simple_field: Option<&str>) -> Result<Incoming> {
     let n = input.batch.num_rows();
     let cmp = match &input.ordering {
         Some(o) => Some(make_comparator(o.as_ref(), o.as_ref(), SortOptions { descending: false, nulls_first: true })?),
         None => None,
     };
-    // One slot per distinct (partition, key), in order of first appearance, holding the winning row.
-    let kept: Vec<u32> = {
-        let mut slot_of: hashbrown::HashMap<(u32, &str), usize> = hashbrown::HashMap::with_capacity(n);
-        let mut slots: Vec<u32> = Vec::with_capacity(n);
-        for row in 0..n {
-            let k = (if global { 0 } else { input.partitions.ids[row] }, input.keys.value(row));
-            match slot_of.entry(k) {
-                hashbrown::hash_map::Entry::Vacant(e) => {
-                    e.insert(slots.len());
-                    slots.push(row as u32);
-                }
-                hashbrown::hash_map::Entry::Occupied(e) => {
-                    let slot = *e.get();
-                    let later_wins = cmp.as_ref().is_none_or(|c| c(slots[slot] as usize, row).is_le());
-                    if later_wins {
-                        slots[slot] = row as u32;
-                    }
-                }
-            }
-        }
-        slots
+    let partition = |row: usize| if global { 0 } else { input.partitions.ids[row] };
+    let kept: Vec<u32> = match integer_keys(&input.batch, simple_field)? {
+        Some(ints) => winners(n, |row| (partition(row), ints.value(row)), cmp.as_ref()),
+        None => winners(n, |row| (partition(row), input.keys.value(row)), cmp.as_ref()),
     };
     if kept.len() == n {
         return Ok(input);
@@ -878,7 +908,7 @@ mod tests {
             deleted: None,
             batch,
         };
-        let out = dedup(incoming, false).unwrap();
+        let out = dedup(incoming, false, None).unwrap();
         let keys: Vec<_> = out.keys.iter().flatten().collect();
         assert_eq!(keys, vec!["a", "b"]);
         let v = out.batch.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
@@ -887,6 +917,30 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Combining by an integer key column keeps the rows combining by its text keeps.
+        #[test]
+        fn dedup_by_integers_equals_dedup_by_their_text(
+            rows in proptest::collection::vec((-3i64..4, proptest::option::of(0i64..3), 0u32..2), 0..40),
+            global in proptest::prelude::any::<bool>(),
+        ) {
+            let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+            let incoming = || Incoming {
+                keys: StringArray::from(ids.iter().map(|i| i.to_string()).collect::<Vec<_>>()),
+                partitions: Partitions { paths: vec!["p".into(), "q".into()], ids: rows.iter().map(|r| r.2).collect() },
+                ordering: Some(Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>()))),
+                deleted: None,
+                batch: RecordBatch::try_from_iter(vec![
+                    ("id", Arc::new(Int64Array::from(ids.clone())) as ArrayRef),
+                    ("row", Arc::new(Int64Array::from_iter_values(0..ids.len() as i64)) as ArrayRef),
+                ])
+                .unwrap(),
+            };
+            let by_text = dedup(incoming(), global, None).unwrap();
+            let by_int = dedup(incoming(), global, Some("id")).unwrap();
+            proptest::prop_assert_eq!(by_text.batch, by_int.batch);
+            proptest::prop_assert_eq!(by_text.keys, by_int.keys);
+        }
+
         /// A task's report survives its trip to the driver as JSON, the index entries it computed
         /// (statistics and bloom bitsets) included.
         #[test]
