@@ -12,6 +12,11 @@ copied before `build_metadata()`: one copy has the metadata table, the other doe
 - `lookup` of 100 random keys, against a full scan filtered by `id IN (...)`;
 - a filter selecting 1% of a sorted column, with column-stats pruning and without.
 
+`--keys uuid` keys the rows by random UUID strings instead of sequential ids (the case the record
+index exists for: no file's key range narrows a lookup), adds `lookup` of 1 key and an upsert of
+1,000 random keys, and measures the routing alone (`_native.route`: keys to file groups, nothing
+written) beside each upsert.
+
 Each timing is on a freshly opened table, best of `--repeat` (the upserts run once: they change
 the table).
 """
@@ -45,7 +50,10 @@ def main() -> int:
     parser.add_argument("--partitions", type=int, default=20)
     parser.add_argument("--files-per-partition", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--keys", choices=["sequential", "uuid"], default="sequential")
     args = parser.parse_args()
+    if args.keys == "uuid":
+        return uuid_keys(args)
 
     import oxlake
     import pyarrow as pa
@@ -124,6 +132,86 @@ def main() -> int:
         f"| 1% window of a sorted column: column stats ({kept} of {files} files) / none | {pruned:.4f} | "
         f"{unpruned:.4f} | {unpruned / pruned:.1f}x |"
     )
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def uuid_keys(args: argparse.Namespace) -> int:
+    import uuid
+
+    import oxlake
+    import pyarrow as pa
+    from oxlake import _native
+
+    work = Path(tempfile.mkdtemp(prefix="oxlake-index-bench-"))
+    plain, indexed = str(work / "plain"), str(work / "indexed")
+    n = args.rows
+    rng = random.Random(11)
+    keys = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
+    data = pa.table(
+        {
+            "key": pa.array(keys),
+            "part": pa.array([f"p{i % args.partitions:03d}" for i in range(n)]),
+            "ts": pa.array(range(n), pa.int64()),
+            "v": pa.array([float(i) for i in range(n)]),
+        }
+    )
+    t = oxlake.create_table(
+        plain,
+        data.schema,
+        record_key="key",
+        partition_by=["part"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+    )
+    per_file = n // (args.partitions * args.files_per_partition)
+    t.insert(data, target_file_size=per_file * 60)
+    files = sum(1 for _ in Path(plain).rglob("*.parquet"))
+    shutil.copytree(plain, indexed)
+    start = time.perf_counter()
+    oxlake.Table(indexed).build_metadata()
+    build = time.perf_counter() - start
+
+    rows: list[tuple[str, float, float]] = []
+    for count in (1, 100):
+        picked = sorted(rng.sample(range(n), count))
+        key_rows = pa.table({"key": pa.array([keys[i] for i in picked])})
+        in_list = "key IN ({})".format(", ".join(f"'{keys[i]}'" for i in picked))
+        lookup = best(args.repeat, lambda key_rows=key_rows: oxlake.Table(indexed).lookup(key_rows))
+        scan = best(args.repeat, lambda in_list=in_list: oxlake.Table(plain).to_arrow(filter=in_list))
+        assert oxlake.Table(indexed).lookup(key_rows).num_rows == count
+        rows.append((f"lookup of {count} key(s) / filtered full scan", lookup, scan))
+    for count in (1_000, n // 100):
+        picked = sorted(rng.sample(range(n), count))
+        changes = data.take(pa.array(picked, pa.int64())).set_column(3, "v", pa.array([-1.0] * count))
+        timings = {}
+        for name, uri in [("record index", indexed), ("key reads", plain)]:
+
+            def routing(uri: str = uri, changes: pa.Table = changes) -> object:
+                return pa.RecordBatchReader.from_stream(
+                    _native.route(oxlake.Table(uri)._t, "upsert", changes)
+                ).read_all()
+
+            route = best(args.repeat, routing)
+            copy = str(work / "upserted")
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(uri, copy)  # every upsert starts from the same table
+            start = time.perf_counter()
+            oxlake.Table(copy).upsert(changes)
+            timings[name] = (time.perf_counter() - start, route)
+        (index, index_route), (reads, reads_route) = timings["record index"], timings["key reads"]
+        rows.append((f"upsert of {count:,} random keys: record index / key reads", index, reads))
+        rows.append((f"  routing alone (`route`) of those {count:,} keys", index_route, reads_route))
+
+    print(
+        f"\n{n:,} rows keyed by random UUIDs, {files:,} base files in {args.partitions} partitions,"
+        " local disk"
+    )
+    print(f"build_metadata: {build:.2f} s\n")
+    print("| operation | with the index (s) | without (s) | ratio |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, with_index, without in rows:
+        print(f"| {name} | {with_index:.4f} | {without:.4f} | {without / with_index:.1f}x |")
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

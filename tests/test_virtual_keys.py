@@ -137,3 +137,41 @@ def test_a_key_field_that_is_null_in_a_stored_file_is_an_error_naming_it(tmp_pat
     after = oxlake.Table(path).timeline()
     assert [i.time for i in after if i.action == "commit"] == before, "the failed write was rolled back"
     assert all(i.state == "completed" for i in after)
+
+
+def test_the_cli_creates_a_table_without_meta_fields_and_bulk_inserts_sorted(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = str(tmp_path / "t")
+    pq.write_table(trips([5, 1, 4, 2, 3]), tmp_path / "a.parquet")
+    create = ["--record-key", "id", "--partition-by", "city", "--ordering-field", "ts", "--no-meta-fields"]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oxlake.cli",
+            "bulk-insert",
+            path,
+            str(tmp_path / "a.parquet"),
+            *create,
+            "--sort-mode",
+            "global_sort",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    t = oxlake.Table(path)
+    assert t.properties["hoodie.populate.meta.fields"] == "false"
+    for f in data_files(path):
+        ids = pq.read_table(f)["id"].to_pylist()
+        assert ids == sorted(ids), "global_sort lays each file out by key"
+    t.upsert(trips([3], ts=2, name="u"))
+    assert [(r["id"], r["name"]) for r in rows(t.to_arrow())] == [
+        (1, "n1"),
+        (2, "n2"),
+        (3, "u3"),
+        (4, "n4"),
+        (5, "n5"),
+    ]

@@ -313,6 +313,7 @@ def _bulk_insert(args: argparse.Namespace) -> None:
             table_type=args.table_type,
             table_version=args.table_version,
             global_index=args.global_index,
+            meta_fields=not args.no_meta_fields,
         )
     start = time.monotonic()
     result = table.bulk_insert(source.scanner().to_reader(), sort_mode=args.sort_mode)
@@ -423,6 +424,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--global-index",
         action="store_true",
         help="to create the table: record keys unique across partitions (upserts move keys)",
+    )
+    bulk.add_argument(
+        "--no-meta-fields",
+        action="store_true",
+        help="to create the table without meta fields (Apache Hudi's virtual keys: _hoodie_* columns null)",
     )
     alter = sub.add_parser("alter-schema", help="rename, drop, add, widen and move columns (one commit)")
     alter.add_argument("uri", help=URI_HELP)

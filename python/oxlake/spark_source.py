@@ -23,7 +23,8 @@ process's CPU count by default); writing: `operation` (mode
 or use `oxlake.spark.write`, for a global order), `target_file_size`, `schema_mode` (`merge` evolves
 the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's first write
 `record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`,
-`global_index` (`true`: keys unique across partitions, see `oxlake.create_table`);
+`global_index` (`true`: keys unique across partitions, see `oxlake.create_table`), `meta_fields`
+(`false`: a table without meta fields, Apache Hudi's virtual keys);
 both: `storage.*` (storage options, for example `storage.aws_endpoint`).
 
 Save modes: Spark itself accepts only `append` and `overwrite` for a Python data source. `save()`
@@ -147,6 +148,8 @@ def _create_options(opts: _Options) -> dict[str, Any]:
         created["table_version"] = version
     if (global_index := opts.get("global_index")) is not None:
         created["global_index"] = _flag(global_index, False)
+    if (meta_fields := opts.get("meta_fields")) is not None:
+        created["meta_fields"] = _flag(meta_fields, True)
     return created
 
 

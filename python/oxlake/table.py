@@ -1204,8 +1204,8 @@ def create_table(
     `hoodie.populate.meta.fields=false`): data files keep the five `_hoodie_*` columns, all null,
     and every reader and writer makes a row's key from its record key fields. Writes are cheaper
     (no per-row key, sequence number or file name is stored); what is given up: the meta columns
-    read null, incremental and change queries admit whole files of the commits in their window
-    (not single rows), and the record index is not kept (Apache Hudi keeps none either).
+    read null, incremental queries admit whole files of the commits in their window (not single
+    rows), change queries and `lookup` are refused, and the record index is not kept.
     `name` (`hoodie.table.name`) defaults to the last segment of `uri` made a valid name
     (`table_name_of`).
     """
