@@ -154,3 +154,99 @@ def test_the_cli_says_what_is_missing_to_create_a_table(table_path: str, tmp_pat
     done = cli("bulk-insert", table_path, str(tmp_path / "missing.parquet"), "--record-key", "id")
     assert done.returncode == 1 and "missing.parquet" in done.stderr
     assert SCHEMA.names == pq.read_schema(tmp_path / "a.parquet").names
+
+
+# ---- streamed input ---------------------------------------------------------------------------
+
+
+def batches(ids: list[int], size: int, fail_after: int | None = None) -> pa.RecordBatchReader:
+    """`trips(ids)` as a stream of `size`-row batches made one at a time (a generator, as a job
+    reading a large source hands them); with `fail_after`, the source fails after that many."""
+
+    def gen():  # type: ignore[no-untyped-def]
+        for n, lo in enumerate(range(0, len(ids), size)):
+            if fail_after is not None and n == fail_after:
+                raise ValueError("the source broke")
+            yield from trips(ids[lo : lo + size]).to_batches()
+
+    return pa.RecordBatchReader.from_batches(SCHEMA, gen())
+
+
+def parquet_files(path: str) -> list[Path]:
+    return [p for p in Path(path).rglob("*.parquet") if ".hoodie" not in p.parts]
+
+
+@pytest.mark.parametrize("sort_mode", ["none", "partition_sort"])
+@pytest.mark.parametrize(("rows_", "size", "chunk"), [(3000, 100, 8 << 10), (500, 7, 1), (40, 1000, 1 << 30)])
+def test_a_streamed_bulk_insert_equals_its_input_taken_whole(
+    table_path: str, tmp_path: Path, sort_mode: str, rows_: int, size: int, chunk: int
+) -> None:
+    """Chunk by chunk (`chunk_bytes`), one commit: the rows, the files' order and what hudi-rs
+    reads are those of the same input taken whole."""
+    ids = list(range(rows_))
+    t = trips_table(table_path)
+    result = t.bulk_insert(batches(ids, size), sort_mode=sort_mode, chunk_bytes=chunk)
+    assert result.num_inserts == rows_
+    whole = trips_table(str(tmp_path / "whole"))
+    whole.bulk_insert(trips(ids), sort_mode=sort_mode, conflict_retries=1)  # held whole
+    assert rows(t.to_arrow()) == rows(whole.to_arrow())
+    assert [i.action for i in t.timeline()] == ["commit"]
+    if sort_mode == "partition_sort":
+        for f in parquet_files(table_path):
+            keys = [str(k) for k in pq.read_table(f)["id"].to_pylist()]
+            assert keys == sorted(keys), f"{f}: record keys (text) in order"
+    files = parquet_files(table_path)
+    if chunk < 1 << 20:
+        assert len(files) > 3, "each chunk writes files of its own"
+    from conftest import hudi_read
+
+    assert rows(hudi_read(table_path)) == rows(t.to_arrow())
+
+
+def test_a_stream_failing_midway_leaves_the_table_as_it_was(table_path: str) -> None:
+    t = trips_table(table_path)
+    t.insert(trips([1000, 1001]))
+    before, files = rows(t.to_arrow()), set(parquet_files(table_path))
+    with pytest.raises(oxlake.InvalidArgumentError, match="the source broke"):
+        t.bulk_insert(batches(list(range(600)), 100, fail_after=4), chunk_bytes=1)
+    assert rows(oxlake.Table(table_path).to_arrow()) == before
+    assert set(parquet_files(table_path)) == files, "the chunks written were rolled back"
+    assert all(i.state == "completed" for i in oxlake.Table(table_path).timeline())
+
+
+def test_a_streamed_bulk_insert_killed_midway_is_rolled_back_by_the_next_writer(
+    table_path: str, tmp_path: Path
+) -> None:
+    """The writer dies (SIGKILL) with some chunks' files written: the next writer, once the
+    heartbeat expires, rolls the instant back; no row of it is ever read."""
+    import signal
+    import time
+
+    t = trips_table(table_path, heartbeat_interval=0.2)
+    t.insert(trips([1000]))
+    before = rows(t.to_arrow())
+    code = (
+        "import sys, time, oxlake, pyarrow as pa\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from conftest import SCHEMA, trips\n"
+        "def gen():\n"
+        "    for lo in range(0, 10**6, 100):\n"
+        "        yield from trips(list(range(lo, lo + 100))).to_batches()\n"
+        "        time.sleep(0.01)\n"
+        "t = oxlake.Table(sys.argv[1], heartbeat_interval=0.2)\n"
+        "t.bulk_insert(pa.RecordBatchReader.from_batches(SCHEMA, gen()), chunk_bytes=1)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, table_path])
+    deadline = time.monotonic() + 60
+    while len(parquet_files(table_path)) < 8:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert rows(oxlake.Table(table_path).to_arrow()) == before, "an inflight instant is never read"
+    time.sleep(1.0)  # the dead writer's heartbeat expires
+    t = oxlake.Table(table_path, heartbeat_interval=0.2)
+    t.upsert(trips([1000], ts=5, name="after"))
+    assert [(r["id"], r["name"]) for r in rows(t.to_arrow())] == [(1000, "after1000")]
+    assert len(parquet_files(table_path)) <= 3, "the dead writer's files were removed"
+    assert all(i.state == "completed" for i in t.timeline())

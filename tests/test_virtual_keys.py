@@ -165,8 +165,8 @@ def test_the_cli_creates_a_table_without_meta_fields_and_bulk_inserts_sorted(tmp
     t = oxlake.Table(path)
     assert t.properties["hoodie.populate.meta.fields"] == "false"
     for f in data_files(path):
-        ids = pq.read_table(f)["id"].to_pylist()
-        assert ids == sorted(ids), "global_sort lays each file out by key"
+        keys = [str(i) for i in pq.read_table(f)["id"].to_pylist()]
+        assert keys == sorted(keys), "global_sort lays each file out by record key"
     t.upsert(trips([3], ts=2, name="u"))
     assert [(r["id"], r["name"]) for r in rows(t.to_arrow())] == [
         (1, "n1"),

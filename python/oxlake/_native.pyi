@@ -56,6 +56,7 @@ class Table:
         extra_metadata: dict[str, str] | None = None,
         sort_mode: str | None = None,
         read_from: list[tuple[str, str, str]] | None = None,
+        chunk_bytes: int | None = None,
     ) -> tuple[str | None, int, int, int, list[str], str | None]: ...
     def extra_metadata(self, instant: str) -> dict[str, str]: ...
     def commits(

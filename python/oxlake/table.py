@@ -599,6 +599,7 @@ class Table:
         extra_metadata: Mapping[str, str] | None = None,
         sort_mode: SortMode | None = None,
         read_from: list[tuple[str, str, str]] | None = None,
+        chunk_bytes: int | None = None,
     ) -> WriteResult:
         stream = _arrow_stream(data)
         extra = dict(extra_metadata) if extra_metadata is not None else None
@@ -611,6 +612,7 @@ class Table:
             extra,
             sort_mode,
             read_from,
+            chunk_bytes,
         )
         return WriteResult(instant, ins, upd, dels, list(files), completion)
 
@@ -840,6 +842,7 @@ class Table:
         conflict_retries: int = 0,
         schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
+        chunk_bytes: int | None = None,
     ) -> WriteResult:
         """Loads records as Apache Hudi's `bulk_insert` does, the fastest way to add data: no key
         is looked up and every record goes to new files (no small file is topped up). Duplicate
@@ -851,9 +854,24 @@ class Table:
         they are cut into files, so that every file holds a narrow key range and later key
         lookups (upserts, deletes) read fewer files. In one process both sorts are the same; a
         Spark write (`oxlake.spark.write`) sorts the whole frame for `global_sort` and each task's
-        rows for `partition_sort`."""
+        rows for `partition_sort`.
+
+        The input streams in bounded memory, whatever its size (a `RecordBatchReader`, a
+        generator of batches through `pa.RecordBatchReader.from_batches`, any
+        `__arrow_c_stream__`): it is taken `chunk_bytes` of Arrow data at a time (default
+        512 MiB; peak memory is a few times that) and each chunk is written to files of its own
+        before the next is read, all in one commit. A failure of the input midway rolls the whole
+        write back. `partition_sort` then orders each chunk's rows. `global_sort`, and
+        `conflict_retries > 0` (a stream cannot be read twice), hold the whole input instead."""
         return self._write(
-            "bulk_insert", data, target_file_size, conflict_retries, schema_mode, extra_metadata, sort_mode
+            "bulk_insert",
+            data,
+            target_file_size,
+            conflict_retries,
+            schema_mode,
+            extra_metadata,
+            sort_mode,
+            chunk_bytes=chunk_bytes,
         )
 
     def insert_overwrite(

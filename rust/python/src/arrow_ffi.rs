@@ -13,7 +13,7 @@ use futures::StreamExt;
 use pyo3::prelude::*;
 use pyo3::types::PyCapsule;
 
-use crate::errors::{InvalidArgumentError, InvalidDataError, OxlakeError};
+use crate::errors::{InvalidArgumentError, OxlakeError};
 use crate::runtime::runtime;
 
 const STREAM: &std::ffi::CStr = c"arrow_array_stream";
@@ -132,6 +132,72 @@ impl PySchema {
 
 /// Reads every batch of an object exporting `__arrow_c_stream__`.
 pub fn import_batches(obj: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
+    let reader = import_reader(obj)?;
+    let schema = reader.schema();
+    let mut batches = Vec::new();
+    let mut reader = reader;
+    loop {
+        let Some(b) = next_imported(&mut reader).map_err(crate::errors::to_py)? else { break };
+        batches.push(b);
+    }
+    if batches.is_empty() {
+        batches.push(RecordBatch::new_empty(schema));
+    }
+    Ok(batches)
+}
+
+/// The batches of an object exporting `__arrow_c_stream__`, read as they are asked for (a write
+/// that streams its input); the producer is called from whichever thread asks, and takes the
+/// GIL itself where it needs it (pyarrow does).
+pub fn import_stream(obj: &Bound<'_, PyAny>) -> PyResult<Box<dyn Iterator<Item = oxlake::Result<RecordBatch>> + Send>> {
+    let mut reader = import_reader(obj)?;
+    let mut since_trim = 0;
+    Ok(Box::new(std::iter::from_fn(move || {
+        let next = next_imported(&mut reader).transpose();
+        if let Some(Ok(batch)) = &next {
+            since_trim += batch.get_array_memory_size();
+            if since_trim >= TRIM_EVERY {
+                since_trim = 0;
+                trim_heap();
+            }
+        }
+        next
+    })))
+}
+
+/// Input bytes read between two [`trim_heap`] calls.
+const TRIM_EVERY: usize = 256 << 20;
+
+/// Returns the heap's free memory to the system. glibc keeps an arena per thread that
+/// allocates, and frees into them without giving pages back: over a long streamed write
+/// (chunks encoded on the runtime's threads) the process's resident memory rose with the input
+/// (2.0 GB for 2 GB of input, 2.6 GB for 5 GB) although what it held stayed bounded.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: `malloc_trim` only releases free memory; it is safe to call from any thread.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// The next batch of an imported stream. arrow-rs asserts (panics) on some inputs it
+/// mis-imports, such as nested struct columns sliced at a non-zero offset by the producer: such
+/// input is refused, never a panic.
+fn next_imported(reader: &mut ArrowArrayStreamReader) -> oxlake::Result<Option<RecordBatch>> {
+    let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next())).map_err(|_| {
+        oxlake::Error::InvalidData {
+            detail: "the Arrow input could not be imported (a nested column sliced at an offset?); pass a copy of \
+                     the data"
+                .into(),
+        }
+    })?;
+    next.transpose().map_err(|e| oxlake::Error::InvalidArgument {
+        name: "data".into(),
+        detail: format!("reading the input stream: {e}"),
+    })
+}
+
+fn import_reader(obj: &Bound<'_, PyAny>) -> PyResult<ArrowArrayStreamReader> {
     let capsule = obj
         .call_method0("__arrow_c_stream__")
         .map_err(|_| InvalidArgumentError::new_err("data must be Arrow data (an object with __arrow_c_stream__)"))?;
@@ -143,25 +209,7 @@ pub fn import_batches(obj: &Bound<'_, PyAny>) -> PyResult<Vec<RecordBatch>> {
     // leaves a released stream behind, so the capsule's destructor will not release it twice.
     let reader = unsafe { ArrowArrayStreamReader::from_raw(ptr.as_ptr().cast::<FFI_ArrowArrayStream>()) }
         .map_err(|e| InvalidArgumentError::new_err(format!("invalid Arrow stream: {e}")))?;
-    let schema = reader.schema();
-    let mut batches = Vec::new();
-    let mut reader = reader;
-    loop {
-        // arrow-rs asserts (panics) on some inputs it mis-imports, such as nested struct columns
-        // sliced at a non-zero offset by the producer: such input is refused, never a panic.
-        let next = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reader.next())).map_err(|_| {
-            InvalidDataError::new_err(
-                "the Arrow input could not be imported (a nested column sliced at an offset?); \
-                 pass a copy of the data",
-            )
-        })?;
-        let Some(b) = next else { break };
-        batches.push(b.map_err(|e| InvalidArgumentError::new_err(format!("reading the input stream: {e}")))?);
-    }
-    if batches.is_empty() {
-        batches.push(RecordBatch::new_empty(schema));
-    }
-    Ok(batches)
+    Ok(reader)
 }
 
 /// Imports an object exporting `__arrow_c_schema__`.

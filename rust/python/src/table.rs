@@ -268,7 +268,7 @@ impl PyTable {
     /// Writes Arrow data with an operation; returns (instant, inserts, updates, deletes, files).
     /// `read_from`: the timeline `(time, action, state)` listed before `data` was read from the
     /// table (a write by predicate), see `oxlake::ReadState`.
-    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict", extra_metadata=None, sort_mode=None, read_from=None))]
+    #[pyo3(signature = (operation, data, target_file_size=None, conflict_retries=0, schema_mode="strict", extra_metadata=None, sort_mode=None, read_from=None, chunk_bytes=None))]
     #[allow(clippy::too_many_arguments)]
     fn write(
         &self,
@@ -281,12 +281,17 @@ impl PyTable {
         extra_metadata: Option<std::collections::BTreeMap<String, String>>,
         sort_mode: Option<&str>,
         read_from: Option<Vec<(String, String, String)>>,
+        chunk_bytes: Option<usize>,
     ) -> PyResult<WriteSummary> {
         let op = WriteOperation::parse(operation)
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
         let schema_mode = oxlake::schema::evolve::SchemaMode::parse(schema_mode).map_err(crate::errors::to_py)?;
-        let batches = import_batches(&data)?;
         let bulk_sort = sort_mode.map(oxlake::BulkSort::parse).transpose().map_err(crate::errors::to_py)?;
+        // A bulk insert streams its input, unless it orders all of it or may write it again.
+        let streamed = op == WriteOperation::BulkInsert
+            && conflict_retries == 0
+            && read_from.is_none()
+            && bulk_sort != Some(oxlake::BulkSort::GlobalSort);
         let config = WriteConfig {
             conflict_retries,
             schema_mode,
@@ -296,10 +301,20 @@ impl PyTable {
             ..WriteConfig::default().with_target_file_size(target_file_size)
         };
         let inner = self.inner.clone();
-        let r = run(py, async move {
-            let mut t = inner.lock().await;
-            t.write(op, batches, &config).await
-        })?;
+        let r = if streamed {
+            let mut input = crate::arrow_ffi::import_stream(&data)?;
+            let chunk = chunk_bytes.unwrap_or(oxlake::write::STREAM_CHUNK_BYTES);
+            run(py, async move {
+                let mut t = inner.lock().await;
+                t.bulk_insert_stream(input.as_mut(), chunk, &config).await
+            })?
+        } else {
+            let batches = import_batches(&data)?;
+            run(py, async move {
+                let mut t = inner.lock().await;
+                t.write(op, batches, &config).await
+            })?
+        };
         Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files, r.completion))
     }
 

@@ -307,6 +307,12 @@ pub(crate) async fn archival_bound(data: &Table) -> Result<Option<String>> {
     Ok(Some(compaction.unwrap_or_else(|| "0".to_string())))
 }
 
+/// Whether `table` advertises a metadata table keeping the record index.
+pub(crate) fn keeps_record_index(table: &Table) -> bool {
+    let advertised = table.config().raw.get(PARTITIONS_KEY).map(String::as_str).unwrap_or_default();
+    advertised.split(',').any(|name| Index::parse(name) == Some(Index::RecordIndex))
+}
+
 /// Whether `table` advertises a metadata table keeping column stats, and bloom filters, of its
 /// data files.
 pub(crate) fn file_indexes(table: &Table) -> (bool, bool) {

@@ -54,6 +54,10 @@ pub enum WriteOperation {
     BulkInsert,
 }
 
+/// Input bytes (Arrow memory) a streamed bulk insert takes at a time by default
+/// ([`Table::bulk_insert_stream`]); its peak memory is a few times this.
+pub const STREAM_CHUNK_BYTES: usize = 512 << 20;
+
 /// How a bulk insert orders its records (Apache Hudi's `hoodie.bulkinsert.sort.mode`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum BulkSort {
@@ -274,6 +278,62 @@ impl Table {
                 outcome => return outcome,
             }
         }
+    }
+
+    /// Apache Hudi's `bulk_insert` of a stream, in bounded memory: the input is taken
+    /// `chunk_bytes` of Arrow data at a time (at least one batch), and each chunk is keyed, cut
+    /// into files and written before the next is read; one commit names every file. Each chunk
+    /// writes files of its own (a partition gets a file per chunk that holds its rows), and
+    /// `partition_sort` orders each chunk's rows, as a Spark task orders its own. A failure of
+    /// the input or of a file rolls everything back. Nothing is retried: a stream is read once.
+    /// Unless the metadata table keeps a record index, the keys written are not held (a bulk
+    /// insert looks no key up, so a concurrent write of the same new key is not a conflict
+    /// either, as in Apache Hudi).
+    pub async fn bulk_insert_stream(
+        &mut self,
+        input: &mut (dyn Iterator<Item = Result<RecordBatch>> + Send),
+        chunk_bytes: usize,
+        config: &WriteConfig,
+    ) -> Result<WriteResult> {
+        let op = WriteOperation::BulkInsert;
+        if config.bulk_sort == BulkSort::GlobalSort {
+            return Err(Error::invalid_arg(
+                "sort_mode",
+                "global_sort orders the whole input: write it with `write` (it holds the input), or use partition_sort",
+            ));
+        }
+        self.check_writable()?;
+        let first = next_chunk(input, chunk_bytes)?;
+        let Some(incoming) = prepare(self, op, first, config.schema_mode)? else {
+            return Ok(WriteResult::default());
+        };
+        let keep_keys = crate::metadata::keeps_record_index(self);
+        let tx = self.begin_write(op).await?;
+        let mut incoming = match self.adopt_write_schema(op, Some(Arc::new(incoming))).await {
+            Ok(incoming) => incoming,
+            Err(e) => return Err(tx.fail(self, e).await),
+        };
+        let mut parts = Vec::new();
+        while let Some(chunk) = incoming.take() {
+            let mut files = match self.write_files_in(op, Some(&chunk), tx.time(), config).await {
+                Ok(files) => files,
+                Err(e) => {
+                    let e = tx.lost_to_service(self, e).await;
+                    return Err(tx.fail(self, e).await);
+                }
+            };
+            drop(chunk);
+            if !keep_keys {
+                files.keys = crate::metadata::KeyChanges::default();
+            }
+            parts.push(files);
+            let next = next_chunk(input, chunk_bytes).and_then(|b| prepare(self, op, b, config.schema_mode));
+            incoming = match next {
+                Ok(next) => next.map(Arc::new),
+                Err(e) => return Err(tx.fail(self, e).await),
+            };
+        }
+        self.commit_and_serve(tx, op, parts, false, &config.extra_metadata, config).await
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -661,6 +721,31 @@ async fn write_partition_markers(table: &Table, instant: &str, plan: &plan::Writ
         table.storage().put_if_absent(&path, bytes::Bytes::from(text)).await?;
     }
     Ok(())
+}
+
+/// The next batches of `input` holding at least `chunk_bytes` of Arrow data and at least one
+/// row, or what is left (no row only at its end: a chunk without rows ends the write). Reading
+/// may block on the producer (a Python generator): the runtime's other tasks (a heartbeat) move
+/// to other threads meanwhile.
+fn next_chunk(
+    input: &mut (dyn Iterator<Item = Result<RecordBatch>> + Send),
+    chunk_bytes: usize,
+) -> Result<Vec<RecordBatch>> {
+    let mut read = || {
+        let (mut chunk, mut bytes, mut rows) = (Vec::new(), 0, 0);
+        while bytes < chunk_bytes || rows == 0 {
+            let Some(batch) = input.next() else { break };
+            let batch = batch?;
+            bytes += batch.get_array_memory_size();
+            rows += batch.num_rows();
+            chunk.push(batch);
+        }
+        Ok(chunk)
+    };
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(read),
+        _ => read(),
+    }
 }
 
 /// Checks and keys the input; `None` when it holds no rows. Duplicate keys are combined, but for
