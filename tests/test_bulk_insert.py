@@ -250,3 +250,11 @@ def test_a_streamed_bulk_insert_killed_midway_is_rolled_back_by_the_next_writer(
     assert [(r["id"], r["name"]) for r in rows(t.to_arrow())] == [(1000, "after1000")]
     assert len(parquet_files(table_path)) <= 3, "the dead writer's files were removed"
     assert all(i.state == "completed" for i in t.timeline())
+
+
+@pytest.mark.parametrize("chunk", [0, -1, 1.5, True])
+def test_a_chunk_size_that_is_no_byte_count_is_refused(table_path: str, chunk: object) -> None:
+    t = trips_table(table_path)
+    with pytest.raises(oxlake.InvalidArgumentError, match="chunk_bytes"):
+        t.bulk_insert(trips([1]), chunk_bytes=chunk)  # type: ignore[arg-type]
+    assert t.timeline() == []

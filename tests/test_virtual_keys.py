@@ -175,3 +175,35 @@ def test_the_cli_creates_a_table_without_meta_fields_and_bulk_inserts_sorted(tmp
         (4, "n4"),
         (5, "n5"),
     ]
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_lookup_merge_and_a_global_index_read_the_key_fields(tmp_path: Path, table_type: str) -> None:
+    """What the record key column served elsewhere, the key fields serve here: `lookup` (its
+    `_hoodie_record_key` holds the key), `merge`, and a global index moving a key to another
+    partition, each as on a table with meta fields."""
+    import pyarrow.compute as pc
+
+    results = {}
+    for meta_fields in (True, False):
+        t = trips_table(
+            str(tmp_path / f"t{meta_fields}"),
+            table_type=table_type,
+            global_index=True,
+            meta_fields=meta_fields,
+        )
+        t.insert(trips(list(range(12))))
+        found = t.lookup(trips([4, 7, 99]))
+        assert sorted(found["id"].to_pylist()) == [4, 7]
+        assert sorted(found["_hoodie_record_key"].to_pylist()) == ["4", "7"]
+        assert t.lookup(trips([5]), columns=["name"]).to_pylist() == [{"name": "n5"}]
+        t.upsert(trips([1], ts=3, city="la", name="moved"))  # from "nyc" to "la"
+        S = pc.field
+        t.merge(trips([2, 40], ts=4, name="m")).when_matched_update(
+            {"name": S("source", "name")}, condition=S("source", "ts") > S("target", "ts")
+        ).when_not_matched_insert_all().execute()
+        results[meta_fields] = rows(t.to_arrow(columns=DATA))
+    assert results[False] == results[True]
+    got = {r["id"]: (r["city"], r["name"]) for r in results[False]}
+    assert got[1] == ("la", "moved1") and got[2][1] == "m2" and got[40][1] == "m40"
+    assert len(results[False]) == 13

@@ -863,6 +863,12 @@ class Table:
         before the next is read, all in one commit. A failure of the input midway rolls the whole
         write back. `partition_sort` then orders each chunk's rows. `global_sort`, and
         `conflict_retries > 0` (a stream cannot be read twice), hold the whole input instead."""
+        if chunk_bytes is not None and (
+            not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool) or chunk_bytes < 1
+        ):
+            raise _native.InvalidArgumentError(
+                f"chunk_bytes must be a positive number of bytes, not {chunk_bytes!r}"
+            )
         return self._write(
             "bulk_insert",
             data,
@@ -1223,7 +1229,8 @@ def create_table(
     and every reader and writer makes a row's key from its record key fields. Writes are cheaper
     (no per-row key, sequence number or file name is stored); what is given up: the meta columns
     read null, incremental queries admit whole files of the commits in their window (not single
-    rows), change queries and `lookup` are refused, and the record index is not kept.
+    rows), change queries are refused, and the record index is not kept (`lookup`, `merge` and a
+    global index read the key fields instead).
     `name` (`hoodie.table.name`) defaults to the last segment of `uri` made a valid name
     (`table_name_of`).
     """

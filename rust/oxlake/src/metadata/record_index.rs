@@ -6,6 +6,7 @@
 //! route by it without reading a data file, and [`Table::lookup`] reads only the groups it names.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 
 use arrow::array::{Array, RecordBatch, StringArray};
 use datafusion::common::ScalarValue;
@@ -161,11 +162,11 @@ impl Table {
                 return Err(Error::invalid_arg("keys", format!("the rows lack the record key column `{name}`")));
             }
         }
-        if !cfg.populate_meta_fields {
-            return Err(Error::unsupported("lookups in tables without meta fields"));
-        }
         let record_keys: BTreeSet<String> =
             KeySpec::from_config(cfg).record_keys(keys)?.iter().flatten().map(str::to_string).collect();
+        if !cfg.populate_meta_fields {
+            return self.lookup_virtual(keys, record_keys, columns).await;
+        }
         let filter = Filter::Predicates(vec![Predicate {
             column: RECORD_KEY.into(),
             op: Op::In,
@@ -192,6 +193,82 @@ impl Table {
             None => plan.slices = self.prune_by_indexes(std::mem::take(&mut plan.slices), &filter).await?,
         }
         self.scan_split(Split::Scan(plan), &opts).await
+    }
+}
+
+impl Table {
+    /// [`Table::lookup`] in a table without meta fields: rows whose key fields hold the asked
+    /// values are read (statistics and bloom filters prune by them), their keys made as writes
+    /// make them, and only the rows of the asked keys kept; `_hoodie_record_key`, where asked for,
+    /// holds the key (stored null).
+    async fn lookup_virtual(
+        &self,
+        keys: &RecordBatch,
+        record_keys: BTreeSet<String>,
+        columns: Option<Vec<String>>,
+    ) -> Result<SendableRecordBatchStream> {
+        use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+        use futures::StreamExt;
+
+        let stored = Arc::new(self.stored_keys()?);
+        let fields: Vec<String> = stored.columns().iter().map(|c| c.to_string()).collect();
+        // A superset: each key field among the values asked (a complex key's fields apart).
+        let mut predicates = Vec::with_capacity(fields.len());
+        for name in &fields {
+            let col =
+                keys.column_by_name(name).ok_or_else(|| Error::invalid_arg("keys", format!("no column `{name}`")))?;
+            let mut values: Vec<ScalarValue> = Vec::new();
+            for i in 0..col.len() {
+                let v = ScalarValue::try_from_array(col, i)?;
+                if !values.contains(&v) {
+                    values.push(v);
+                }
+            }
+            predicates.push(Predicate { column: name.clone(), op: Op::In, values });
+        }
+        let asked = columns.clone();
+        let read: Option<Vec<String>> = columns.map(|mut c| {
+            c.extend(fields.iter().filter(|f| !c.contains(f)).cloned().collect::<Vec<_>>());
+            c
+        });
+        let filter = Filter::Predicates(predicates);
+        let opts = ScanOptions { columns: read, filter: Some(filter.clone()), ..ScanOptions::default() };
+        let mut plan = self.plan_scan(&ScanOptions { query: QueryType::Snapshot, ..ScanOptions::default() }).await?;
+        plan.slices = self.prune_by_indexes(std::mem::take(&mut plan.slices), &filter).await?;
+        let scanned = self.scan_split(Split::Scan(plan), &opts).await?;
+        let schema = match &asked {
+            Some(names) => {
+                let s = scanned.schema();
+                let picked: Vec<arrow::datatypes::FieldRef> = names
+                    .iter()
+                    .map(|n| s.field_with_name(n).map(|f| Arc::new(f.clone())))
+                    .collect::<Result<_, _>>()?;
+                Arc::new(arrow::datatypes::Schema::new(picked))
+            }
+            None => scanned.schema(),
+        };
+        let out_schema = schema.clone();
+        let record_keys = Arc::new(record_keys);
+        let kept = scanned.map(move |batch| {
+            let batch = batch?;
+            let made = stored.keys(&batch).map_err(datafusion::error::DataFusionError::from)?;
+            let mask: arrow::array::BooleanArray =
+                made.iter().map(|k| Some(k.is_some_and(|k| record_keys.contains(k)))).collect();
+            let batch = arrow::compute::filter_record_batch(&batch, &mask)?;
+            let made = arrow::compute::filter(&made, &mask)?;
+            let columns = out_schema
+                .fields()
+                .iter()
+                .map(|f| match f.name().as_str() {
+                    RECORD_KEY => Ok(made.clone()),
+                    name => batch.column_by_name(name).cloned().ok_or_else(|| {
+                        datafusion::error::DataFusionError::Internal(format!("lookup lost column `{name}`"))
+                    }),
+                })
+                .collect::<datafusion::error::Result<Vec<_>>>()?;
+            Ok(RecordBatch::try_new(out_schema.clone(), columns)?)
+        });
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, kept)))
     }
 }
 
