@@ -240,6 +240,11 @@ def test_a_stream_killed_again_and_again_writes_each_batch_once(
         t = place.open(heartbeat_interval=HEARTBEAT)
         time.sleep(HEARTBEAT * 4)
         t.rollback_failed()
+        # A compaction a writer planned inline and was killed before running stays planned (as
+        # in Apache Hudi: a plan is not a failed write); the next compaction runs it.
+        if any(i.action == "compaction" for i in t.timeline() if i.state != "completed"):
+            t.compact()
         assert not [i for i in t.timeline() if i.state != "completed"], u
+        assert table_rows(place) == newest(written), u
         report = t.validate()
         assert report.ok, (u, report)
