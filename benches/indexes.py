@@ -31,6 +31,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def best(repeat: int, run: Callable[[], object]) -> float:
@@ -40,6 +41,43 @@ def best(repeat: int, run: Callable[[], object]) -> float:
         run()
         out = min(out, time.perf_counter() - start)
     return out
+
+
+def two_tables(
+    work: Path, args: argparse.Namespace, keys: Any, key: str, bytes_per_row: int
+) -> tuple[Any, str, str, int, float]:
+    """The bench's table (`key` column `keys`, `args.partitions` partitions, about
+    `args.files_per_partition` base files each), written once and copied before
+    `build_metadata()`: the copy without the metadata table, the one with it, and how many base
+    files and how long the build took."""
+    import oxlake
+    import pyarrow as pa
+
+    n = args.rows
+    data = pa.table(
+        {
+            key: keys,
+            "part": pa.array([f"p{i % args.partitions:03d}" for i in range(n)]),
+            "ts": pa.array(range(n), pa.int64()),
+            "v": pa.array([float(i) for i in range(n)]),
+        }
+    )
+    plain, indexed = str(work / "plain"), str(work / "indexed")
+    t = oxlake.create_table(
+        plain,
+        data.schema,
+        record_key=key,
+        partition_by=["part"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+    )
+    per_file = n // (args.partitions * args.files_per_partition)
+    t.insert(data, target_file_size=per_file * bytes_per_row)
+    files = sum(1 for _ in Path(plain).rglob("*.parquet"))
+    shutil.copytree(plain, indexed)
+    start = time.perf_counter()
+    oxlake.Table(indexed).build_metadata()
+    return data, plain, indexed, files, time.perf_counter() - start
 
 
 def main() -> int:
@@ -59,31 +97,8 @@ def main() -> int:
     import pyarrow as pa
 
     work = Path(tempfile.mkdtemp(prefix="oxlake-index-bench-"))
-    plain, indexed = str(work / "plain"), str(work / "indexed")
     n = args.rows
-    data = pa.table(
-        {
-            "id": pa.array(range(n), pa.int64()),
-            "part": pa.array([f"p{i % args.partitions:03d}" for i in range(n)]),
-            "ts": pa.array(range(n), pa.int64()),
-            "v": pa.array([float(i) for i in range(n)]),
-        }
-    )
-    t = oxlake.create_table(
-        plain,
-        data.schema,
-        record_key="id",
-        partition_by=["part"],
-        ordering_field="ts",
-        table_type="merge_on_read",
-    )
-    per_file = n // (args.partitions * args.files_per_partition)
-    t.insert(data, target_file_size=per_file * 14)
-    files = sum(1 for _ in Path(plain).rglob("*.parquet"))
-    shutil.copytree(plain, indexed)
-    start = time.perf_counter()
-    oxlake.Table(indexed).build_metadata()
-    build = time.perf_counter() - start
+    data, plain, indexed, files, build = two_tables(work, args, pa.array(range(n), pa.int64()), "id", 14)
 
     k = n // 100
     spreads = {
@@ -144,33 +159,10 @@ def uuid_keys(args: argparse.Namespace) -> int:
     from oxlake import _native
 
     work = Path(tempfile.mkdtemp(prefix="oxlake-index-bench-"))
-    plain, indexed = str(work / "plain"), str(work / "indexed")
     n = args.rows
     rng = random.Random(11)
     keys = [str(uuid.UUID(int=rng.getrandbits(128), version=4)) for _ in range(n)]
-    data = pa.table(
-        {
-            "key": pa.array(keys),
-            "part": pa.array([f"p{i % args.partitions:03d}" for i in range(n)]),
-            "ts": pa.array(range(n), pa.int64()),
-            "v": pa.array([float(i) for i in range(n)]),
-        }
-    )
-    t = oxlake.create_table(
-        plain,
-        data.schema,
-        record_key="key",
-        partition_by=["part"],
-        ordering_field="ts",
-        table_type="merge_on_read",
-    )
-    per_file = n // (args.partitions * args.files_per_partition)
-    t.insert(data, target_file_size=per_file * 60)
-    files = sum(1 for _ in Path(plain).rglob("*.parquet"))
-    shutil.copytree(plain, indexed)
-    start = time.perf_counter()
-    oxlake.Table(indexed).build_metadata()
-    build = time.perf_counter() - start
+    data, plain, indexed, files, build = two_tables(work, args, pa.array(keys), "key", 60)
 
     rows: list[tuple[str, float, float]] = []
     for count in (1, 100):
