@@ -151,3 +151,51 @@ def test_a_column_without_a_type_is_refused(tmp_path: Path, filled: oxlake.Table
     with pytest.raises(oxlake.SchemaMismatchError, match="column `note` has Arrow type null"):
         filled.upsert(trips([1]).append_column("note", pa.array([None])), schema_mode="merge")
     assert snapshot(filled) == before
+
+
+@pytest.mark.parametrize("global_index", [False, True], ids=["unpartitioned", "global-index"])
+def test_keys_to_delete_of_the_wrong_type_are_refused_naming_the_column(
+    tmp_path: Path, global_index: bool
+) -> None:
+    """A plain list of keys (or of rows) is held to the key column's type as rows given as Arrow
+    data are: a string for an integer key, a float a key cannot hold exactly (5.5, which pyarrow
+    would truncate to the stored key 5), values of mixed kinds. Keys that fit are taken."""
+    partition = ["city"] if global_index else None
+    t = oxlake.create_table(
+        str(tmp_path / "t"),
+        SCHEMA,
+        record_key="id",
+        partition_by=partition,
+        ordering_field="ts",
+        global_index=global_index,
+    )
+    t.insert(trips([1, 5, 6]))
+    before = snapshot(t)
+    for keys in (["5"], [5.5], [5, "x"], [[5]], [{"id": "5"}], [{"id": 5.5}]):
+        with pytest.raises(oxlake.SchemaMismatchError, match="`id`"):
+            t.delete(keys)
+        assert snapshot(t) == before, keys
+    assert t.delete([5.0]).num_deletes == 1  # a float holding an integer exactly is that key
+    assert t.delete([{"id": 6}]).num_deletes == 1
+    assert t.delete([]).instant is None
+    with pytest.raises(oxlake.InvalidDataError, match="null"):
+        t.delete([None])
+    assert [r["id"] for r in t.to_arrow().to_pylist()] == [1]
+
+
+def test_keys_to_delete_given_as_datetimes_take_the_columns_time_zone(tmp_path: Path) -> None:
+    """Naive datetimes name instants in UTC for a key column with a time zone (as pyarrow takes
+    them); a datetime finer than the column's unit is no key of it."""
+    import datetime as dt
+
+    key = pa.field("id", pa.timestamp("ms", tz="UTC"), nullable=False)
+    schema = pa.schema([key, pa.field("v", pa.int64())])
+    t = oxlake.create_table(str(tmp_path / "t"), schema, record_key="id")
+    first = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
+    t.insert(pa.table({"id": [first, first + dt.timedelta(seconds=1)], "v": [1, 2]}, schema=schema))
+    before = snapshot(t)
+    with pytest.raises(oxlake.SchemaMismatchError, match="`id`"):
+        t.delete([dt.datetime(2026, 1, 2, 3, 4, 5, 1)])
+    assert snapshot(t) == before
+    assert t.delete([dt.datetime(2026, 1, 2, 3, 4, 5)]).num_deletes == 1
+    assert t.to_arrow()["v"].to_pylist() == [2]

@@ -300,6 +300,26 @@ def _set_columns(rows: pa.Table, values: Mapping[str, Any], schema: pa.Schema) -
     return rows
 
 
+def _key_column(field: pa.Field, values: list[Any]) -> pa.Array:
+    """Keys given as Python values, for the column `field`: typed as pyarrow infers them, and held
+    to the column's type by the write, as keys given as Arrow data are (stored only where each
+    fits exactly: `"5"` or `5.5` is no key of an integer column, though pyarrow would convert
+    `5.5` to the stored key 5). A `SchemaMismatchError` names the column otherwise."""
+    try:
+        keys = pa.array(values)
+    except (pa.ArrowException, TypeError, OverflowError) as e:
+        raise _native.SchemaMismatchError(
+            f"the keys given for column `{field.name}` ({field.type}) are not values of one Arrow type: {e}"
+        ) from None
+    if pa.types.is_null(keys.type):  # none given, or only nulls (refused by the write)
+        return pa.nulls(len(keys), field.type)
+    naive = pa.types.is_timestamp(keys.type) and keys.type.tz is None
+    if naive and pa.types.is_timestamp(field.type) and field.type.tz:
+        # Naive datetimes name instants in UTC for a column with a time zone, as pyarrow takes them.
+        return keys.cast(pa.timestamp(keys.type.unit, tz=field.type.tz))
+    return keys
+
+
 def _columns(columns: Sequence[str] | None) -> list[str] | None:
     if columns is None:
         return None
@@ -680,7 +700,9 @@ class Table:
         a table with a global index; any Arrow data, or a list of dicts), or, on a table keyed by
         one field without partitions or with a global index, a plain list of keys
         (`t.delete([1, 2, 3])`). Keys not in the table are ignored; when none is, nothing is
-        written and `instant` is None.
+        written and `instant` is None. Keys given as Python values are held to the key columns'
+        types as Arrow data is (`"5"` or `5.5` for an integer key is a `SchemaMismatchError`
+        naming the column).
 
         `predicate`: a filter as `scan` takes it (`t.delete(predicate="fare < 5")`): the rows it
         matches in the latest snapshot are deleted. The snapshot read and the delete are one
@@ -817,21 +839,20 @@ class Table:
             raise _native.InvalidArgumentError(
                 f"the key columns {missing} are not in the table's schema: give the rows to delete as a table"
             )
-        fields = pa.schema([schema.field(c) for c in columns])
         if all(isinstance(i, dict) for i in items):
             absent = sorted({c for i in items for c in columns if c not in i})
             if absent:
                 raise _native.InvalidArgumentError(
                     f"rows to delete lack the key or partition columns {absent}"
                 )
-            return pa.Table.from_pylist([{c: i[c] for c in columns} for i in items], schema=fields)
+            return pa.table({c: _key_column(schema.field(c), [i[c] for i in items]) for c in columns})
         if len(columns) != 1:
             raise _native.InvalidArgumentError(
                 "a plain list of keys deletes only from a table keyed by one field without partitions "
                 f"or with a global index; "
                 f"this one needs {columns} for each row: give rows, e.g. [{dict.fromkeys(columns, '...')}]"
             )
-        return pa.table({columns[0]: pa.array(items, type=fields.field(0).type)})
+        return pa.table({columns[0]: _key_column(schema.field(columns[0]), items)})
 
     def bulk_insert(
         self,
