@@ -22,6 +22,7 @@ from oxlake.pipeline import (  # noqa: E402
     ADDED,
     CHANGED,
     REMOVED,
+    STATE_LAYER,
     Catalog,
     DirectCompiler,
     Driver,
@@ -139,6 +140,14 @@ def checksums(catalog: Catalog, layers: list[str]) -> dict[tuple[str, str], str]
     )
 
 
+def graphs(catalog: Catalog) -> dict[str, bytes]:
+    """The map-group tasks' graph rows of the state layer (for an incremental run, what a full
+    run records: the next incremental run starts from them)."""
+    t = catalog.snapshot(layers=[STATE_LAYER], with_state=True)
+    rows = zip(t.column("partition").to_pylist(), t.column("payload").to_pylist(), strict=True)
+    return {p: v for p, v in rows if "|" in p}
+
+
 class ScannedTiles(DirectCompiler):
     """The example's `Tiles` without its inverse: incremental runs map every input key."""
 
@@ -147,10 +156,12 @@ class ScannedTiles(DirectCompiler):
     compile = roads.Tiles.compile
 
 
+@pytest.mark.parametrize("path", ["driver", "spark"])
 @pytest.mark.parametrize("seed, tiles", [(1, roads.Tiles), (2, ScannedTiles)])
 def test_incremental_runs_equal_full_runs_and_write_only_what_changed(
-    spark: SparkSession, tmp_path: Path, seed: int, tiles: type[DirectCompiler]
+    spark: SparkSession, tmp_path: Path, seed: int, tiles: type[DirectCompiler], path: str
 ) -> None:
+    """On either path (forced) an incremental run publishes what a full run does."""
     rng = random.Random(seed)
     inputs = Catalog.create(str(tmp_path / "roads"))
     incremental, full = Catalog.create(str(tmp_path / "inc")), Catalog.create(str(tmp_path / "full"))
@@ -158,7 +169,7 @@ def test_incremental_runs_equal_full_runs_and_write_only_what_changed(
     publish(inputs, {t: roads.segments(rng, t, rng.randint(1, 4)) for t in live})
     tasks = [tiles(), roads.Classes()]
     assert tasks[0].invertible == (tiles is roads.Tiles)  # type: ignore[attr-defined]
-    inc_driver = Driver(spark, incremental, {"roads": inputs}, tasks)
+    inc_driver = Driver(spark, incremental, {"roads": inputs}, tasks, incremental_path=path)
     full_driver = Driver(spark, full, {"roads": inputs}, tasks)
     layers = ["tiles13", "classes"]
     for step in range(3):
@@ -167,6 +178,7 @@ def test_incremental_runs_equal_full_runs_and_write_only_what_changed(
         full_driver.run(full=True)
         after = checksums(incremental, layers)
         assert after == checksums(full, layers), f"step {step}"
+        assert graphs(incremental) == graphs(full), f"step {step}"
         written = {k for k in after if before.get(k) != after[k]}
         deleted = set(before) - set(after)
         for layer in layers:
@@ -175,6 +187,9 @@ def test_incremental_runs_equal_full_runs_and_write_only_what_changed(
         if step:
             assert report.mode == "incremental"
             assert report.layers["tiles13"].compiled < len(after) // 2 + 6
+            # A direct task without an inverse maps every input key: only on Spark.
+            keyed = {"Tiles": path, "ScannedTiles": "spark", "Classes": path}
+            assert {n: t.path for n, t in report.tasks.items()} == {t.name: keyed[t.name] for t in tasks}
         # Random changes: new tiles, changed tiles, removed tiles (some emptied of every road).
         change: dict[str, bytes | None] = {}
         for t in rng.sample(sorted(set(TILES) - live), 3):
@@ -220,9 +235,12 @@ class Sizes(MapGroupCompiler):
         return b",".join(sorted(values))
 
 
-def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(
+    spark: SparkSession, tmp_path: Path, path: str
+) -> None:
     """Incremental tasks reading the output catalog see the upstream task's changes of the same
-    run (read by key on the driver), and equal full runs."""
+    run (on the driver path read by key, on the Spark path joined), and equal full runs."""
     rng = random.Random(5)
     inputs = Catalog.create(str(tmp_path / "roads"))
     incremental, full = Catalog.create(str(tmp_path / "inc")), Catalog.create(str(tmp_path / "full"))
@@ -231,11 +249,13 @@ def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(spark: SparkSes
     tasks = [roads.Tiles(), Parents(), Sizes()]
     layers = ["tiles13", "tiles12", "sizes"]
     for step in range(3):
-        report = Driver(spark, incremental, {"roads": inputs}, tasks).run()
+        report = Driver(spark, incremental, {"roads": inputs}, tasks, incremental_path=path).run()
         Driver(spark, full, {"roads": inputs}, tasks).run(full=True)
         assert checksums(incremental, layers) == checksums(full, layers), f"step {step}"
+        assert graphs(incremental) == graphs(full), f"step {step}"
         if step:
             assert {t.mode for t in report.tasks.values()} == {"incremental"}
+            assert {t.path for t in report.tasks.values()} == {path}
             assert report.layers["tiles12"].compiled < 10
         change: dict[str, bytes | None] = {
             t: roads.segments(rng, t, rng.randint(1, 3)) for t in rng.sample(sorted(live), 3)
@@ -244,13 +264,43 @@ def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(spark: SparkSes
             change[t] = None
         live -= {t for t, v in change.items() if v is None}
         publish(inputs, change)
-    # A change reaching more inputs than the driver may hold runs in full, and says why.
-    report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=1).run()
+
+
+def test_the_path_is_chosen_by_the_size_of_the_change(spark: SparkSession, tmp_path: Path) -> None:
+    """A change estimated (from the inputs' commit metadata) or found to reach more than the
+    driver holds runs incrementally on Spark, never in full for its size; the report says why."""
+    rng = random.Random(6)
+    inputs = Catalog.create(str(tmp_path / "roads"))
+    incremental, full = Catalog.create(str(tmp_path / "inc")), Catalog.create(str(tmp_path / "full"))
+    publish(inputs, {t: roads.segments(rng, t, 2) for t in TILES[:30]})
+    tasks = [roads.Tiles(), Parents(), Sizes()]
+    layers = ["tiles13", "tiles12", "sizes"]
+    Driver(spark, incremental, {"roads": inputs}, tasks).run()
+    # Small: on the driver.
+    publish(inputs, {t: roads.segments(rng, t, 3) for t in TILES[:2]})
+    report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=10).run()
+    assert {n: (t.mode, t.path) for n, t in report.tasks.items()} == {
+        n: ("incremental", "driver") for n in ["Tiles", "Parents", "Sizes"]
+    }
+    assert report.tasks["Tiles"].path_reason == "a small change (the inputs' versions wrote 2 partitions)"
+    # Estimated too large: on Spark, and so is every task reading its output.
+    publish(inputs, {t: roads.segments(rng, t, 1) for t in TILES[5:20]})
+    report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=10).run()
+    assert {n: (t.mode, t.path) for n, t in report.tasks.items()} == {
+        n: ("incremental", "spark") for n in ["Tiles", "Parents", "Sizes"]
+    }
+    assert "wrote 15 partitions, more than the driver holds (keyed_limit=10)" in str(
+        report.tasks["Tiles"].path_reason
+    )
+    assert report.tasks["Parents"].path_reason == "upstream layer tiles13 was computed on Spark"
+    # Found too large on the driver (4 changed tiles reach more than 6 inputs): on Spark.
+    publish(inputs, {t: roads.segments(rng, t, 1) for t in TILES[20:24]})
+    report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=6).run()
+    assert (report.tasks["Tiles"].mode, report.tasks["Tiles"].path) == ("incremental", "spark")
+    assert "more than the driver holds (keyed_limit=6)" in str(report.tasks["Tiles"].path_reason)
     Driver(spark, full, {"roads": inputs}, tasks).run(full=True)
-    assert report.tasks["Tiles"].mode == "full"
-    assert "keyed_limit=1" in str(report.tasks["Tiles"].reason)
-    assert report.tasks["Parents"].reason == "upstream layer tiles13 was compiled in full"
     assert checksums(incremental, layers) == checksums(full, layers)
+    assert report.reasons == {}
 
 
 def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
@@ -343,6 +393,8 @@ def test_bad_pipelines_are_refused_before_any_write(spark: SparkSession, tmp_pat
         Driver(spark, output, {}, [roads.Tiles()])
     with pytest.raises(PipelineDefinitionError, match="keyed_limit must be a non-negative integer"):
         Driver(spark, output, {"roads": inputs}, [roads.Tiles()], keyed_limit=-1)
+    with pytest.raises(PipelineDefinitionError, match="incremental_path must be one of auto, driver, spark"):
+        Driver(spark, output, {"roads": inputs}, [roads.Tiles()], incremental_path="executors")
     assert output.instants() == []
     assert issubclass(PipelineDefinitionError, Exception)
 
@@ -413,7 +465,8 @@ class LongRoads(MapGroupCompiler):
         return {"segments": len(values), "length": round(sum(json.loads(v) for v in values), 3), "tiles": []}
 
 
-def test_structured_layers_in_and_out(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_structured_layers_in_and_out(spark: SparkSession, tmp_path: Path, path: str) -> None:
     rng = random.Random(11)
     inputs = Catalog.create(str(tmp_path / "stats"), structured={"stats": STATS})
     output = Catalog.create(str(tmp_path / "out"), structured={"totals": TOTALS, "by_count": TOTALS})
@@ -464,7 +517,7 @@ def test_structured_layers_in_and_out(spark: SparkSession, tmp_path: Path) -> No
         return {(layer, p): t if layer == "totals" else c for layer, p, t, c in zip(*columns, strict=True)}
 
     put({t: stat() for t in TILES[:30]})
-    driver = Driver(spark, output, {"stats": inputs}, [StructTiles(), LongRoads()])
+    driver = Driver(spark, output, {"stats": inputs}, [StructTiles(), LongRoads()], incremental_path=path)
     assert driver.run().mode == "full"
     assert got() == expected()
     for step in range(2):
@@ -473,6 +526,7 @@ def test_structured_layers_in_and_out(spark: SparkSession, tmp_path: Path) -> No
         put(change)
         report = driver.run()
         assert report.mode == "incremental", step
+        assert {t.path for t in report.tasks.values()} == {path}
         assert got() == expected(), step
         assert 0 < report.layers["totals"].compiled < 20
     # Canonical encoding: an unchanged re-run finds every checksum equal and writes nothing.

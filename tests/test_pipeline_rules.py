@@ -194,10 +194,28 @@ def test_graph_rows_of_each_side() -> None:
     ]
     outputs = rules.graph_rows("T", "out", pieces(EDGES))
     assert outputs.to_pylist() == [
-        {"layer": STATE_LAYER, "partition": "T|out|o|1", "payload": b'[["c","l","a"],["c","l","b"]]'},
-        {"layer": STATE_LAYER, "partition": "T|out|o|2", "payload": b'[["c","l","a"]]'},
+        {
+            "layer": STATE_LAYER,
+            "partition": "T|out|o|1",
+            "payload": b'[["c","l","a",1,"dg=="],["c","l","a",2,"dg=="],["c","l","b",3,"dg=="]]',
+        },
+        {"layer": STATE_LAYER, "partition": "T|out|o|2", "payload": b'[["c","l","a",0,"dg=="]]'},
     ]
-    assert rules.edges(outputs.column("payload")[0].as_py()) == [("c", "l", "a"), ("c", "l", "b")]
+    assert rules.stored_pieces(outputs.column("payload")[0].as_py()) == [
+        ("c", "l", "a", 1, b"v"),
+        ("c", "l", "a", 2, b"v"),
+        ("c", "l", "b", 3, b"v"),
+    ]
+    # Unpacked, the out rows give back the pieces they were made of.
+    named = outputs.drop_columns(["layer", "partition"])
+    named = named.add_column(0, "out_layer", pa.array(["o", "o"])).add_column(
+        1, "out_partition", pa.array(["1", "2"])
+    )
+    assert sorted(rules.unpacked(named).to_pylist(), key=str) == sorted(pieces(EDGES).to_pylist(), key=str)
+    # The in rows name the outputs each input feeds.
+    assert rules.fed_outputs(inputs).to_pylist() == [
+        {"out_layer": "o", "out_partition": p} for p in ["1", "2", "1"]
+    ]
 
 
 def test_graph_rows_of_no_pieces() -> None:
@@ -207,11 +225,18 @@ def test_graph_rows_of_no_pieces() -> None:
 
 
 def test_graph_rows_keep_unicode_and_names_follow_graph_name() -> None:
+    t = rules.graph_rows("T", "in", pieces([("ö", "1", "c", "l", "ü/é")]))
+    assert (
+        t.column("partition").to_pylist()
+        == [rules.graph_name("T", "in", ("c", "l", "ü/é"))]
+        == ["T|in|c|l|ü/é"]
+    )
+    payload = t.column("payload")[0].as_py()
+    assert payload == json.dumps([["ö", "1"]], ensure_ascii=False, separators=(",", ":")).encode()
+    assert rules.edges(payload) == [("ö", "1")]
     t = rules.graph_rows("T", "out", pieces([("ö", "1", "c", "l", "ü/é")]))
     assert t.column("partition").to_pylist() == [rules.graph_name("T", "out", ("ö", "1"))] == ["T|out|ö|1"]
-    payload = t.column("payload")[0].as_py()
-    assert payload == json.dumps([["c", "l", "ü/é"]], ensure_ascii=False, separators=(",", ":")).encode()
-    assert rules.edges(payload) == [("c", "l", "ü/é")]
+    assert rules.stored_pieces(t.column("payload")[0].as_py()) == [("c", "l", "ü/é", 0, b"v")]
 
 
 @pytest.mark.parametrize("side", sorted(rules.SIDES))
@@ -297,11 +322,16 @@ edges_strategy = st.lists(
 def test_graph_rows_ignore_the_order_and_repetition_of_pieces(
     edges: list[tuple[str, str, str, str, str]], rnd: random.Random
 ) -> None:
-    shuffled = edges + edges[: len(edges) // 2]
-    rnd.shuffle(shuffled)
+    table = pieces(edges)
+    order = list(range(len(edges))) + list(range(len(edges) // 2))
+    rnd.shuffle(order)
+    shuffled = table.take(pa.array(order, pa.int64()))
     for side in rules.SIDES:
         graph = partial(rules.graph_rows, "T", side)
-        assert graph(pieces(shuffled)).to_pylist() == graph(pieces(edges)).to_pylist()
-        for row in graph(pieces(edges)).to_pylist():
-            listed = rules.edges(row["payload"])
-            assert listed == sorted(set(listed))
+        assert graph(shuffled).to_pylist() == graph(table).to_pylist()
+    for row in rules.graph_rows("T", "in", table).to_pylist():
+        listed = rules.edges(row["payload"])
+        assert listed == sorted(set(listed))
+    for row in rules.graph_rows("T", "out", table).to_pylist():
+        kept = rules.stored_pieces(row["payload"])
+        assert kept == sorted(set(kept))

@@ -32,14 +32,8 @@ DIRECT_INPUT = f"{OUT_KEY}, {INPUT}"
 WRITE = "op string, layer string, partition string, payload binary, checksum string"
 ROWS = f"task string, {WRITE}, compiled boolean"
 
-#: The Arrow schema of the pieces an incremental map-group task holds on the driver.
-PIECES = pa.schema(
-    [
-        *((c, pa.string()) for c in ("out_layer", "out_partition", "catalog", "layer", "partition")),
-        ("seq", pa.int32()),
-        ("value", pa.binary()),
-    ]
-)
+#: The Arrow schema of PIECE rows.
+PIECES = rules.PIECES
 
 #: Struct types of structured layers: of a task's inputs by (catalog, layer), of the output by layer.
 InputTypes = Mapping[tuple[str, str], pa.StructType]
@@ -257,6 +251,28 @@ def output_keys(
             if with_payload:
                 arrays["payload"] = batch.column("payload").take(pa.array(take, pa.int64()))
             yield pa.RecordBatch.from_pydict(arrays)
+
+    return run
+
+
+def inverse_edges(
+    task: DirectCompiler, declared: set[tuple[str, str]]
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Output keys (layer, partition) → EDGE rows to the inputs feeding them: the compiler's
+    inverse `input_keys`, kept where the input is of a declared layer and `output_keys` of it
+    names the output (the inverse may name more)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            out: dict[str, list[Any]] = {c: [] for c in rules.OUT_KEYS + rules.IN_KEYS}
+            for layer, partition in zip(
+                batch.column("layer").to_pylist(), batch.column("partition").to_pylist(), strict=True
+            ):
+                for key in dict.fromkeys(task.input_keys(layer, partition)):
+                    if key[:2] in declared and (layer, partition) in set(task.output_keys(*key)):
+                        for c, v in zip(out, (layer, partition, *key), strict=True):
+                            out[c].append(v)
+            yield pa.RecordBatch.from_pydict({c: pa.array(v, pa.string()) for c, v in out.items()})
 
     return run
 

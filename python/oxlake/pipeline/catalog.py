@@ -143,6 +143,19 @@ class Catalog:
                 return i.completion or i.time
         raise _native.InvalidArgumentError(f"{instant} is not a version of {self.uri}")
 
+    def written(self, since: str | None, until: str | None) -> int:
+        """How many partitions the versions after `since` (None: from the start) up to `until`
+        wrote, added, changed or removed, by their commit metadata: an upper bound of what
+        `changes(since, until)` returns (a partition written twice counts twice), read without
+        reading any data."""
+        return sum(
+            c.num_inserts + c.num_updates + c.num_deletes
+            for c in self.table.history()
+            if c.action == "deltacommit"
+            and (since is None or c.time > since)
+            and (until is None or c.time <= until)
+        )
+
     def latest(self) -> str | None:
         instants = self.instants()
         return instants[-1] if instants else None

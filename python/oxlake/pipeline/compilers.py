@@ -34,7 +34,8 @@ if TYPE_CHECKING:
 Payload = bytes | dict[str, Any] | None
 
 #: The layout of the state layer's rows (part of every fingerprint: a new layout runs in full).
-STATE_FORMAT = 2
+#: 3: a map-group task's "out" graph rows keep the output's pieces, not only its inputs' keys.
+STATE_FORMAT = 3
 
 
 class PipelineDefinitionError(_native.InvalidArgumentError):

@@ -41,6 +41,8 @@ class TaskReport:
     reason: str | None  # why full, else None
     layers: dict[str, LayerReport] = field(default_factory=dict)
     inputs: dict[str, str] = field(default_factory=dict)  # catalog -> instant read
+    path: str = "spark"  # "driver" (from keys, on the driver) or "spark" (plans on the executors)
+    path_reason: str | None = None  # why this path
 
 
 @dataclass
@@ -66,6 +68,10 @@ class RunReport:
         return {layer: r for t in self.tasks.values() for layer, r in t.layers.items()}
 
 
+#: The choices of `Driver(incremental_path=...)`.
+PATHS = ("auto", "driver", "spark")
+
+
 class Driver:
     """Runs `tasks` in order, reading the catalogs `inputs` (by name) and publishing into
     `output` (tasks read its layers under `output_name`)."""
@@ -79,14 +85,22 @@ class Driver:
         *,
         output_name: str = "output",
         keyed_limit: int = 2_000_000,
+        incremental_path: str = "auto",
     ) -> None:
         self.spark, self.output, self.inputs = spark, output, dict(inputs)
         self.tasks, self.output_name = list(tasks), output_name
-        #: The most input partitions an incremental task reads onto the driver; a change
-        #: reaching more runs the task in full (on Spark), and the report says so.
+        #: The most input partitions (or pieces) an incremental task holds on the driver; a
+        #: change estimated or found to reach more runs incrementally on Spark's executors.
         self.keyed_limit = keyed_limit
         if isinstance(keyed_limit, bool) or not isinstance(keyed_limit, int) or keyed_limit < 0:
             raise PipelineDefinitionError(f"keyed_limit must be a non-negative integer, not {keyed_limit!r}")
+        #: "auto" (by the change's estimated size), or "driver" / "spark" for every incremental
+        #: task that names its inputs by key.
+        self.incremental_path = incremental_path
+        if incremental_path not in PATHS:
+            raise PipelineDefinitionError(
+                f"incremental_path must be one of {', '.join(PATHS)}, not {incremental_path!r}"
+            )
         self.producers = check(self.tasks, set(self.inputs), output_name)
 
     def run(
@@ -243,17 +257,16 @@ class _Run:
         self.reports[task.name] = report
         record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
         own = pa.table({"layer": [STATE_LAYER], "partition": [task.name], "payload": [record.encode()]})
-        keyed = isinstance(task, MapGroupCompiler) or (isinstance(task, DirectCompiler) and task.invertible)
         types = self.types(task)
         rows: DataFrame | pa.Table | None = None
-        if incremental and keyed:
+        report.path, report.path_reason = self._path(task, state) if incremental else ("spark", "a full run")
+        if report.path == "driver":
             try:
                 rows = self.here.keyed(task, types, state, own)  # type: ignore[arg-type]
             except TooLarge as e:
-                incremental, report.mode, report.reason = False, "full", str(e)
+                report.path, report.path_reason = "spark", str(e)
         if rows is None:
-            changed = self.here.changes(task, state) if incremental else None  # type: ignore[arg-type]
-            rows = self.on_spark.scanned(task, types, own, changed)
+            rows = self.on_spark.rows(task, types, own, state if incremental else None)
         if not incremental:
             self.full_layers |= set(task.outputs)
         self.rows.append(rows)
@@ -264,6 +277,31 @@ class _Run:
                 from pyspark.sql import functions as F
 
                 self.layer_rows[layer] = rows.filter(F.col("layer") == layer)
+
+    def _path(self, task: Compiler, state: dict[str, object] | None) -> tuple[str, str]:
+        """Where an incremental task runs, and why: on the driver when its compiler names its
+        inputs by key and the change is small enough to hold there, else on Spark."""
+        if not (isinstance(task, MapGroupCompiler) or (isinstance(task, DirectCompiler) and task.invertible)):
+            return "spark", "the compiler names no inputs by key (no input_keys): every input key is mapped"
+        if self.d.incremental_path != "auto":
+            return self.d.incremental_path, f"incremental_path={self.d.incremental_path!r} was asked"
+        recorded: dict[str, str] = state["inputs"]  # type: ignore[index, assignment]
+        estimate = 0
+        for name, layers in task.inputs.items():
+            if name != self.d.output_name:
+                estimate += self.d.inputs[name].written(recorded[name], self.requested[name])
+                continue
+            for layer in layers:
+                rows = self.layer_rows[layer]
+                if not isinstance(rows, pa.Table):
+                    return "spark", f"upstream layer {layer} was computed on Spark"
+                estimate += rules.written(rows).num_rows
+        if estimate > self.d.keyed_limit:
+            return "spark", (
+                f"the inputs' versions since the recorded ones wrote {estimate:,} partitions, more than "
+                f"the driver holds (keyed_limit={self.d.keyed_limit:,})"
+            )
+        return "driver", f"a small change (the inputs' versions wrote {estimate:,} partitions)"
 
     # ---- publishing ---------------------------------------------------------------------------
 

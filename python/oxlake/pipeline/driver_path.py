@@ -112,18 +112,28 @@ class DriverPath:
         )
         return rows.add_column(0, "layer", pa.array([layer] * rows.num_rows, pa.string()))
 
-    def _recorded(
-        self, task: Compiler, side: str, keys: Iterable[tuple[str, ...]]
-    ) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
-        """Recorded edges of a map-group task, read by key: for `side` "in" the outputs each
-        input partition fed, for "out" the inputs each output partition was fed by."""
+    def _graph_rows(self, task: Compiler, side: str, keys: Iterable[tuple[str, ...]]) -> pa.Table:
+        """The recorded graph rows of a map-group task for the input ("in") or output ("out")
+        `keys`, read by key: the keys' columns and `payload`, for the keys that have one."""
         by_name = {rules.graph_name(task.name, side, key): key for key in keys}
         t = self.d.output.read([(STATE_LAYER, n) for n in by_name], columns=["payload"])
-        return {
-            by_name[n]: rules.edges(p)
-            for n, p in zip(t.column("partition").to_pylist(), t.column("payload").to_pylist(), strict=True)
-            if p
-        }
+        t = t.filter(pc.is_valid(t.column("payload")))
+        found = [by_name[n] for n in t.column("partition").to_pylist()]
+        by, _ = rules.SIDES[side]
+        columns = [pa.array([k[i] for k in found], pa.string()) for i in range(len(by))]
+        return pa.table([*columns, t.column("payload")], names=[*by, "payload"])
+
+    def _recorded(
+        self, task: Compiler, keys: Iterable[tuple[str, ...]]
+    ) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+        """The outputs each of the input partitions `keys` fed (recorded graph), read by key."""
+        t = self._graph_rows(task, "in", keys)
+        return {key: rules.edges(p) for key, p in zip(_keys(t), t.column("payload").to_pylist(), strict=True)}
+
+    def _stored_pieces(self, task: Compiler, outputs: Iterable[tuple[str, str]]) -> pa.Table:
+        """The PIECES the `outputs` were reduced from when last compiled (their "out" graph
+        rows), read by key."""
+        return rules.unpacked(self._graph_rows(task, "out", outputs))
 
     # ---- inputs, by key ------------------------------------------------------------------------
 
@@ -160,8 +170,8 @@ class DriverPath:
         """Refuses (`TooLarge`) to hold more than the driver's limit of input partitions."""
         if n > self.d.keyed_limit:
             raise TooLarge(
-                f"the change reaches {n:,} input partitions, more than an incremental run holds "
-                f"on the driver (keyed_limit={self.d.keyed_limit:,})"
+                f"the change reaches {n:,} input partitions and pieces, more than the driver holds "
+                f"(keyed_limit={self.d.keyed_limit:,})"
             )
 
     # ---- compiling ----------------------------------------------------------------------------
@@ -195,22 +205,23 @@ class DriverPath:
         self, task: MapGroupCompiler, types: _spark.InputTypes, state: dict[str, object]
     ) -> tuple[pa.Table, pa.Table]:
         """SUMMED rows of the outputs the changed inputs fed before (recorded graph) or feed
-        now (mapped), reduced from the changed inputs' pieces and the pieces of the unchanged
-        inputs that fed them; and the graph's state rows of those inputs and outputs (vanished
-        for those without edges now)."""
+        now (mapped), reduced from the changed inputs' new pieces and the pieces the unchanged
+        inputs gave them before (kept in the outputs' graph rows: only the changed inputs are
+        mapped); and the graph's state rows of those inputs and outputs (vanished for those
+        without pieces now)."""
         changed = self.changes(task, state)
+        self._check_size(changed.num_rows)
         changed_keys = set(_keys(changed))
         live = changed.filter(pc.is_valid(changed.column("payload")))
-        mapper = _spark.on_table(_spark.map_pieces(task, types), _spark.PIECES)
-        new_pieces = _spark.run_chunks(self.spark, live, mapper, _spark.PIECES)
+        mapper = _spark.on_table(_spark.map_pieces(task, types), rules.PIECES)
+        new_pieces = _spark.run_chunks(self.spark, live, mapper, rules.PIECES)
         affected = set(_out_keys(new_pieces))
-        for outs in self._recorded(task, "in", changed_keys).values():
+        for outs in self._recorded(task, changed_keys).values():
             affected.update(outs)  # type: ignore[arg-type]
-        feeders = {i for ins in self._recorded(task, "out", affected).values() for i in ins} - changed_keys
-        self._check_size(changed.num_rows + len(feeders))
-        fed = _spark.run_chunks(self.spark, self._fetch(feeders), mapper, _spark.PIECES)  # type: ignore[arg-type]
-        fed = fed.filter(pa.array([k in affected for k in _out_keys(fed)], pa.bool_()))
-        pieces = pa.concat_tables([new_pieces, fed])
+        kept = self._stored_pieces(task, affected)
+        kept = kept.filter(pa.array([k not in changed_keys for k in _keys(kept)], pa.bool_()))
+        self._check_size(changed.num_rows + kept.num_rows)
+        pieces = pa.concat_tables([new_pieces, kept])
         reduce = _spark.reduce_pieces(task, self.out_types)
         fn = _spark.summed(_spark.on_table(reduce, rules.CANDIDATES))
         compiled = _spark.run_chunks(self.spark, pieces, fn, rules.SUMMED, group_by=rules.OUT_KEYS)

@@ -8,12 +8,14 @@ one batch or one task's rows at a time:
 - `decide`: a candidate against the checksum published for its key → the operation;
 - `vanished`: the empty candidate of an output no input feeds any more (a published one is
   deleted);
-- `graph_rows`: the state rows of a map-group task's graph, and `graph_name`, `edges` to read it;
+- `graph_rows`: the state rows of a map-group task's graph (per input the outputs it feeds, per
+  output its pieces), and `graph_name`, `edges`, `stored_pieces` to read them;
 - `written`: the decided rows a commit writes.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 
@@ -36,6 +38,15 @@ CANDIDATES = pa.schema([("layer", pa.string()), ("partition", pa.string()), ("pa
 SUMMED = CANDIDATES.append(pa.field("checksum", pa.string()))
 #: Decided rows of a task (`decide`): what each candidate does to the catalog.
 ROWS = pa.schema([("task", pa.string()), ("op", pa.string()), *SUMMED, ("compiled", pa.bool_())])
+
+#: Pieces of a map-group task: an input's contribution to an output (`MapGroupCompiler.map`).
+PIECES = pa.schema(
+    [
+        *((c, pa.string()) for c in (*OUT_KEYS, *IN_KEYS)),
+        ("seq", pa.int32()),
+        ("value", pa.binary()),
+    ]
+)
 
 #: The sides of a map-group task's graph: the key columns of PIECE rows a graph row is named by,
 #: and those of the partitions it lists.
@@ -89,16 +100,25 @@ def graph_name(task: str, side: str, key: tuple[str, ...]) -> str:
 
 def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
     """CANDIDATES rows (state layer) of one side of a map-group task's graph, from PIECE rows
-    holding every piece of each of their keys on that side: per input partition ("in") the
-    outputs it feeds, per output partition ("out") the inputs feeding it, as a sorted JSON list
-    of keys; in key order."""
+    holding every piece of each of their keys on that side, in key order:
+    - per input partition ("in"), the outputs it feeds: a sorted JSON list of their keys;
+    - per output partition ("out"), its pieces: a JSON list of `[catalog, layer, partition, seq,
+      value (base64)]` in the order `reduce` takes them (`stored_pieces`), so that an incremental
+      run reduces an output from the pieces of its unchanged inputs without mapping them again.
+    A piece repeated (same input and `seq`) is kept once."""
     by, to = SIDES[side]
-    edges: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
-    for key, edge in zip(_tuples(pieces, by), _tuples(pieces, to), strict=True):
-        edges.setdefault(key, set()).add(edge)
-    keys = sorted(edges)
+    listed: dict[tuple[str, ...], set[tuple[object, ...]]] = {}
+    if side == "in":
+        for key, edge in zip(_tuples(pieces, by), _tuples(pieces, to), strict=True):
+            listed.setdefault(key, set()).add(edge)
+    else:
+        values = [base64.b64encode(v).decode("ascii") for v in pieces.column("value").to_pylist()]
+        rows = zip(_tuples(pieces, to), pieces.column("seq").to_pylist(), values, strict=True)
+        for key, (edge, seq, value) in zip(_tuples(pieces, by), rows, strict=True):
+            listed.setdefault(key, set()).add((*edge, seq, value))
+    keys = sorted(listed)
     payloads = [
-        json.dumps(sorted(edges[k]), separators=(",", ":"), ensure_ascii=False).encode() for k in keys
+        json.dumps(sorted(listed[k]), separators=(",", ":"), ensure_ascii=False).encode() for k in keys
     ]
     return pa.table(
         [
@@ -111,8 +131,31 @@ def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
 
 
 def edges(payload: bytes) -> list[tuple[str, ...]]:
-    """The keys a graph row's payload lists."""
+    """The output keys an "in" graph row lists."""
     return [tuple(key) for key in json.loads(payload)]
+
+
+def stored_pieces(payload: bytes) -> list[tuple[str, str, str, int, bytes]]:
+    """The pieces an "out" graph row keeps: (catalog, layer, partition, seq, value), in order."""
+    return [(c, layer, p, seq, base64.b64decode(v)) for c, layer, p, seq, v in json.loads(payload)]
+
+
+def fed_outputs(rows: pa.Table) -> pa.Table:
+    """(out_layer, out_partition) of every output the "in" graph rows (column `payload`) list."""
+    listed = [key for payload in rows.column("payload").to_pylist() if payload for key in edges(payload)]
+    return pa.table([pa.array([k[i] for k in listed], pa.string()) for i in (0, 1)], names=OUT_KEYS)
+
+
+def unpacked(rows: pa.Table) -> pa.Table:
+    """PIECES of the "out" graph rows `rows` (columns out_layer, out_partition, payload)."""
+    columns: dict[str, list[object]] = {name: [] for name in PIECES.names}
+    for layer, partition, payload in zip(
+        *(rows.column(c).to_pylist() for c in [*OUT_KEYS, "payload"]), strict=True
+    ):
+        for piece in stored_pieces(payload) if payload else []:
+            for name, value in zip(PIECES.names, (layer, partition, *piece), strict=True):
+                columns[name].append(value)
+    return pa.table(columns, schema=PIECES)
 
 
 def written(rows: pa.Table) -> pa.Table:

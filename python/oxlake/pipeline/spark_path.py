@@ -1,7 +1,8 @@
-"""The Spark path of a run: the plans, over DataFrames, of a task run in full and of an
-incremental direct task without an inverse (which scans every input key), and the output
-catalog as the run leaves it. Spark joins and groups; the decision rules (`rules`) run in its
-tasks through `mapInArrow`."""
+"""The Spark path of a run: the plans, over DataFrames, of a task run in full or incrementally,
+and the output catalog as the run leaves it. Spark joins and groups; the decision rules
+(`rules`) run in its tasks through `mapInArrow`. An incremental task here follows the same logic
+as on the driver path (`driver_path`), with joins by key against the catalogs in place of the
+driver's Arrow tables: nothing proportional to the change or the catalogs reaches the driver."""
 
 from __future__ import annotations
 
@@ -41,33 +42,64 @@ class SparkPath:
         self.spark = driver.spark
         self.out_types = driver.output.structured
 
-    def scanned(
-        self, task: Compiler, types: _spark.InputTypes, own: pa.Table, changed: pa.Table | None
+    def rows(
+        self, task: Compiler, types: _spark.InputTypes, own: pa.Table, state: Mapping[str, object] | None
     ) -> DataFrame:
-        """The ROWS of a task: in full, or incrementally from the `changed` input partitions
-        (INPUT rows) for a direct task without an inverse. `own` is the task's state record."""
+        """The ROWS of a task: in full (no `state`), or incrementally from the input partitions
+        changed since the versions its `state` recorded. `own` is the task's state record."""
         from pyspark.sql import functions as F
 
+        changed = None if state is None else self.changes(task, state)
         graph: DataFrame | None = None
         if isinstance(task, DirectCompiler):
             candidates = (
                 self._direct_full(task, types) if changed is None else self._direct(task, types, changed)
             )
         elif isinstance(task, MapGroupCompiler):
-            candidates, graph = self._map_group(task, types)
+            candidates, graph = (
+                self._map_group(task, types)
+                if changed is None
+                else self._map_group_changed(task, types, changed)
+            )
         elif isinstance(task, FunctionCompiler):
             candidates = self._function(task, types)
         else:
             raise PipelineDefinitionError(
                 f"task {task.name!r}: {type(task).__name__} is not a known compiler"
             )
-        state = _spark.frame(self.spark, own, _spark.CANDIDATE)
+        record = _spark.frame(self.spark, own, _spark.CANDIDATE)
         if graph is not None:
-            state = state.unionByName(graph)
+            record = record.unionByName(graph)
         compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(
-            state.withColumn("compiled", F.lit(False))
+            record.withColumn("compiled", F.lit(False))
         )
         return _decide(task.name, compiled, self.published(task.outputs, task.name), full=changed is None)
+
+    def changes(self, task: Compiler, state: Mapping[str, object]) -> DataFrame:
+        """The input partitions changed since the recorded versions (INPUT rows, payload null
+        when removed), from the catalogs' change queries and this run's changes of output
+        layers."""
+        from pyspark.sql import functions as F
+
+        recorded: Mapping[str, str] = state["inputs"]  # type: ignore[assignment]
+        parts = []
+        for name, layers in task.inputs.items():
+            if name == self.d.output_name:
+                for layer in layers:
+                    parts.append(
+                        self.layer_changes(layer).select(
+                            F.lit(name).alias("catalog"), F.lit(layer).alias("layer"), "partition", "payload"
+                        )
+                    )
+            elif recorded[name] != self.requested[name]:
+                catalog = self.d.inputs[name]
+                df = catalog.changes(recorded[name], self.requested[name], layers, spark=self.spark)
+                if set(catalog.structured) & set(layers):
+                    df = df.mapInArrow(_spark.encoded(catalog.structured), _spark.ROW)
+                parts.append(df.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
+        if not parts:
+            return self.spark.createDataFrame([], _spark.INPUT)
+        return reduce(lambda a, b: a.unionByName(b), parts)
 
     # ---- the output catalog, as published and as this run leaves it -------------------------
 
@@ -144,47 +176,114 @@ class SparkPath:
             _spark.compile_direct(task, types, self.out_types), _spark.CANDIDATE
         )
 
-    def _direct(self, task: DirectCompiler, types: _spark.InputTypes, changed: pa.Table) -> DataFrame:
-        """Outputs of the changed inputs' keys, compiled from the inputs found by mapping every
-        input key (the compiler has no inverse), and a `rules.vanished` one for each of those
-        outputs no input feeds any more."""
+    def _direct(self, task: DirectCompiler, types: _spark.InputTypes, changed: DataFrame) -> DataFrame:
+        """Outputs of the changed inputs' keys, compiled from the inputs that feed them (named
+        by the compiler's inverse, else found by mapping every input key), and a
+        `rules.vanished` one for each of those outputs no input feeds any more."""
         from pyspark.sql import functions as F
 
         affected = (
-            _spark.frame(self.spark, changed, _spark.INPUT)
-            .select(*rules.IN_KEYS)
+            changed.select(*rules.IN_KEYS)
             .mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
             .select(F.col("out_layer").alias("layer"), F.col("out_partition").alias("partition"))
             .distinct()
+            .localCheckpoint()  # read by the edges and the vanished
         )
-        edges = self.snapshot(task, keys_only=True).mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
-        needed = edges.join(
-            affected.select(F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")),
-            rules.OUT_KEYS,
-            "left_semi",
-        )
+        if task.invertible:
+            needed = affected.mapInArrow(
+                _spark.inverse_edges(task, set(task.input_layers())), _spark.EDGE
+            ).distinct()
+        else:
+            edges = self.snapshot(task, keys_only=True).mapInArrow(
+                _spark.output_keys(task, False), _spark.EDGE
+            )
+            needed = edges.join(
+                affected.select(F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")),
+                rules.OUT_KEYS,
+                "left_semi",
+            )
         pieces = needed.join(self.snapshot(task), rules.IN_KEYS).select(
             *rules.OUT_KEYS, *rules.IN_KEYS, "payload"
         )
         compiled = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
             _spark.compile_direct(task, types, self.out_types), _spark.CANDIDATE
         )
-        gone = affected.join(compiled.select(*rules.KEYS), rules.KEYS, "left_anti")
-        return compiled.unionByName(gone.mapInArrow(_spark.per_batch(rules.vanished), _spark.CANDIDATE))
+        return _with_vanished(affected, compiled)
+
+    def _map_group_changed(
+        self, task: MapGroupCompiler, types: _spark.InputTypes, changed: DataFrame
+    ) -> tuple[DataFrame, DataFrame]:
+        """The outputs the changed inputs fed before (recorded graph) or feed now (mapped),
+        reduced from the changed inputs' new pieces and the pieces the unchanged inputs gave
+        them before (kept in the outputs' graph rows); and the graph's state rows of those
+        inputs and outputs (vanished for those without pieces now)."""
+        from pyspark.sql import functions as F
+
+        changed = changed.localCheckpoint()  # mapped, joined twice, named
+        keys = changed.select(*rules.IN_KEYS)
+        new = (
+            changed.filter(F.col("payload").isNotNull())
+            .mapInArrow(_spark.map_pieces(task, types), _spark.PIECE)
+            .localCheckpoint()
+        )
+        fed = self._graph_rows(task, "in", keys).mapInArrow(
+            _spark.per_batch(rules.fed_outputs), _spark.OUT_KEY
+        )
+        affected = new.select(*rules.OUT_KEYS).unionByName(fed).distinct().localCheckpoint()
+        kept = (
+            self._graph_rows(task, "out", affected)
+            .mapInArrow(_spark.per_batch(rules.unpacked), _spark.PIECE)
+            .join(keys, rules.IN_KEYS, "left_anti")
+        )
+        pieces = new.unionByName(kept).localCheckpoint()  # read by the reduce and the graph
+        out = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
+            _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
+        )
+        outputs = affected.select(
+            F.col("out_layer").alias("layer"), F.col("out_partition").alias("partition")
+        )
+        graph = self._graph(task, new, pieces)
+        names = [
+            _graph_key(task.name, side, rows).select(
+                F.lit(STATE_LAYER).alias("layer"), F.col("name").alias("partition")
+            )
+            for side, rows in [("in", keys), ("out", affected)]
+        ]
+        return _with_vanished(outputs, out), _with_vanished(names[0].unionByName(names[1]), graph)
+
+    def _graph_rows(self, task: Compiler, side: str, keys: DataFrame) -> DataFrame:
+        """The recorded graph rows of a map-group task for the input ("in") or output ("out")
+        `keys` (a DataFrame of that side's key columns): those columns and `payload`."""
+        from pyspark.sql import functions as F
+
+        by, _ = rules.SIDES[side]
+        state = self.d.output.snapshot(layers=[STATE_LAYER], spark=self.spark, with_state=True)
+        state = state.filter(F.col("partition").startswith(f"{task.name}|{side}|"))
+        return (
+            _graph_key(task.name, side, keys)
+            .join(state.select(F.col("partition").alias("name"), "payload"), "name")
+            .select(*by, "payload")
+        )
+
+    def _graph(self, task: MapGroupCompiler, inputs: DataFrame, outputs: DataFrame) -> DataFrame:
+        """The graph's state rows: "in" of every input partition of the pieces `inputs`, "out"
+        of every output of the pieces `outputs` (each side's pieces repartitioned by its key:
+        all of a key in one task)."""
+        sides = []
+        for side, pieces in [("in", inputs), ("out", outputs)]:
+            by, _ = rules.SIDES[side]
+            fn = _spark.per_task(partial(rules.graph_rows, task.name, side))
+            sides.append(pieces.repartition(*by).mapInArrow(fn, _spark.CANDIDATE))
+        return sides[0].unionByName(sides[1])
 
     def _map_group(self, task: MapGroupCompiler, types: _spark.InputTypes) -> tuple[DataFrame, DataFrame]:
-        """The compiled outputs, and the graph's state rows (`rules.graph_rows` of each side, its
-        pieces repartitioned by its key: every piece of a key in one task)."""
+        """The compiled outputs, and the graph's state rows of every input and output."""
         pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task, types), _spark.PIECE)
         pieces = pieces.localCheckpoint()  # computed once, read by the reduce and the graph
         out = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
             _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
         )
-        sides = []
-        for side, (by, to) in rules.SIDES.items():
-            fn = _spark.per_task(partial(rules.graph_rows, task.name, side))
-            sides.append(pieces.select(*by, *to).repartition(*by).mapInArrow(fn, _spark.CANDIDATE))
-        return out, sides[0].unionByName(sides[1])
+        return out, self._graph(task, pieces, pieces)
 
     def _function(self, task: FunctionCompiler, types: _spark.InputTypes) -> DataFrame:
         from pyspark.sql import functions as F
@@ -220,6 +319,22 @@ class SparkPath:
         if not parts:
             return self.spark.createDataFrame([], _spark.CANDIDATE)
         return reduce(lambda a, b: a.unionByName(b), parts)
+
+
+def _with_vanished(affected: DataFrame, compiled: DataFrame) -> DataFrame:
+    """The `compiled` CANDIDATE rows, plus a `rules.vanished` one for each `affected` key
+    (layer, partition) none of them has (so that a published one is deleted)."""
+    gone = affected.join(compiled.select(*rules.KEYS), rules.KEYS, "left_anti")
+    return compiled.unionByName(gone.mapInArrow(_spark.per_batch(rules.vanished), _spark.CANDIDATE))
+
+
+def _graph_key(task: str, side: str, keys: DataFrame) -> DataFrame:
+    """`keys` (a DataFrame of one side's key columns) with the `name` of their graph rows in
+    the state layer (`rules.graph_name`)."""
+    from pyspark.sql import functions as F
+
+    by, _ = rules.SIDES[side]
+    return keys.select(*by, F.concat_ws("|", F.lit(task), F.lit(side), *(F.col(c) for c in by)).alias("name"))
 
 
 def _decide(name: str, candidates: DataFrame, published: DataFrame, full: bool) -> DataFrame:
