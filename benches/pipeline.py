@@ -1,13 +1,15 @@
-"""An incremental pipeline run against a full run, on Spark `local[2]`.
+"""Incremental pipeline runs against full runs of the same change, on Spark `local[2]`.
 
-    .venv/bin/python benches/pipeline.py --partitions 1000000 --change 0.01
+    .venv/bin/python benches/pipeline.py --partitions 1000000 --change 0.01 0.1 0.3 --spread random clustered
 
 An input catalog of `--partitions` partitions (small JSON payloads), a direct M:N task (the
 example's `Tiles`, with its inverse) and a map-group task (`AreaClasses`: road length per class in
-each level-12 area of 16 input tiles). After a full first run, `--change` of the input partitions
-change (`--spread`: anywhere at random, or one contiguous band); the same change is compiled once
-incrementally and once in full (into a copy of the output catalog taken before). Bytes written
-are compared with the first run, which publishes every output partition (a full republish).
+each level-12 area of 16 input tiles). After a full first run, for each `--change` and `--spread`
+(anywhere at random, or one contiguous band) that share of the input partitions changes; the
+change is compiled once incrementally (on the path `--path` forces, default chosen by size) and
+once in full into a copy of the output catalog taken before. Reported per run: seconds, bytes
+written, partitions compiled and written, the path each task took, and the driver process's peak
+resident memory above what it held before the run (sampled every 10 ms).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import random
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -59,13 +62,16 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--partitions", type=int, default=100_000)
-    parser.add_argument("--change", type=float, default=0.01)
+    parser.add_argument("--change", type=float, nargs="+", default=[0.01])
     parser.add_argument(
         "--spread",
         choices=["random", "clustered"],
-        default="random",
+        nargs="+",
+        default=["random"],
         help="changed input tiles anywhere, or in one contiguous band of rows (as edits of one region)",
     )
+    parser.add_argument("--path", choices=["auto", "driver", "spark"], default="auto")
+    parser.add_argument("--work", help="keep the tables here (default: a temporary directory, removed)")
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -82,70 +88,119 @@ def main() -> int:
         .config("spark.driver.memory", "6g")
         .getOrCreate()
     )
-    work = Path(tempfile.mkdtemp(prefix="oxlake-pipeline-bench-"))
+    work = Path(args.work or tempfile.mkdtemp(prefix="oxlake-pipeline-bench-"))
     rng = random.Random(1)
     side = int(args.partitions**0.5) + 1
     tiles = [f"{i % side}_{i // side}" for i in range(args.partitions)]
     inputs = Catalog.create(str(work / "roads"))
 
     def publish(keys: list[str]) -> None:
-        payloads = [roads.segments(rng, t, rng.randint(1, 3)) for t in keys]
-        inputs.table.upsert(
-            pa.table(
+        for at in range(0, len(keys), 1_000_000):  # one version, written in slices
+            part = keys[at : at + 1_000_000]
+            payloads = [roads.segments(rng, t, rng.randint(1, 3)) for t in part]
+            table = pa.table(
                 {
-                    "layer": ["segments"] * len(keys),
-                    "partition": keys,
+                    "layer": ["segments"] * len(part),
+                    "partition": part,
                     "payload": pa.array(payloads, pa.binary()),
-                    "checksum": pa.nulls(len(keys), pa.string()),
+                    "checksum": pa.nulls(len(part), pa.string()),
                 }
             )
-        )
+            if at == 0:
+                writer = inputs.table.upsert if inputs.latest() else inputs.table.insert
+                writer(table)
+                inputs.refresh()
+            else:
+                inputs.table.upsert(table)  # another version: only the first run reads them all
         inputs.refresh()
 
+    start = time.perf_counter()
     publish(tiles)
+    print(f"inputs written in {time.perf_counter() - start:.0f} s", flush=True)
     out = Catalog.create(str(work / "out"))
     tasks = [roads.Tiles(), area_classes()]
     start = time.perf_counter()
     Driver(spark, out, {"roads": inputs}, tasks).run()
     first = time.perf_counter() - start
     republish = size(work / "out", set())
-    shutil.copytree(work / "out", work / "full")
-    n = int(args.partitions * args.change)
-    if args.spread == "random":
-        publish(rng.sample(tiles, n))
-    else:
-        band = rng.randrange(len(tiles) - n)
-        publish(tiles[band : band + n])
+    print(f"first run {first:.1f} s", flush=True)
 
-    results = {}
-    for name, full in [("incremental", False), ("full", True)]:
-        path = work / ("out" if name == "incremental" else "full")
-        before = {p for p in path.rglob("*") if p.is_file()}
-        start = time.perf_counter()
-        report = Driver(spark, Catalog(str(path)), {"roads": inputs}, tasks).run(full=full)
-        results[name] = (time.perf_counter() - start, size(path, before), report)
+    rows = []
+    for spread in args.spread:
+        for change in args.change:
+            shutil.rmtree(work / "full", ignore_errors=True)
+            shutil.copytree(work / "out", work / "full")
+            n = int(args.partitions * change)
+            if spread == "random":
+                publish(rng.sample(tiles, n))
+            else:
+                band = rng.randrange(len(tiles) - n)
+                publish(tiles[band : band + n])
+            for name, path in [("incremental", work / "out"), ("full", work / "full")]:
+                before = {p for p in path.rglob("*") if p.is_file()}
+                driver = Driver(
+                    spark, Catalog(str(path)), {"roads": inputs}, tasks, incremental_path=args.path
+                )
+                with Peak() as peak:
+                    start = time.perf_counter()
+                    report = driver.run(full=name == "full")
+                    secs = time.perf_counter() - start
+                rows.append((spread, change, name, secs, size(path, before), report, peak.mib))
+                print(rows[-1][:4], flush=True)
 
-    changed = f"{args.change:.0%} changed ({args.spread})"
-    print(f"\n{args.partitions:,} input partitions, {changed}, Spark local[2]")
-    print()
-    print("| run | seconds | bytes written | tiles13 compiled / written | area_classes compiled / written |")
-    print("| --- | ---: | ---: | ---: | ---: |")
-    print(f"| first (full republish) | {first:.1f} | {republish:,} | | |")
-    for name, (secs, written, report) in results.items():
-        t, c = report.layers["tiles13"], report.layers["area_classes"]
-        print(
-            f"| {name} ({report.mode}) | {secs:.1f} | {written:,} | {t.compiled:,} / {t.written:,} | "
-            f"{c.compiled:,} / {c.written:,} |"
-        )
-    (inc, inc_bytes, _), (full, full_bytes, _) = results["incremental"], results["full"]
     print(
-        f"\nincremental against full: {full / inc:.1f}x faster; bytes written: "
-        f"{republish / max(inc_bytes, 1):.1f}x fewer than a full republish "
-        f"(the full run, which also publishes only what changed, wrote {full_bytes:,})"
+        f"\n{args.partitions:,} input partitions, Spark local[2]; "
+        f"first run (full republish) {first:.1f} s, {republish:,} bytes"
     )
+    print()
+    print(
+        "| change | run | path (Tiles / AreaClasses) | seconds | vs full | driver peak MiB "
+        "| bytes written | tiles13 compiled / written | area_classes compiled / written |"
+    )
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for i, (spread, change, name, secs, written, report, mib) in enumerate(rows):
+        t, c = report.layers["tiles13"], report.layers["area_classes"]
+        paths = " / ".join(task.path for task in report.tasks.values()) if name == "incremental" else ""
+        ratio = f"{rows[i + 1][3] / secs:.1f}x" if name == "incremental" else ""
+        print(
+            f"| {change:.0%} {spread} | {name} | {paths} | {secs:.1f} | {ratio} | {mib:,.0f} | {written:,} "
+            f"| {t.compiled:,} / {t.written:,} | {c.compiled:,} / {c.written:,} |"
+        )
+    for name, task in rows[0][5].tasks.items():
+        print(f"- {name}: {task.path_reason}")
     spark.stop()
-    shutil.rmtree(work, ignore_errors=True)
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+class Peak:
+    """The peak resident memory of this process above its level on entry, sampled every 10 ms."""
+
+    def __enter__(self) -> Peak:
+        self.base = self.peak = rss()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self.done.wait(0.01):
+            self.peak = max(self.peak, rss())
+
+    def __exit__(self, *exc: object) -> None:
+        self.done.set()
+        self.thread.join()
+        self.peak = max(self.peak, rss())
+
+    @property
+    def mib(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 if __name__ == "__main__":

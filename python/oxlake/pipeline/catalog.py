@@ -208,29 +208,36 @@ class Catalog:
         *,
         spark: SparkSession | None = None,
         with_state: bool = False,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table | DataFrame:
         """The published partitions at `version` (default latest), restricted to `layers`: a
         Spark DataFrame when `spark` is given, else an Arrow table. Columns: layer, partition,
-        payload, checksum, and `version` (the instant at which the partition last changed)."""
+        payload, checksum, and `version` (the instant at which the partition last changed);
+        `columns` reads only those (and `version`)."""
         if self.latest() is None:
-            return self._empty(spark, layers, with_version=True)
+            empty = self._empty(spark, layers, with_version=True)
+            if columns is None:
+                return empty
+            kept = [*columns, "version"]
+            return empty.select(kept) if isinstance(empty, pa.Table) else empty.select(*kept)
         as_of = self.instant_of(version) if version is not None else None
         filt = self._layer_filter(layers, with_state) or None
-        columns = [*SCHEMA.names, *self._struct_columns(layers), "_hoodie_commit_time"]
+        data = [*SCHEMA.names, *self._struct_columns(layers)] if columns is None else list(columns)
+        names = [*data, "_hoodie_commit_time"]
         if spark is not None:
             from oxlake import spark as oxspark
 
             df = oxspark.read(
                 spark,
                 self.uri,
-                columns=columns,
+                columns=names,
                 filter=filt,
                 as_of=as_of,
                 storage_options=self.storage_options,
             )
             return df.withColumnRenamed("_hoodie_commit_time", "version")
-        t = self.table.to_arrow(columns=columns, filter=filt, as_of=as_of)
-        return t.rename_columns([*columns[:-1], "version"])
+        t = self.table.to_arrow(columns=names, filter=filt, as_of=as_of)
+        return t.rename_columns([*data, "version"])
 
     def _struct_columns(self, layers: Sequence[str] | None) -> list[str]:
         """The struct columns of the structured layers among `layers` (all when None)."""

@@ -109,7 +109,10 @@ class SparkPath:
         from pyspark.sql import functions as F
 
         snap = self.d.output.snapshot(
-            layers=[*layers, STATE_LAYER] if task else list(layers), spark=self.spark, with_state=True
+            layers=[*layers, STATE_LAYER] if task else list(layers),
+            spark=self.spark,
+            with_state=True,
+            columns=None if payload else ["layer", "partition", "checksum"],
         )
         if payload and set(self.out_types) & set(layers):
             snap = snap.mapInArrow(_spark.encoded(self.out_types), _spark.ROW)
@@ -257,7 +260,9 @@ class SparkPath:
         from pyspark.sql import functions as F
 
         by, _ = rules.SIDES[side]
-        state = self.d.output.snapshot(layers=[STATE_LAYER], spark=self.spark, with_state=True)
+        state = self.d.output.snapshot(
+            layers=[STATE_LAYER], spark=self.spark, with_state=True, columns=["partition", "payload"]
+        )
         state = state.filter(F.col("partition").startswith(f"{task.name}|{side}|"))
         return (
             _graph_key(task.name, side, keys)
