@@ -468,12 +468,55 @@ pub async fn record_keys(
     committed: Option<&CommittedLogs>,
     stored: &crate::keys::StoredKeys,
 ) -> Result<HashMap<String, bool>> {
+    let keys = keys_of_blocks(read_blocks(storage, logs, committed).await?, stored)?;
+    Ok(keys.into_iter().map(|(k, state)| (k, state == KeyState::Written)).collect())
+}
+
+/// What the last block of a slice's logs holding a key did to it. Ordered from the state a write
+/// finds most to its liking: a key written beats one held deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KeyState {
+    /// Wrote it (an insert or an update).
+    Written,
+    /// Deleted it with an ordering value (event-time ordering: the delete may lose to the record
+    /// before it, and hides a later version with a lower ordering value).
+    DeletedByOrder,
+    /// Deleted it whatever came before (no ordering value, or Apache Hudi's default `Int(0)`).
+    Deleted,
+}
+
+/// [`record_keys`] of the blocks a snapshot's merge reads (instants `timeline` shows committed,
+/// no rollback block cancels), with what the last of them did to each key: the keys a reader
+/// sees, and those it sees deleted (the record index is built from them).
+pub async fn committed_record_keys(
+    storage: &Storage,
+    logs: &[LogFile],
+    committed: &CommittedLogs,
+    stored: &crate::keys::StoredKeys,
+    timeline: &Timeline,
+) -> Result<HashMap<String, KeyState>> {
+    let blocks = read_blocks(storage, logs, Some(committed)).await?;
+    let rolled_back: HashSet<String> =
+        blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
+    let admitted = blocks
+        .into_iter()
+        .filter(|b| b.block.instant().is_some_and(|i| timeline.is_committed(i) && !rolled_back.contains(i)))
+        .collect();
+    keys_of_blocks(admitted, stored)
+}
+
+/// The keys of the data and delete blocks among `blocks` (in log order), each with what the last
+/// of them did to it.
+fn keys_of_blocks(blocks: Vec<Located>, stored: &crate::keys::StoredKeys) -> Result<HashMap<String, KeyState>> {
     let mut keys = HashMap::new();
-    for Located { path, block } in read_blocks(storage, logs, committed).await? {
+    for Located { path, block } in blocks {
         let batches: Vec<RecordBatch> = match block.block_type {
             BlockType::Delete => {
                 let deletes = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;
-                keys.extend(deletes.into_iter().filter_map(|d| d.record_key).map(|k| (k, false)));
+                keys.extend(deletes.into_iter().filter_map(|d| {
+                    let state = if d.ordering.is_commit_time() { KeyState::Deleted } else { KeyState::DeletedByOrder };
+                    d.record_key.map(|k| (k, state))
+                }));
                 continue;
             }
             BlockType::ParquetData => {
@@ -495,7 +538,7 @@ pub async fn record_keys(
         };
         for b in batches {
             let written = stored.keys_in(&b, &path)?;
-            keys.extend(written.iter().flatten().map(|k| (k.to_string(), true)));
+            keys.extend(written.iter().flatten().map(|k| (k.to_string(), KeyState::Written)));
         }
     }
     Ok(keys)

@@ -180,9 +180,10 @@ impl Table {
         }
     }
 
-    /// Builds the metadata table from a full listing of storage (and, for the record index, a
-    /// snapshot read), replacing any earlier one; recorded on the data timeline as an `indexing`
-    /// instant. Returns that instant.
+    /// Builds the metadata table from a full listing of storage (and, for the record index, the
+    /// record keys each latest file slice holds, deleted ones too: [`record_index::HeldKeys`]),
+    /// replacing any earlier one; recorded on the data timeline as an `indexing` instant. Returns
+    /// that instant.
     pub async fn build_metadata(&mut self, config: MetadataConfig) -> Result<String> {
         if !self.config().populate_meta_fields && config.shards.contains_key(&Index::RecordIndex) {
             // As Apache Hudi: the record index is kept from the rows' stored keys.
@@ -411,7 +412,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
     }
     by_index.insert(Index::Files, listing);
     let records = match config.shards.get(&Index::RecordIndex) {
-        Some(&n) => Some(record_index::snapshot_entries(data, n).await?),
+        Some(&n) => Some(record_index::HeldKeys::read(data, n).await?.entries()?),
         None => None,
     };
     for f in storage.list_recursive(DIR).await? {

@@ -2,8 +2,11 @@
 //!
 //! Writers report the keys each write put into file groups and the keys it deleted
 //! ([`KeyChanges`]); a clustering or an insert overwrite is read back from its files (every key of
-//! a new file moved there, every key of a replaced group left it). The index is exact: upserts
-//! route by it without reading a data file, and [`Table::lookup`] reads only the groups it names.
+//! a new file moved there, every key of a replaced group left it). A build reads the keys every
+//! file slice holds ([`HeldKeys`]), as those writes would have left them. The index is exact:
+//! upserts route by it without reading a data file, and [`Table::lookup`] reads only the groups it
+//! names. It holds one file group per key and partition: of the copies of a key that a write
+//! without a lookup put beside it (an insert, a bulk insert), the one written last.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
@@ -11,77 +14,140 @@ use std::sync::Arc;
 use arrow::array::{Array, RecordBatch, StringArray};
 use datafusion::common::ScalarValue;
 use datafusion::execution::SendableRecordBatchStream;
-use futures::TryStreamExt;
+use futures::StreamExt;
 
 use super::entries::{RecordEntries, record_key_of, shard_of, strings};
 use super::reader::BaseRead;
 use super::{Index, MetadataTable, Select};
 pub use crate::commit::change::KeyChanges;
 use crate::error::{Error, Result};
-use crate::format::file_name::{BaseFileName, LogFileName};
 use crate::keys::KeySpec;
+use crate::log::KeyState;
 use crate::read::splits::Split;
 use crate::read::{Filter, Op, Predicate, QueryType, ScanOptions};
-use crate::schema::{COMMIT_TIME, FILE_NAME, PARTITION_PATH, RECORD_KEY};
+use crate::schema::RECORD_KEY;
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, FileSlice};
 
-/// The file id named by a record's `_hoodie_file_name` (a base file name, a log file name, or
-/// the file id itself, as log records carry).
-pub(crate) fn file_id_of(file_name: &str) -> String {
-    if let Some(b) = BaseFileName::parse(file_name) {
-        return b.file_id;
-    }
-    LogFileName::parse(file_name).map_or_else(|| file_name.to_string(), |l| l.file_id)
+/// The record keys the latest file slices of a table hold, read from their files: each base
+/// file's keys, and those of its slice's committed log blocks with what the last of them did
+/// ([`KeyState`]). What a build of the record index starts from, and what its validation checks.
+pub(crate) struct HeldKeys {
+    /// Each slice read: (partition, file id, base instant), the latest base instants first.
+    pub slices: Vec<(String, String, String)>,
+    /// Per shard: (`record_index` key, state, slice), in no order. Under commit-time ordering
+    /// every delete is [`KeyState::Deleted`].
+    pub by_shard: Vec<Vec<(String, KeyState, u32)>>,
+    /// Whether the table has a global index (a key is one record in all partitions).
+    pub global: bool,
 }
 
-/// The record index of a whole table, read from a snapshot of its meta fields, one list of
-/// (key, location) per shard, each sorted by key. Locations are (partition, file id, instant).
-pub(crate) async fn snapshot_entries(data: &Table, shards: u32) -> Result<Vec<Vec<RecordBatch>>> {
-    let opts = ScanOptions {
-        columns: Some(vec![RECORD_KEY.into(), PARTITION_PATH.into(), FILE_NAME.into(), COMMIT_TIME.into()]),
-        ..ScanOptions::default()
-    };
-    // Locations are few (file groups × instants): rows refer to them by number.
-    let mut locations: Vec<(String, String, String)> = Vec::new();
-    let mut location_ids: HashMap<(String, String, String), u32> = HashMap::new();
-    let mut by_shard: Vec<Vec<(String, u32)>> = vec![Vec::new(); shards as usize];
-    let mut stream = data.scan(&opts).await?;
-    while let Some(batch) = stream.try_next().await? {
-        let cols: Vec<StringArray> = (0..4)
-            .map(|i| {
-                let c = arrow::compute::cast(batch.column(i), &arrow::datatypes::DataType::Utf8)?;
-                c.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| Error::invalid_data("meta field"))
+/// Slices whose keys are read at once.
+const SLICES_AT_ONCE: usize = 16;
+
+impl HeldKeys {
+    /// Reads the keys of every slice of the latest snapshot of `data` (replaced file groups
+    /// aside), sorted into `shards` shards of the record index.
+    pub async fn read(data: &Table, shards: u32) -> Result<Self> {
+        let global = data.config().global_index;
+        let mut by_shard: Vec<Vec<(String, KeyState, u32)>> = vec![Vec::new(); shards.max(1) as usize];
+        let timeline = Arc::new(data.timeline().clone());
+        let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {
+            return Ok(HeldKeys { slices: Vec::new(), by_shard, global });
+        };
+        let view = data.file_system_view().await?;
+        let replaced = data.replaced_file_groups(&latest).await?;
+        let mut slices: Vec<(FileGroupId, FileSlice)> =
+            view.slices_as_of(&latest, &replaced).map(|(g, s)| (g.id(), s.clone())).collect();
+        // The latest slice first: of two copies of a key (a write without a lookup put one beside
+        // the other), the one written last as far as base instants tell, which writes index.
+        slices.sort_by(|(a, sa), (b, sb)| sb.base_instant.cmp(&sa.base_instant).then_with(|| a.cmp(b)));
+        // A damaged committed log block is an error: its keys would be missing from the index.
+        let committed = match slices.iter().any(|(_, s)| !s.logs.is_empty()) {
+            true => Arc::new(crate::log::CommittedLogs::load(data.storage(), &timeline).await?),
+            false => Arc::default(),
+        };
+        let stored = Arc::new(data.stored_keys()?);
+        let by_order = data.config().merge_mode == crate::config::MergeMode::EventTime;
+        // Owned slices and futures, spawned: the stream stays `Send` for any caller.
+        let owned: Vec<FileSlice> = slices.iter().map(|(_, s)| s.clone()).collect();
+        let reads = owned.into_iter().map(|slice| {
+            let (storage, stored) = (data.storage().clone(), stored.clone());
+            let (committed, timeline) = (committed.clone(), timeline.clone());
+            tokio::spawn(async move {
+                let mut keys: HashMap<String, KeyState> = HashMap::new();
+                if let Some(base) = &slice.base {
+                    let in_base = stored.of_base_file(&storage, &base.path, base.size).await?;
+                    keys.extend(in_base.iter().flatten().map(|k| (k.to_string(), KeyState::Written)));
+                }
+                if !slice.logs.is_empty() {
+                    let logs = &slice.logs;
+                    keys.extend(
+                        crate::log::committed_record_keys(&storage, logs, &committed, &stored, &timeline).await?,
+                    );
+                }
+                Ok::<_, Error>(keys)
             })
-            .collect::<Result<_>>()?;
-        for row in 0..batch.num_rows() {
-            let key = cols[0].value(row);
-            let location =
-                (cols[1].value(row).to_string(), file_id_of(cols[2].value(row)), cols[3].value(row).to_string());
-            let next = location_ids.len() as u32;
-            let id = *location_ids.entry(location.clone()).or_insert_with(|| {
-                locations.push(location);
-                next
-            });
-            let composite = super::entries::record_index_key(key, &locations[id as usize].0);
-            by_shard[shard_of(Index::RecordIndex, &composite, shards) as usize].push((composite, id));
-        }
-    }
-    let mut out = Vec::with_capacity(shards as usize);
-    for mut rows in by_shard {
-        rows.sort_unstable();
-        let mut batches = Vec::new();
-        for chunk in rows.chunks(super::entries::BLOCK_ROWS) {
-            let mut entries = RecordEntries::with_capacity(chunk.len());
-            for (key, id) in chunk {
-                let (partition, file_id, instant) = &locations[*id as usize];
-                entries.push(record_key_of(key), partition, file_id, instant);
+        });
+        let mut reads = futures::stream::iter(reads).buffered(SLICES_AT_ONCE);
+        let mut index = 0;
+        while let Some(keys) = reads.next().await {
+            let keys = keys.map_err(|e| Error::invalid_data(format!("a key reading task failed: {e}")))??;
+            let partition = &slices[index].0.0;
+            for (key, mut state) in keys {
+                if !by_order && state == KeyState::DeletedByOrder {
+                    state = KeyState::Deleted;
+                }
+                let composite = super::entries::record_index_key(&key, partition);
+                by_shard[shard_of(Index::RecordIndex, &composite, shards) as usize].push((
+                    composite,
+                    state,
+                    index as u32,
+                ));
             }
-            batches.push(entries.finish()?);
+            index += 1;
         }
-        out.push(batches);
+        let slices = slices.into_iter().map(|((partition, file_id), s)| (partition, file_id, s.base_instant)).collect();
+        Ok(HeldKeys { slices, by_shard, global })
     }
-    Ok(out)
+
+    /// The record index of the table, one list of records per shard, each sorted by key: the
+    /// entries writes keep in step would hold ([`KeyChanges`]).
+    /// - A key written in a group has its entry there; of several such groups in one partition (a
+    ///   record index holds one per key and partition), the latest slice.
+    /// - A key an event-time delete deleted keeps its entry: a later write of it with a lower
+    ///   ordering value must go to that group to lose to the delete (as key reads route it).
+    ///   Not in a table with a global index when the key is written in another partition: the
+    ///   delete moved it there (and an entry holds no state for a lookup to pass it over).
+    /// - A key deleted whatever its ordering has none.
+    pub fn entries(self) -> Result<Vec<Vec<RecordBatch>>> {
+        let mut out = Vec::with_capacity(self.by_shard.len());
+        for mut rows in self.by_shard {
+            // By key and partition, then by state, then the latest slice first; one of each.
+            rows.sort_unstable();
+            rows.dedup_by(|later, first| later.0 == first.0);
+            // A shard holds every partition of its keys.
+            let written: HashSet<&str> =
+                rows.iter().filter(|r| r.1 == KeyState::Written).map(|r| record_key_of(&r.0)).collect();
+            let kept = |(key, state, _): &&(String, KeyState, u32)| match state {
+                KeyState::Written => true,
+                KeyState::DeletedByOrder => !(self.global && written.contains(record_key_of(key))),
+                KeyState::Deleted => false,
+            };
+            let kept: Vec<&(String, KeyState, u32)> = rows.iter().filter(kept).collect();
+            let mut batches = Vec::new();
+            for chunk in kept.chunks(super::entries::BLOCK_ROWS) {
+                let mut entries = RecordEntries::with_capacity(chunk.len());
+                for (key, _, slice) in chunk {
+                    let (partition, file_id, instant) = &self.slices[*slice as usize];
+                    entries.push(record_key_of(key), partition, file_id, instant);
+                }
+                batches.push(entries.finish()?);
+            }
+            out.push(batches);
+        }
+        Ok(out)
+    }
 }
 
 /// A lookup of record keys in the record index, planned (footers and page indexes read): what it
@@ -208,7 +274,6 @@ impl Table {
         columns: Option<Vec<String>>,
     ) -> Result<SendableRecordBatchStream> {
         use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-        use futures::StreamExt;
 
         let stored = Arc::new(self.stored_keys()?);
         let fields: Vec<String> = stored.columns().iter().map(|c| c.to_string()).collect();
@@ -277,4 +342,73 @@ pub(crate) fn take_keys(keys: &StringArray, rows: &[u32]) -> Result<StringArray>
     let indices = arrow::array::UInt32Array::from(rows.to_vec());
     let taken = arrow::compute::take(keys, &indices, None)?;
     taken.as_any().downcast_ref::<StringArray>().cloned().ok_or_else(|| Error::invalid_data("keys are not strings"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::entries::record_index_key;
+
+    /// Held keys of one shard: (record key, partition, state, slice) over the slices `p/a`
+    /// (the latest), `p/b`, `q/c`.
+    fn held(rows: &[(&str, &str, KeyState, u32)], global: bool) -> HeldKeys {
+        let slice = |p: &str, f: &str, t: &str| (p.to_string(), f.to_string(), t.to_string());
+        HeldKeys {
+            slices: vec![slice("p", "a", "3"), slice("p", "b", "2"), slice("q", "c", "1")],
+            by_shard: vec![rows.iter().map(|&(k, p, state, s)| (record_index_key(k, p), state, s)).collect()],
+            global,
+        }
+    }
+
+    /// The entries built, as (record key, partition, file id).
+    fn built(held: HeldKeys) -> Vec<(String, String, String)> {
+        let batches = held.entries().unwrap().into_iter().flatten();
+        let mut out = Vec::new();
+        for b in batches {
+            let (key, partition, file) =
+                (strings(&b, "key").unwrap(), strings(&b, "partition").unwrap(), strings(&b, "file").unwrap());
+            for i in 0..b.num_rows() {
+                out.push((
+                    record_key_of(key.value(i)).to_string(),
+                    partition.value(i).to_string(),
+                    file.value(i).to_string(),
+                ));
+            }
+        }
+        out
+    }
+
+    fn entry(k: &str, p: &str, f: &str) -> (String, String, String) {
+        (k.to_string(), p.to_string(), f.to_string())
+    }
+
+    #[test]
+    fn a_build_keeps_what_writes_keep_of_each_key() {
+        use KeyState::*;
+        let rows = [
+            // Written in two groups of `p` (an insert put a copy beside it): the latest slice.
+            ("1", "p", Written, 1),
+            ("1", "p", Written, 0),
+            // Written beats deleted, whichever slice is later.
+            ("2", "p", DeletedByOrder, 0),
+            ("2", "p", Written, 1),
+            // An event-time delete keeps its key's entry; a commit-time delete does not.
+            ("3", "p", DeletedByOrder, 1),
+            ("4", "p", Deleted, 0),
+            // A key in two partitions is two records, without a global index.
+            ("5", "p", DeletedByOrder, 0),
+            ("5", "q", Written, 2),
+        ];
+        let all = vec![
+            entry("1", "p", "a"),
+            entry("2", "p", "b"),
+            entry("3", "p", "b"),
+            entry("5", "p", "a"),
+            entry("5", "q", "c"),
+        ];
+        assert_eq!(built(held(&rows, false)), all);
+        // With a global index the delete in `p` moved key 5 to `q`: its entry there alone.
+        let moved: Vec<_> = all.iter().filter(|e| **e != entry("5", "p", "a")).cloned().collect();
+        assert_eq!(built(held(&rows, true)), moved);
+    }
 }
