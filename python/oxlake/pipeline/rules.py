@@ -107,19 +107,19 @@ def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
       run reduces an output from the pieces of its unchanged inputs without mapping them again.
     A piece repeated (same input and `seq`) is kept once."""
     by, to = SIDES[side]
-    listed: dict[tuple[str, ...], set[tuple[object, ...]]] = {}
-    if side == "in":
-        for key, edge in zip(_tuples(pieces, by), _tuples(pieces, to), strict=True):
-            listed.setdefault(key, set()).add(edge)
-    else:
-        values = [base64.b64encode(v).decode("ascii") for v in pieces.column("value").to_pylist()]
-        rows = zip(_tuples(pieces, to), pieces.column("seq").to_pylist(), values, strict=True)
-        for key, (edge, seq, value) in zip(_tuples(pieces, by), rows, strict=True):
-            listed.setdefault(key, set()).add((*edge, seq, value))
-    keys = sorted(listed)
-    payloads = [
-        json.dumps(sorted(listed[k]), separators=(",", ":"), ensure_ascii=False).encode() for k in keys
-    ]
+    listed = list(to) if side == "in" else [*to, "seq", "value"]
+    rows = pieces.select([*by, *listed]).sort_by([(c, "ascending") for c in [*by, *listed]])
+    columns = [rows.column(c).to_pylist() for c in listed]
+    if side == "out":
+        columns[-1] = [base64.b64encode(v).decode("ascii") for v in columns[-1]]
+    owners, items = _tuples(rows, by), list(zip(*columns, strict=True))
+    keys, payloads, start = [], [], 0
+    for i in range(1, len(items) + 1):
+        if i == len(items) or owners[i] != owners[start]:
+            group = [x for j, x in enumerate(items[start:i], start) if j == start or x != items[j - 1]]
+            keys.append(owners[start])
+            payloads.append(json.dumps(group, separators=(",", ":"), ensure_ascii=False).encode())
+            start = i
     return pa.table(
         [
             pa.array([STATE_LAYER] * len(keys), pa.string()),
@@ -148,13 +148,14 @@ def fed_outputs(rows: pa.Table) -> pa.Table:
 
 def unpacked(rows: pa.Table) -> pa.Table:
     """PIECES of the "out" graph rows `rows` (columns out_layer, out_partition, payload)."""
-    columns: dict[str, list[object]] = {name: [] for name in PIECES.names}
+    listed: list[tuple[object, ...]] = []
     for layer, partition, payload in zip(
         *(rows.column(c).to_pylist() for c in [*OUT_KEYS, "payload"]), strict=True
     ):
-        for piece in stored_pieces(payload) if payload else []:
-            for name, value in zip(PIECES.names, (layer, partition, *piece), strict=True):
-                columns[name].append(value)
+        if payload:
+            listed.extend((layer, partition, *piece) for piece in json.loads(payload))
+    columns = [list(c) for c in zip(*listed, strict=True)] if listed else [[] for _ in PIECES.names]
+    columns[-1] = [base64.b64decode(v) for v in columns[-1]]
     return pa.table(columns, schema=PIECES)
 
 
