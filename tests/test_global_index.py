@@ -110,6 +110,30 @@ def test_a_key_already_in_two_partitions_is_updated_in_the_one_the_row_names(
     assert got == [("nyc", "n1"), ("sf", "named1")]
 
 
+def test_copies_of_a_key_in_one_partition_are_all_updated_moved_or_deleted(
+    table_path: str, table_type: str
+) -> None:
+    """Two bulk inserts leave a key in two file groups of one partition: an upsert naming that
+    partition updates both copies, one naming another moves the record there once (both copies
+    leave), and a delete deletes both."""
+    for step in ("same", "moved", "delete"):
+        t = global_table(f"{table_path}-{step}", table_type)
+        t.bulk_insert(table_of([row(1, "nyc", 1), row(4, "nyc", 1)]))
+        t.bulk_insert(table_of([row(1, "nyc", 1, "dup")]))
+        if step == "delete":
+            result = t.delete([1])
+        else:
+            result = t.upsert(table_of([row(1, "nyc" if step == "same" else "sf", 2, step)]))
+        got = sorted((r["id"], r["city"], r["name"]) for r in rows(t.scan()))
+        counts = (result.num_inserts, result.num_updates, result.num_deletes)
+        if step == "same":
+            assert (counts, got) == ((0, 2, 0), [(1, "nyc", "same1"), (1, "nyc", "same1"), (4, "nyc", "n4")])
+        elif step == "moved":
+            assert (counts, got) == ((1, 0, 2), [(1, "sf", "moved1"), (4, "nyc", "n4")])
+        else:
+            assert (counts, got) == ((0, 0, 2), [(4, "nyc", "n4")])
+
+
 def test_without_a_global_index_a_key_is_unique_within_its_partition(table_path: str) -> None:
     t = oxlake.create_table(table_path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts")
     assert not t.global_index

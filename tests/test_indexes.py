@@ -188,3 +188,104 @@ def test_a_commit_larger_than_a_log_block_is_indexed_whole(tmp_path: Path) -> No
     got = {r["id"]: r["name"] for r in rows(t.lookup(key_rows(probe)))}
     want = {i: ("u" if i % 3 == 0 or i >= n else "n") + str(i) for i in probe if i <= n + 1 and i not in gone}
     assert got == want
+
+
+def duplicated(path: str, table_type: str, how: str, indexes: str) -> oxlake.Table:
+    """A table holding key 1 twice in `nyc`, in two file groups (key 4 beside the first copy): an
+    insert of a stored key into a merge-on-read table goes to a new file group without a lookup
+    (as in Apache Hudi), and so does every row of a bulk insert. `indexes`: `record_index` is
+    built first and kept in step by the writes, `record_index_built` and `bloom_filters` are built
+    after them."""
+    t = trips_table(path, table_type=table_type)
+    if indexes == "record_index":
+        t.build_metadata()
+    write = t.insert if how == "insert" else t.bulk_insert
+    write(trips([1, 4]))
+    write(trips([1], name="dup"))
+    if indexes == "record_index_built":
+        t.build_metadata()
+    elif indexes == "bloom_filters":
+        t.build_metadata(record_index_shards=0)
+    assert len(t.file_groups()) == 2
+    assert names(t.to_arrow()) == [(1, "dup1"), (1, "n1"), (4, "n4")]
+    return t
+
+
+def names(data: pa.Table) -> list[tuple[int, str]]:
+    return sorted((r["id"], r["name"]) for r in data.to_pylist())
+
+
+#: The ways a key gets two copies in two file groups of one partition.
+DUPLICATES = pytest.mark.parametrize(
+    ("table_type", "how"),
+    [("copy_on_write", "bulk_insert"), ("merge_on_read", "insert"), ("merge_on_read", "bulk_insert")],
+)
+#: Each attempt makes new file ids: the two groups come in either order.
+ATTEMPTS = 4
+
+
+@DUPLICATES
+@pytest.mark.parametrize("indexes", ["none", "bloom_filters"])
+def test_a_delete_reaches_every_copy_of_a_key(
+    tmp_path: Path, table_type: str, how: str, indexes: str
+) -> None:
+    """A delete of a key held in two file groups deletes both copies, as Apache Hudi's simple and
+    bloom indexes tag every location of a key (it reached one: the group whose file id came first)."""
+    for attempt in range(ATTEMPTS):
+        t = duplicated(str(tmp_path / str(attempt)), table_type, how, indexes)
+        deleted = t.delete(trips([1], ts=2))
+        assert deleted.num_deletes == 2
+        assert names(t.to_arrow()) == [(4, "n4")]
+        if table_type == "merge_on_read":
+            assert t.compact().instants
+            assert names(t.to_arrow(query="read_optimized")) == [(4, "n4")]
+        assert deleted.instant is not None
+        after = [i.time for i in t.timeline() if i.state == "completed" and i.time >= deleted.instant]
+        assert after and all(names(t.to_arrow(as_of=time)) == [(4, "n4")] for time in after)
+        if indexes != "none":
+            assert t.validate().ok
+
+
+@DUPLICATES
+@pytest.mark.parametrize("indexes", ["none", "bloom_filters"])
+def test_an_upsert_updates_every_copy_of_a_key(
+    tmp_path: Path, table_type: str, how: str, indexes: str
+) -> None:
+    """An upsert of a key held in two file groups updates both copies: no stale copy is left."""
+    for attempt in range(ATTEMPTS):
+        t = duplicated(str(tmp_path / str(attempt)), table_type, how, indexes)
+        written = t.upsert(trips([1, 7], ts=2, name="new"))
+        assert (written.num_updates, written.num_inserts) == (2, 1)
+        both = [(1, "new1"), (1, "new1"), (4, "n4"), (7, "new7")]
+        assert names(t.to_arrow()) == both
+        if table_type == "merge_on_read":
+            assert t.compact().instants
+            assert names(t.to_arrow(query="read_optimized")) == both
+        if indexes != "none":
+            assert t.validate().ok
+
+
+@DUPLICATES
+@pytest.mark.parametrize("indexes", ["record_index", "record_index_built"], ids=["kept", "built"])
+def test_with_the_record_index_a_write_reaches_the_copy_written_last(
+    tmp_path: Path, table_type: str, how: str, indexes: str
+) -> None:
+    """The record index places a key in one file group per partition: of two copies, the one
+    written last, whether kept in step (the last write's group) or built (the latest slice). A
+    delete or an upsert routed by it reaches that copy alone, as with Apache Hudi's record index,
+    which holds one location per key; the older copy stays, the same way every time. Once the
+    copy the index placed is deleted, `validate` names the one left, and a build places it."""
+    for attempt in range(ATTEMPTS):
+        t = duplicated(str(tmp_path / f"delete{attempt}"), table_type, how, indexes)
+        assert t.delete(trips([1], ts=2)).num_deletes == 1
+        assert names(t.to_arrow()) == [(1, "n1"), (4, "n4")]
+        differences = t.validate().differences
+        assert len(differences) == 1 and "1 @ city=nyc" in differences[0], differences
+        t.build_metadata()
+        assert t.validate().ok
+        assert t.delete(trips([1], ts=3)).num_deletes == 1
+        assert names(t.to_arrow()) == [(4, "n4")]
+        t = duplicated(str(tmp_path / f"upsert{attempt}"), table_type, how, indexes)
+        t.upsert(trips([1], ts=2, name="new"))
+        assert names(t.to_arrow()) == [(1, "n1"), (1, "new1"), (4, "n4")]
+        assert t.validate().ok

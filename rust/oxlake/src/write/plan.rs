@@ -297,7 +297,7 @@ async fn plan_global(
     let deletes = op == WriteOperation::Delete;
     let target = |row: u32| incoming.partitions.path(row as usize);
     let flagged = |row: u32| !deletes && incoming.is_delete(row);
-    let moving: Vec<u32> = match deletes {
+    let mut moving: Vec<u32> = match deletes {
         true => Vec::new(),
         false => hits
             .found
@@ -308,8 +308,12 @@ async fn plan_global(
             .filter(|&r| !flagged(r))
             .collect(),
     };
+    moving.sort_unstable();
+    moving.dedup();
     let stale = older_than_stored(table, incoming, &moving).await?;
     let mut inserts: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+    // A row leaving several groups (copies of its key) is inserted once.
+    let mut moved: hashbrown::HashSet<u32> = hashbrown::HashSet::new();
     let mut found: Vec<(String, Vec<(BaseFile, Changes)>)> = hits.found.into_iter().collect();
     found.sort_by(|a, b| a.0.cmp(&b.0));
     for (partition, files) in found {
@@ -322,7 +326,9 @@ async fn plan_global(
                     stays.insert(key, row);
                 } else if !stale.contains(&row) {
                     leaves.insert(key, row);
-                    inserts.entry(target(row)).or_default().push(row);
+                    if moved.insert(row) {
+                        inserts.entry(target(row)).or_default().push(row);
+                    }
                 }
             }
             if stays.is_empty() && leaves.is_empty() && removed.is_empty() {
@@ -678,7 +684,9 @@ fn record_index_pays(
 /// answer `located`. A group the index names that is not live (replaced meanwhile) holds nothing.
 /// A key the index places in several partitions (a global table written before it was global,
 /// or by a writer without a global index) is taken by its own partition's group, else by the
-/// first partition in order.
+/// first partition in order. The index places a key in one group per partition: of copies of a
+/// key a write without a lookup put in two groups of one partition, the one it names (where key
+/// reads take every copy, `lookup`).
 fn record_index_lookup(
     located: HashMap<(String, String), String>,
     scope: Scope<'_>,
@@ -816,35 +824,37 @@ async fn lookup(
     while let Some(joined) = tasks.join_next().await {
         results.push(joined.map_err(|e| Error::invalid_data(format!("lookup task failed: {e}")))??);
     }
-    // A key is live in at most one file group of its partition. It may also be held, deleted, by
-    // another (an insert after a merge-on-read delete lands in a new group), and with a global
+    // A key is live in one file group of its partition, unless a write without a lookup (an insert
+    // into a merge-on-read table, a bulk insert) put a copy beside it. It may also be held, deleted,
+    // by another (an insert after a merge-on-read delete lands in a new group), and with a global
     // scope be live in two partitions (written before the table was global, or by a bulk insert).
-    // Each row goes to a group holding it live in its own partition, else live in the first
-    // partition listed, else the first file holding it deleted (as `record_index_lookup`).
+    // Each row goes to every group holding it live in its own partition, else to every group
+    // holding it live in the first partition listed (the partition `record_index_lookup` picks),
+    // else to the first file holding it deleted. Every copy, as Apache Hudi's simple and bloom
+    // indexes tag every location of a key: a delete leaves none, an upsert none stale, whatever
+    // the order of the files.
     results.sort_by_key(|r| r.0);
+    let choice = |p: usize, i: usize, r: u32, live: bool| -> (u8, usize) {
+        let own = incoming.partitions.path(r as usize) == partitions[p].as_str();
+        match (live, own) {
+            (true, true) => (0, p),
+            (true, false) => (1, p),
+            (false, _) => (2, i),
+        }
+    };
     let mut best: hashbrown::HashMap<u32, (u8, usize)> = hashbrown::HashMap::new();
     for (i, ((p, _), _, hits)) in results.iter().enumerate() {
         for &(_, r, live) in hits {
-            let own = incoming.partitions.path(r as usize) == partitions[*p].as_str();
-            let choice = (
-                if live && own {
-                    0
-                } else if live {
-                    1
-                } else {
-                    2
-                },
-                i,
-            );
-            let entry = best.entry(r).or_insert(choice);
-            *entry = (*entry).min(choice);
+            let this = choice(*p, i, r, live);
+            let entry = best.entry(r).or_insert(this);
+            *entry = (*entry).min(this);
         }
     }
     let mut found: HashMap<String, Vec<(BaseFile, Changes)>> = HashMap::new();
     for (i, ((p, _), file, hits)) in results.into_iter().enumerate() {
         let changes: Changes = hits
             .into_iter()
-            .filter(|(_, r, _)| best.get(r).is_some_and(|b| b.1 == i))
+            .filter(|&(_, r, live)| best.get(&r) == Some(&choice(p, i, r, live)))
             .map(|(k, r, _)| (k, r))
             .collect();
         if !changes.is_empty() {
@@ -947,6 +957,23 @@ mod tests {
         let p = planned(&t, WriteOperation::BulkInsert, &[(1, "a"), (1, "a"), (3, "b")]).await;
         let new = |partition: &str, rows| (partition.to_string(), "new".to_string(), vec![], rows, None);
         assert_eq!(routes(&p), [new("city=a", 2), new("city=b", 1)]);
+    }
+
+    #[tokio::test]
+    async fn a_key_live_in_two_groups_of_its_partition_is_routed_to_both() {
+        // Two bulk inserts (no lookup) leave key 1 in two groups of city=a, in either file order.
+        for table_type in [TableType::CopyOnWrite, TableType::MergeOnRead] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut t = table(dir.path(), table_type).await;
+            write(&mut t, WriteOperation::BulkInsert, &[(1, "a"), (2, "a")]).await;
+            write(&mut t, WriteOperation::BulkInsert, &[(1, "a")]).await;
+            for op in [WriteOperation::Upsert, WriteOperation::Delete] {
+                let r = routes(&planned(&t, op, &[(1, "a")]).await);
+                assert_eq!(r.len(), 2, "{op:?}: {r:?}");
+                assert!(r.iter().all(|route| route.1 != "new" && route.2 == ["1"]), "{op:?}: {r:?}");
+                assert_ne!(r[0].1, r[1].1, "two groups");
+            }
+        }
     }
 
     #[tokio::test]
