@@ -538,6 +538,36 @@ def test_structured_layers_in_and_out(spark: SparkSession, tmp_path: Path, path:
     assert "totals" in changes.column_names and changes.num_rows > 0
 
 
+def test_snapshots_by_partition_prefix_with_hostile_names(tmp_path: Path) -> None:
+    """`Catalog.snapshot(prefix=)` (the Spark path reads a task's graph rows with it) keeps
+    exactly the partitions starting with the prefix, whatever characters follow or end it."""
+    catalog = Catalog.create(str(tmp_path / "c"))
+    names = [
+        "T|in|a",
+        "T|in|",
+        "T|in}",
+        "T|in",
+        "T|inn",
+        "T|out|a",
+        "T|in|%2F/ü",
+        "T|in|\U0010ffff",
+        "ü|\ud7ff",
+        "ü|\ue000",
+        "ü|",
+        "ü",
+        "\U0010ffff",
+        "\U0010ffff|x",
+        "%",
+        "%|a/b",
+        "\ud7ffa",
+        "\ue000",
+    ]
+    publish(catalog, {n: n.encode("utf-8", "surrogatepass") for n in names})
+    for prefix in ["T|in|", "T|in", "ü|", "\ud7ff", "\U0010ffff", "%", "%|a", "T|out|a"]:
+        got = catalog.snapshot(layers=["segments"], prefix=prefix).column("partition").to_pylist()
+        assert sorted(got) == sorted(n for n in names if n.startswith(prefix)), prefix
+
+
 def test_structured_layer_errors(spark: SparkSession, tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="reserved name"):
         Catalog.create(str(tmp_path / "a"), structured={"payload": STATS})

@@ -209,11 +209,13 @@ class Catalog:
         spark: SparkSession | None = None,
         with_state: bool = False,
         columns: Sequence[str] | None = None,
+        prefix: str | None = None,
     ) -> pa.Table | DataFrame:
         """The published partitions at `version` (default latest), restricted to `layers`: a
         Spark DataFrame when `spark` is given, else an Arrow table. Columns: layer, partition,
         payload, checksum, and `version` (the instant at which the partition last changed);
-        `columns` reads only those (and `version`)."""
+        `columns` reads only those (and `version`). `prefix` keeps the partitions whose name
+        starts with it, filtered where the rows are read."""
         if self.latest() is None:
             empty = self._empty(spark, layers, with_version=True)
             if columns is None:
@@ -221,7 +223,7 @@ class Catalog:
             kept = [*columns, "version"]
             return empty.select(kept) if isinstance(empty, pa.Table) else empty.select(*kept)
         as_of = self.instant_of(version) if version is not None else None
-        filt = self._layer_filter(layers, with_state) or None
+        filt = [*self._layer_filter(layers, with_state), *_prefix_filter(prefix)] or None
         data = [*SCHEMA.names, *self._struct_columns(layers)] if columns is None else list(columns)
         names = [*data, "_hoodie_commit_time"]
         if spark is not None:
@@ -347,6 +349,20 @@ class Catalog:
         from oxlake.spark import spark_schema
 
         return spark.createDataFrame([], spark_schema(schema))
+
+
+def _prefix_filter(prefix: str | None) -> list[tuple[str, str, object]]:
+    """The partition names starting with `prefix`, as a range filter the reader pushes down:
+    from the prefix up to (not including) the prefix with its last character incremented."""
+    if not prefix:
+        return []
+    start = [("partition", ">=", prefix)]
+    head = prefix.rstrip(chr(0x10FFFF))  # nothing follows the last code point: drop it
+    if not head:
+        return start
+    last = ord(head[-1]) + 1
+    last = 0xE000 if 0xD800 <= last <= 0xDFFF else last  # surrogates are no characters
+    return [*start, ("partition", "<", head[:-1] + chr(last))]
 
 
 def _structured(table: Table) -> dict[str, pa.StructType]:

@@ -261,9 +261,12 @@ class SparkPath:
 
         by, _ = rules.SIDES[side]
         state = self.d.output.snapshot(
-            layers=[STATE_LAYER], spark=self.spark, with_state=True, columns=["partition", "payload"]
+            layers=[STATE_LAYER],
+            spark=self.spark,
+            with_state=True,
+            columns=["partition", "payload"],
+            prefix=f"{task.name}|{side}|",
         )
-        state = state.filter(F.col("partition").startswith(f"{task.name}|{side}|"))
         return (
             _graph_key(task.name, side, keys)
             .join(state.select(F.col("partition").alias("name"), "payload"), "name")
