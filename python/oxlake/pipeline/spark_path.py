@@ -331,7 +331,9 @@ class SparkPath:
 
 def _with_vanished(affected: DataFrame, compiled: DataFrame) -> DataFrame:
     """The `compiled` CANDIDATE rows, plus a `rules.vanished` one for each `affected` key
-    (layer, partition) none of them has (so that a published one is deleted)."""
+    (layer, partition) none of them has (so that a published one is deleted). `compiled` is
+    computed once (checkpointed): the compilers' work is read by both sides."""
+    compiled = compiled.localCheckpoint()
     gone = affected.join(compiled.select(*rules.KEYS), rules.KEYS, "left_anti")
     return compiled.unionByName(gone.mapInArrow(_spark.per_batch(rules.vanished), _spark.CANDIDATE))
 
