@@ -356,7 +356,7 @@ def _prefix_filter(prefix: str | None) -> list[tuple[str, str, object]]:
     from the prefix up to (not including) the prefix with its last character incremented."""
     if not prefix:
         return []
-    start = [("partition", ">=", prefix)]
+    start: list[tuple[str, str, object]] = [("partition", ">=", prefix)]
     head = prefix.rstrip(chr(0x10FFFF))  # nothing follows the last code point: drop it
     if not head:
         return start
