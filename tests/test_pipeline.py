@@ -236,6 +236,46 @@ class Sizes(MapGroupCompiler):
 
 
 @pytest.mark.parametrize("path", ["driver", "spark"])
+class Neighbours(roads.Tiles):
+    """`Tiles` whose `output_keys` names an output twice for some inputs (its own tile, and a
+    clamped neighbour that is the same tile at the edge); `compile` counts what it is given."""
+
+    outputs = ["neighbours"]
+
+    def output_keys(self, catalog: str, layer: str, partition: str) -> Iterator[tuple[str, str]]:
+        x, y = roads.parse_tile(partition)
+        yield "neighbours", f"{x // 2}_{y // 2}"
+        yield "neighbours", f"{max(x // 2 - 1, 0)}_{y // 2}"
+
+    def input_keys(self, layer: str, partition: str) -> Iterator[tuple[str, str, str]]:
+        x, y = roads.parse_tile(partition)
+        for cx in range(2 * x, 2 * x + 4):
+            for cy in (2 * y, 2 * y + 1):
+                yield "roads", "segments", f"{cx}_{cy}"
+
+    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> bytes | None:
+        return json.dumps([i.partition for i in inputs]).encode()
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_an_output_named_twice_by_one_input_is_compiled_as_a_full_run_does(
+    spark: SparkSession, tmp_path: Path, path: str
+) -> None:
+    rng = random.Random(8)
+    inputs = Catalog.create(str(tmp_path / "roads"))
+    incremental, full = Catalog.create(str(tmp_path / "inc")), Catalog.create(str(tmp_path / "full"))
+    publish(inputs, {t: roads.segments(rng, t, 1) for t in TILES[:30]})
+    tasks = [Neighbours(), roads.Classes()]
+    for step in range(2):
+        report = Driver(spark, incremental, {"roads": inputs}, tasks, incremental_path=path).run()
+        Driver(spark, full, {"roads": inputs}, tasks).run(full=True)
+        assert checksums(incremental, ["neighbours"]) == checksums(full, ["neighbours"]), step
+        assert report.mode == ("incremental" if step else "full")
+        publish(inputs, {t: roads.segments(rng, t, 2) for t in ["0_0", "1_2", "3_1"]})
+    twice = published(full, ["neighbours"])[("neighbours", "0_0")]
+    assert json.loads(twice).count("0_0") == 2  # the edge tile fed its output twice
+
+
 def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(
     spark: SparkSession, tmp_path: Path, path: str
 ) -> None:
@@ -395,6 +435,27 @@ def test_bad_pipelines_are_refused_before_any_write(spark: SparkSession, tmp_pat
         Driver(spark, output, {"roads": inputs}, [roads.Tiles()], keyed_limit=-1)
     with pytest.raises(PipelineDefinitionError, match="incremental_path must be one of auto, driver, spark"):
         Driver(spark, output, {"roads": inputs}, [roads.Tiles()], incremental_path="executors")
+    # '|' separates the parts of the state layer's graph row names: names with it could collide.
+    with pytest.raises(PipelineDefinitionError, match="catalog name 'ro|ads' must not contain '|'"):
+        Driver(spark, output, {"ro|ads": inputs}, [roads.Tiles()])
+
+    class Piped(roads.Classes):
+        inputs = {"roads": ["seg|ments"]}
+
+    with pytest.raises(PipelineDefinitionError, match="layer 'seg|ments' must not contain '|'"):
+        Driver(spark, output, {"roads": inputs}, [Piped()])
+
+    class PipedOut(roads.Classes):
+        outputs = ["cl|asses"]
+
+    with pytest.raises(PipelineDefinitionError, match="'cl|asses' is not a valid output layer"):
+        Driver(spark, output, {"roads": inputs}, [PipedOut()])
+
+    class Twice(roads.Classes):
+        inputs = {"roads": ["segments", "segments"]}
+
+    with pytest.raises(PipelineDefinitionError, match="reads layer 'segments' of 'roads' twice"):
+        Driver(spark, output, {"roads": inputs}, [Twice()])
     assert output.instants() == []
     assert issubclass(PipelineDefinitionError, Exception)
 

@@ -218,6 +218,43 @@ def test_graph_rows_of_each_side() -> None:
     ]
 
 
+def test_kept_pieces_without_a_value_round_trip() -> None:
+    """A `map` that gives None as a value: kept as null, given back as None."""
+    table = pieces([("o", "1", "c", "l", "a"), ("o", "1", "c", "l", "b")])
+    table = table.set_column(
+        table.schema.get_field_index("value"), "value", pa.array([None, b"v"], pa.binary())
+    )
+    out = rules.graph_rows("T", "out", table)
+    assert rules.stored_pieces(out.column("payload")[0].as_py()) == [
+        ("c", "l", "a", 0, None),
+        ("c", "l", "b", 1, b"v"),
+    ]
+    named = out.drop_columns(["layer", "partition"]).add_column(0, "out_layer", pa.array(["o"]))
+    named = named.add_column(1, "out_partition", pa.array(["1"]))
+    assert rules.unpacked(named).to_pylist() == table.to_pylist()
+
+
+def test_the_inverse_gives_an_edge_each_time_output_keys_names_the_output() -> None:
+    """As a full run passes an input to `compile` once per time `output_keys` names the output."""
+    from oxlake.pipeline import DirectCompiler
+
+    class Twice(DirectCompiler):
+        inputs = {"c": ["l"]}
+        outputs = ["o"]
+
+        def output_keys(self, catalog: str, layer: str, partition: str) -> list[tuple[str, str]]:
+            return [("o", "x"), ("o", "x"), ("o", partition)]
+
+        def input_keys(self, layer: str, partition: str) -> list[tuple[str, str, str]]:
+            return [("c", "l", "a"), ("c", "l", "a"), ("other", "l", "a"), ("c", "l", "b")]
+
+    fn = _spark.inverse_edges(Twice(), {("c", "l")})
+    batch = pa.record_batch({"layer": ["o", "o"], "partition": ["x", "a"]})
+    got = pa.Table.from_batches(list(fn(iter([batch])))).to_pylist()
+    edges = [(r["out_partition"], r["partition"]) for r in got]
+    assert edges == [("x", "a"), ("x", "a"), ("x", "b"), ("x", "b"), ("a", "a")]
+
+
 def test_graph_rows_of_no_pieces() -> None:
     for side in rules.SIDES:
         t = rules.graph_rows("T", side, pieces([]))

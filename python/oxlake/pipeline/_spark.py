@@ -260,7 +260,8 @@ def inverse_edges(
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """Output keys (layer, partition) → EDGE rows to the inputs feeding them: the compiler's
     inverse `input_keys`, kept where the input is of a declared layer and `output_keys` of it
-    names the output (the inverse may name more)."""
+    names the output (the inverse may name more); one edge each time it names it, as a full run
+    passes the input to `compile` each time."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
@@ -269,7 +270,9 @@ def inverse_edges(
                 batch.column("layer").to_pylist(), batch.column("partition").to_pylist(), strict=True
             ):
                 for key in dict.fromkeys(task.input_keys(layer, partition)):
-                    if key[:2] in declared and (layer, partition) in set(task.output_keys(*key)):
+                    if key[:2] not in declared:
+                        continue
+                    for _ in range(list(task.output_keys(*key)).count((layer, partition))):
                         for c, v in zip(out, (layer, partition, *key), strict=True):
                             out[c].append(v)
             yield pa.RecordBatch.from_pydict({c: pa.array(v, pa.string()) for c, v in out.items()})

@@ -195,8 +195,19 @@ def check(tasks: Sequence[Compiler], inputs: set[str], output_name: str) -> dict
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise PipelineDefinitionError(f"two tasks are named {duplicates[0]!r}")
+    for name in sorted(inputs | {output_name}):
+        if "|" in name:
+            raise PipelineDefinitionError(f"catalog name {name!r} must not contain '|'")
     for task in tasks:
-        for catalog, layer in task.input_layers():
+        read = task.input_layers()
+        for catalog, layer in read:
+            # '|' separates the parts of the state layer's graph row names (rules.graph_name).
+            if "|" in layer:
+                raise PipelineDefinitionError(f"task {task.name!r}: layer {layer!r} must not contain '|'")
+            if read.count((catalog, layer)) > 1:
+                raise PipelineDefinitionError(
+                    f"task {task.name!r} reads layer {layer!r} of {catalog!r} twice"
+                )
             if catalog == output_name:
                 if layer not in producers:
                     raise PipelineDefinitionError(
@@ -208,7 +219,7 @@ def check(tasks: Sequence[Compiler], inputs: set[str], output_name: str) -> dict
         if not task.outputs:
             raise PipelineDefinitionError(f"task {task.name!r} declares no output layer")
         for layer in task.outputs:
-            if layer == STATE_LAYER or not layer or "/" in layer:
+            if layer == STATE_LAYER or not layer or "/" in layer or "|" in layer:
                 raise PipelineDefinitionError(f"task {task.name!r}: {layer!r} is not a valid output layer")
             if layer in producers:
                 raise PipelineDefinitionError(

@@ -111,7 +111,7 @@ def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
     rows = pieces.select([*by, *listed]).sort_by([(c, "ascending") for c in [*by, *listed]])
     columns = [rows.column(c).to_pylist() for c in listed]
     if side == "out":
-        columns[-1] = [base64.b64encode(v).decode("ascii") for v in columns[-1]]
+        columns[-1] = [None if v is None else base64.b64encode(v).decode("ascii") for v in columns[-1]]
     owners, items = _tuples(rows, by), list(zip(*columns, strict=True))
     keys, payloads, start = [], [], 0
     for i in range(1, len(items) + 1):
@@ -135,9 +135,14 @@ def edges(payload: bytes) -> list[tuple[str, ...]]:
     return [tuple(key) for key in json.loads(payload)]
 
 
-def stored_pieces(payload: bytes) -> list[tuple[str, str, str, int, bytes]]:
+def stored_pieces(payload: bytes) -> list[tuple[str, str, str, int, bytes | None]]:
     """The pieces an "out" graph row keeps: (catalog, layer, partition, seq, value), in order."""
-    return [(c, layer, p, seq, base64.b64decode(v)) for c, layer, p, seq, v in json.loads(payload)]
+    return [(c, layer, p, seq, _decoded(v)) for c, layer, p, seq, v in json.loads(payload)]
+
+
+def _decoded(value: str | None) -> bytes | None:
+    """A kept piece's value: base64, or null for a `map` that gave None."""
+    return None if value is None else base64.b64decode(value)
 
 
 def fed_outputs(rows: pa.Table) -> pa.Table:
@@ -155,7 +160,7 @@ def unpacked(rows: pa.Table) -> pa.Table:
         if payload:
             listed.extend((layer, partition, *piece) for piece in json.loads(payload))
     columns = [list(c) for c in zip(*listed, strict=True)] if listed else [[] for _ in PIECES.names]
-    columns[-1] = [base64.b64decode(v) for v in columns[-1]]
+    columns[-1] = [_decoded(v) for v in columns[-1]]
     return pa.table(columns, schema=PIECES)
 
 

@@ -193,9 +193,7 @@ class SparkPath:
             .localCheckpoint()  # read by the edges and the vanished
         )
         if task.invertible:
-            needed = affected.mapInArrow(
-                _spark.inverse_edges(task, set(task.input_layers())), _spark.EDGE
-            ).distinct()
+            needed = affected.mapInArrow(_spark.inverse_edges(task, set(task.input_layers())), _spark.EDGE)
         else:
             edges = self.snapshot(task, keys_only=True).mapInArrow(
                 _spark.output_keys(task, False), _spark.EDGE
