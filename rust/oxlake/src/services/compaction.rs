@@ -338,7 +338,7 @@ async fn write_compacted(
                     partition: op.partition_path.clone(),
                     file_id: op.file_id.clone(),
                     base: match &op.data_file_path {
-                        Some(p) => Some((p.clone(), storage.head(p).await?.map(|m| m.size).unwrap_or_default())),
+                        Some(p) => Some((p.clone(), planned_base_size(&storage, p).await?)),
                         None => None,
                     },
                     logs: logs_of(&storage, &op).await?,
@@ -372,6 +372,21 @@ async fn write_compacted(
         .buffer_unordered(config.write.parallelism.max(1))
         .try_collect()
         .await
+}
+
+/// The size of a planned slice's base file. Gone, it is a storage `NotFound` (read as a file of
+/// zero bytes it was a corrupt Parquet file): a compactor that lost its plan to another (its
+/// heartbeat missed, the other completed the plan and a clean then removed the old slice) reads
+/// that as a conflict (`Transaction::lost_to_service`), not as damage.
+async fn planned_base_size(storage: &Storage, path: &str) -> Result<u64> {
+    match storage.head(path).await? {
+        Some(meta) => Ok(meta.size),
+        None => {
+            let why = "a planned base file gone before the compaction read it";
+            let source = object_store::Error::NotFound { path: path.to_string(), source: why.into() };
+            Err(Error::storage(path, source))
+        }
+    }
 }
 
 /// The planned log files, with their sizes.
