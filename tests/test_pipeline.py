@@ -235,7 +235,6 @@ class Sizes(MapGroupCompiler):
         return b",".join(sorted(values))
 
 
-@pytest.mark.parametrize("path", ["driver", "spark"])
 class Neighbours(roads.Tiles):
     """`Tiles` whose `output_keys` names an output twice for some inputs (its own tile, and a
     clamped neighbour that is the same tile at the edge); `compile` counts what it is given."""
@@ -276,6 +275,7 @@ def test_an_output_named_twice_by_one_input_is_compiled_as_a_full_run_does(
     assert json.loads(twice).count("0_0") == 2  # the edge tile fed its output twice
 
 
+@pytest.mark.parametrize("path", ["driver", "spark"])
 def test_chained_incremental_tasks_read_what_earlier_tasks_wrote(
     spark: SparkSession, tmp_path: Path, path: str
 ) -> None:
