@@ -115,6 +115,12 @@ def checkpoint(result: oxlake.WriteResult) -> str:
     return result.completion or result.instant
 
 
+def data_paths(root: str | Path, pattern: str) -> list[Path]:
+    """The files of the data table under `root` matching `pattern`, sorted: not those of its
+    metadata table (`.hoodie/oxlake/metadata`), which every new table has."""
+    return sorted(p for p in Path(root).rglob(pattern) if ".hoodie" not in p.relative_to(root).parts)
+
+
 def trips_table(path: str, **options: Any) -> oxlake.Table:
     """A new table for `trips` rows: keyed by id, partitioned by city, ordered by ts."""
     return oxlake.create_table(

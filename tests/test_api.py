@@ -128,7 +128,7 @@ def test_history_reports_operations_metrics_and_extra_metadata(six: oxlake.Table
 
 
 def test_history_includes_archived_commits(table_path: str) -> None:
-    t = trips_table(table_path)
+    t = trips_table(table_path, metadata=False)
     for i in range(8):
         t.upsert(trips([i]))
     t.archive(min_commits=2, max_commits=3)

@@ -133,7 +133,7 @@ def test_archival_keeps_every_read_as_it_was(table_path: str, table_type: str) -
 
 
 def test_the_archive_decodes_with_apache_hudis_schema(table_path: str) -> None:
-    t = trips_table(table_path, table_version=6)
+    t = trips_table(table_path, metadata=False, table_version=6)
     t.set_archival(2, 3, inline=False)
     for n in range(8):
         t.upsert(trips([n, n + 1], ts=n))
@@ -173,7 +173,13 @@ def test_the_archive_decodes_with_apache_hudis_schema(table_path: str) -> None:
 
 def test_commits_archive_inline_and_stop_at_what_must_stay(table_path: str) -> None:
     t = oxlake.create_table(
-        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type="merge_on_read", table_version=6
+        table_path,
+        SCHEMA,
+        record_key="id",
+        ordering_field="ts",
+        table_type="merge_on_read",
+        table_version=6,
+        metadata=False,
     )
     t.set_archival(3, 5)
     t.insert(trips(list(range(4))))
@@ -250,7 +256,7 @@ def test_a_crash_while_archiving_leaves_every_read(table_path: str, failpoint: s
 def test_a_pending_write_holds_archival_back(table_path: str, tmp_path: Path) -> None:
     from conftest import run_paused
 
-    t = trips_table(table_path, table_version=6)
+    t = trips_table(table_path, metadata=False, table_version=6)
     t.set_archival(2, 3, inline=False)
     for n in range(8):
         t.upsert(trips([n], ts=n))
@@ -268,7 +274,7 @@ def test_a_pending_write_holds_archival_back(table_path: str, tmp_path: Path) ->
 
 
 def test_rolling_back_the_oldest_active_commit_after_archival_is_refused(table_path: str) -> None:
-    t = trips_table(table_path, table_version=6)
+    t = trips_table(table_path, metadata=False, table_version=6)
     t.set_archival(2, 3, inline=False)
     for n in range(8):
         t.upsert(trips([n], ts=n))
@@ -293,7 +299,7 @@ def test_a_writer_slow_between_claiming_its_time_and_its_requested_file_is_never
     completes, and its commit would hide archived ones)."""
     from conftest import run_paused
 
-    t = trips_table(table_path, table_version=6)
+    t = trips_table(table_path, metadata=False, table_version=6)
     t.set_archival(2, 3, inline=True)
     t.upsert(trips([0], ts=0))
     code = (
@@ -367,7 +373,7 @@ def test_a_merge_on_read_stream_without_compactions_archives(table_path: str, ve
     """A stream that never compacts (inserts write no log; or compaction runs elsewhere) kept
     every deltacommit active, so its timeline grew with every commit. Archived deltacommits whose
     logs no compaction folded in yet read as before: snapshots, time travel, windows, hudi-rs."""
-    t = trips_table(table_path, table_type="merge_on_read", table_version=version)
+    t = trips_table(table_path, metadata=False, table_type="merge_on_read", table_version=version)
     t.set_archival(3, 5, inline=False)
     t.insert(trips(list(range(6))))
     for n in range(1, 16):

@@ -13,7 +13,7 @@ import oxlake
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SCHEMA, hudi_read, rows, run_paused, trips
+from conftest import SCHEMA, data_paths, hudi_read, rows, run_paused, trips
 
 HEARTBEAT = 0.2
 
@@ -118,7 +118,7 @@ def test_writes_after_clustering_and_clean(t: oxlake.Table) -> None:
     assert out[1] == "w1" and out[40] == "w40" and 2 not in out and len(out) == 12
     t.clean(retain=1)
     # The replaced groups are gone from disk once no retained read needs them.
-    assert len(list(Path(t.uri).rglob("*.parquet"))) == len(t.file_groups())
+    assert len(data_paths(t.uri, "*.parquet")) == len(t.file_groups())
     assert {r["id"]: r["name"] for r in rows(t.scan())} == out
     assert rows(hudi_read(t.uri)) == rows(t.to_arrow())
 
@@ -167,7 +167,7 @@ def test_a_crashed_clustering(t: oxlake.Table, point: str) -> None:
     unfinished clustering back (its files go), and a finished one simply stands."""
     scattered(t, 9)
     before = rows(t.to_arrow())
-    files = set(Path(t.uri).rglob("*.parquet"))
+    files = set(data_paths(t.uri, "*.parquet"))
     code = f"import oxlake, sys; oxlake.Table(sys.argv[1], heartbeat_interval={HEARTBEAT}).cluster()"
     proc = subprocess.run(
         [sys.executable, "-c", code, t.uri],
@@ -181,7 +181,7 @@ def test_a_crashed_clustering(t: oxlake.Table, point: str) -> None:
     w = writer.upsert(trips([1], ts=3, name="x"))
     timeline = writer.timeline()
     assert not [i for i in timeline if i.state != "completed"]
-    new_files = set(Path(t.uri).rglob("*.parquet")) - files
+    new_files = set(data_paths(t.uri, "*.parquet")) - files
     if point == "after-commit":
         assert "replacecommit" in [i.action for i in timeline] and len(writer.file_groups()) == 3
     else:

@@ -57,9 +57,17 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
 }
 
 
-def damaged_table(path: str, table_type: str = "merge_on_read") -> oxlake.Table:
+def damaged_table(path: str, table_type: str = "merge_on_read", metadata: bool = False) -> oxlake.Table:
+    """A table to damage. Without a metadata table by default: planning lists storage, and the
+    damage is found against what the timeline says was written."""
     t = oxlake.create_table(
-        path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type, table_version=6
+        path,
+        SCHEMA,
+        record_key="id",
+        ordering_field="ts",
+        table_type=table_type,
+        table_version=6,
+        metadata=metadata,
     )
     t.insert(trips([1, 2, 3], city="sf"))
     t.upsert(trips([1], ts=2, name="u", city="sf"))
@@ -140,6 +148,20 @@ def test_a_deleted_committed_log_is_an_error(table_path: str) -> None:
     with pytest.raises(oxlake.CorruptTableError) as e:
         oxlake.Table(table_path).to_arrow()
     assert_names(e, last)
+
+
+@pytest.mark.parametrize("kind", ["log", "base"])
+def test_a_deleted_committed_file_the_files_index_names_is_an_error(table_path: str, kind: str) -> None:
+    """Planning from the files index offers the file; reading it finds it gone: an error naming
+    it (a storage `NotFound`, as when a clean removes it under a read), never a read without it."""
+    t = damaged_table(table_path, metadata=True)
+    assert t.validate().ok
+    gone = (log_files(t) if kind == "log" else base_files(t))[-1]
+    gone.unlink()
+    with pytest.raises(oxlake.OxlakeError) as e:
+        oxlake.Table(table_path).to_arrow()
+    assert_names(e, gone)
+    assert not oxlake.Table(table_path).validate().ok
 
 
 def test_a_torn_tail_of_an_uncommitted_writer_is_skipped(table_path: str) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import oxlake
 import pytest
-from conftest import SCHEMA, hudi_read, rows, run_paused, trips, trips_table
+from conftest import SCHEMA, data_paths, hudi_read, rows, run_paused, trips, trips_table
 from test_crash import HEARTBEAT, WRITER
 
 
@@ -22,7 +22,7 @@ def completed(t: oxlake.Table) -> list[oxlake.Instant]:
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_the_built_files_index_lists_exactly_the_files_in_storage(tmp_path: Path, table_type: str) -> None:
     path = str(tmp_path / "t")
-    t = trips_table(path, table_type=table_type)
+    t = trips_table(path, metadata=False, table_type=table_type)
     t.insert(trips(list(range(100))))
     t.upsert(trips(list(range(0, 100, 4)), ts=2, name="u"))
     t.delete(trips([1, 2]))
@@ -45,13 +45,76 @@ def test_the_built_files_index_lists_exactly_the_files_in_storage(tmp_path: Path
     assert rows(hudi_read(path)) == before
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@pytest.mark.parametrize("meta_fields", [True, False])
+def test_a_new_table_has_its_files_index_and_no_instant_for_it(
+    tmp_path: Path, table_type: str, table_version: int, meta_fields: bool
+) -> None:
+    """`create_table` gives the table its metadata table (the `files` index, one shard) without an
+    instant on the data timeline, as Apache Hudi does: every write and service keeps it in step,
+    and planning takes the files from it (a stray file storage holds is not read). With
+    `metadata=False` the table lists storage."""
+    path = str(tmp_path / "t")
+    kw = dict(table_type=table_type, table_version=table_version, meta_fields=meta_fields)
+    t = trips_table(path, **kw)
+    assert t.timeline() == []
+    assert t.properties["oxlake.metadata.partitions"] == "files"
+    assert "hoodie.table.metadata.partitions" not in t.properties
+    assert t.validate().ok
+    t.insert(trips(list(range(60))))
+    t.upsert(trips(list(range(0, 60, 3)), ts=2, name="u"))
+    t.delete(trips([1, 2], ts=5))
+    if table_type == "merge_on_read":
+        t.compact()
+    t.cluster()
+    t.clean(retain=1)
+    report = t.validate()
+    assert report.ok and report.present, report
+    assert {i.action for i in t.timeline()} <= {"commit", "deltacommit", "replacecommit", "clean"}
+    shards = sorted(
+        p.name.split("_")[0] for p in (Path(path) / ".hoodie/oxlake/metadata/files").glob("*.parquet")
+    )
+    assert set(shards) == {"files-0000-0"}
+    before = rows(t.to_arrow())
+    assert rows(hudi_read(path)) == before
+    # Planning reads the index, not a listing: a stray copy of a base file under a new file id
+    # would be one more file group to a listing.
+    base = data_paths(path, "*.parquet")[0]
+    stray = base.with_name("0000aaaa-0000-0000-0000-000000000000-0" + base.name[base.name.index("_") :])
+    shutil.copy(base, stray)
+    assert rows(oxlake.Table(path).to_arrow()) == before
+    assert not t.validate().ok
+    stray.unlink()
+
+    bare = trips_table(str(tmp_path / "bare"), metadata=False, **kw)
+    assert "oxlake.metadata.partitions" not in bare.properties
+    assert not (tmp_path / "bare" / ".hoodie" / "oxlake").exists()
+    bare.insert(trips(list(range(60))))
+    assert not bare.validate().present
+
+
+def test_a_new_tables_index_made_stale_by_a_foreign_writer_is_built_again(tmp_path: Path) -> None:
+    """A table given its metadata table at creation yields to a writer unaware of it: stale, it is
+    not read, and the next writer builds it again."""
+    t = trips_table(str(tmp_path / "t"))
+    t.insert(trips([1, 2, 3]))
+    foreign_upsert(t, trips([4], ts=2))
+    report = t.validate()
+    assert not report.ok and report.missing_instants, report
+    assert sorted(r["id"] for r in rows(oxlake.Table(t.uri).to_arrow())) == [1, 2, 3, 4]
+    t.upsert(trips([5], ts=2))
+    assert t.validate().ok
+    assert sorted(r["id"] for r in rows(t.to_arrow())) == [1, 2, 3, 4, 5]
+
+
 def test_planning_takes_the_files_from_the_index_while_it_is_fresh(table: oxlake.Table) -> None:
     table.insert(trips(list(range(30))))
     table.build_metadata()
     before = rows(table.to_arrow())
     # A file storage holds but the index does not: a copy of a base file under a new file id,
     # named with a committed instant. A listing would read it as one more file group.
-    base = next(Path(table.uri).rglob("*.parquet"))
+    base = data_paths(table.uri, "*.parquet")[0]
     stray = base.with_name("0000aaaa-0000-0000-0000-000000000000-0" + base.name[base.name.index("_") :])
     shutil.copy(base, stray)
     assert rows(table.to_arrow()) == before
@@ -72,9 +135,10 @@ def test_planning_takes_the_files_from_the_index_while_it_is_fresh(table: oxlake
     assert table.validate().ok
 
 
-def test_a_listing_pays_a_request_per_page_and_the_files_index_none(table: oxlake.Table) -> None:
+def test_a_listing_pays_a_request_per_page_and_the_files_index_none(table_path: str) -> None:
     """Storage lists 1,000 entries a request (S3's pages, modelled by the fault store's latency):
     planning from a listing pays for every entry under the table, the files index for none."""
+    table = trips_table(table_path, metadata=False)
     from oxlake.testing import faults
 
     table.insert(trips(list(range(30))))
@@ -203,6 +267,45 @@ def test_a_built_record_index_routes_as_the_one_kept_in_step(
     assert seen == dict.fromkeys(seen, expected)
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_key_deleted_twice_routes_as_without_an_index(
+    tmp_path: Path, table_type: str, table_version: int
+) -> None:
+    """A delete without an ordering value, then one with `ts=9`, then an upsert with `ts=5`. Key
+    reads find the key in its group's log after the first delete, so the second delete lands
+    there and hides the upsert. The record index kept in step removed the key's entry at the first
+    delete, so the second wrote nothing and the upsert showed. In a table ordered by event time
+    every delete now keeps its entry, kept in step and built alike. Copy-on-write rewrites the
+    first delete away: the second finds nothing and the upsert inserts the key, whatever the
+    index."""
+    seen = {}
+    for index in ("none", "kept", "built", "bloom_filters"):
+        t = trips_table(str(tmp_path / index), table_type=table_type, table_version=table_version)
+        if index == "kept":
+            t.build_metadata()
+        t.insert(trips([1, 2], ts=1))
+        t.delete(trips([1]).select(["id", "city"]))  # no ordering value
+        if index == "built":
+            t.build_metadata()
+        elif index == "bloom_filters":
+            t.build_metadata(record_index_shards=0)
+        t.delete(trips([1], ts=9))
+        if index != "none":
+            assert t.validate().ok, index
+        t.upsert(trips([1], ts=5, name="late"))
+        if index != "none":
+            assert t.validate().ok, index
+            t.build_metadata()
+            assert t.validate().ok, index
+        seen[index] = (names(t.to_arrow()), names(t.to_arrow(query="read_optimized")))
+    if table_type == "merge_on_read":
+        expected = ([(2, "n2")], [(1, "n1"), (2, "n2")])
+    else:
+        expected = ([(1, "late1"), (2, "n2")], [(1, "late1"), (2, "n2")])
+    assert seen == dict.fromkeys(seen, expected)
+
+
 def foreign_upsert(table: oxlake.Table, data: object) -> oxlake.WriteResult:
     """An upsert by another writer, unaware of the metadata table (here: one that does not see
     its property)."""
@@ -259,7 +362,9 @@ def test_a_writer_that_ignores_the_index_makes_it_stale_until_the_next_writer(ta
     "failpoint",
     [
         "after-inflight",  # the data files written, nothing synced
-        "before-commit",  # inside the metadata table's deltacommit (its first commit step)
+        "before-commit",  # the data commit's first step
+        "metadata-before-commit",  # inside the metadata table's deltacommit (its first commit step)
+        "metadata-after-commit",  # the metadata deltacommit completed, its heartbeat still there
         "after-metadata-sync",  # the metadata deltacommit completed, the data instant not
     ],
 )
@@ -306,7 +411,8 @@ def test_a_build_that_never_completed_is_not_used(table_path: str) -> None:
     assert instant not in [i.time for i in t.timeline() if i.action == "indexing"]
 
 
-def test_cli_builds_and_validates(table: oxlake.Table) -> None:
+def test_cli_builds_and_validates(table_path: str) -> None:
+    table = trips_table(table_path, metadata=False)
     table.insert(trips(list(range(10))))
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -325,10 +431,11 @@ def test_cli_builds_and_validates(table: oxlake.Table) -> None:
         table.build_metadata(files_shards=0)
 
 
-def test_the_metadata_table_compacts_and_cleans_itself(table: oxlake.Table) -> None:
+def test_the_metadata_table_compacts_and_cleans_itself(table_path: str) -> None:
     """Each commit adds a log file to the shards it touches; past ten, the next commit first
     compacts the metadata table into new base files (time: the latest data instant + `001`), and
     deletes the slices older than the one before."""
+    table = trips_table(table_path, metadata=False)
     table.insert(trips(list(range(30))))
     built = table.build_metadata(files_shards=1)
     for n in range(23):

@@ -14,7 +14,7 @@ import oxlake.spark
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from conftest import SCHEMA, data_files, hudi_read, rows, trips, trips_table
+from conftest import SCHEMA, data_files, data_paths, hudi_read, rows, trips, trips_table
 
 pyspark = pytest.importorskip("pyspark")
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
@@ -280,20 +280,20 @@ def test_failed_job_leaves_the_table_unchanged(spark: SparkSession, table: oxlak
     assert rows(t.to_arrow()) == before
     completed = [(i.time, i.state) for i in t.timeline() if i.action != "rollback"]
     assert [c for c in completed if c[1] == "completed"] == [c for c in timeline if c[1] == "completed"]
-    data_files = {p.name for p in Path(table.uri).rglob("*.parquet")}
-    assert all(any(i in name for i, _ in timeline) for name in data_files), data_files
+    names = {p.name for p in data_paths(table.uri, "*.parquet")}
+    assert all(any(i in name for i, _ in timeline) for name in names), names
 
 
 def test_files_of_failed_task_attempts_never_become_visible(table: oxlake.Table) -> None:
     """A task attempt that wrote its files and then died, and its retry: the commit keeps the
     retry's files only (no duplicate rows), and the attempt's files are deleted."""
     table.insert(trips(list(range(30))))
-    before = {p.name for p in Path(table.uri).rglob("*.parquet")}
+    before = {p.name for p in data_paths(table.uri, "*.parquet")}
     pending = oxlake._native.begin_write(table._t, "upsert")
     data = trips(list(range(25, 40)), ts=2, name="u")
     # A tiny target size sends the new keys to new file groups, named anew by each attempt.
     oxlake._native.write_files(table._t, "upsert", pending.instant, data, 1)
-    attempt = {p.name for p in Path(table.uri).rglob("*.parquet")} - before
+    attempt = {p.name for p in data_paths(table.uri, "*.parquet")} - before
     retry = oxlake._native.write_files(table._t, "upsert", pending.instant, data, 1)
     landed = pending.commit([retry])
     kept = {f.rsplit("/", 1)[-1] for f in landed[4]}
@@ -301,7 +301,7 @@ def test_files_of_failed_task_attempts_never_become_visible(table: oxlake.Table)
     expected = rows(pa.concat_tables([trips(list(range(25))), data]))
     assert rows(t.to_arrow()) == expected
     assert rows(hudi_read(table.uri)) == expected
-    left = {p.name for p in Path(table.uri).rglob("*.parquet")}
+    left = {p.name for p in data_paths(table.uri, "*.parquet")}
     orphans = attempt - kept
     assert orphans, "the attempt wrote new file groups of its own"
     assert not orphans & left
@@ -343,7 +343,7 @@ def committed_files(path: str, instant: oxlake.Instant) -> list[str]:
 
 
 def base_files_of(path: str, instant: str) -> list[str]:
-    return sorted(p.name for p in Path(path).rglob("*.parquet") if p.name.endswith(f"_{instant}.parquet"))
+    return sorted(p.name for p in data_paths(path, "*.parquet") if p.name.endswith(f"_{instant}.parquet"))
 
 
 @needs_data_source
@@ -506,7 +506,7 @@ def test_failed_data_source_write_leaves_the_table_unchanged(
 
     table.insert(trips(list(range(30))))
     before = rows(table.to_arrow())
-    files = {p.name for p in Path(table.uri).rglob("*.parquet")}
+    files = {p.name for p in data_paths(table.uri, "*.parquet")}
 
     @udf("bigint")
     def fail_on_nyc(city: str, id: int) -> int:
@@ -519,7 +519,7 @@ def test_failed_data_source_write_leaves_the_table_unchanged(
         data.withColumn("id", fail_on_nyc("city", "id")).write.format("oxlake").mode("append").save(table.uri)
     t = oxlake.Table(table.uri)
     assert rows(t.to_arrow()) == before
-    assert {p.name for p in Path(table.uri).rglob("*.parquet")} == files
+    assert {p.name for p in data_paths(table.uri, "*.parquet")} == files
     assert not [i for i in t.timeline() if i.state != "completed"]
 
 

@@ -173,7 +173,11 @@ def test_a_checkpoint_archived_by_other_writers_is_still_found(tmp_path: Path, v
     """A stream's last commit archived (other writers and services committed more than archival
     keeps since): its batch is still known, so a replay of it is skipped, not written again."""
     t = oxlake.create_table(
-        str(tmp_path / "t"), pa.schema([("id", pa.int64())]), record_key="id", table_version=version
+        str(tmp_path / "t"),
+        pa.schema([("id", pa.int64())]),
+        record_key="id",
+        table_version=version,
+        metadata=False,
     )
     t.set_archival(2, 3)
     checkpoint = {

@@ -26,6 +26,7 @@ from conftest import (
     COMPAT,
     CORPUS_ABSENT,
     SCHEMA,
+    data_paths,
     hudi_avro_schema,
     hudi_read,
     rows,
@@ -140,7 +141,7 @@ def test_merge_on_read_logs_are_named_with_their_own_deltacommit(table_path: str
     t.insert(trips(list(range(6))))
     first = t.upsert(trips([1], ts=2, name="u")).instant
     second = t.upsert(trips([1], ts=3, name="v")).instant
-    logs = sorted(p.name for p in Path(table_path).rglob(".*.log.*"))
+    logs = sorted(p.name for p in data_paths(table_path, ".*.log.*"))
     if table_type == "copy_on_write":
         assert logs == []
         return
@@ -271,7 +272,7 @@ def test_archival_writes_the_lsm_timeline_and_reads_it_back(table_path: str, tab
     """Archival of a version 8 table writes `.hoodie/timeline/history` as Apache Hudi 1.x does
     (a level-0 Parquet file of `HoodieLSMTimelineInstant`, `manifest_1`, `_version_`), and every
     read as of or between archived instants gives the rows it gave before."""
-    t = trips_table(table_path, table_type=table_type, table_version=8)
+    t = trips_table(table_path, metadata=False, table_type=table_type, table_version=8)
     t.set_archival(2, 4, inline=False)
     t.insert(trips(list(range(6))))
     for n in range(6):
@@ -326,7 +327,7 @@ def test_a_dead_archival_is_finished_by_the_next(table_path: str) -> None:
     manifest by listing (as Apache Hudi's `LSMTimeline` does) and drop the instants still active
     from it; the next archival finishes the run (deletes the archived instants, names the
     manifest)."""
-    t = trips_table(table_path, table_version=8)
+    t = trips_table(table_path, metadata=False, table_version=8)
     t.set_archival(2, 4, inline=False)
     for n in range(7):
         t.upsert(trips([n], ts=n, name="v"))
@@ -351,7 +352,7 @@ def test_archivals_compact_the_lsm_timeline_and_clean_it(table_path: str) -> Non
     `LSMTimelineWriter.compactAndClean`), manifests older than the newest 3 (plus one per merge)
     are deleted, and data files no kept manifest lists are deleted once older than ten minutes.
     Every read of the archived timeline stays as it was, in oxlake and in hudi-rs."""
-    t = trips_table(table_path, table_version=8)
+    t = trips_table(table_path, metadata=False, table_version=8)
     t.set_archival(2, 3, inline=False)
     t.insert(trips(list(range(4))))
     history = Path(table_path, ".hoodie/timeline/history")
@@ -437,7 +438,7 @@ def key_of(t: oxlake.Table) -> list[str]:
 
 def v6_table_with_history(path: str, table_type: str) -> oxlake.Table:
     """A version 6 table with every kind of instant and an archived timeline."""
-    t = trips_table(path, table_type=table_type, table_version=6)
+    t = trips_table(path, metadata=False, table_type=table_type, table_version=6)
     t.set_archival(2, 4, inline=False)
     t.insert(trips(list(range(6))))
     for n in range(5):
@@ -574,7 +575,7 @@ def test_a_log_of_an_archived_deltacommit_joins_the_slice_of_its_completion(
     """A deltacommit requested before a compaction and completed after it belongs to the
     compacted slice. Once archived, its completion time comes from the archived timeline: placed by
     its requested time it would fall into the superseded slice and its rows would vanish."""
-    t = trips_table(table_path, table_type="merge_on_read", table_version=8)
+    t = trips_table(table_path, metadata=False, table_type="merge_on_read", table_version=8)
     t.set_archival(1, 2, inline=False)
     t.insert(trips(list(range(4))))
     t.upsert(trips([1], ts=2, name="u"))  # a log for the compaction to fold in

@@ -163,6 +163,7 @@ def create_table(
     url_encode: bool = True,
     global_index: bool = False,
     meta_fields: bool = True,
+    metadata: bool = True,
 ) -> Table: ...
 
 class PendingWrite:

@@ -314,6 +314,7 @@ def _bulk_insert(args: argparse.Namespace) -> None:
             table_version=args.table_version,
             global_index=args.global_index,
             meta_fields=not args.no_meta_fields,
+            metadata=not args.no_metadata,
         )
     start = time.monotonic()
     result = table.bulk_insert(source.scanner().to_reader(), sort_mode=args.sort_mode)
@@ -429,6 +430,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--no-meta-fields",
         action="store_true",
         help="to create the table without meta fields (Apache Hudi's virtual keys: _hoodie_* columns null)",
+    )
+    bulk.add_argument(
+        "--no-metadata",
+        action="store_true",
+        help="to create the table without its metadata table (planning then lists directories)",
     )
     alter = sub.add_parser("alter-schema", help="rename, drop, add, widen and move columns (one commit)")
     alter.add_argument("uri", help=URI_HELP)

@@ -24,7 +24,8 @@ or use `oxlake.spark.write`, for a global order), `target_file_size`, `schema_mo
 the schema as `Table.upsert(..., schema_mode="merge")` does), and on a table's first write
 `record_key`, `partition_by` (comma-separated), `ordering_field`, `table_type`, `table_version`,
 `global_index` (`true`: keys unique across partitions, see `oxlake.create_table`), `meta_fields`
-(`false`: a table without meta fields, Apache Hudi's virtual keys);
+(`false`: a table without meta fields, Apache Hudi's virtual keys), `metadata` (`false`: no
+metadata table);
 both: `storage.*` (storage options, for example `storage.aws_endpoint`).
 
 Save modes: Spark itself accepts only `append` and `overwrite` for a Python data source. `save()`
@@ -150,6 +151,8 @@ def _create_options(opts: _Options) -> dict[str, Any]:
         created["global_index"] = _flag(global_index, False)
     if (meta_fields := opts.get("meta_fields")) is not None:
         created["meta_fields"] = _flag(meta_fields, True)
+    if (metadata := opts.get("metadata")) is not None:
+        created["metadata"] = _flag(metadata, True)
     return created
 
 

@@ -1205,6 +1205,7 @@ def create_table(
     url_encode: bool = True,
     global_index: bool = False,
     meta_fields: bool = True,
+    metadata: bool = True,
 ) -> Table:
     """Creates an Apache Hudi table and returns it open.
 
@@ -1252,6 +1253,11 @@ def create_table(
     read null, incremental queries admit whole files of the commits in their window (not single
     rows), change queries are refused, and the record index is not kept (`lookup`, `merge` and a
     global index read the key fields instead).
+    `metadata` (on by default, as Apache Hudi's metadata table is since 0.11) gives the table its
+    metadata table at creation, with the `files` index alone: planning reads the table's files
+    from it instead of listing directories, and every write keeps it in step (no instant of its
+    own on the timeline). `metadata=False` leaves it out; `Table.build_metadata` adds it, or the
+    column-stats, bloom-filter and record indexes, later.
     `name` (`hoodie.table.name`) defaults to the last segment of `uri` made a valid name
     (`table_name_of`).
     """
@@ -1274,6 +1280,7 @@ def create_table(
         url_encode,
         global_index,
         meta_fields,
+        metadata,
     )
     return Table._wrap(native)
 

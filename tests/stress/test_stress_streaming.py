@@ -44,7 +44,16 @@ FILES_PER_RUN = 2  # new source files before each restart
 ROWS_PER_FILE = 20
 KEYS = 60
 CITIES = ("sf", "nyc", "東京 %/")
-PAUSEPOINTS = ("after-commit", "after-fate", "after-completion-claim", "after-metadata-sync", "before-commit")
+PAUSEPOINTS = (
+    "after-commit",
+    "after-fate",
+    "after-completion-claim",
+    "after-metadata-sync",
+    "before-commit",
+    # The same steps of the metadata table's commit, inside the data commit.
+    "metadata-before-commit",
+    "metadata-after-fate",
+)
 SCHEMA = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
 RUN_TIMEOUT = 300  # seconds for one run left alone
 HEARTBEAT = 0.5  # seconds: the heartbeat interval of the tables' writers

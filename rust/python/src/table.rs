@@ -41,7 +41,7 @@ fn table_options(storage_options: Option<HashMap<String, String>>, heartbeat_int
 
 /// Creates a table and returns it open.
 #[pyfunction]
-#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=8, key_generator_options=None, url_encode=true, global_index=false, meta_fields=true))]
+#[pyo3(signature = (uri, schema, record_key, partition_by, ordering_field, table_type, name, hive_style, storage_options=None, heartbeat_interval=10.0, inline_compaction=None, table_version=8, key_generator_options=None, url_encode=true, global_index=false, meta_fields=true, metadata=true))]
 #[allow(clippy::too_many_arguments)]
 pub fn create_table(
     py: Python<'_>,
@@ -61,6 +61,7 @@ pub fn create_table(
     url_encode: bool,
     global_index: bool,
     meta_fields: bool,
+    metadata: bool,
 ) -> PyResult<PyTable> {
     let schema = import_schema(&schema)?;
     let table_type = TableType::parse(&table_type).ok_or_else(|| {
@@ -81,7 +82,14 @@ pub fn create_table(
         url_encode,
     };
     let options = table_options(storage_options, heartbeat_interval)?;
-    let table = run(py, async move { Table::create(&uri, options, create, schema).await })?;
+    let table = run(py, async move {
+        let mut table = Table::create(&uri, options, create, schema).await?;
+        if metadata {
+            // The `files` index alone, in one shard (Apache Hudi's default).
+            table.create_metadata(oxlake::metadata::MetadataConfig::new(1, 0, 0, 0)?).await?;
+        }
+        Ok::<_, oxlake::Error>(table)
+    })?;
     Ok(PyTable { inner: Arc::new(Mutex::new(table)) })
 }
 

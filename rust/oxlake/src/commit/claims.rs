@@ -7,7 +7,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 
 use super::markers::{Marker, MarkerDir};
-use super::{failpoint, fate, slice_claims};
+use super::{fate, slice_claims, step_failpoint};
 use crate::error::{Error, Result};
 use crate::format::instant::{self, Action, Instant, State};
 use crate::table::Table;
@@ -180,7 +180,7 @@ pub(super) async fn claim_checked(table: &Table, action: Action, plan: impl Plan
             log::info!("{}: the claim of {time} came too late to count: claiming a later time", table.uri());
             continue;
         }
-        failpoint("after-claim");
+        step_failpoint(table, "after-claim");
         let Some(content) = plan(table, &time).await? else { return Ok(None) };
         // The time is this writer's now: a requested file already there is its own, from an
         // attempt whose answer was lost, unless another process took this writer for dead

@@ -55,6 +55,28 @@ pub use transaction::{ReadState, Transaction};
 /// `OXLAKE_PAUSEPOINT=<name>` and `OXLAKE_PAUSE_DIR=<dir>` it creates `<dir>/reached` there and
 /// waits until `<dir>/resume` exists, so that a test can run another writer in between.
 pub(crate) fn failpoint(name: &str) {
+    if armed() {
+        stop_at(name);
+    }
+}
+
+/// Whether a failpoint or a pausepoint is set at all.
+fn armed() -> bool {
+    std::env::var_os("OXLAKE_FAILPOINT").is_some() || std::env::var_os("OXLAKE_PAUSEPOINT").is_some()
+}
+
+/// [`failpoint`] at a step of the commit protocol of `table`. The metadata table commits inside
+/// each data commit, through the same steps: there a step is named `metadata-<step>`, so that a
+/// test stopping a data commit at a step stops there, not in the metadata table's commit before.
+pub(crate) fn step_failpoint(table: &crate::table::Table, name: &str) {
+    match (armed(), table.is_metadata_table()) {
+        (false, _) => {}
+        (true, true) => stop_at(&format!("metadata-{name}")),
+        (true, false) => stop_at(name),
+    }
+}
+
+fn stop_at(name: &str) {
     if std::env::var("OXLAKE_FAILPOINT").is_ok_and(|v| v == name) {
         log::error!("failpoint {name}: aborting the process");
         std::process::abort();

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::claims::claim;
 use super::heartbeat::{beating, heartbeat_path, is_expired};
-use super::{change, conflicts, failpoint, fate, hook};
+use super::{change, conflicts, fate, hook, step_failpoint};
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::file_name::{self, BaseFileName, LogFileName};
@@ -159,7 +159,7 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
         table.timeline().create(&storage, &pending, Bytes::new()).await?;
     }
     storage.delete(&table.timeline().path_of(&latest)).await?;
-    failpoint("rollback-after-uncommit");
+    step_failpoint(table, "rollback-after-uncommit");
     table.reload().await?;
     rollback(table, &target, Some(requested), Undo::Deliberate { was_completed: true }).await?;
     table.reload().await?;
@@ -302,7 +302,7 @@ pub(super) async fn rollback_at(
         // runs again at its time: its files are told apart by the timeline).
         table.storage().put(&crate::timeline::rolled_back_marker(&target.time), Bytes::new()).await?;
     }
-    failpoint("rollback-after-fate");
+    step_failpoint(table, "rollback-after-fate");
     // A rollback beats like a write: another process finishes it only once this one is gone.
     beating(table, &r.time, undo(table, target, &r, was_completed)).await?;
     Ok(true)
@@ -349,10 +349,10 @@ pub(super) async fn undo(table: &Table, target: &Instant, r: &Instant, was_compl
     let storage = table.storage();
     let timeline = table.timeline();
     timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
-    failpoint("rollback-after-inflight");
+    step_failpoint(table, "rollback-after-inflight");
     let (deleted, added) = undo_files_of(storage, target, &r.time).await?;
     super::completion::release_claims(table, &target.time).await?;
-    failpoint("rollback-after-delete");
+    step_failpoint(table, "rollback-after-delete");
     let change = change::Change {
         added: &added,
         deleted: &deleted,

@@ -10,7 +10,7 @@ use tokio::task::JoinHandle;
 use super::claims::{PlanFn, claim_checked, ready};
 use super::heartbeat::{HeartbeatWatch, heartbeat_path, spawn_heartbeat, write_heartbeat};
 use super::rollback::{Undo, is_gone, remove_reported_files, rollback, rollback_at, rollback_failed};
-use super::{change, conflicts, failpoint, fate, hook};
+use super::{change, conflicts, failpoint, fate, hook, step_failpoint};
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::instant::{Action, Instant, State};
@@ -121,14 +121,14 @@ impl Transaction {
         // the winner's heartbeat. Until it exists, the requested file's own age stands in for it
         // (see `is_expired`).
         write_heartbeat(&storage, &time).await?;
-        failpoint("after-requested");
+        step_failpoint(table, "after-requested");
         let epoch = fate::current_epoch(table, &time).await?;
         let tx = Transaction::starting(table, requested, epoch);
         let inflight = tx.instant.with_state(State::Inflight);
         let marker = CommitMetadata { operation_type: None, ..Default::default() }
             .to_timeline_bytes(table.timeline().layout(), action)?;
         table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
-        failpoint("after-inflight");
+        step_failpoint(table, "after-inflight");
         Ok(Some(tx))
     }
 
@@ -178,7 +178,7 @@ impl Transaction {
         let epoch = fate::current_epoch(table, &requested.time).await?;
         let tx = Transaction::starting(table, requested.with_state(State::Requested), epoch);
         table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
-        failpoint("after-inflight");
+        step_failpoint(table, "after-inflight");
         Ok(tx)
     }
 
@@ -261,7 +261,7 @@ impl Transaction {
         keys: &change::KeyChanges,
         entries: &[(String, change::FileEntry)],
     ) -> Result<Instant> {
-        failpoint("before-commit");
+        step_failpoint(table, "before-commit");
         if let Err(e) = self.check(table, metadata, keys).await {
             let e = self.lost_to_service(table, e).await;
             return Err(self.fail_written(table, e, Some(metadata)).await);
@@ -307,7 +307,7 @@ impl Transaction {
             match self.claim_completion(table).await {
                 Ok(c) => {
                     completed.completion = Some(c);
-                    failpoint("after-completion-claim");
+                    step_failpoint(table, "after-completion-claim");
                 }
                 Err(e) => return Err(self.fail_written(table, e, Some(metadata)).await),
             }
@@ -353,7 +353,7 @@ impl Transaction {
             // Undecided: nothing is visible, roll back as after any failure.
             Err(e) => return Err(self.fail(table, e).await),
         }
-        failpoint("after-fate");
+        step_failpoint(table, "after-fate");
         // From here the write is committed: a rollback that comes now completes it instead (a file
         // found there is that roll-forward, of the same metadata).
         if let Err(e) = table.timeline().create(table.storage(), &completed, json).await {
@@ -393,7 +393,7 @@ impl Transaction {
             let detail = "this write was rolled back by another process as it completed".into();
             return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
         }
-        failpoint("after-commit");
+        step_failpoint(table, "after-commit");
         self.stop_heartbeat(table.storage()).await?;
         conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
         table.reload().await?;
@@ -540,7 +540,7 @@ impl Transaction {
         let appends_only = table.is_metadata_table() && self.instant.action == Action::DeltaCommit;
         if !appends_only {
             conflicts::publish_intent(table.storage(), time, &footprint).await?;
-            failpoint("after-intent");
+            step_failpoint(table, "after-intent");
         }
         let mut watch = HeartbeatWatch::default();
         loop {
@@ -552,7 +552,7 @@ impl Transaction {
             if appends_only {
                 return Ok(());
             }
-            failpoint("before-intents");
+            step_failpoint(table, "before-intents");
             match conflicts::check_intents(table, time, &footprint).await? {
                 conflicts::Verdict::Clear => {
                     // An overlapping write may have completed, and withdrawn its intent, between

@@ -56,6 +56,10 @@ pub const PARTITIONS_KEY: &str = "oxlake.metadata.partitions";
 pub const FILES: &str = "files";
 /// Stands in for the build time of a metadata table that does not record one (never fresh).
 const UNKNOWN_BUILD_TIME: &str = "00000000000000000";
+/// The build time of a metadata table made with its data table, before any instant: older than
+/// every instant of the data timeline, and counted as completed though none is there (Apache
+/// Hudi's own metadata table starts at such a fixed time, `00000000000000010`).
+pub const AT_CREATION: &str = "00000000000000010";
 /// The metadata table property recording the data instant it was built at.
 const BUILT_AT_KEY: &str = "oxlake.metadata.built.at";
 /// ... and the data writes pending then: their files may have missed the build's listing, so
@@ -214,6 +218,28 @@ impl Table {
         Ok(time)
     }
 
+    /// Gives a table without any instant yet its metadata table, holding nothing, with no instant
+    /// of its own on the data timeline: built at [`AT_CREATION`], it is fresh while every later
+    /// instant reaches it (as Apache Hudi starts its metadata table within the first commit, not
+    /// in an instant of its own). A crash before the table advertises it leaves it unused; the
+    /// next build replaces it.
+    pub async fn create_metadata(&mut self, config: MetadataConfig) -> Result<()> {
+        if !self.config().populate_meta_fields && config.shards.contains_key(&Index::RecordIndex) {
+            return Err(Error::unsupported(
+                "the record index of a table without meta fields (`hoodie.populate.meta.fields=false`): \
+                 its rows store no record key",
+            ));
+        }
+        self.reload().await?;
+        if let Some(first) = self.timeline().instants().first() {
+            let detail = format!("the table has instants (the first: {}): build_metadata builds one", first.time);
+            return Err(Error::invalid_arg("metadata", detail));
+        }
+        build(self, AT_CREATION, &config).await?;
+        let names: Vec<&str> = config.shards.keys().map(|i| i.name()).collect();
+        self.set_property(PARTITIONS_KEY, Some(&names.join(","))).await
+    }
+
     /// Sets (or with `None` removes) one line of `hoodie.properties`, keeping every other line.
     async fn set_property(&mut self, key: &str, value: Option<&str>) -> Result<()> {
         self.set_properties(&[(key, value)]).await
@@ -261,7 +287,7 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     // with nothing left at its time) completed: Apache Hudi archives completed instants only. A
     // time oxlake rolled back did not, however old: a writer frozen past its heartbeat may complete
     // its metadata deltacommit after the rollback, into the slice of a later compaction.
-    let completed = |time: &str| timeline.is_committed(time);
+    let completed = |time: &str| time == AT_CREATION || timeline.is_committed(time);
     // A compaction of the metadata table carries the time of the data instant it follows,
     // suffixed (see `sync::compact_if_due`).
     // The metadata table's own archived instants (older than its write timeline) completed too:

@@ -40,6 +40,8 @@ pub(crate) struct HeldKeys {
     pub by_shard: Vec<Vec<(String, KeyState, u32)>>,
     /// Whether the table has a global index (a key is one record in all partitions).
     pub global: bool,
+    /// Whether the table orders by event time: a key held deleted keeps its entry.
+    pub event_time: bool,
 }
 
 /// Slices whose keys are read at once.
@@ -50,10 +52,11 @@ impl HeldKeys {
     /// aside), sorted into `shards` shards of the record index.
     pub async fn read(data: &Table, shards: u32) -> Result<Self> {
         let global = data.config().global_index;
+        let event_time = data.config().merge_mode == crate::config::MergeMode::EventTime;
         let mut by_shard: Vec<Vec<(String, KeyState, u32)>> = vec![Vec::new(); shards.max(1) as usize];
         let timeline = Arc::new(data.timeline().clone());
         let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {
-            return Ok(HeldKeys { slices: Vec::new(), by_shard, global });
+            return Ok(HeldKeys { slices: Vec::new(), by_shard, global, event_time });
         };
         let view = data.file_system_view().await?;
         let replaced = data.replaced_file_groups(&latest).await?;
@@ -68,7 +71,6 @@ impl HeldKeys {
             false => Arc::default(),
         };
         let stored = Arc::new(data.stored_keys()?);
-        let by_order = data.config().merge_mode == crate::config::MergeMode::EventTime;
         // Owned slices and futures, spawned: the stream stays `Send` for any caller.
         let owned: Vec<FileSlice> = slices.iter().map(|(_, s)| s.clone()).collect();
         let reads = owned.into_iter().map(|slice| {
@@ -95,7 +97,7 @@ impl HeldKeys {
             let keys = keys.map_err(|e| Error::invalid_data(format!("a key reading task failed: {e}")))??;
             let partition = &slices[index].0.0;
             for (key, mut state) in keys {
-                if !by_order && state == KeyState::DeletedByOrder {
+                if !event_time && state == KeyState::DeletedByOrder {
                     state = KeyState::Deleted;
                 }
                 let composite = super::entries::record_index_key(&key, partition);
@@ -108,7 +110,7 @@ impl HeldKeys {
             index += 1;
         }
         let slices = slices.into_iter().map(|((partition, file_id), s)| (partition, file_id, s.base_instant)).collect();
-        Ok(HeldKeys { slices, by_shard, global })
+        Ok(HeldKeys { slices, by_shard, global, event_time })
     }
 
     /// The record index of the table, one list of records per shard, each sorted by key: the
@@ -131,8 +133,9 @@ impl HeldKeys {
                 rows.iter().filter(|r| r.1 == KeyState::Written).map(|r| record_key_of(&r.0)).collect();
             let kept = |(key, state, _): &&(String, KeyState, u32)| match state {
                 KeyState::Written => true,
-                KeyState::DeletedByOrder => !(self.global && written.contains(record_key_of(key))),
-                KeyState::Deleted => false,
+                KeyState::DeletedByOrder | KeyState::Deleted => {
+                    self.event_time && !(self.global && written.contains(record_key_of(key)))
+                }
             };
             let kept: Vec<&(String, KeyState, u32)> = rows.iter().filter(kept).collect();
             let mut batches = Vec::new();
@@ -357,6 +360,7 @@ mod tests {
             slices: vec![slice("p", "a", "3"), slice("p", "b", "2"), slice("q", "c", "1")],
             by_shard: vec![rows.iter().map(|&(k, p, state, s)| (record_index_key(k, p), state, s)).collect()],
             global,
+            event_time: true,
         }
     }
 
@@ -392,7 +396,7 @@ mod tests {
             // Written beats deleted, whichever slice is later.
             ("2", "p", DeletedByOrder, 0),
             ("2", "p", Written, 1),
-            // An event-time delete keeps its key's entry; a commit-time delete does not.
+            // In a table ordered by event time every delete keeps its key's entry.
             ("3", "p", DeletedByOrder, 1),
             ("4", "p", Deleted, 0),
             // A key in two partitions is two records, without a global index.
@@ -403,6 +407,7 @@ mod tests {
             entry("1", "p", "a"),
             entry("2", "p", "b"),
             entry("3", "p", "b"),
+            entry("4", "p", "a"),
             entry("5", "p", "a"),
             entry("5", "q", "c"),
         ];
@@ -410,5 +415,9 @@ mod tests {
         // With a global index the delete in `p` moved key 5 to `q`: its entry there alone.
         let moved: Vec<_> = all.iter().filter(|e| **e != entry("5", "p", "a")).cloned().collect();
         assert_eq!(built(held(&rows, true)), moved);
+        // Ordered by commit time, a deleted key has no entry (a read of its keys never says
+        // `DeletedByOrder` there).
+        let by_commit_time = HeldKeys { event_time: false, ..held(&rows, false) };
+        assert_eq!(built(by_commit_time), [entry("1", "p", "a"), entry("2", "p", "b"), entry("5", "q", "c")]);
     }
 }

@@ -97,8 +97,7 @@ impl Table {
             for b in mdt.read_index(Index::RecordIndex, Select::All).await? {
                 stored.extend(locations(&b)?);
             }
-            let event_time = self.config().merge_mode == crate::config::MergeMode::EventTime;
-            compare_record_index(d, held, stored, event_time);
+            compare_record_index(d, held, stored);
         }
         Ok(report)
     }
@@ -142,17 +141,16 @@ fn compare<V: PartialEq + std::fmt::Display>(
 /// Adds a line to `out` for every key the record index places where the files do not hold it, by
 /// the rules of [`HeldKeys::entries`](super::record_index::HeldKeys::entries), which writes keep
 /// too. A key written in a file group must be in the index, in a group where it is written (any
-/// of them: a write without a lookup may have put a copy beside it). A key an event-time delete
-/// deleted must be in a group holding it (a later write of it must lose to the delete there),
-/// but in a table with a global index where the key is written in another partition. A key held
-/// only deleted otherwise may be absent: the writes that leave an entry for it (a delete carrying
-/// an ordering column with a null value) route no later write amiss.
+/// of them: a write without a lookup may have put a copy beside it). In a table ordered by event
+/// time, a key held only deleted must be in a group holding it (a later write of it must lose to
+/// an event-time delete there, and a later event-time delete must reach it), but in a table with
+/// a global index where the key is written in another partition. Otherwise it may be absent.
 fn compare_record_index(
     out: &mut Vec<String>,
     held: super::record_index::HeldKeys,
     mut stored: BTreeMap<String, String>,
-    event_time: bool,
 ) {
+    let event_time = held.event_time;
     use crate::log::KeyState;
     // Per key and partition: the groups holding it and what their logs did to it last.
     let mut holders: BTreeMap<String, Vec<(String, KeyState)>> = BTreeMap::new();
@@ -169,7 +167,7 @@ fn compare_record_index(
         let best = groups.iter().map(|g| g.1).min().unwrap_or(KeyState::Deleted);
         let named: Vec<&str> = groups.iter().filter(|g| g.1 == best).map(|g| g.0.as_str()).collect();
         let moved = held.global && written_somewhere.contains(super::entries::record_key_of(&key));
-        let required = best == KeyState::Written || (best == KeyState::DeletedByOrder && !moved);
+        let required = best == KeyState::Written || (event_time && !moved);
         let at = stored.remove(&key);
         let fits = |at: &str| match best {
             KeyState::Written => named.contains(&at),
@@ -190,8 +188,8 @@ fn compare_record_index(
             _ => {}
         }
     }
-    // A key an event-time delete removed keeps its entry also once a compaction dropped it from
-    // its group, and a replaced group counts as holding nothing.
+    // In a table ordered by event time a deleted key keeps its entry also once a compaction
+    // dropped it from its group, and a replaced group counts as holding nothing.
     if !event_time {
         for key in stored.keys() {
             out.push(format!("{}: in the record_index, not in storage", printable(key)));
@@ -252,20 +250,31 @@ mod tests {
     /// The differences validation finds between keys held in the slices `p/a`, `p/b` and `q/c`
     /// and a record index placing each key in one of them.
     fn differences(held: &[(&str, &str, KeyState, u32)], index: &[(&str, &str, &str)], global: bool) -> Vec<String> {
+        differences_in(held, index, global, true)
+    }
+
+    /// [`differences`] in a table ordered by event time or by commit time.
+    fn differences_in(
+        held: &[(&str, &str, KeyState, u32)],
+        index: &[(&str, &str, &str)],
+        global: bool,
+        event_time: bool,
+    ) -> Vec<String> {
         let slice = |p: &str, f: &str| (p.to_string(), f.to_string(), "1".to_string());
         let held = HeldKeys {
             slices: vec![slice("p", "a"), slice("p", "b"), slice("q", "c")],
             by_shard: vec![held.iter().map(|&(k, p, state, s)| (record_index_key(k, p), state, s)).collect()],
             global,
+            event_time,
         };
         let stored = index.iter().map(|(k, p, f)| (record_index_key(k, p), format!("file group {p}/{f}"))).collect();
         let mut out = Vec::new();
-        compare_record_index(&mut out, held, stored, true);
+        compare_record_index(&mut out, held, stored);
         out
     }
 
     #[test]
-    fn the_record_index_must_place_written_keys_and_keys_of_event_time_deletes() {
+    fn the_record_index_must_place_written_keys_and_deleted_keys_of_event_time_tables() {
         // A written key: where it is written (any copy).
         let copies = [("1", "p", Written, 0), ("1", "p", Written, 1)];
         assert!(differences(&copies, &[("1", "p", "b")], false).is_empty());
@@ -285,10 +294,19 @@ mod tests {
         let moved = [("2", "p", DeletedByOrder, 0), ("2", "q", Written, 2)];
         assert!(differences(&moved, &[("2", "q", "c")], true).is_empty());
         assert_eq!(differences(&moved, &[("2", "q", "c")], false).len(), 1);
-        // A commit-time delete's key: absent, or in its group.
+        // A key deleted without an ordering value: in its group too, where the table orders by
+        // event time (a later event-time delete must reach it there) ...
         let deleted = [("3", "p", Deleted, 0)];
-        assert!(differences(&deleted, &[], false).is_empty());
+        assert_eq!(
+            differences(&deleted, &[], false),
+            ["3 @ p: in storage (file group p/a (deleted)), not in the record_index"]
+        );
         assert!(differences(&deleted, &[("3", "p", "a")], false).is_empty());
         assert_eq!(differences(&deleted, &[("3", "p", "b")], false).len(), 1);
+        // ... and absent, or in its group, where it orders by commit time.
+        assert!(differences_in(&deleted, &[], false, false).is_empty());
+        assert!(differences_in(&deleted, &[("3", "p", "a")], false, false).is_empty());
+        assert_eq!(differences_in(&deleted, &[("3", "p", "b")], false, false).len(), 1);
+        assert_eq!(differences_in(&[], &[("3", "p", "a")], false, false).len(), 1);
     }
 }

@@ -127,7 +127,7 @@ impl Table {
         // Marked before the timeline is listed a last time: a writer that claimed a time at or
         // before the cutoff and creates its requested file after that listing sees the marker
         // and takes a later time (`commit::claim_with`). Markers are pruned with claim markers.
-        crate::commit::failpoint("archive-before-mark");
+        crate::commit::step_failpoint(self, "archive-before-mark");
         let marker = crate::commit::archival_marker(&cutoff);
         self.storage().put(&marker, Bytes::new()).await?;
         let file = match self.timeline().layout() {
@@ -147,7 +147,7 @@ impl Table {
                 None => return Ok(ArchiveResult::default()),
             },
         };
-        crate::commit::failpoint("archive-after-write");
+        crate::commit::step_failpoint(self, "archive-after-write");
         // What another process did since the choice: a savepoint of an archived commit, or an
         // instant claimed before the cutoff (a writer slow between its claim and its requested
         // file). Then nothing is deleted; the archive's entries of instants still active are
@@ -177,7 +177,7 @@ impl Table {
             self.storage().delete(path).await?;
             log::debug!("archived {} {} {}", i.time, i.action, i.state);
         }
-        crate::commit::failpoint("archive-after-pending");
+        crate::commit::step_failpoint(self, "archive-after-pending");
         for (_, path) in files.iter().filter(|(i, _)| i.state == State::Completed) {
             self.storage().delete(path).await?;
         }
@@ -435,7 +435,7 @@ pub(crate) async fn write_history(table: &Table, rows: &[lsm::LsmInstant]) -> Re
             return Err(Error::CommitConflict { instant: max.to_string(), detail });
         }
         super::lsm_compaction::check_created(table, version + 1, &name, data).await?;
-        crate::commit::failpoint("archive-after-manifest");
+        crate::commit::step_failpoint(table, "archive-after-manifest");
         publish_manifest(table, version + 1).await?;
     } else if named_version(table).await? != Some(version) {
         // Listed by a manifest a dead run wrote last (readers found it by listing): named now.

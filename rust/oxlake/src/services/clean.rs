@@ -245,18 +245,28 @@ impl Table {
         crate::commit::rollback_failed(self).await?;
         let mut result = CleanResult::default();
         let pending: Vec<Instant> = self.timeline().pending().filter(|i| i.action == Action::Clean).cloned().collect();
+        // What cleans left to their cleaners delete: the files index still lists a file such a
+        // clean deleted until it completes, and a new plan must not take it again.
+        let mut theirs: HashSet<String> = HashSet::new();
         for r in pending {
+            let (plan, inflight) = load_plan(self, &r).await?;
             // One whose cleaner is alive is left to it.
             if !crate::commit::is_expired(self, &r).await? {
+                theirs.extend(plan.files_to_delete);
                 continue;
             }
-            let (plan, inflight) = load_plan(self, &r).await?;
             let deleted = crate::commit::beating(self, &r.time, execute(self, &r, &plan, inflight, &progress)).await?;
             result.deleted.extend(deleted);
             result.instant = Some(r.time.clone());
         }
+        if result.instant.is_some() {
+            // Planned on the table as those cleans left it (its files index no longer lists
+            // what they deleted).
+            self.reload().await?;
+        }
         crate::commit::prune_claims(self).await?;
-        let plan = plan(self, policy).await?;
+        let mut plan = plan(self, policy).await?;
+        plan.files_to_delete.retain(|f| !theirs.contains(f));
         if plan.files_to_delete.is_empty() {
             return Ok(result);
         }
@@ -332,7 +342,7 @@ async fn execute(
         storage.delete(f).await?;
         progress::advance(progress, 1);
     }
-    crate::commit::failpoint("clean-after-delete");
+    crate::commit::step_failpoint(table, "clean-after-delete");
     let change = Change { added: &[], deleted: &plan.files_to_delete, keys: KeySource::Unchanged, entries: &[] };
     crate::commit::hook::before_complete(table, &requested.time, change).await?;
     let millis = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);

@@ -105,7 +105,7 @@ async fn compact(table: &Table) -> Result<u32> {
                 return Ok(published);
             }
             check_created(table, version + 1, &name, data).await?;
-            crate::commit::failpoint("history-after-manifest");
+            crate::commit::step_failpoint(table, "history-after-manifest");
             publish_manifest(table, version + 1).await?;
             published += 1;
             log::info!("{}: merged {} archived-timeline files into {name}", table.uri(), candidates.len());

@@ -530,7 +530,10 @@ impl Table {
         write_partition_markers(self, instant, &plan).await?;
         let plan::WritePlan { work, replaced } = plan;
         let keys = match incoming {
-            Some(incoming) => key_changes(&work, incoming)?,
+            Some(incoming) => {
+                let event_time = self.config().merge_mode == crate::config::MergeMode::EventTime;
+                key_changes(&work, incoming, event_time)?
+            }
             None => crate::metadata::KeyChanges::default(),
         };
         let mut written = base_file::write_all(self, instant, work, incoming, config).await?;
@@ -672,14 +675,14 @@ impl Table {
 }
 
 /// What the planned work does to record keys: the keys each file group takes (updates and
-/// inserts), and the keys deleted.
-fn key_changes(work: &[plan::FileWork], incoming: &Incoming) -> Result<crate::metadata::KeyChanges> {
+/// inserts), and the keys deleted. In a table ordered by event time (`event_time`) every delete
+/// keeps its key's entry, as key reads keep finding the key in the group's logs: a later delete
+/// carrying an ordering value must reach that group, to hide a later write with a lower one.
+fn key_changes(work: &[plan::FileWork], incoming: &Incoming, event_time: bool) -> Result<crate::metadata::KeyChanges> {
     let mut changes = crate::metadata::KeyChanges::default();
     for w in work {
         let mut rows: Vec<u32> = w.changes.values().copied().collect();
-        // A delete carrying an ordering value may lose to the stored record (event-time
-        // ordering): its key keeps its entry, which routes a later write to the same group.
-        let deletes = if incoming.ordering.is_some() { &mut changes.ordered_deletes } else { &mut changes.deleted };
+        let deletes = if event_time { &mut changes.ordered_deletes } else { &mut changes.deleted };
         if w.deletes {
             deletes.push((w.partition.clone(), crate::metadata::record_index::take_keys(&incoming.keys, &rows)?));
             continue;
