@@ -234,7 +234,7 @@ def pa_keys(ids: list[int]) -> Any:
 
 @pytest.mark.parametrize("failpoint", ["archive-after-write", "archive-after-pending"])
 def test_a_crash_while_archiving_leaves_every_read(table_path: str, failpoint: str) -> None:
-    t = trips_table(table_path, table_version=6)
+    t = trips_table(table_path, metadata=False, table_version=6)
     t.set_archival(2, 4, inline=False)
     for n in range(9):
         t.upsert(trips([n, 10 + n], ts=n))
@@ -335,7 +335,7 @@ def test_a_writer_that_completes_while_an_archival_chooses_is_never_archived_aro
     files would read as uncommitted."""
     from conftest import run_paused
 
-    t = trips_table(table_path, table_version=6)
+    t = trips_table(table_path, metadata=False, table_version=6)
     t.set_archival(2, 3, inline=False)
     t.upsert(trips([0], ts=0))
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent))

@@ -50,10 +50,10 @@ pub struct KeyChanges {
     pub written: Vec<(String, String, StringArray)>,
     /// Keys deleted from a partition.
     pub deleted: Vec<(String, StringArray)>,
-    /// Keys deleted in a table ordered by event time, by partition: the record index keeps their
-    /// entries (such a delete may lose to the stored record, and a later delete of the key must
-    /// reach its group), but a distributed write's check that no two tasks decided about one key
-    /// sees them.
+    /// Keys deleted by deletes carrying an ordering value, or by any delete of a merge-on-read
+    /// table ordered by event time, by partition: the record index keeps their entries (such a
+    /// delete may lose to the stored record, and a later delete of the key must reach its
+    /// group), but a distributed write's check that no two tasks decided about one key sees them.
     pub ordered_deletes: Vec<(String, StringArray)>,
 }
 

@@ -222,8 +222,9 @@ impl Table {
     /// of its own on the data timeline: built at [`AT_CREATION`], it is fresh while every later
     /// instant reaches it (as Apache Hudi starts its metadata table within the first commit, not
     /// in an instant of its own). A crash before the table advertises it leaves it unused; the
-    /// next build replaces it.
-    pub async fn create_metadata(&mut self, config: MetadataConfig) -> Result<()> {
+    /// next build replaces it. `false`: another writer began on the table first, which is left
+    /// without one (`build_metadata` builds it).
+    pub async fn create_metadata(&mut self, config: MetadataConfig) -> Result<bool> {
         if !self.config().populate_meta_fields && config.shards.contains_key(&Index::RecordIndex) {
             return Err(Error::unsupported(
                 "the record index of a table without meta fields (`hoodie.populate.meta.fields=false`): \
@@ -232,12 +233,13 @@ impl Table {
         }
         self.reload().await?;
         if let Some(first) = self.timeline().instants().first() {
-            let detail = format!("the table has instants (the first: {}): build_metadata builds one", first.time);
-            return Err(Error::invalid_arg("metadata", detail));
+            log::info!("{}: {} began before its metadata table was made: left without", self.uri(), first.time);
+            return Ok(false);
         }
         build(self, AT_CREATION, &config).await?;
         let names: Vec<&str> = config.shards.keys().map(|i| i.name()).collect();
-        self.set_property(PARTITIONS_KEY, Some(&names.join(","))).await
+        self.set_property(PARTITIONS_KEY, Some(&names.join(","))).await?;
+        Ok(true)
     }
 
     /// Sets (or with `None` removes) one line of `hoodie.properties`, keeping every other line.

@@ -117,11 +117,12 @@ impl HeldKeys {
     /// entries writes keep in step would hold ([`KeyChanges`]).
     /// - A key written in a group has its entry there; of several such groups in one partition (a
     ///   record index holds one per key and partition), the latest slice.
-    /// - A key an event-time delete deleted keeps its entry: a later write of it with a lower
-    ///   ordering value must go to that group to lose to the delete (as key reads route it).
+    /// - In a table ordered by event time, a key a slice holds deleted keeps its entry: a later
+    ///   write of it with a lower ordering value must go to that group to lose to an event-time
+    ///   delete, and a later event-time delete must reach the group (as key reads route both).
     ///   Not in a table with a global index when the key is written in another partition: the
     ///   delete moved it there (and an entry holds no state for a lookup to pass it over).
-    /// - A key deleted whatever its ordering has none.
+    /// - Otherwise a deleted key has none.
     pub fn entries(self) -> Result<Vec<Vec<RecordBatch>>> {
         let mut out = Vec::with_capacity(self.by_shard.len());
         for mut rows in self.by_shard {

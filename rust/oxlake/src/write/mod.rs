@@ -531,8 +531,10 @@ impl Table {
         let plan::WritePlan { work, replaced } = plan;
         let keys = match incoming {
             Some(incoming) => {
-                let event_time = self.config().merge_mode == crate::config::MergeMode::EventTime;
-                key_changes(&work, incoming, event_time)?
+                // A merge-on-read group ordered by event time keeps a deleted key in its logs.
+                let logs_hold_deletes = self.config().merge_mode == crate::config::MergeMode::EventTime
+                    && self.config().table_type == crate::config::TableType::MergeOnRead;
+                key_changes(&work, incoming, logs_hold_deletes)?
             }
             None => crate::metadata::KeyChanges::default(),
         };
@@ -675,14 +677,21 @@ impl Table {
 }
 
 /// What the planned work does to record keys: the keys each file group takes (updates and
-/// inserts), and the keys deleted. In a table ordered by event time (`event_time`) every delete
-/// keeps its key's entry, as key reads keep finding the key in the group's logs: a later delete
+/// inserts), and the keys deleted. A delete carrying an ordering value may lose to the stored
+/// record (event-time ordering): its key keeps its entry, which routes a later write to the same
+/// group. Where the group's logs keep the deleted key (`logs_hold_deletes`: merge-on-read ordered
+/// by event time) every delete keeps it, as key reads keep finding the key there: a later delete
 /// carrying an ordering value must reach that group, to hide a later write with a lower one.
-fn key_changes(work: &[plan::FileWork], incoming: &Incoming, event_time: bool) -> Result<crate::metadata::KeyChanges> {
+fn key_changes(
+    work: &[plan::FileWork],
+    incoming: &Incoming,
+    logs_hold_deletes: bool,
+) -> Result<crate::metadata::KeyChanges> {
     let mut changes = crate::metadata::KeyChanges::default();
+    let keeps_deleted = logs_hold_deletes || incoming.ordering.is_some();
     for w in work {
         let mut rows: Vec<u32> = w.changes.values().copied().collect();
-        let deletes = if event_time { &mut changes.ordered_deletes } else { &mut changes.deleted };
+        let deletes = if keeps_deleted { &mut changes.ordered_deletes } else { &mut changes.deleted };
         if w.deletes {
             deletes.push((w.partition.clone(), crate::metadata::record_index::take_keys(&incoming.keys, &rows)?));
             continue;
