@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import oxlake
 import pytest
@@ -218,6 +220,28 @@ def names(data: object) -> list[tuple[int, str]]:
     return sorted((r["id"], r["name"]) for r in rows(data))  # type: ignore[arg-type]
 
 
+#: How writes route keys: no record index (key reads; the default `files` index alone), the
+#: record index kept in step from the first write, built after the first writes, or bloom
+#: filters built then.
+INDEXES = ("none", "kept", "built", "bloom_filters")
+
+
+def indexed_table(path: Path, index: str, **options: Any) -> tuple[oxlake.Table, Callable[[], None]]:
+    """A trips table for `index` (of `INDEXES`), and what builds its index after the first
+    writes."""
+    t = trips_table(str(path), **options)
+    if index == "kept":
+        t.build_metadata()
+
+    def build() -> None:
+        if index == "built":
+            t.build_metadata()
+        elif index == "bloom_filters":
+            t.build_metadata(record_index_shards=0)
+
+    return t, build
+
+
 @pytest.mark.parametrize("table_version", [6, 8])
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
 def test_a_built_record_index_routes_as_the_one_kept_in_step(
@@ -231,16 +255,11 @@ def test_a_built_record_index_routes_as_the_one_kept_in_step(
     rewrites the delete away: the key is gone and the upsert inserts it, whatever the index."""
     merge_on_read = table_type == "merge_on_read"
     seen = {}
-    for index in ("none", "kept", "built", "bloom_filters"):
-        t = trips_table(str(tmp_path / index), table_type=table_type, table_version=table_version)
-        if index == "kept":
-            t.build_metadata()
+    for index in INDEXES:
+        t, build = indexed_table(tmp_path / index, index, table_type=table_type, table_version=table_version)
         t.insert(trips([1, 2], ts=1))
         t.delete(trips([1], ts=9))
-        if index == "built":
-            t.build_metadata()
-        elif index == "bloom_filters":
-            t.build_metadata(record_index_shards=0)
+        build()
         t.upsert(trips([1], ts=5, name="late"))
         if index != "none":
             report = t.validate()
@@ -275,21 +294,16 @@ def test_a_key_deleted_twice_routes_as_without_an_index(
     """A delete without an ordering value, then one with `ts=9`, then an upsert with `ts=5`. Key
     reads find the key in its group's log after the first delete, so the second delete lands
     there and hides the upsert. The record index kept in step removed the key's entry at the first
-    delete, so the second wrote nothing and the upsert showed. In a table ordered by event time
-    every delete now keeps its entry, kept in step and built alike. Copy-on-write rewrites the
+    delete, so the second wrote nothing and the upsert showed. In a merge-on-read table ordered
+    by event time every delete now keeps its entry, kept in step and built alike. Copy-on-write rewrites the
     first delete away: the second finds nothing and the upsert inserts the key, whatever the
     index."""
     seen = {}
-    for index in ("none", "kept", "built", "bloom_filters"):
-        t = trips_table(str(tmp_path / index), table_type=table_type, table_version=table_version)
-        if index == "kept":
-            t.build_metadata()
+    for index in INDEXES:
+        t, build = indexed_table(tmp_path / index, index, table_type=table_type, table_version=table_version)
         t.insert(trips([1, 2], ts=1))
         t.delete(trips([1]).select(["id", "city"]))  # no ordering value
-        if index == "built":
-            t.build_metadata()
-        elif index == "bloom_filters":
-            t.build_metadata(record_index_shards=0)
+        build()
         t.delete(trips([1], ts=9))
         if index != "none":
             assert t.validate().ok, index
