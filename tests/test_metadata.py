@@ -544,3 +544,22 @@ def test_a_build_that_a_late_writer_writes_into_yields(table_path: str, tmp_path
     writer.upsert(trips([5], ts=9, name="next"))
     assert writer.validate().ok
     assert rows(writer.to_arrow())[5]["name"] == "next5"
+
+
+def test_the_cli_and_the_spark_source_create_a_table_without_one_when_asked(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+    from oxlake.spark_source import _create_options, _Options
+
+    pq.write_table(trips([1, 2, 3]), tmp_path / "a.parquet")
+    for flags, advertised in (([], "files"), (["--no-metadata"], None)):
+        path = str(tmp_path / f"t{len(flags)}")
+        create = ["--record-key", "id", "--partition-by", "city", *flags]
+        args = [sys.executable, "-m", "oxlake.cli", "bulk-insert", path, str(tmp_path / "a.parquet"), *create]
+        done = subprocess.run(args, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        t = oxlake.Table(path)
+        assert t.properties.get("oxlake.metadata.partitions") == advertised
+        assert sorted(r["id"] for r in rows(t.to_arrow())) == [1, 2, 3]
+    options = _Options.of({"path": "/x", "record_key": "id", "metadata": "false"})
+    assert _create_options(options) == {"record_key": ["id"], "metadata": False}
+    assert "metadata" not in _create_options(_Options.of({"path": "/x", "record_key": "id"}))
