@@ -546,6 +546,39 @@ def test_a_build_that_a_late_writer_writes_into_yields(table_path: str, tmp_path
     assert rows(writer.to_arrow())[5]["name"] == "next5"
 
 
+@pytest.mark.parametrize("table_version", [6, 8])
+def test_a_build_that_an_archival_passes_reads_the_timeline_again(
+    table_path: str, tmp_path: Path, table_version: int
+) -> None:
+    """A build reads the commit metadata of the completed instants for the keys of their log
+    blocks; an archival that moves some of them out meanwhile made those reads fail (NotFound).
+    The build reads the timeline again and builds from it."""
+    t = trips_table(table_path, metadata=False, table_type="merge_on_read", table_version=table_version)
+    t.set_archival(2, 3, inline=False)
+    t.insert(trips(list(range(6))))
+    for n in range(6):
+        t.upsert(trips([n], ts=2 + n, name="u"))
+    t.compact()  # deltacommits a compaction has not folded in are never archived
+    t.upsert(trips([1], ts=20, name="late"))
+    committed = rows(t.to_arrow())
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    code = "import sys, oxlake\noxlake.Table(sys.argv[1]).build_metadata()\nprint('built')\n"
+    build = run_paused(table_path, "metadata-build-before-keys", code, pause)
+    archived = oxlake.Table(table_path).archive()
+    assert archived, "the archival moved instants the paused build listed"
+    (pause / "resume").touch()
+    out, err = build.communicate(timeout=60)
+    assert build.returncode == 0 and out.strip() == "built", err
+    t = oxlake.Table(table_path)
+    report = t.validate()
+    assert report.ok, report
+    assert rows(t.to_arrow()) == committed
+    t.upsert(trips([2], ts=30, name="next"))
+    assert t.validate().ok
+    assert rows(t.to_arrow())[2]["name"] == "next2"
+
+
 def test_the_cli_and_the_spark_source_create_a_table_without_one_when_asked(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
     from oxlake.spark_source import _create_options, _Options

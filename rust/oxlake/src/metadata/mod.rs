@@ -206,7 +206,18 @@ impl Table {
             let detail = "another writer is building the metadata table".to_string();
             return Err(tx.fail(self, Error::CommitConflict { instant: other.time, detail }).await);
         }
-        if let Err(e) = build(self, &time, &config).await {
+        let built = match build(self, &time, &config).await {
+            // An archival moved instants it listed out of the active timeline: read it again.
+            Err(e) if crate::timeline::archived_meanwhile(&e) => {
+                log::info!("{}: metadata build: {e}; again on the timeline as it is now", self.uri());
+                match self.reload().await {
+                    Ok(()) => build(self, &time, &config).await,
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        if let Err(e) = built {
             return Err(tx.fail(self, e).await);
         }
         // The metadata table is complete; advertising it makes it count once `time` completes.
@@ -439,6 +450,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         listing.file(&f.path, f.size);
     }
     by_index.insert(Index::Files, listing);
+    crate::commit::failpoint("metadata-build-before-keys");
     let records = match config.shards.get(&Index::RecordIndex) {
         Some(&n) => Some(record_index::HeldKeys::read(data, n).await?.entries()?),
         None => None,
