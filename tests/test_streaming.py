@@ -169,6 +169,41 @@ def test_extra_metadata_cannot_replace_the_schema(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("version", [6, 8])
+def test_a_batch_whose_driver_died_after_deciding_to_commit_is_seen_committed(
+    tmp_path: Path, version: int
+) -> None:
+    """A driver killed after it decided to commit a batch (its fate recorded, the completed file
+    not yet written), and the query restarted before its heartbeat expired: the sinks' check
+    completes the decided write first, so the batch is seen as committed and not written again
+    (the stream stress test wrote such a batch twice). A plain `rollback_failed` leaves a write
+    whose writer may be alive to it."""
+    import subprocess
+
+    path = str(tmp_path / "t")
+    t = oxlake.create_table(path, pa.schema([("id", pa.int64())]), record_key="id", table_version=version)
+    t.insert(pa.table({"id": [0]}))
+    checkpoint = json.dumps({oxlake.spark.SINK_CHECKPOINT_KEY: json.dumps({"default": "41"})})
+    code = (
+        "import json, sys, oxlake, pyarrow as pa\n"
+        "t = oxlake.Table(sys.argv[1], heartbeat_interval=60)\n"
+        "t.insert(pa.table({'id': [1, 2]}), extra_metadata=json.loads(sys.argv[2]))\n"
+    )
+    env = {**os.environ, "OXLAKE_FAILPOINT": "after-fate"}
+    proc = subprocess.run([sys.executable, "-c", code, path, checkpoint], env=env, capture_output=True)
+    assert proc.returncode != 0
+    t = oxlake.Table(path, heartbeat_interval=60)
+    assert [i.state for i in t.timeline()][-1] != "completed"
+    assert t.rollback_failed() == []
+    assert oxlake.spark.committed_batch(t, "default") is None, "still pending: its writer may be alive"
+    assert t.rollback_failed(complete_decided=True) == []
+    t = oxlake.Table(path)
+    assert [i.state for i in t.timeline()] == ["completed", "completed"]
+    assert oxlake.spark.committed_batch(t, "default") == 41
+    assert sorted(t.to_arrow()["id"].to_pylist()) == [0, 1, 2]
+    assert t.validate().ok
+
+
+@pytest.mark.parametrize("version", [6, 8])
 def test_a_checkpoint_archived_by_other_writers_is_still_found(tmp_path: Path, version: int) -> None:
     """A stream's last commit archived (other writers and services committed more than archival
     keeps since): its batch is still known, so a replay of it is skipped, not written again."""

@@ -220,7 +220,7 @@ def write_batch(
     if table is not None:
         # An earlier attempt at this batch whose driver died after deciding to commit is
         # completed (or rolled back) first, so that it is seen below.
-        table.rollback_failed()
+        table.rollback_failed(complete_decided=True)
         done = committed_batch(table, checkpoint_identifier)
         if done is not None and batch_id <= done:
             return None

@@ -341,7 +341,7 @@ class OxlakeStreamWriter(_StreamWriterBase):
         table = self.opts.table()
         # An earlier attempt whose driver died after deciding to commit is completed (or rolled
         # back) first, so that the check below sees it.
-        table.rollback_failed()
+        table.rollback_failed(complete_decided=True)
         done = committed_batch(table, self.identifier)
         if done is not None and batchId <= done:
             return  # committed before a failure kept Spark from recording it

@@ -438,9 +438,12 @@ class Table:
         """The live file groups at the latest instant."""
         return [FileGroup(*g) for g in self._t.file_groups()]
 
-    def rollback_failed(self) -> list[str]:
-        """Rolls back writes whose writer is gone (expired heartbeat); returns their instants."""
-        return list(self._t.rollback_failed())
+    def rollback_failed(self, *, complete_decided: bool = False) -> list[str]:
+        """Rolls back writes whose writer is gone (expired heartbeat); returns their instants.
+        With `complete_decided`, a pending write whose writer already decided to commit it is
+        completed now, whether its writer is alive or not (a streaming sink that restarts after
+        its driver died there sees the batch as committed, not to be written again)."""
+        return list(self._t.rollback_failed(complete_decided))
 
     # -- the metadata table -----------------------------------------------------------------
 

@@ -201,13 +201,18 @@ impl PyTable {
         })
     }
 
-    /// Rolls back writes whose writer is gone; returns the instants rolled back.
-    fn rollback_failed(&self, py: Python<'_>) -> PyResult<Vec<String>> {
+    /// Rolls back writes whose writer is gone; returns the instants rolled back. With
+    /// `complete_decided`, also completes the writes whose writers decided to commit, alive or not.
+    #[pyo3(signature = (complete_decided=false))]
+    fn rollback_failed(&self, py: Python<'_>, complete_decided: bool) -> PyResult<Vec<String>> {
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;
             t.reload().await?;
-            oxlake::commit::rollback_failed(&mut t).await
+            match complete_decided {
+                true => oxlake::commit::rollback_failed_completing_decided(&mut t).await,
+                false => oxlake::commit::rollback_failed(&mut t).await,
+            }
         })
     }
 

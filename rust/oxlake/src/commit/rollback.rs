@@ -24,6 +24,19 @@ use crate::timeline::Timeline;
 /// tables oxlake cannot change are refused, and Apache Hudi's metadata table is retired (see
 /// `Table::retire_apache_hudi_metadata_table`).
 pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
+    settle_failed(table, false).await
+}
+
+/// [`rollback_failed`], and completes the pending writes whose writers decided to commit them
+/// (their fate), alive or not: the completion is the same whoever creates it
+/// (`fate::roll_forward`). For a streaming sink asking which batch the table holds: a driver
+/// killed after that decision committed its batch, and its heartbeat has not expired yet when
+/// the query restarts; the batch must be seen, not written again.
+pub async fn rollback_failed_completing_decided(table: &mut Table) -> Result<Vec<String>> {
+    settle_failed(table, true).await
+}
+
+async fn settle_failed(table: &mut Table, complete_decided_writes: bool) -> Result<Vec<String>> {
     table.check_changeable()?;
     table.retire_apache_hudi_metadata_table().await?;
     let mut done = Vec::new();
@@ -72,14 +85,36 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
         .cloned()
         .collect();
     for instant in failed {
-        if !taken.contains(&instant.time) && is_expired(table, &instant).await? {
+        if taken.contains(&instant.time) {
+            continue;
+        }
+        if is_expired(table, &instant).await? {
             if rollback(table, &instant, None, Undo::Failed).await? {
                 done.push(instant.time.clone());
             }
             table.reload().await?;
+        } else if complete_decided_writes && complete_decided(table, &instant).await? {
+            table.reload().await?;
         }
     }
     Ok(done)
+}
+
+/// Completes `instant`, pending, when its writer recorded the decision to commit it (its fate):
+/// from then on it is committed, and its writer, alive or not, only creates the completed file,
+/// which the first to come creates (`fate::roll_forward`). `true` when it was decided so.
+async fn complete_decided(table: &Table, instant: &Instant) -> Result<bool> {
+    if !instant.action.writes_data() {
+        return Ok(false);
+    }
+    let epoch = fate::current_epoch(table, &instant.time).await?;
+    match fate::recorded(table.storage(), &instant.time, epoch).await? {
+        Some(fate::Fate::Committed { action, metadata, completion }) => {
+            fate::roll_forward(table, instant, epoch, action, metadata, completion).await?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
 }
 
 /// Rolls back the latest completed data instant (a commit, deltacommit, replacecommit or
