@@ -189,13 +189,7 @@ impl Table {
     /// replacing any earlier one; recorded on the data timeline as an `indexing` instant. Returns
     /// that instant.
     pub async fn build_metadata(&mut self, config: MetadataConfig) -> Result<String> {
-        if !self.config().populate_meta_fields && config.shards.contains_key(&Index::RecordIndex) {
-            // As Apache Hudi: the record index is kept from the rows' stored keys.
-            return Err(Error::unsupported(
-                "the record index of a table without meta fields (`hoodie.populate.meta.fields=false`): \
-                 its rows store no record key; writes look keys up in the files (or their bloom filters)",
-            ));
-        }
+        self.check_indexes(&config)?;
         let tx = Transaction::begin(self, Action::Indexing).await?;
         let time = tx.time().to_string();
         // Two builds would remove each other's files: a build yields to any other in progress
@@ -236,12 +230,7 @@ impl Table {
     /// next build replaces it. `false`: another writer began on the table first, which is left
     /// without one (`build_metadata` builds it).
     pub async fn create_metadata(&mut self, config: MetadataConfig) -> Result<bool> {
-        if !self.config().populate_meta_fields && config.shards.contains_key(&Index::RecordIndex) {
-            return Err(Error::unsupported(
-                "the record index of a table without meta fields (`hoodie.populate.meta.fields=false`): \
-                 its rows store no record key",
-            ));
-        }
+        self.check_indexes(&config)?;
         self.reload().await?;
         if let Some(first) = self.timeline().instants().first() {
             log::info!("{}: {} began before its metadata table was made: left without", self.uri(), first.time);
@@ -251,6 +240,18 @@ impl Table {
         let names: Vec<&str> = config.shards.keys().map(|i| i.name()).collect();
         self.set_property(PARTITIONS_KEY, Some(&names.join(","))).await?;
         Ok(true)
+    }
+
+    /// Refuses indexes the table cannot keep: as in Apache Hudi, the record index is kept from the
+    /// rows' stored keys, which a table without meta fields does not have.
+    fn check_indexes(&self, config: &MetadataConfig) -> Result<()> {
+        if !self.config().populate_meta_fields && config.shards.contains_key(&Index::RecordIndex) {
+            return Err(Error::unsupported(
+                "the record index of a table without meta fields (`hoodie.populate.meta.fields=false`): \
+                 its rows store no record key; writes look keys up in the files (or their bloom filters)",
+            ));
+        }
+        Ok(())
     }
 
     /// Sets (or with `None` removes) one line of `hoodie.properties`, keeping every other line.
