@@ -220,6 +220,10 @@ class Scan:
         return pl.DataFrame(self.to_arrow())
 
 
+_WHOLE = 1 << 62
+"""A chunk size no input reaches: the input is written in one piece."""
+
+
 def _arrow_stream(data: Any) -> Any:
     """Anything tabular as an object exporting `__arrow_c_stream__`."""
     if isinstance(data, pa.RecordBatch):
@@ -624,7 +628,17 @@ class Table:
         read_from: list[tuple[str, str, str]] | None = None,
         chunk_bytes: int | None = None,
     ) -> WriteResult:
+        if chunk_bytes is not None and (
+            not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool) or chunk_bytes < 1
+        ):
+            raise _native.InvalidArgumentError(
+                f"chunk_bytes must be a positive number of bytes, not {chunk_bytes!r}"
+            )
         stream = _arrow_stream(data)
+        if chunk_bytes is None and operation != "bulk_insert" and isinstance(stream, pa.Table):
+            # In memory already (a pyarrow Table or RecordBatch, a pandas DataFrame): written
+            # whole, as spilling it would only add the disk's time.
+            chunk_bytes = _WHOLE
         extra = dict(extra_metadata) if extra_metadata is not None else None
         instant, ins, upd, dels, files, completion = self._t.write(
             operation,
@@ -655,6 +669,16 @@ class Table:
     # `extra_metadata`: string pairs recorded in the commit's `extraMetadata` (read back with
     # `Table.extra_metadata`), as Apache Hudi records a streaming sink's checkpoint or a job's
     # own keys; the keys of the commit's schema (`schema`, `latestSchema`) are refused.
+    #
+    # Inputs larger than memory: `insert`, `upsert` and `delete` take any Arrow stream (a
+    # `RecordBatchReader`, a generator through `pa.RecordBatchReader.from_batches`, any
+    # `__arrow_c_stream__`) and read it `chunk_bytes` of Arrow data at a time (default 512 MiB).
+    # An input of one chunk is written from memory; a larger one is spilled to local disk
+    # (`TMPDIR`) by key, combined, looked up and written a file group at a time, in one commit,
+    # with peak memory a few chunks whatever its size. New keys of such an input go to new files
+    # (no small file is topped up). A failing input leaves the table as it was. Data already in
+    # memory (a pyarrow Table or RecordBatch, a pandas DataFrame) is written whole unless
+    # `chunk_bytes` is given.
 
     def insert(
         self,
@@ -664,10 +688,20 @@ class Table:
         conflict_retries: int = 0,
         schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
+        chunk_bytes: int | None = None,
     ) -> WriteResult:
         """Adds records (duplicate keys in `data` are combined by the ordering field first).
-        `schema_mode="merge"` evolves the table's schema to take `data`'s (see above)."""
-        return self._write("insert", data, target_file_size, conflict_retries, schema_mode, extra_metadata)
+        `schema_mode="merge"` evolves the table's schema to take `data`'s (see above).
+        `data` of any size streams (see "Inputs larger than memory" above)."""
+        return self._write(
+            "insert",
+            data,
+            target_file_size,
+            conflict_retries,
+            schema_mode,
+            extra_metadata,
+            chunk_bytes=chunk_bytes,
+        )
 
     def upsert(
         self,
@@ -677,6 +711,7 @@ class Table:
         conflict_retries: int = 0,
         schema_mode: SchemaMode = "strict",
         extra_metadata: Mapping[str, str] | None = None,
+        chunk_bytes: int | None = None,
     ) -> WriteResult:
         """Updates records whose key exists and inserts the others. `schema_mode="merge"`
         evolves the table's schema to take `data`'s; the columns `data` lacks are then null in
@@ -686,8 +721,18 @@ class Table:
         it is true deletes of their keys, in the same commit as the other rows' upserts (null is
         false; the column is not stored). Under an `ordering_field` such a delete loses to a
         stored record with a greater ordering value, as a delete does; one of a key the table
-        lacks deletes nothing."""
-        return self._write("upsert", data, target_file_size, conflict_retries, schema_mode, extra_metadata)
+        lacks deletes nothing.
+
+        `data` of any size streams (see "Inputs larger than memory" above)."""
+        return self._write(
+            "upsert",
+            data,
+            target_file_size,
+            conflict_retries,
+            schema_mode,
+            extra_metadata,
+            chunk_bytes=chunk_bytes,
+        )
 
     def delete(
         self,
@@ -696,6 +741,7 @@ class Table:
         predicate: FilterLike | None = None,
         conflict_retries: int = 0,
         extra_metadata: Mapping[str, str] | None = None,
+        chunk_bytes: int | None = None,
     ) -> WriteResult:
         """Deletes records, by key or by predicate (exactly one of the two).
 
@@ -705,7 +751,7 @@ class Table:
         (`t.delete([1, 2, 3])`). Keys not in the table are ignored; when none is, nothing is
         written and `instant` is None. Keys given as Python values are held to the key columns'
         types as Arrow data is (`"5"` or `5.5` for an integer key is a `SchemaMismatchError`
-        naming the column).
+        naming the column). Rows of any size stream (see "Inputs larger than memory" above).
 
         `predicate`: a filter as `scan` takes it (`t.delete(predicate="fare < 5")`): the rows it
         matches in the latest snapshot are deleted. The snapshot read and the delete are one
@@ -727,7 +773,9 @@ class Table:
         if isinstance(data, list | tuple):
             data = self._key_rows(list(data))
         assert data is not None
-        return self._write("delete", data, None, conflict_retries, None, extra_metadata)
+        return self._write(
+            "delete", data, None, conflict_retries, None, extra_metadata, chunk_bytes=chunk_bytes
+        )
 
     def update(
         self,
@@ -887,12 +935,6 @@ class Table:
         before the next is read, all in one commit. A failure of the input midway rolls the whole
         write back. `partition_sort` then orders each chunk's rows. `global_sort`, and
         `conflict_retries > 0` (a stream cannot be read twice), hold the whole input instead."""
-        if chunk_bytes is not None and (
-            not isinstance(chunk_bytes, int) or isinstance(chunk_bytes, bool) or chunk_bytes < 1
-        ):
-            raise _native.InvalidArgumentError(
-                f"chunk_bytes must be a positive number of bytes, not {chunk_bytes!r}"
-            )
         return self._write(
             "bulk_insert",
             data,

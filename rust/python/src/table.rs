@@ -300,11 +300,15 @@ impl PyTable {
             .ok_or_else(|| InvalidArgumentError::new_err(format!("unknown operation `{operation}`")))?;
         let schema_mode = oxlake::schema::evolve::SchemaMode::parse(schema_mode).map_err(crate::errors::to_py)?;
         let bulk_sort = sort_mode.map(oxlake::BulkSort::parse).transpose().map_err(crate::errors::to_py)?;
-        // A bulk insert streams its input, unless it orders all of it or may write it again.
-        let streamed = op == WriteOperation::BulkInsert
+        // A bulk insert streams its input, unless it orders all of it or may write it again;
+        // inserts, upserts and deletes stream theirs (spilling it when it is larger than a
+        // chunk), unless it was read from the table (a write by predicate: held, and small).
+        let streamed_bulk = op == WriteOperation::BulkInsert
             && conflict_retries == 0
             && read_from.is_none()
             && bulk_sort != Some(oxlake::BulkSort::GlobalSort);
+        let streamed = matches!(op, WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete)
+            && read_from.is_none();
         let config = WriteConfig {
             conflict_retries,
             schema_mode,
@@ -314,12 +318,15 @@ impl PyTable {
             ..WriteConfig::default().with_target_file_size(target_file_size)
         };
         let inner = self.inner.clone();
-        let r = if streamed {
+        let chunk = chunk_bytes.unwrap_or(oxlake::write::STREAM_CHUNK_BYTES);
+        let r = if streamed_bulk || streamed {
             let mut input = crate::arrow_ffi::import_stream(&data)?;
-            let chunk = chunk_bytes.unwrap_or(oxlake::write::STREAM_CHUNK_BYTES);
             run(py, async move {
                 let mut t = inner.lock().await;
-                t.bulk_insert_stream(input.as_mut(), chunk, &config).await
+                match streamed_bulk {
+                    true => t.bulk_insert_stream(input.as_mut(), chunk, &config).await,
+                    false => t.write_stream(op, input.as_mut(), chunk, &config).await,
+                }
             })?
         } else {
             let batches = import_batches(&data)?;

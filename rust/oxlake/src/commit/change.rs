@@ -55,6 +55,10 @@ pub struct KeyChanges {
     /// delete may lose to the stored record, and a later delete of the key must reach its
     /// group), but a distributed write's check that no two tasks decided about one key sees them.
     pub ordered_deletes: Vec<(String, StringArray)>,
+    /// Partitions the write put keys into without listing them here (a streamed write larger
+    /// than memory keeps none): its conflict checks read them back from its own files there.
+    /// Only for tables without a record index, which needs every key.
+    pub unlisted: std::collections::BTreeSet<String>,
 }
 
 /// [`KeyChanges`] as it travels between processes (a distributed write's tasks report theirs).
@@ -64,6 +68,8 @@ struct KeyChangesText {
     deleted: Vec<(String, Vec<String>)>,
     #[serde(default)]
     ordered_deletes: Vec<(String, Vec<String>)>,
+    #[serde(default)]
+    unlisted: Vec<String>,
 }
 
 fn texts(a: &StringArray) -> Vec<String> {
@@ -76,6 +82,7 @@ impl Serialize for KeyChanges {
             written: self.written.iter().map(|(p, f, k)| (p.clone(), f.clone(), texts(k))).collect(),
             deleted: self.deleted.iter().map(|(p, k)| (p.clone(), texts(k))).collect(),
             ordered_deletes: self.ordered_deletes.iter().map(|(p, k)| (p.clone(), texts(k))).collect(),
+            unlisted: self.unlisted.iter().cloned().collect(),
         }
         .serialize(s)
     }
@@ -88,6 +95,7 @@ impl<'de> Deserialize<'de> for KeyChanges {
             written: t.written.into_iter().map(|(p, f, k)| (p, f, StringArray::from(k))).collect(),
             deleted: t.deleted.into_iter().map(|(p, k)| (p, StringArray::from(k))).collect(),
             ordered_deletes: t.ordered_deletes.into_iter().map(|(p, k)| (p, StringArray::from(k))).collect(),
+            unlisted: t.unlisted.into_iter().collect(),
         })
     }
 }
@@ -98,11 +106,22 @@ impl KeyChanges {
         self.written.extend(other.written);
         self.deleted.extend(other.deleted);
         self.ordered_deletes.extend(other.ordered_deletes);
+        self.unlisted.extend(other.unlisted);
+    }
+
+    /// These changes without their keys (kept only by the partitions written): what a write too
+    /// large to hold its keys commits with when the table keeps no record index.
+    pub fn unlist(&mut self) {
+        let written =
+            std::mem::take(&mut self.written).into_iter().filter(|(_, _, k)| !arrow::array::Array::is_empty(k));
+        self.unlisted.extend(written.map(|(p, _, _)| p));
+        self.deleted.clear();
+        self.ordered_deletes.clear();
     }
 
     /// Whether no key moved.
     pub fn is_empty(&self) -> bool {
-        self.written.is_empty() && self.deleted.is_empty()
+        self.written.is_empty() && self.deleted.is_empty() && self.unlisted.is_empty()
     }
 }
 

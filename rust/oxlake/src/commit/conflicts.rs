@@ -66,7 +66,7 @@ impl Footprint {
         let written = metadata.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone()));
         let replaced = metadata.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string()));
         let count: usize = keys.written.iter().map(|(_, _, k)| k.len()).sum();
-        let key_hashes = (count <= MAX_INTENT_KEYS).then(|| {
+        let key_hashes = (count <= MAX_INTENT_KEYS && keys.unlisted.is_empty()).then(|| {
             keys.written
                 .iter()
                 .flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(key_scope(p, global), k)))
@@ -74,6 +74,7 @@ impl Footprint {
         });
         let key_partitions =
             keys.written.iter().filter(|(_, _, k)| !k.is_empty()).map(|(p, _, _)| key_scope(p, global));
+        let key_partitions = key_partitions.chain(keys.unlisted.iter().map(|p| key_scope(p, global)));
         Footprint {
             groups: written.chain(replaced).collect(),
             compacted: metadata.compacted,
@@ -231,7 +232,9 @@ pub(crate) async fn find_conflict(
             return Ok(Some(other.time.clone()));
         };
         let theirs = Footprint::of(&meta, &KeyChanges::default(), false);
-        if groups_conflict(ours, &theirs) || unless_gone(wrote_same_keys(table, keys, &meta).await)?.unwrap_or(true) {
+        if groups_conflict(ours, &theirs)
+            || unless_gone(wrote_same_keys(table, keys, metadata, &meta).await)?.unwrap_or(true)
+        {
             return Ok(Some(other.time.clone()));
         }
     }
@@ -252,40 +255,76 @@ fn unless_gone<T>(result: Result<T>) -> Result<Option<T>> {
 
 /// Whether the completed commit `theirs` wrote any key that `keys` holds, in the partitions both
 /// wrote (in any partition with a global index): read from the files it reports (all their keys,
-/// a superset of what it wrote).
-async fn wrote_same_keys(table: &Table, keys: &KeyChanges, theirs: &CommitMetadata) -> Result<bool> {
-    if keys.written.is_empty() || theirs.compacted {
+/// a superset of what it wrote). Keys `ours` wrote without listing them (`keys.unlisted`) are read
+/// back from the files `ours` reports there, one at a time, against all of theirs: a key in both
+/// files that neither wrote would be in one file group both wrote, a conflict already.
+async fn wrote_same_keys(
+    table: &Table,
+    keys: &KeyChanges,
+    ours: &CommitMetadata,
+    theirs: &CommitMetadata,
+) -> Result<bool> {
+    if (keys.written.is_empty() && keys.unlisted.is_empty()) || theirs.compacted {
         return Ok(false);
     }
     let global = table.config().global_index;
-    let ours: HashSet<u64> = keys
-        .written
-        .iter()
-        .flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(key_scope(p, global), k)))
-        .collect();
-    let partitions: HashSet<&str> = keys.written.iter().map(|(p, _, _)| p.as_str()).collect();
     let stored_keys = table.stored_keys()?;
-    for (partition, stat) in theirs.write_stats().filter(|(p, _)| global || partitions.contains(p)) {
-        let Some(path) = stat.path.as_deref() else { continue };
-        let name = path.rsplit('/').next().unwrap_or(path);
-        let size = stat.file_size_in_bytes.max(0) as u64;
-        let stored: Vec<String> = if BaseFileName::parse(name).is_some() {
-            let keys = stored_keys.of_base_file(table.storage(), path, size).await?;
-            keys.iter().flatten().map(str::to_string).collect()
-        } else if let Some(name) = LogFileName::parse(name) {
-            let log = LogFile { name, path: path.to_string(), size };
-            // Their write is committed: a damaged block of it is an error, never keys unseen.
-            let end = (stat.log_offset.unwrap_or(0).max(0) as u64).saturating_add(size);
-            let written = crate::log::CommittedLogs::of(path, partition, &stat.file_id, end, "a concurrent commit");
-            crate::log::record_keys(table.storage(), &[log], Some(&written), &stored_keys).await?.into_keys().collect()
-        } else {
-            continue;
-        };
-        if stored.iter().any(|k| ours.contains(&key_hash(key_scope(partition, global), k))) {
+    if !keys.written.is_empty() {
+        let listed: HashSet<u64> = keys
+            .written
+            .iter()
+            .flat_map(|(p, _, ks)| ks.iter().flatten().map(move |k| key_hash(key_scope(p, global), k)))
+            .collect();
+        let partitions: HashSet<&str> = keys.written.iter().map(|(p, _, _)| p.as_str()).collect();
+        for (partition, stat) in theirs.write_stats().filter(|(p, _)| global || partitions.contains(p)) {
+            let stored = file_keys(table, &stored_keys, partition, stat, "a concurrent commit").await?;
+            if stored.iter().any(|k| listed.contains(&key_hash(key_scope(partition, global), k))) {
+                return Ok(true);
+            }
+        }
+    }
+    if keys.unlisted.is_empty() {
+        return Ok(false);
+    }
+    let mut their_keys = HashSet::new();
+    for (partition, stat) in theirs.write_stats().filter(|(p, _)| global || keys.unlisted.contains(*p)) {
+        let stored = file_keys(table, &stored_keys, partition, stat, "a concurrent commit").await?;
+        their_keys.extend(stored.iter().map(|k| key_hash(key_scope(partition, global), k)));
+    }
+    if their_keys.is_empty() {
+        return Ok(false);
+    }
+    for (partition, stat) in ours.write_stats().filter(|(p, _)| keys.unlisted.contains(*p)) {
+        let mine = file_keys(table, &stored_keys, partition, stat, "this write").await?;
+        if mine.iter().any(|k| their_keys.contains(&key_hash(key_scope(partition, global), k))) {
             return Ok(true);
         }
     }
     Ok(false)
+}
+
+/// The record keys of the file a write stat reports: all keys of a base file, the keys of the
+/// blocks a log file's write appended (`whose`: the write, in errors about them).
+async fn file_keys(
+    table: &Table,
+    stored_keys: &crate::keys::StoredKeys,
+    partition: &str,
+    stat: &crate::format::commit::WriteStat,
+    whose: &str,
+) -> Result<Vec<String>> {
+    let Some(path) = stat.path.as_deref() else { return Ok(Vec::new()) };
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let size = stat.file_size_in_bytes.max(0) as u64;
+    if BaseFileName::parse(name).is_some() {
+        let keys = stored_keys.of_base_file(table.storage(), path, size).await?;
+        return Ok(keys.iter().flatten().map(str::to_string).collect());
+    }
+    let Some(name) = LogFileName::parse(name) else { return Ok(Vec::new()) };
+    let log = LogFile { name, path: path.to_string(), size };
+    // The write is committed (or is this one): a damaged block of it is an error, never keys unseen.
+    let end = (stat.log_offset.unwrap_or(0).max(0) as u64).saturating_add(size);
+    let written = crate::log::CommittedLogs::of(path, partition, &stat.file_id, end, whose);
+    Ok(crate::log::record_keys(table.storage(), &[log], Some(&written), stored_keys).await?.into_keys().collect())
 }
 
 /// The deltacommit of a log that a compaction at `time` (timeline layout 2) would leave behind:

@@ -14,6 +14,8 @@ pub mod inline;
 mod log_file;
 mod overlaps;
 mod plan;
+mod spill;
+mod stream;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -200,6 +202,29 @@ impl Incoming {
     /// Whether every row deletes its key (an upsert that may change nothing).
     fn only_deletes(&self) -> bool {
         self.deleted.as_ref().is_some_and(|d| d.true_count() == d.len())
+    }
+
+    /// The rows at `indices`, in their order.
+    fn take(&self, indices: &UInt32Array) -> Result<Incoming> {
+        let ids = indices.values().iter().map(|&r| self.partitions.ids[r as usize]).collect();
+        let take = |a: &dyn Array| arrow::compute::take(a, indices, None);
+        let deleted = match &self.deleted {
+            Some(d) => Some(
+                take(d)?
+                    .as_any()
+                    .downcast_ref::<arrow::array::BooleanArray>()
+                    .cloned()
+                    .ok_or_else(|| Error::invalid_data("deletion flags"))?,
+            ),
+            None => None,
+        };
+        Ok(Incoming {
+            batch: take_record_batch(&self.batch, indices)?,
+            keys: downcast_str(take(&self.keys)?)?,
+            partitions: Partitions { paths: self.partitions.paths.clone(), ids },
+            ordering: self.ordering.as_ref().map(|o| take(o.as_ref())).transpose()?,
+            deleted,
+        })
     }
 }
 
@@ -902,26 +927,7 @@ fn dedup(input: Incoming, global: bool, simple_field: Option<&str>) -> Result<In
     if kept.len() == n {
         return Ok(input);
     }
-    let ids = kept.iter().map(|&r| input.partitions.ids[r as usize]).collect();
-    let indices = UInt32Array::from(kept);
-    let take = |a: &dyn Array| arrow::compute::take(a, &indices, None);
-    let deleted = match &input.deleted {
-        Some(d) => Some(
-            take(d)?
-                .as_any()
-                .downcast_ref::<arrow::array::BooleanArray>()
-                .cloned()
-                .ok_or_else(|| Error::invalid_data("deletion flags"))?,
-        ),
-        None => None,
-    };
-    Ok(Incoming {
-        batch: take_record_batch(&input.batch, &indices)?,
-        keys: downcast_str(take(&input.keys)?)?,
-        partitions: Partitions { paths: input.partitions.paths.clone(), ids },
-        ordering: input.ordering.as_ref().map(|o| take(o.as_ref())).transpose()?,
-        deleted,
-    })
+    input.take(&UInt32Array::from(kept))
 }
 
 /// Refuses a distributed write in which two tasks decided about the same record key (in one
@@ -1053,6 +1059,7 @@ mod tests {
                     written: vec![("p".into(), "f".into(), StringArray::from(keys.clone()))],
                     deleted: vec![],
                     ordered_deletes: vec![("p".into(), StringArray::from(keys))],
+                    unlisted: ["q".to_string()].into(),
                 },
                 entries: vec![("p/.f_1.log.1_0-0-1".into(), FileEntry { stats: Some(stats), bloom })],
                 ..WrittenFiles::default()

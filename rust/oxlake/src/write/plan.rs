@@ -51,6 +51,10 @@ pub struct WriteConfig {
     /// write never overwrites a change it did not read. Such a write is not retried here (its
     /// input would be stale): the caller reads again.
     pub read_from: Option<crate::commit::ReadState>,
+    /// Where a streamed write larger than one chunk keeps its input while it combines duplicate
+    /// keys and finds their file groups ([`crate::table::Table::write_stream`]); the system's
+    /// temporary directory (`TMPDIR`) when `None`.
+    pub spill_dir: Option<std::path::PathBuf>,
 }
 
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
@@ -89,6 +93,7 @@ impl Default for WriteConfig {
             extra_metadata: std::collections::BTreeMap::new(),
             bulk_sort: super::BulkSort::None,
             read_from: None,
+            spill_dir: None,
         }
     }
 }

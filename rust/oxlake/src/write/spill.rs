@@ -1,0 +1,253 @@
+//! Rows a streamed write keeps on local disk: Arrow IPC streams, one file per bucket of a 64-bit
+//! hash carried by every row, so that all rows of one key (or one file group) meet in one file.
+//! A file larger than a write should hold is split again by other bits of the same hashes.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow::compute::take_record_batch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::reader::StreamReader;
+use arrow::ipc::writer::StreamWriter;
+
+use crate::error::{Error, Result};
+
+/// The column holding each spilled row's hash (the last one).
+const HASH: &str = "__oxlake_spill_hash";
+
+/// The directory a write spills into, removed with the last file that needs it (a killed process
+/// leaves it behind: its name starts with `oxlake-spill-`).
+pub(crate) fn directory(under: Option<&Path>) -> Result<Arc<tempfile::TempDir>> {
+    let under = under.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+    let dir = tempfile::Builder::new().prefix("oxlake-spill-").tempdir_in(&under).map_err(|e| io(&under, e))?;
+    Ok(Arc::new(dir))
+}
+
+fn io(path: &Path, e: std::io::Error) -> Error {
+    let source = object_store::Error::Generic { store: "local spill", source: Box::new(e) };
+    Error::storage(path.display(), source)
+}
+
+/// Bucket `n` of `buckets` that `hash` falls in at split `level` (each level mixes the hash
+/// again, so a file's rows spread over the next level's buckets).
+fn bucket(hash: u64, level: u32, buckets: usize) -> usize {
+    let mut z = hash ^ u64::from(level).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) % buckets as u64) as usize
+}
+
+/// Rows being spilled into buckets.
+pub(crate) struct Spill {
+    dir: Arc<tempfile::TempDir>,
+    schema: SchemaRef,
+    level: u32,
+    buckets: Vec<Bucket>,
+}
+
+struct Bucket {
+    path: PathBuf,
+    writer: Option<StreamWriter<BufWriter<File>>>,
+    rows: usize,
+    bytes: usize,
+}
+
+impl Spill {
+    /// A spill of rows of `schema` into `buckets` files at split `level`.
+    pub(crate) fn new(dir: &Arc<tempfile::TempDir>, schema: &SchemaRef, buckets: usize, level: u32) -> Self {
+        let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
+        fields.push(Arc::new(Field::new(HASH, DataType::UInt64, false)));
+        let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+        Self::with_hashed_schema(dir, schema, buckets, level)
+    }
+
+    fn with_hashed_schema(dir: &Arc<tempfile::TempDir>, schema: SchemaRef, buckets: usize, level: u32) -> Self {
+        let name = |b: usize| dir.path().join(format!("{}-{level}-{b}.arrows", rand::random::<u32>()));
+        let buckets = (0..buckets.max(1)).map(|b| Bucket { path: name(b), writer: None, rows: 0, bytes: 0 }).collect();
+        Spill { dir: dir.clone(), schema, level, buckets }
+    }
+
+    /// Spills the rows of `batch`, each into the bucket of its hash in `hashes`.
+    pub(crate) fn push(&mut self, batch: &RecordBatch, hashes: UInt64Array) -> Result<()> {
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        let mut rows: Vec<Vec<u32>> = vec![Vec::new(); self.buckets.len()];
+        for (row, hash) in hashes.values().iter().enumerate() {
+            rows[bucket(*hash, self.level, self.buckets.len())].push(row as u32);
+        }
+        columns.push(Arc::new(hashes));
+        let hashed = RecordBatch::try_new(self.schema.clone(), columns)?;
+        self.push_hashed(&hashed, rows)
+    }
+
+    fn push_hashed(&mut self, hashed: &RecordBatch, rows: Vec<Vec<u32>>) -> Result<()> {
+        for (bucket, rows) in self.buckets.iter_mut().zip(rows) {
+            if rows.is_empty() {
+                continue;
+            }
+            let part = if rows.len() == hashed.num_rows() {
+                hashed.clone()
+            } else {
+                take_record_batch(hashed, &UInt32Array::from(rows))?
+            };
+            let writer = match &mut bucket.writer {
+                Some(w) => w,
+                None => {
+                    let file = File::create(&bucket.path).map_err(|e| io(&bucket.path, e))?;
+                    bucket.writer.insert(StreamWriter::try_new(BufWriter::new(file), &self.schema)?)
+                }
+            };
+            writer.write(&part)?;
+            bucket.rows += part.num_rows();
+            bucket.bytes += part.get_array_memory_size();
+        }
+        Ok(())
+    }
+
+    /// The buckets that got rows, closed.
+    pub(crate) fn finish(self) -> Result<Vec<SpillFile>> {
+        let mut files = Vec::new();
+        for bucket in self.buckets {
+            let Some(mut writer) = bucket.writer else { continue };
+            writer.finish()?;
+            files.push(SpillFile {
+                path: bucket.path,
+                rows: bucket.rows,
+                bytes: bucket.bytes,
+                level: self.level,
+                schema: self.schema.clone(),
+                _dir: self.dir.clone(),
+            });
+        }
+        Ok(files)
+    }
+}
+
+/// One bucket's rows on disk (until the write's spill directory goes: a retried write reads its
+/// spilled input again).
+#[derive(Clone, Debug)]
+pub(crate) struct SpillFile {
+    path: PathBuf,
+    /// Rows in the file.
+    pub rows: usize,
+    /// Their Arrow bytes, as they were spilled.
+    pub bytes: usize,
+    level: u32,
+    schema: SchemaRef,
+    _dir: Arc<tempfile::TempDir>,
+}
+
+impl SpillFile {
+    fn batches(&self) -> Result<StreamReader<BufReader<File>>> {
+        let file = File::open(&self.path).map_err(|e| io(&self.path, e))?;
+        Ok(StreamReader::try_new(BufReader::new(file), None)?)
+    }
+
+    /// The rows, without their hashes.
+    pub(crate) fn read(&self) -> Result<Vec<RecordBatch>> {
+        let mut out = Vec::new();
+        for batch in self.batches()? {
+            let mut batch = batch?;
+            batch.remove_column(batch.num_columns() - 1);
+            out.push(batch);
+        }
+        Ok(out)
+    }
+
+    /// The rows split into about `bytes / limit` files by their hashes, or `None` when they
+    /// all share one hash (one key, one file group: they cannot be parted).
+    pub(crate) fn split(&self, limit: usize) -> Result<Option<Vec<SpillFile>>> {
+        let buckets = (self.bytes / limit.max(1) + 1).clamp(2, 256);
+        let mut into = Spill::with_hashed_schema(&self._dir, self.schema.clone(), buckets, self.level + 1);
+        let mut first: Option<u64> = None;
+        let mut one_hash = true;
+        for batch in self.batches()? {
+            let batch = batch?;
+            let hashes =
+                batch.column(batch.num_columns() - 1).as_any().downcast_ref::<UInt64Array>().cloned().ok_or_else(
+                    || Error::invalid_data(format!("spill file {} lacks its hashes", self.path.display())),
+                )?;
+            let mut rows: Vec<Vec<u32>> = vec![Vec::new(); buckets];
+            for (row, hash) in hashes.values().iter().enumerate() {
+                one_hash &= *first.get_or_insert(*hash) == *hash;
+                rows[bucket(*hash, into.level, buckets)].push(row as u32);
+            }
+            into.push_hashed(&batch, rows)?;
+        }
+        if one_hash {
+            return Ok(None);
+        }
+        into.finish().map(Some)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+
+    fn batch(values: Vec<i64>) -> RecordBatch {
+        RecordBatch::try_from_iter(vec![("v", Arc::new(Int64Array::from(values)) as ArrayRef)]).unwrap()
+    }
+
+    fn values(files: &[SpillFile]) -> Vec<Vec<i64>> {
+        files
+            .iter()
+            .map(|f| {
+                let mut v: Vec<i64> = f
+                    .read()
+                    .unwrap()
+                    .iter()
+                    .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+                    .collect();
+                v.sort();
+                v
+            })
+            .collect()
+    }
+
+    #[test]
+    fn rows_of_one_hash_meet_in_one_file_at_every_level() {
+        let dir = directory(None).unwrap();
+        let schema = batch(vec![]).schema();
+        let mut spill = Spill::new(&dir, &schema, 4, 0);
+        for round in 0..3 {
+            let v: Vec<i64> = (0..1000).map(|i| i + round * 1000).collect();
+            // Rows i and i + 1000k share a hash: they must land together.
+            let hashes = UInt64Array::from(v.iter().map(|i| (*i % 1000) as u64 * 7919).collect::<Vec<_>>());
+            spill.push(&batch(v), hashes).unwrap();
+        }
+        let files = spill.finish().unwrap();
+        assert!(files.len() > 1);
+        assert_eq!(files.iter().map(|f| f.rows).sum::<usize>(), 3000);
+        let check = |files: &[SpillFile]| {
+            let mut all: Vec<i64> = values(files).concat();
+            all.sort();
+            assert_eq!(all, (0..3000).collect::<Vec<_>>());
+            for v in values(files) {
+                let mut residues: Vec<i64> = v.iter().map(|i| i % 1000).collect();
+                residues.sort();
+                residues.dedup();
+                assert_eq!(residues.len() * 3, v.len(), "every hash's three rows together");
+            }
+        };
+        check(&files);
+        let split = files[0].split(1).unwrap().unwrap();
+        assert!(split.len() > 1);
+        assert_eq!(split.iter().map(|f| f.rows).sum::<usize>(), files[0].rows);
+        check(&split);
+    }
+
+    #[test]
+    fn rows_sharing_one_hash_cannot_be_split() {
+        let dir = directory(None).unwrap();
+        let schema = batch(vec![]).schema();
+        let mut spill = Spill::new(&dir, &schema, 8, 0);
+        spill.push(&batch((0..100).collect()), UInt64Array::from(vec![42; 100])).unwrap();
+        let files = spill.finish().unwrap();
+        assert_eq!(files.len(), 1);
+        assert!(files[0].split(1).unwrap().is_none());
+    }
+}

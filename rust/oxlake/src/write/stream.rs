@@ -1,0 +1,323 @@
+//! Inserts, upserts and deletes of a stream larger than memory.
+//!
+//! These operations combine duplicate keys across the whole input and route every key to the file
+//! group holding it, so a chunk cannot be written on its own as a bulk insert's is. An input that
+//! fits in one chunk is written as a whole (`Table::write`). A larger one goes through the disk:
+//!
+//! 1. **By key.** Each chunk is checked and keyed (bad input fails here, before the write claims
+//!    an instant), and its rows are spilled by the hash of their key (of their partition and key
+//!    without a global index), so every duplicate of a key lands in one file.
+//! 2. **Each key file** is read (split again while it is larger than two chunks), its duplicates
+//!    combined and its keys looked up. Rows of keys the table holds are spilled again by the hash
+//!    of their file group; the rows of new keys are written into new file groups right away.
+//! 3. **Each group file** (split again while larger than two chunks, a single group never) is
+//!    written: every group's changes are in one file, so each group is rewritten, or logged to,
+//!    once.
+//!
+//! All files are of one instant, committed at the end. Memory holds about two chunks and what
+//! their write needs; the keys written are not held (their partitions are: conflict checks read
+//! them back from the files written) unless the table keeps a record index, which needs them.
+//! Nothing is written to the table before the input has been read whole: a failing input leaves
+//! it as it was, without an instant.
+
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
+use arrow::compute::concat_batches;
+use arrow::datatypes::{DataType, Field};
+
+use super::plan::{self, TaskId, WriteConfig};
+use super::spill::{self, Spill, SpillFile};
+use super::{IS_DELETED, Incoming, WriteOperation, WriteResult, WrittenFiles, keyed, next_chunk, prepare};
+use crate::error::{Error, Result};
+use crate::table::Table;
+
+/// Files the input is first spilled into (more where one outgrows two chunks).
+const KEY_FILES: usize = 16;
+/// Files the rows of held keys are spilled into, by file group.
+const GROUP_FILES: usize = 16;
+
+/// What a streamed write carries from one step to the next: the hash of rows' keys and groups,
+/// and the tasks (write tokens) handed out so far.
+struct Streamed<'a> {
+    op: WriteOperation,
+    config: &'a WriteConfig,
+    chunk_bytes: usize,
+    dir: Arc<tempfile::TempDir>,
+    hasher: hashbrown::DefaultHashBuilder,
+    tasks: u32,
+    keep_keys: bool,
+}
+
+impl Table {
+    /// `op` (insert, upsert or delete) of a stream, in bounded memory: the input is read
+    /// `chunk_bytes` of Arrow data at a time. An input of one chunk is written as [`Table::write`]
+    /// writes it; a larger one is spilled to local disk (`config.spill_dir`) to combine its
+    /// duplicate keys and find their file groups (see the module's notes), then committed as one
+    /// instant. New keys of such an input go to new file groups (no small file is topped up, as
+    /// a bulk insert's chunks do). A write that loses a conflict is written again from the spilled
+    /// input, up to `config.conflict_retries` times.
+    pub async fn write_stream(
+        &mut self,
+        op: WriteOperation,
+        input: &mut (dyn Iterator<Item = Result<RecordBatch>> + Send),
+        chunk_bytes: usize,
+        config: &WriteConfig,
+    ) -> Result<WriteResult> {
+        if !matches!(op, WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete)
+            || config.read_from.is_some()
+        {
+            let mut batches = Vec::new();
+            for batch in input {
+                batches.push(batch?);
+            }
+            return self.write(op, batches, config).await;
+        }
+        let first = next_chunk(input, chunk_bytes)?;
+        if first.iter().map(RecordBatch::get_array_memory_size).sum::<usize>() < chunk_bytes {
+            return self.write(op, first, config).await;
+        }
+        self.check_writable()?;
+        let mut s = Streamed {
+            op,
+            config,
+            chunk_bytes,
+            dir: spill::directory(config.spill_dir.as_deref())?,
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            tasks: 0,
+            keep_keys: crate::metadata::keeps_record_index(self),
+        };
+        let (by_key, only_deletes) = self.spill_by_key(&mut s, first, input)?;
+        let mut attempt = 0;
+        loop {
+            // A delete none of whose keys the table holds leaves no instant (as `write`'s).
+            if only_deletes && !self.holds_any(&s, &by_key).await? {
+                return Ok(WriteResult::default());
+            }
+            match self.write_spilled(&mut s, &by_key).await {
+                Err(Error::CommitConflict { instant, detail }) if attempt < config.conflict_retries => {
+                    attempt += 1;
+                    log::info!("{}: {op:?} lost a conflict with {instant} ({detail}); attempt {attempt}", self.uri());
+                    self.reload().await?;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// Step 1: the whole input, checked, keyed and spilled by key; and whether every row of it
+    /// deletes its key.
+    fn spill_by_key(
+        &self,
+        s: &mut Streamed<'_>,
+        first: Vec<RecordBatch>,
+        input: &mut (dyn Iterator<Item = Result<RecordBatch>> + Send),
+    ) -> Result<(Vec<SpillFile>, bool)> {
+        let mut only_deletes = true;
+        let schema = first.first().map(RecordBatch::schema).ok_or_else(|| Error::invalid_data("an empty stream"))?;
+        let global = self.config().global_index;
+        let mut spill = Spill::new(&s.dir, &schema, KEY_FILES, 0);
+        let mut chunk = first;
+        while !chunk.is_empty() {
+            if let Some(other) = chunk.iter().find(|b| b.schema().fields() != schema.fields()) {
+                return Err(Error::SchemaMismatch {
+                    detail: format!(
+                        "the stream's batches differ in schema: {:?}, then {:?}",
+                        field_names(&schema),
+                        field_names(&other.schema())
+                    ),
+                });
+            }
+            let batch = concat_batches(&schema, &chunk)?;
+            drop(chunk);
+            if let Some(keyed) = keyed(self, s.op, vec![batch.clone()], s.config.schema_mode)? {
+                only_deletes &= s.op == WriteOperation::Delete || keyed.only_deletes();
+                let hashes = (0..keyed.keys.len()).map(|row| {
+                    let scope = if global { "" } else { keyed.partitions.path(row) };
+                    s.hasher.hash_one((scope, keyed.keys.value(row)))
+                });
+                spill.push(&batch, UInt64Array::from_iter_values(hashes))?;
+            }
+            chunk = next_chunk(input, s.chunk_bytes)?;
+        }
+        Ok((spill.finish()?, only_deletes))
+    }
+
+    /// Whether the table holds any key of the spilled input (looked up file by file, until one
+    /// is found).
+    async fn holds_any(&mut self, s: &Streamed<'_>, by_key: &[SpillFile]) -> Result<bool> {
+        self.reload().await?;
+        let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
+        for file in by_key {
+            let Some(incoming) = prepare(self, s.op, file.read()?, s.config.schema_mode)? else { continue };
+            if !plan::plan(self, s.op, Some(&Arc::new(incoming)), &lookup_only).await?.work.is_empty() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Steps 2 and 3 under an instant of their own, committed; rolled back on failure. A write
+    /// that changes nothing (deletes of keys the table lacks) leaves no instant.
+    async fn write_spilled(&mut self, s: &mut Streamed<'_>, by_key: &[SpillFile]) -> Result<WriteResult> {
+        let (op, config) = (s.op, s.config);
+        let tx = self.begin_write(op).await?;
+        let parts = match self.write_spilled_files(s, by_key, tx.time()).await {
+            Ok(parts) => parts,
+            Err(e) => {
+                let e = tx.lost_to_service(self, e).await;
+                return Err(tx.fail(self, e).await);
+            }
+        };
+        if parts.iter().all(|p| p.stats.is_empty()) {
+            tx.abort(self).await?;
+            return Ok(WriteResult::default());
+        }
+        self.commit_and_serve(tx, op, parts, false, &config.extra_metadata, config).await
+    }
+
+    async fn write_spilled_files(
+        &mut self,
+        s: &mut Streamed<'_>,
+        by_key: &[SpillFile],
+        instant: &str,
+    ) -> Result<Vec<WrittenFiles>> {
+        let op = s.op;
+        let looks_up = op != WriteOperation::Insert || self.config().global_index;
+        let mut parts = Vec::new();
+        let mut held: Option<Spill> = None;
+        let mut queue: Vec<SpillFile> = by_key.to_vec();
+        while let Some(file) = queue.pop() {
+            if let Some(split) = s.split(&file)? {
+                queue.extend(split);
+                continue;
+            }
+            let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
+            if !looks_up {
+                // An insert looks no key up: its combined rows are written as they are, the
+                // first file's into small files too (no other part of the write touches them).
+                let small_files = parts.is_empty();
+                parts.push(self.write_part(s, op, &incoming, instant, small_files).await?);
+                continue;
+            }
+            let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
+            let planned = plan::plan(self, op, Some(&incoming), &lookup_only).await?;
+            let mut group_of: Vec<Option<u64>> = vec![None; incoming.keys.len()];
+            for w in &planned.work {
+                let hash = s.hasher.hash_one((&w.partition, &w.file_id));
+                for row in w.changes.values().chain(w.moved_out.values()).chain(w.removed.values()) {
+                    group_of[*row as usize] = Some(hash);
+                }
+            }
+            drop(planned);
+            let (mut held_rows, mut hashes, mut new_rows) = (Vec::new(), Vec::new(), Vec::new());
+            for (row, group) in group_of.iter().enumerate() {
+                match group {
+                    Some(hash) => {
+                        held_rows.push(row as u32);
+                        hashes.push(*hash);
+                    }
+                    // A delete of a key the table lacks deletes nothing.
+                    None if op != WriteOperation::Delete && !incoming.is_delete(row as u32) => {
+                        new_rows.push(row as u32)
+                    }
+                    None => {}
+                }
+            }
+            if !held_rows.is_empty() {
+                let rows = spillable(&incoming.take(&UInt32Array::from(held_rows))?)?;
+                let spill = held.get_or_insert_with(|| Spill::new(&s.dir, &rows.schema(), GROUP_FILES, 0));
+                spill.push(&rows, UInt64Array::from(hashes))?;
+            }
+            if !new_rows.is_empty() {
+                let new = Arc::new(incoming.take(&UInt32Array::from(new_rows))?);
+                parts.push(self.write_new_keys(s, &new, instant).await?);
+            }
+        }
+        let mut queue = match held {
+            Some(spill) => spill.finish()?,
+            None => Vec::new(),
+        };
+        while let Some(file) = queue.pop() {
+            if let Some(split) = s.split(&file)? {
+                queue.extend(split);
+                continue;
+            }
+            let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
+            parts.push(self.write_part(s, op, &incoming, instant, false).await?);
+        }
+        Ok(parts)
+    }
+
+    /// A spilled file's rows, checked and combined as a write's input, in the schema the write
+    /// writes.
+    async fn spilled_incoming(&mut self, s: &Streamed<'_>, file: &SpillFile) -> Result<Option<Arc<Incoming>>> {
+        let Some(incoming) = prepare(self, s.op, file.read()?, s.config.schema_mode)? else { return Ok(None) };
+        self.adopt_write_schema(s.op, Some(Arc::new(incoming))).await
+    }
+
+    /// Writes rows of keys the table lacks (looked up already) into new file groups. Without a
+    /// global index they are written as an insert's (the same files; an insert looks no key up,
+    /// so the keys are not looked up twice).
+    async fn write_new_keys(
+        &mut self,
+        s: &mut Streamed<'_>,
+        new: &Arc<Incoming>,
+        instant: &str,
+    ) -> Result<WrittenFiles> {
+        let op = if self.config().global_index { s.op } else { WriteOperation::Insert };
+        self.write_part(s, op, new, instant, false).await
+    }
+
+    /// One part's files, written with `op` as a task of their own (own write tokens), into
+    /// small files too only where `small_files`.
+    async fn write_part(
+        &mut self,
+        s: &mut Streamed<'_>,
+        op: WriteOperation,
+        incoming: &Arc<Incoming>,
+        instant: &str,
+        small_files: bool,
+    ) -> Result<WrittenFiles> {
+        let small_file_limit = if small_files { s.config.small_file_limit } else { 0 };
+        let config = WriteConfig { task: s.next_task(), small_file_limit, ..s.config.clone() };
+        let mut files = self.write_files_in(op, Some(incoming), instant, &config).await?;
+        if !s.keep_keys {
+            files.keys.unlist();
+        }
+        Ok(files)
+    }
+}
+
+impl Streamed<'_> {
+    fn next_task(&mut self) -> TaskId {
+        self.tasks += 1;
+        TaskId { task: self.tasks, attempt: 1 }
+    }
+
+    /// The file split again when it holds more than two chunks (`None`: small enough, or one
+    /// hash only).
+    fn split(&self, file: &SpillFile) -> Result<Option<Vec<SpillFile>>> {
+        if file.bytes <= 2 * self.chunk_bytes || file.rows < 2 {
+            return Ok(None);
+        }
+        file.split(self.chunk_bytes)
+    }
+}
+
+/// An input's rows as they are spilled: the batch, with an upsert's deletion flags back in their
+/// column.
+fn spillable(incoming: &Incoming) -> Result<RecordBatch> {
+    let Some(deleted) = &incoming.deleted else { return Ok(incoming.batch.clone()) };
+    let mut fields: Vec<Arc<Field>> = incoming.batch.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(Field::new(IS_DELETED, DataType::Boolean, true)));
+    let mut columns: Vec<ArrayRef> = incoming.batch.columns().to_vec();
+    columns.push(Arc::new(deleted.clone()));
+    let schema = arrow::datatypes::Schema::new_with_metadata(fields, incoming.batch.schema().metadata().clone());
+    Ok(RecordBatch::try_new(Arc::new(schema), columns)?)
+}
+
+fn field_names(schema: &arrow::datatypes::Schema) -> Vec<&str> {
+    schema.fields().iter().map(|f| f.name().as_str()).collect()
+}

@@ -1,0 +1,253 @@
+"""Inserts, upserts and deletes of inputs larger than a chunk: spilled to disk by key, combined,
+looked up and written a file group at a time, in one commit. Every test writes the same input
+whole into a twin table and asserts the two tables equal."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import oxlake
+import pyarrow as pa
+import pytest
+from conftest import SCHEMA, data_paths, hudi_read, rows, run_paused, snapshot, trips
+
+CHUNK = 2048  # Arrow bytes: a few dozen rows of `trips` per chunk
+
+
+def stream(table: pa.Table, size: int = 10, fail_after: int | None = None) -> pa.RecordBatchReader:
+    """`table` as a stream of `size`-row batches made one at a time; with `fail_after`, the
+    source fails after that many."""
+
+    def gen():  # type: ignore[no-untyped-def]
+        for n, batch in enumerate(table.to_batches(max_chunksize=size)):
+            if fail_after is not None and n == fail_after:
+                raise ValueError("the source broke")
+            yield batch
+
+    return pa.RecordBatchReader.from_batches(table.schema, gen())
+
+
+def twins(tmp_path: Path, **options: Any) -> tuple[oxlake.Table, oxlake.Table]:
+    """Two new tables alike: one written streamed, one whole."""
+    make = lambda name: oxlake.create_table(  # noqa: E731
+        str(tmp_path / name), SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", **options
+    )
+    return make("streamed"), make("whole")
+
+
+def both(streamed: oxlake.Table, whole: oxlake.Table, op: str, data: pa.Table, **kw: Any) -> None:
+    """`op` of `data` on both tables: streamed in `CHUNK`s, and whole; the same counts."""
+    a = getattr(streamed, op)(stream(data), chunk_bytes=CHUNK, **kw)
+    b = getattr(whole, op)(data, **kw)
+    assert (a.num_inserts, a.num_updates, a.num_deletes) == (b.num_inserts, b.num_updates, b.num_deletes)
+    assert (a.instant is None) == (b.instant is None)
+
+
+def assert_same(streamed: oxlake.Table, whole: oxlake.Table) -> None:
+    assert rows(streamed.to_arrow()) == rows(whole.to_arrow())
+    assert rows(hudi_read(streamed.uri)) == rows(whole.to_arrow()), "hudi-rs reads the same rows"
+    assert [i.action for i in streamed.timeline()] == [i.action for i in whole.timeline()]
+    assert streamed.validate().ok, streamed.validate().differences
+
+
+def shuffled(ids: list[int], **kw: Any) -> pa.Table:
+    import random
+
+    ids = list(ids)
+    random.Random(len(ids)).shuffle(ids)
+    return trips(ids, **kw)
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@pytest.mark.parametrize("table_version", [6, 8])
+def test_streamed_writes_equal_the_same_writes_taken_whole(
+    tmp_path: Path, table_type: str, table_version: int
+) -> None:
+    """Insert, upsert (duplicates across chunks, the greatest `ts` winning), upsert with
+    `_hoodie_is_deleted`, delete: each streamed through the spill, each equal to its whole twin."""
+    s, w = twins(tmp_path, table_type=table_type, table_version=table_version)
+    first = pa.concat_tables(
+        [shuffled(list(range(300)), ts=1), shuffled(list(range(0, 300, 3)), ts=2, name="dup")]
+    )
+    both(s, w, "insert", first)
+    # Updates of held keys (each group once), new keys, and duplicates: ts=5 beats ts=3 whatever
+    # the order; ties go to the later row.
+    changes = pa.concat_tables(
+        [
+            shuffled(list(range(0, 600, 2)), ts=5, name="late"),
+            shuffled(list(range(0, 600, 4)), ts=3, name="early"),
+            shuffled(list(range(1, 200, 10)), ts=5, name="tie"),
+        ]
+    )
+    both(s, w, "upsert", changes)
+    assert_same(s, w)
+    flagged = shuffled(list(range(100, 400)), ts=9, name="flag").append_column(
+        "_hoodie_is_deleted", pa.array([i % 2 == 0 for i in range(300)])
+    )
+    both(s, w, "upsert", flagged)
+    assert_same(s, w)
+    gone = shuffled(list(range(0, 700, 7)), ts=100).select(["id", "city", "ts"])
+    both(s, w, "delete", gone)
+    assert_same(s, w)
+    # Deletes of keys the table lacks change nothing: no instant.
+    both(s, w, "delete", trips(list(range(5000, 5400)), ts=100).select(["id", "city", "ts"]))
+    assert_same(s, w)
+
+
+def test_a_streamed_upsert_rewrites_each_file_group_once(tmp_path: Path) -> None:
+    """Every held key's group gets one new base file of the instant, however many chunks and
+    spill files held its keys; new keys go to new groups."""
+    s, _ = twins(tmp_path)
+    s.insert(trips(list(range(600))))
+    groups_before = {p.name.split("_")[0] for p in data_paths(s.uri, "*.parquet")}
+    result = s.upsert(stream(shuffled(list(range(0, 900)), ts=2)), chunk_bytes=CHUNK)
+    assert (result.num_updates, result.num_inserts) == (600, 300)
+    written = [Path(f).name for f in result.files]
+    rewritten = [n.split("_")[0] for n in written if n.split("_")[0] in groups_before]
+    assert sorted(rewritten) == sorted(groups_before), "each old group rewritten exactly once"
+    assert len(written) > len(groups_before), "the new keys went to new groups"
+
+
+def test_a_streamed_write_with_a_global_index_moves_keys_between_partitions(tmp_path: Path) -> None:
+    s, w = twins(tmp_path, global_index=True)
+    both(s, w, "insert", trips(list(range(200))))
+    both(s, w, "upsert", shuffled(list(range(0, 400, 2)), ts=5, city="lisbon"))
+    assert_same(s, w)
+    assert {r["city"] for r in rows(s.to_arrow()) if r["id"] % 2 == 0} == {"lisbon"}
+    both(s, w, "delete", trips(list(range(0, 400, 3))).select(["id"]))
+    assert_same(s, w)
+
+
+def test_a_streamed_write_keeps_the_record_index(tmp_path: Path) -> None:
+    s, w = twins(tmp_path)
+    for t in (s, w):
+        t.insert(trips(list(range(10))))
+        t.build_metadata(record_index_shards=2)
+    both(s, w, "upsert", shuffled(list(range(400)), ts=2))
+    both(s, w, "delete", trips(list(range(0, 400, 5))).select(["id", "city"]))
+    assert_same(s, w)
+    assert rows(s.lookup(pa.table({"id": [5, 6, 399]}))) == rows(w.lookup(pa.table({"id": [5, 6, 399]})))
+
+
+def test_a_streamed_write_evolves_the_schema(tmp_path: Path) -> None:
+    s, w = twins(tmp_path)
+    both(s, w, "insert", trips(list(range(100))))
+    wider = shuffled(list(range(50, 250)), ts=2)
+    wider = wider.append_column("tip", pa.array([float(i) for i in range(wider.num_rows)]))
+    both(s, w, "upsert", wider, schema_mode="merge")
+    assert_same(s, w)
+    assert "tip" in s.schema.names
+
+
+def test_a_table_in_memory_is_written_whole_unless_a_chunk_size_is_given(tmp_path: Path) -> None:
+    """A pyarrow Table is in memory already: written whole (small files topped up), where the
+    same rows streamed with a chunk size go to new files."""
+    s, w = twins(tmp_path)
+    for t in (s, w):
+        t.insert(trips(list(range(30))))
+    whole = w.insert(shuffled(list(range(30, 600))))
+    streamed = s.insert(shuffled(list(range(30, 600))), chunk_bytes=CHUNK)
+    assert rows(s.to_arrow()) == rows(w.to_arrow())
+    old = {p.name.split("_")[0] for p in data_paths(w.uri, "*.parquet")} & {
+        Path(f).name.split("_")[0] for f in whole.files
+    }
+    assert old, "the whole write topped up the small files"
+    assert len(streamed.files) > len(whole.files)
+
+
+def test_a_streamed_write_of_bad_rows_fails_before_any_instant(tmp_path: Path) -> None:
+    """A null key in the last chunk: a typed error naming it, the table as it was, no instant."""
+    s, _ = twins(tmp_path)
+    s.insert(trips(list(range(10))))
+    before = snapshot(s)
+    bad = shuffled(list(range(300)))
+    bad = bad.set_column(0, pa.field("id", pa.int64()), pa.array(list(range(299)) + [None], pa.int64()))
+    with pytest.raises(oxlake.InvalidDataError, match="id"):
+        s.upsert(stream(bad), chunk_bytes=CHUNK)
+    assert snapshot(oxlake.Table(s.uri)) == before
+
+
+@pytest.mark.parametrize("op", ["insert", "upsert", "delete"])
+def test_a_stream_failing_midway_leaves_the_table_as_it_was(tmp_path: Path, op: str) -> None:
+    s, _ = twins(tmp_path)
+    s.insert(trips(list(range(100))))
+    before = snapshot(s)
+    data = trips(list(range(600)), ts=5)
+    with pytest.raises(oxlake.InvalidArgumentError, match="the source broke"):
+        getattr(s, op)(stream(data, fail_after=30), chunk_bytes=CHUNK)
+    assert snapshot(oxlake.Table(s.uri)) == before
+
+
+def test_a_streamed_upsert_killed_after_writing_files_is_rolled_back(tmp_path: Path) -> None:
+    """SIGKILL once the write has files on disk: nothing of it is read, and the next writer
+    rolls it back."""
+    path = str(tmp_path / "t")
+    t = oxlake.create_table(
+        path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", heartbeat_interval=0.2
+    )
+    t.insert(trips(list(range(50))))
+    before = rows(t.to_arrow())
+    files_before = len(data_paths(path, "*.parquet"))
+    code = (
+        "import sys, time, oxlake, pyarrow as pa\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from conftest import SCHEMA, trips\n"
+        "import oxlake._native\n"
+        "def gen():\n"
+        "    yield from trips(list(range(0, 3000)), ts=5).to_batches(max_chunksize=10)\n"
+        "t = oxlake.Table(sys.argv[1], heartbeat_interval=0.2)\n"
+        "t.upsert(pa.RecordBatchReader.from_batches(SCHEMA, gen()), chunk_bytes=2048)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", code, path])
+    deadline = time.monotonic() + 60
+    while len(data_paths(path, "*.parquet")) < files_before + 4:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert rows(oxlake.Table(path).to_arrow()) == before, "an inflight instant is never read"
+    time.sleep(1.0)
+    t = oxlake.Table(path, heartbeat_interval=0.2)
+    t.upsert(trips([1], ts=9, name="after"))
+    assert len(rows(t.to_arrow())) == 50
+    assert all(i.state == "completed" for i in t.timeline())
+    assert t.validate().ok
+
+
+@pytest.mark.parametrize("retries", [0, 2])
+def test_two_writers_of_one_new_key_conflict_though_the_streamed_one_holds_no_keys(
+    tmp_path: Path, retries: int
+) -> None:
+    """The streamed write lists no keys (only the partitions it wrote). Paused after planning,
+    it waits while another writer inserts one of its new keys: at its commit, reading its own
+    files back finds the key, and it loses the conflict; with retries it is written again from
+    its spilled input, against the table as it is then (an update of that key)."""
+    s, _ = twins(tmp_path)
+    s.insert(trips(list(range(10))))
+    code = (
+        "import sys, random, oxlake, pyarrow as pa\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_stream_write import stream, shuffled\n"
+        "t = oxlake.Table(sys.argv[1])\n"
+        "data = stream(shuffled(list(range(10, 400)), ts=5))\n"
+        f"t.upsert(data, chunk_bytes={CHUNK}, conflict_retries={retries})\n"
+    )
+    (tmp_path / "pause").mkdir()
+    proc = run_paused(s.uri, "after-plan", code, tmp_path / "pause")
+    oxlake.Table(s.uri).insert(trips([399], ts=1, name="other"))
+    (tmp_path / "pause" / "resume").touch()
+    _, err = proc.communicate(timeout=120)
+    out = rows(oxlake.Table(s.uri).to_arrow())
+    if retries == 0:
+        assert proc.returncode == 1 and "CommitConflictError" in err, err
+        assert len(out) == 11 and [r["name"] for r in out if r["id"] == 399] == ["other399"], "not twice"
+    else:
+        assert proc.returncode == 0, err
+        assert len(out) == 400 and [r["name"] for r in out if r["id"] == 399] == ["n399"]
+    assert all(i.state == "completed" for i in oxlake.Table(s.uri).timeline())
+    assert oxlake.Table(s.uri).validate().ok
