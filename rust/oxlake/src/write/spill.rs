@@ -156,6 +156,26 @@ impl SpillFile {
         Ok(out)
     }
 
+    /// The rows, without their hashes, about `limit` Arrow bytes at a time (at least a batch).
+    pub(crate) fn chunks(&self, limit: usize) -> Result<impl Iterator<Item = Result<Vec<RecordBatch>>>> {
+        let mut batches = self.batches()?;
+        Ok(std::iter::from_fn(move || {
+            let (mut chunk, mut bytes) = (Vec::new(), 0);
+            while bytes < limit {
+                match batches.next() {
+                    Some(Ok(mut batch)) => {
+                        batch.remove_column(batch.num_columns() - 1);
+                        bytes += batch.get_array_memory_size();
+                        chunk.push(batch);
+                    }
+                    Some(Err(e)) => return Some(Err(e.into())),
+                    None => break,
+                }
+            }
+            (!chunk.is_empty()).then_some(Ok(chunk))
+        }))
+    }
+
     /// The rows split into about `bytes / limit` files by their hashes, or `None` when they
     /// all share one hash (one key, one file group: they cannot be parted).
     pub(crate) fn split(&self, limit: usize) -> Result<Option<Vec<SpillFile>>> {

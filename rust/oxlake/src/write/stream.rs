@@ -9,10 +9,12 @@
 //!    without a global index), so every duplicate of a key lands in one file.
 //! 2. **Each key file** is read (split again while it is larger than two chunks), its duplicates
 //!    combined and its keys looked up. Rows of keys the table holds are spilled again by the hash
-//!    of their file group; the rows of new keys are written into new file groups right away.
+//!    of their file group, the rows of new keys by the hash of their partition.
 //! 3. **Each group file** (split again while larger than two chunks, a single group never) is
 //!    written: every group's changes are in one file, so each group is rewritten, or logged to,
 //!    once.
+//! 4. **Each partition file** is cut into new file groups a chunk at a time, so a partition gets
+//!    files of the target size but for one per chunk.
 //!
 //! All files are of one instant, committed at the end. Memory holds about two chunks and what
 //! their write needs; the keys written are not held (their partitions are: conflict checks read
@@ -37,6 +39,8 @@ use crate::table::Table;
 const KEY_FILES: usize = 16;
 /// Files the rows of held keys are spilled into, by file group.
 const GROUP_FILES: usize = 16;
+/// Files the rows of new keys are spilled into, by partition.
+const PARTITION_FILES: usize = 16;
 
 /// What a streamed write carries from one step to the next: the hash of rows' keys and groups,
 /// and the tasks (write tokens) handed out so far.
@@ -184,9 +188,9 @@ impl Table {
         instant: &str,
     ) -> Result<Vec<WrittenFiles>> {
         let op = s.op;
-        let looks_up = op != WriteOperation::Insert || self.config().global_index;
-        let mut parts = Vec::new();
-        let mut held: Option<Spill> = None;
+        let global = self.config().global_index;
+        let looks_up = op != WriteOperation::Insert || global;
+        let (mut held, mut new): (Option<Spill>, Option<Spill>) = (None, None);
         let mut queue: Vec<SpillFile> = by_key.to_vec();
         while let Some(file) = queue.pop() {
             if let Some(split) = s.split(&file)? {
@@ -194,51 +198,30 @@ impl Table {
                 continue;
             }
             let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
-            if !looks_up {
-                // An insert looks no key up: its combined rows are written as they are, the
-                // first file's into small files too (no other part of the write touches them).
-                let small_files = parts.is_empty();
-                parts.push(self.write_part(s, op, &incoming, instant, small_files).await?);
-                continue;
-            }
-            let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
-            let planned = plan::plan(self, op, Some(&incoming), &lookup_only).await?;
-            let mut group_of: Vec<Option<u64>> = vec![None; incoming.keys.len()];
-            for w in &planned.work {
-                let hash = s.hasher.hash_one((&w.partition, &w.file_id));
-                for row in w.changes.values().chain(w.moved_out.values()).chain(w.removed.values()) {
-                    group_of[*row as usize] = Some(hash);
+            let mut new_rows = Vec::new();
+            if looks_up {
+                let (held_rows, hashes) = self.find_groups(s, &incoming, &mut new_rows).await?;
+                if !held_rows.is_empty() {
+                    let rows = spillable(&incoming.take(&UInt32Array::from(held_rows))?)?;
+                    let spill = held.get_or_insert_with(|| Spill::new(&s.dir, &rows.schema(), GROUP_FILES, 0));
+                    spill.push(&rows, UInt64Array::from(hashes))?;
                 }
-            }
-            drop(planned);
-            let (mut held_rows, mut hashes, mut new_rows) = (Vec::new(), Vec::new(), Vec::new());
-            for (row, group) in group_of.iter().enumerate() {
-                match group {
-                    Some(hash) => {
-                        held_rows.push(row as u32);
-                        hashes.push(*hash);
-                    }
-                    // A delete of a key the table lacks deletes nothing.
-                    None if op != WriteOperation::Delete && !incoming.is_delete(row as u32) => {
-                        new_rows.push(row as u32)
-                    }
-                    None => {}
-                }
-            }
-            if !held_rows.is_empty() {
-                let rows = spillable(&incoming.take(&UInt32Array::from(held_rows))?)?;
-                let spill = held.get_or_insert_with(|| Spill::new(&s.dir, &rows.schema(), GROUP_FILES, 0));
-                spill.push(&rows, UInt64Array::from(hashes))?;
+            } else {
+                new_rows = (0..incoming.keys.len() as u32).collect();
             }
             if !new_rows.is_empty() {
-                let new = Arc::new(incoming.take(&UInt32Array::from(new_rows))?);
-                parts.push(self.write_new_keys(s, &new, instant).await?);
+                // New keys, combined and none deleting: spilled by partition (without deletion
+                // flags), to be cut into files a partition at a time.
+                let rows = incoming.take(&UInt32Array::from(new_rows))?;
+                let hashes = (0..rows.keys.len()).map(|r| s.hasher.hash_one(rows.partitions.path(r)));
+                let hashes = UInt64Array::from_iter_values(hashes);
+                let spill = new.get_or_insert_with(|| Spill::new(&s.dir, &rows.batch.schema(), PARTITION_FILES, 0));
+                spill.push(&rows.batch, hashes)?;
             }
         }
-        let mut queue = match held {
-            Some(spill) => spill.finish()?,
-            None => Vec::new(),
-        };
+        let mut parts = Vec::new();
+        // Each file group's changes, written once.
+        let mut queue = held.map(Spill::finish).transpose()?.unwrap_or_default();
         while let Some(file) = queue.pop() {
             if let Some(split) = s.split(&file)? {
                 queue.extend(split);
@@ -247,7 +230,58 @@ impl Table {
             let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
             parts.push(self.write_part(s, op, &incoming, instant, false).await?);
         }
+        // New keys into new file groups, a chunk at a time. Without a global index they are
+        // written as an insert's (the same files, without looking keys known to be new up
+        // again); an insert tops up small files with its first chunk of each partition (no
+        // other part of the write touches them), an upsert does not (its rewrites may have).
+        let new_op = if global { op } else { WriteOperation::Insert };
+        let mut queue = new.map(Spill::finish).transpose()?.unwrap_or_default();
+        while let Some(file) = queue.pop() {
+            if let Some(split) = s.split(&file)? {
+                queue.extend(split);
+                continue;
+            }
+            let mut first = op == WriteOperation::Insert && !global;
+            for chunk in file.chunks(s.chunk_bytes)? {
+                let Some(incoming) = prepare(self, new_op, chunk?, s.config.schema_mode)? else { continue };
+                let incoming = Arc::new(incoming);
+                parts.push(self.write_part(s, new_op, &incoming, instant, first).await?);
+                first = false;
+            }
+        }
         Ok(parts)
+    }
+
+    /// The rows of `incoming` whose keys the table holds, with the hash of the file group holding
+    /// each; the rows of new keys that write something go to `new_rows` (a delete of a key the
+    /// table lacks deletes nothing).
+    async fn find_groups(
+        &self,
+        s: &Streamed<'_>,
+        incoming: &Arc<Incoming>,
+        new_rows: &mut Vec<u32>,
+    ) -> Result<(Vec<u32>, Vec<u64>)> {
+        let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
+        let planned = plan::plan(self, s.op, Some(incoming), &lookup_only).await?;
+        let mut group_of: Vec<Option<u64>> = vec![None; incoming.keys.len()];
+        for w in &planned.work {
+            let hash = s.hasher.hash_one((&w.partition, &w.file_id));
+            for row in w.changes.values().chain(w.moved_out.values()).chain(w.removed.values()) {
+                group_of[*row as usize] = Some(hash);
+            }
+        }
+        let (mut held_rows, mut hashes) = (Vec::new(), Vec::new());
+        for (row, group) in group_of.into_iter().enumerate() {
+            match group {
+                Some(hash) => {
+                    held_rows.push(row as u32);
+                    hashes.push(hash);
+                }
+                None if s.op != WriteOperation::Delete && !incoming.is_delete(row as u32) => new_rows.push(row as u32),
+                None => {}
+            }
+        }
+        Ok((held_rows, hashes))
     }
 
     /// A spilled file's rows, checked and combined as a write's input, in the schema the write
@@ -255,19 +289,6 @@ impl Table {
     async fn spilled_incoming(&mut self, s: &Streamed<'_>, file: &SpillFile) -> Result<Option<Arc<Incoming>>> {
         let Some(incoming) = prepare(self, s.op, file.read()?, s.config.schema_mode)? else { return Ok(None) };
         self.adopt_write_schema(s.op, Some(Arc::new(incoming))).await
-    }
-
-    /// Writes rows of keys the table lacks (looked up already) into new file groups. Without a
-    /// global index they are written as an insert's (the same files; an insert looks no key up,
-    /// so the keys are not looked up twice).
-    async fn write_new_keys(
-        &mut self,
-        s: &mut Streamed<'_>,
-        new: &Arc<Incoming>,
-        instant: &str,
-    ) -> Result<WrittenFiles> {
-        let op = if self.config().global_index { s.op } else { WriteOperation::Insert };
-        self.write_part(s, op, new, instant, false).await
     }
 
     /// One part's files, written with `op` as a task of their own (own write tokens), into
