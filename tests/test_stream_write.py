@@ -251,3 +251,74 @@ def test_two_writers_of_one_new_key_conflict_though_the_streamed_one_holds_no_ke
         assert len(out) == 400 and [r["name"] for r in out if r["id"] == 399] == ["n399"]
     assert all(i.state == "completed" for i in oxlake.Table(s.uri).timeline())
     assert oxlake.Table(s.uri).validate().ok
+
+
+@pytest.mark.parametrize("meta_fields", [True, False])
+def test_streamed_writes_with_hostile_partition_values_and_keys(tmp_path: Path, meta_fields: bool) -> None:
+    """Partition values with `/`, `%`, `=`, spaces and non-ASCII text, string keys with
+    separators, in a table with and without meta fields: the same as the whole writes."""
+    schema = pa.schema([("k", pa.string()), ("part", pa.string()), ("ts", pa.int64()), ("v", pa.float64())])
+    make = lambda name: oxlake.create_table(  # noqa: E731
+        str(tmp_path / name),
+        schema,
+        record_key="k",
+        partition_by=["part"],
+        ordering_field="ts",
+        meta_fields=meta_fields,
+    )
+    s, w = make("streamed"), make("whole")
+    parts = ["a/b", "50%", "x=y", "é ü", "__HIVE_DEFAULT_PARTITION__x", " "]
+
+    def data(ids: list[int], ts: int) -> pa.Table:
+        return pa.table(
+            {
+                "k": [f"key,{i}:é/%{i % 7}" for i in ids],
+                "part": [parts[i % len(parts)] for i in ids],
+                "ts": [ts] * len(ids),
+                "v": [float(i * ts) for i in ids],
+            },
+            schema=schema,
+        )
+
+    both(s, w, "insert", data(list(range(300)), 1))
+    both(s, w, "upsert", data(list(range(150, 450)), 2))
+    both(s, w, "delete", data(list(range(0, 450, 4)), 3).select(["k", "part"]))
+    assert rows(s.to_arrow(), key="k") == rows(w.to_arrow(), key="k")
+    assert rows(hudi_read(s.uri), key="k") == rows(w.to_arrow(), key="k")
+    assert s.validate().ok
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_record_index_built_during_a_streamed_write_is_not_left_without_its_keys(
+    tmp_path: Path, retries: int
+) -> None:
+    """The streamed write began without a record index (so it holds no keys); the index is built
+    while it writes. Its commit cannot tell the index its keys: it fails as a conflict, and its
+    retry (holding them) commits with the index valid."""
+    s, _ = twins(tmp_path)
+    s.insert(trips(list(range(10))))
+    code = (
+        "import sys, oxlake\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_stream_write import stream, shuffled\n"
+        "t = oxlake.Table(sys.argv[1])\n"
+        "data = stream(shuffled(list(range(5, 400)), ts=5))\n"
+        f"t.upsert(data, chunk_bytes={CHUNK}, conflict_retries={retries})\n"
+    )
+    (tmp_path / "pause").mkdir()
+    proc = run_paused(s.uri, "after-plan", code, tmp_path / "pause")
+    oxlake.Table(s.uri).build_metadata(record_index_shards=2)
+    (tmp_path / "pause" / "resume").touch()
+    _, err = proc.communicate(timeout=120)
+    t = oxlake.Table(s.uri)
+    if retries == 0:
+        assert proc.returncode == 1 and "CommitConflictError" in err, err
+        assert len(rows(t.to_arrow())) == 10
+    else:
+        assert proc.returncode == 0, err
+        assert len(rows(t.to_arrow())) == 400
+        assert rows(t.lookup(pa.table({"id": [7, 399]}))) == [
+            r for r in rows(t.to_arrow()) if r["id"] in (7, 399)
+        ]
+    report = t.validate()
+    assert report.ok, report.differences

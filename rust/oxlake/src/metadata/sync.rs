@@ -200,6 +200,17 @@ async fn write_record_index(
 ) -> Result<Vec<crate::format::commit::WriteStat>> {
     let changes = match &change.keys {
         KeySource::Unchanged | KeySource::RolledBack { .. } => return Ok(Vec::new()),
+        // A write that began before the record index was built and holds no keys (a streamed
+        // write larger than memory) cannot tell the index what it moved: it loses, as to a
+        // conflict, and its retry holds its keys.
+        KeySource::Reported(changes) if !changes.unlisted.is_empty() => {
+            return Err(Error::CommitConflict {
+                instant: time.to_string(),
+                detail: "a record index was built while this write ran without holding its keys; written again, \
+                         it holds them"
+                    .to_string(),
+            });
+        }
         KeySource::Reported(changes) => Arc::new((*changes).clone()),
         KeySource::Replaced(groups) => Arc::new(replaced_keys(data, groups, change.added).await?),
     };

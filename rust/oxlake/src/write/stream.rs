@@ -59,9 +59,9 @@ impl Table {
     /// `chunk_bytes` of Arrow data at a time. An input of one chunk is written as [`Table::write`]
     /// writes it; a larger one is spilled to local disk (`config.spill_dir`) to combine its
     /// duplicate keys and find their file groups (see the module's notes), then committed as one
-    /// instant. New keys of such an input go to new file groups (no small file is topped up, as
-    /// a bulk insert's chunks do). A write that loses a conflict is written again from the spilled
-    /// input, up to `config.conflict_retries` times.
+    /// instant. New keys of such an input go to new file groups (an insert tops up small files
+    /// with the first chunk of each partition file, an upsert does not). A write that loses a
+    /// conflict is written again from the spilled input, up to `config.conflict_retries` times.
     pub async fn write_stream(
         &mut self,
         op: WriteOperation,
@@ -90,7 +90,7 @@ impl Table {
             dir: spill::directory(config.spill_dir.as_deref())?,
             hasher: hashbrown::DefaultHashBuilder::default(),
             tasks: 0,
-            keep_keys: crate::metadata::keeps_record_index(self),
+            keep_keys: true,
         };
         let (by_key, only_deletes) = self.spill_by_key(&mut s, first, input)?;
         let mut attempt = 0;
@@ -167,6 +167,8 @@ impl Table {
     async fn write_spilled(&mut self, s: &mut Streamed<'_>, by_key: &[SpillFile]) -> Result<WriteResult> {
         let (op, config) = (s.op, s.config);
         let tx = self.begin_write(op).await?;
+        // Read under the instant: an index built later fails the commit (`metadata::sync`).
+        s.keep_keys = crate::metadata::keeps_record_index(self);
         let parts = match self.write_spilled_files(s, by_key, tx.time()).await {
             Ok(parts) => parts,
             Err(e) => {
