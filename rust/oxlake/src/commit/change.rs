@@ -112,11 +112,10 @@ impl KeyChanges {
     /// These changes without their keys (kept only by the partitions written): what a write too
     /// large to hold its keys commits with when the table keeps no record index.
     pub fn unlist(&mut self) {
-        let written =
-            std::mem::take(&mut self.written).into_iter().filter(|(_, _, k)| !arrow::array::Array::is_empty(k));
-        self.unlisted.extend(written.map(|(p, _, _)| p));
-        self.deleted.clear();
-        self.ordered_deletes.clear();
+        let written = std::mem::take(&mut self.written).into_iter().map(|(p, _, k)| (p, k));
+        let deleted = std::mem::take(&mut self.deleted).into_iter().chain(std::mem::take(&mut self.ordered_deletes));
+        let moved = written.chain(deleted).filter(|(_, k)| !arrow::array::Array::is_empty(k));
+        self.unlisted.extend(moved.map(|(p, _)| p));
     }
 
     /// Whether no key moved.

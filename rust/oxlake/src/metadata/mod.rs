@@ -293,6 +293,15 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
         let n = mdt.config().raw.get(&index.shards_key()).and_then(|s| s.parse().ok()).unwrap_or(1u32);
         shards.insert(index, n.max(1));
     }
+    // The indexes the metadata table was built with, though the data table's properties as this
+    // process read them do not advertise them yet (a build by another process since it opened the
+    // table: `reload` does not read `hoodie.properties` again). A write that left them out would
+    // leave them without its files and keys, yet fresh: lookups would miss its rows.
+    for index in Index::ALL {
+        if let Some(n) = mdt.config().raw.get(&index.shards_key()).and_then(|s| s.parse::<u32>().ok()) {
+            shards.entry(index).or_insert(n.max(1));
+        }
+    }
     // Only instants completed on the data timeline count (a write that crashed between its
     // metadata commit and its data commit left one that must not be read).
     let timeline = data.timeline();
@@ -349,6 +358,18 @@ pub(crate) async fn archival_bound(data: &Table) -> Result<Option<String>> {
 }
 
 /// Whether `table` advertises a metadata table keeping the record index.
+/// Whether the metadata table keeps a record index as it is now (by the indexes it was built
+/// with, which a build by another process may have changed since this process read the table's
+/// properties): a write that would drop its keys asks this under its instant. An unreadable one
+/// keeps them.
+pub(crate) async fn holds_record_index(table: &Table) -> bool {
+    match table.metadata_table().await {
+        Ok(Some(mdt)) => mdt.has(Index::RecordIndex),
+        Ok(None) => keeps_record_index(table),
+        Err(_) => true,
+    }
+}
+
 pub(crate) fn keeps_record_index(table: &Table) -> bool {
     let advertised = table.config().raw.get(PARTITIONS_KEY).map(String::as_str).unwrap_or_default();
     advertised.split(',').any(|name| Index::parse(name) == Some(Index::RecordIndex))

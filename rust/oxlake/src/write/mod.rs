@@ -332,8 +332,9 @@ impl Table {
         let Some(incoming) = prepare(self, op, first, config.schema_mode)? else {
             return Ok(WriteResult::default());
         };
-        let keep_keys = crate::metadata::keeps_record_index(self);
         let tx = self.begin_write(op).await?;
+        // Read under the instant (see `write_stream`).
+        let keep_keys = crate::metadata::holds_record_index(self).await;
         let mut incoming = match self.adopt_write_schema(op, Some(Arc::new(incoming))).await {
             Ok(incoming) => incoming,
             Err(e) => return Err(tx.fail(self, e).await),

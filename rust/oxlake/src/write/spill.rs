@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::compute::take_record_batch;
@@ -14,6 +15,9 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 
 use crate::error::{Error, Result};
+
+/// Numbers the spills of this process (file names: never one file twice).
+static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// The column holding each spilled row's hash (the last one).
 const HASH: &str = "__oxlake_spill_hash";
@@ -65,7 +69,7 @@ impl Spill {
     }
 
     fn with_hashed_schema(dir: &Arc<tempfile::TempDir>, schema: SchemaRef, buckets: usize, level: u32) -> Self {
-        let name = |b: usize| dir.path().join(format!("{}-{level}-{b}.arrows", rand::random::<u32>()));
+        let name = |b: usize| dir.path().join(format!("{}-{level}-{b}.arrows", NEXT.fetch_add(1, Ordering::Relaxed)));
         let buckets = (0..buckets.max(1)).map(|b| Bucket { path: name(b), writer: None, rows: 0, bytes: 0 }).collect();
         Spill { dir: dir.clone(), schema, level, buckets }
     }
@@ -95,7 +99,7 @@ impl Spill {
             let writer = match &mut bucket.writer {
                 Some(w) => w,
                 None => {
-                    let file = File::create(&bucket.path).map_err(|e| io(&bucket.path, e))?;
+                    let file = File::create_new(&bucket.path).map_err(|e| io(&bucket.path, e))?;
                     bucket.writer.insert(StreamWriter::try_new(BufWriter::new(file), &self.schema)?)
                 }
             };

@@ -41,6 +41,9 @@ const KEY_FILES: usize = 16;
 const GROUP_FILES: usize = 16;
 /// Files the rows of new keys are spilled into, by partition.
 const PARTITION_FILES: usize = 16;
+/// The least chunk a spilled file is split for: tiny chunks would split files down to a key each
+/// (a lookup per key).
+const MIN_SPLIT: usize = 64 << 10;
 
 /// What a streamed write carries from one step to the next: the hash of rows' keys and groups,
 /// and the tasks (write tokens) handed out so far.
@@ -52,6 +55,8 @@ struct Streamed<'a> {
     hasher: hashbrown::DefaultHashBuilder,
     tasks: u32,
     keep_keys: bool,
+    /// Whether a key of the input has copies in several file groups.
+    copies: bool,
 }
 
 impl Table {
@@ -78,6 +83,9 @@ impl Table {
             }
             return self.write(op, batches, config).await;
         }
+        if chunk_bytes == 0 {
+            return Err(Error::invalid_arg("chunk_bytes", "must be a positive number of bytes"));
+        }
         let first = next_chunk(input, chunk_bytes)?;
         if first.iter().map(RecordBatch::get_array_memory_size).sum::<usize>() < chunk_bytes {
             return self.write(op, first, config).await;
@@ -91,6 +99,7 @@ impl Table {
             hasher: hashbrown::DefaultHashBuilder::default(),
             tasks: 0,
             keep_keys: true,
+            copies: false,
         };
         let (by_key, only_deletes) = self.spill_by_key(&mut s, first, input)?;
         let mut attempt = 0;
@@ -153,7 +162,12 @@ impl Table {
     async fn holds_any(&mut self, s: &Streamed<'_>, by_key: &[SpillFile]) -> Result<bool> {
         self.reload().await?;
         let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
-        for file in by_key {
+        let mut queue: Vec<SpillFile> = by_key.to_vec();
+        while let Some(file) = queue.pop() {
+            if let Some(split) = s.split(&file)? {
+                queue.extend(split);
+                continue;
+            }
             let Some(incoming) = prepare(self, s.op, file.read()?, s.config.schema_mode)? else { continue };
             if !plan::plan(self, s.op, Some(&Arc::new(incoming)), &lookup_only).await?.work.is_empty() {
                 return Ok(true);
@@ -168,7 +182,8 @@ impl Table {
         let (op, config) = (s.op, s.config);
         let tx = self.begin_write(op).await?;
         // Read under the instant: an index built later fails the commit (`metadata::sync`).
-        s.keep_keys = crate::metadata::keeps_record_index(self);
+        s.keep_keys = crate::metadata::holds_record_index(self).await;
+        s.copies = false;
         let parts = match self.write_spilled_files(s, by_key, tx.time()).await {
             Ok(parts) => parts,
             Err(e) => {
@@ -180,7 +195,9 @@ impl Table {
             tx.abort(self).await?;
             return Ok(WriteResult::default());
         }
-        self.commit_and_serve(tx, op, parts, false, &config.extra_metadata, config).await
+        // Parts that rewrote one group (a key with copies in two groups) are merged.
+        let reconcile = s.copies;
+        self.commit_and_serve(tx, op, parts, reconcile, &config.extra_metadata, config).await
     }
 
     async fn write_spilled_files(
@@ -222,7 +239,12 @@ impl Table {
             }
         }
         let mut parts = Vec::new();
-        // Each file group's changes, written once.
+        // Each file group's changes, written once; but a key with copies in several groups
+        // (left by loads that look no key up) changes all of them, so its part may rewrite a
+        // group another part rewrites too: the commit then merges such rewrites (which needs
+        // each part's keys where the rows carry no meta fields).
+        let keep_keys = s.keep_keys;
+        s.keep_keys |= s.copies;
         let mut queue = held.map(Spill::finish).transpose()?.unwrap_or_default();
         while let Some(file) = queue.pop() {
             if let Some(split) = s.split(&file)? {
@@ -232,6 +254,7 @@ impl Table {
             let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
             parts.push(self.write_part(s, op, &incoming, instant, false).await?);
         }
+        s.keep_keys = keep_keys;
         // New keys into new file groups, a chunk at a time. Without a global index they are
         // written as an insert's (the same files, without looking keys known to be new up
         // again); an insert tops up small files with its first chunk of each partition (no
@@ -259,7 +282,7 @@ impl Table {
     /// table lacks deletes nothing).
     async fn find_groups(
         &self,
-        s: &Streamed<'_>,
+        s: &mut Streamed<'_>,
         incoming: &Arc<Incoming>,
         new_rows: &mut Vec<u32>,
     ) -> Result<(Vec<u32>, Vec<u64>)> {
@@ -269,7 +292,8 @@ impl Table {
         for w in &planned.work {
             let hash = s.hasher.hash_one((&w.partition, &w.file_id));
             for row in w.changes.values().chain(w.moved_out.values()).chain(w.removed.values()) {
-                group_of[*row as usize] = Some(hash);
+                let before = group_of[*row as usize].replace(hash);
+                s.copies |= before.is_some_and(|b| b != hash);
             }
         }
         let (mut held_rows, mut hashes) = (Vec::new(), Vec::new());
@@ -322,10 +346,11 @@ impl Streamed<'_> {
     /// The file split again when it holds more than two chunks (`None`: small enough, or one
     /// hash only).
     fn split(&self, file: &SpillFile) -> Result<Option<Vec<SpillFile>>> {
-        if file.bytes <= 2 * self.chunk_bytes || file.rows < 2 {
+        let limit = self.chunk_bytes.max(MIN_SPLIT);
+        if file.bytes <= 2 * limit || file.rows < 2 {
             return Ok(None);
         }
-        file.split(self.chunk_bytes)
+        file.split(limit)
     }
 }
 
