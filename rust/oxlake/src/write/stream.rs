@@ -176,7 +176,7 @@ impl Table {
         Ok(false)
     }
 
-    /// Steps 2 and 3 under an instant of their own, committed; rolled back on failure. A write
+    /// Steps 2 to 4 under an instant of their own, committed; rolled back on failure. A write
     /// that changes nothing (deletes of keys the table lacks) leaves no instant.
     async fn write_spilled(&mut self, s: &mut Streamed<'_>, by_key: &[SpillFile]) -> Result<WriteResult> {
         let (op, config) = (s.op, s.config);
