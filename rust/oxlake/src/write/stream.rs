@@ -162,12 +162,7 @@ impl Table {
     async fn holds_any(&mut self, s: &Streamed<'_>, by_key: &[SpillFile]) -> Result<bool> {
         self.reload().await?;
         let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
-        let mut queue: Vec<SpillFile> = by_key.to_vec();
-        while let Some(file) = queue.pop() {
-            if let Some(split) = s.split(&file)? {
-                queue.extend(split);
-                continue;
-            }
+        for file in s.leaves(by_key.to_vec())? {
             let Some(incoming) = prepare(self, s.op, file.read()?, s.config.schema_mode)? else { continue };
             if !plan::plan(self, s.op, Some(&Arc::new(incoming)), &lookup_only).await?.work.is_empty() {
                 return Ok(true);
@@ -210,12 +205,7 @@ impl Table {
         let global = self.config().global_index;
         let looks_up = op != WriteOperation::Insert || global;
         let (mut held, mut new): (Option<Spill>, Option<Spill>) = (None, None);
-        let mut queue: Vec<SpillFile> = by_key.to_vec();
-        while let Some(file) = queue.pop() {
-            if let Some(split) = s.split(&file)? {
-                queue.extend(split);
-                continue;
-            }
+        for file in s.leaves(by_key.to_vec())? {
             let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
             let mut new_rows = Vec::new();
             if looks_up {
@@ -245,12 +235,7 @@ impl Table {
         // each part's keys where the rows carry no meta fields).
         let keep_keys = s.keep_keys;
         s.keep_keys |= s.copies;
-        let mut queue = held.map(Spill::finish).transpose()?.unwrap_or_default();
-        while let Some(file) = queue.pop() {
-            if let Some(split) = s.split(&file)? {
-                queue.extend(split);
-                continue;
-            }
+        for file in s.leaves(held.map(Spill::finish).transpose()?.unwrap_or_default())? {
             let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
             parts.push(self.write_part(s, op, &incoming, instant, false).await?);
         }
@@ -260,12 +245,7 @@ impl Table {
         // again); an insert tops up small files with its first chunk of each partition (no
         // other part of the write touches them), an upsert does not (its rewrites may have).
         let new_op = if global { op } else { WriteOperation::Insert };
-        let mut queue = new.map(Spill::finish).transpose()?.unwrap_or_default();
-        while let Some(file) = queue.pop() {
-            if let Some(split) = s.split(&file)? {
-                queue.extend(split);
-                continue;
-            }
+        for file in s.leaves(new.map(Spill::finish).transpose()?.unwrap_or_default())? {
             let mut first = op == WriteOperation::Insert && !global;
             for chunk in file.chunks(s.chunk_bytes)? {
                 let Some(incoming) = prepare(self, new_op, chunk?, s.config.schema_mode)? else { continue };
@@ -341,6 +321,19 @@ impl Streamed<'_> {
     fn next_task(&mut self) -> TaskId {
         self.tasks += 1;
         TaskId { task: self.tasks, attempt: 1 }
+    }
+
+    /// `files`, each split again (and its parts too) while it holds more than two chunks and
+    /// more than one hash.
+    fn leaves(&self, files: Vec<SpillFile>) -> Result<Vec<SpillFile>> {
+        let (mut queue, mut out) = (files, Vec::new());
+        while let Some(file) = queue.pop() {
+            match self.split(&file)? {
+                Some(parts) => queue.extend(parts),
+                None => out.push(file),
+            }
+        }
+        Ok(out)
     }
 
     /// The file split again when it holds more than two chunks (`None`: small enough, or one
