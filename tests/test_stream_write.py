@@ -4,6 +4,7 @@ whole into a twin table and asserts the two tables equal."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -183,10 +184,14 @@ def test_a_stream_failing_midway_leaves_the_table_as_it_was(tmp_path: Path, op: 
     assert snapshot(oxlake.Table(s.uri)) == before
 
 
-def test_a_streamed_upsert_killed_after_writing_files_is_rolled_back(tmp_path: Path) -> None:
+def test_a_streamed_upsert_killed_after_writing_files_is_rolled_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """SIGKILL once the write has files on disk: nothing of it is read, and the next writer
-    rolls it back."""
+    rolls it back. The spilled input it left behind goes with the next write that spills there."""
     path = str(tmp_path / "t")
+    spill = tmp_path / "spill"
+    spill.mkdir()
     t = oxlake.create_table(
         path, SCHEMA, record_key="id", partition_by=["city"], ordering_field="ts", heartbeat_interval=0.2
     )
@@ -203,7 +208,7 @@ def test_a_streamed_upsert_killed_after_writing_files_is_rolled_back(tmp_path: P
         "t = oxlake.Table(sys.argv[1], heartbeat_interval=0.2)\n"
         "t.upsert(pa.RecordBatchReader.from_batches(SCHEMA, gen()), chunk_bytes=2048)\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code, path])
+    proc = subprocess.Popen([sys.executable, "-c", code, path], env={**os.environ, "TMPDIR": str(spill)})
     deadline = time.monotonic() + 60
     while len(data_paths(path, "*.parquet")) < files_before + 4:
         assert proc.poll() is None and time.monotonic() < deadline
@@ -217,11 +222,17 @@ def test_a_streamed_upsert_killed_after_writing_files_is_rolled_back(tmp_path: P
     assert len(rows(t.to_arrow())) == 50
     assert all(i.state == "completed" for i in t.timeline())
     assert t.validate().ok
+    (left,) = spill.iterdir()
+    assert left.name.startswith("oxlake-spill-") and len(list(left.iterdir())) > 1
+    monkeypatch.setenv("TMPDIR", str(spill))
+    t.upsert(stream(trips(list(range(40, 400)), ts=10)), chunk_bytes=CHUNK)
+    assert list(spill.iterdir()) == [], "the killed write's spill and this write's are gone"
+    assert len(rows(t.to_arrow())) == 400
 
 
 @pytest.mark.parametrize("retries", [0, 2])
 def test_two_writers_of_one_new_key_conflict_though_the_streamed_one_holds_no_keys(
-    tmp_path: Path, retries: int
+    tmp_path: Path, retries: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The streamed write lists no keys (only the partitions it wrote). Paused after planning,
     it waits while another writer inserts one of its new keys: at its commit, reading its own
@@ -238,8 +249,17 @@ def test_two_writers_of_one_new_key_conflict_though_the_streamed_one_holds_no_ke
         f"t.upsert(data, chunk_bytes={CHUNK}, conflict_retries={retries})\n"
     )
     (tmp_path / "pause").mkdir()
-    proc = run_paused(s.uri, "after-plan", code, tmp_path / "pause")
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    proc = run_paused(s.uri, "after-plan", code, tmp_path / "pause", env={**os.environ, "TMPDIR": str(spill)})
     oxlake.Table(s.uri).insert(trips([399], ts=1, name="other"))
+    # A streamed write beside it, spilling into the same directory, leaves its live spill alone:
+    # with retries it reads its input from there again.
+    (live,) = spill.iterdir()
+    monkeypatch.setenv("TMPDIR", str(spill))
+    other = oxlake.create_table(str(tmp_path / "other"), SCHEMA, record_key="id", partition_by=["city"])
+    other.insert(stream(trips(list(range(300)))), chunk_bytes=CHUNK)
+    assert list(spill.iterdir()) == [live]
     (tmp_path / "pause" / "resume").touch()
     _, err = proc.communicate(timeout=120)
     out = rows(oxlake.Table(s.uri).to_arrow())

@@ -473,8 +473,9 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
     }
     by_index.insert(Index::Files, listing);
     crate::commit::failpoint("metadata-build-before-keys");
+    // Spilled to local disk by shard: the build holds one shard's keys at a time.
     let records = match config.shards.get(&Index::RecordIndex) {
-        Some(&n) => Some(record_index::HeldKeys::read(data, n).await?.entries()?),
+        Some(&n) => Some(record_index::SpilledKeys::read(data, n).await?),
         None => None,
     };
     for f in storage.list_recursive(DIR).await? {
@@ -531,8 +532,12 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
         }
     }
     if let Some(records) = records {
-        for (shard, batches) in records.into_iter().enumerate() {
-            written.push(entries::write_base(&mdt, time, Index::RecordIndex, shard as u32, &batches).await);
+        for shard in 0..records.shards() {
+            let written_shard = match records.entries(shard) {
+                Ok(batches) => entries::write_base(&mdt, time, Index::RecordIndex, shard as u32, &batches).await,
+                Err(e) => Err(e),
+            };
+            written.push(written_shard);
         }
     }
     for stat in written {

@@ -26,6 +26,7 @@ use crate::log::KeyState;
 use crate::read::splits::Split;
 use crate::read::{Filter, Op, Predicate, QueryType, ScanOptions};
 use crate::schema::RECORD_KEY;
+use crate::storage::spill::{Spill, SpillFile};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroupId, FileSlice};
 
@@ -47,111 +48,220 @@ pub(crate) struct HeldKeys {
 /// Slices whose keys are read at once.
 const SLICES_AT_ONCE: usize = 16;
 
+/// Where the keys of each slice read go: (shard, `record_index` key, state, slice) of each.
+type KeySink<'a> = dyn FnMut(Vec<(u32, String, KeyState, u32)>) -> Result<()> + Send + 'a;
+
 impl HeldKeys {
     /// Reads the keys of every slice of the latest snapshot of `data` (replaced file groups
     /// aside), sorted into `shards` shards of the record index.
     pub async fn read(data: &Table, shards: u32) -> Result<Self> {
-        let global = data.config().global_index;
-        let event_time = data.config().merge_mode == crate::config::MergeMode::EventTime;
         let mut by_shard: Vec<Vec<(String, KeyState, u32)>> = vec![Vec::new(); shards.max(1) as usize];
-        let timeline = Arc::new(data.timeline().clone());
-        let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {
-            return Ok(HeldKeys { slices: Vec::new(), by_shard, global, event_time });
-        };
-        let view = data.file_system_view().await?;
-        let replaced = data.replaced_file_groups(&latest).await?;
-        let mut slices: Vec<(FileGroupId, FileSlice)> =
-            view.slices_as_of(&latest, &replaced).map(|(g, s)| (g.id(), s.clone())).collect();
-        // The latest slice first: of two copies of a key (a write without a lookup put one beside
-        // the other), the one written last as far as base instants tell, which writes index.
-        slices.sort_by(|(a, sa), (b, sb)| sb.base_instant.cmp(&sa.base_instant).then_with(|| a.cmp(b)));
-        // A damaged committed log block is an error: its keys would be missing from the index.
-        let committed = match slices.iter().any(|(_, s)| !s.logs.is_empty()) {
-            true => Arc::new(crate::log::CommittedLogs::load(data.storage(), &timeline).await?),
-            false => Arc::default(),
-        };
-        let stored = Arc::new(data.stored_keys()?);
-        // Owned slices and futures, spawned: the stream stays `Send` for any caller.
-        let owned: Vec<FileSlice> = slices.iter().map(|(_, s)| s.clone()).collect();
-        let reads = owned.into_iter().map(|slice| {
-            let (storage, stored) = (data.storage().clone(), stored.clone());
-            let (committed, timeline) = (committed.clone(), timeline.clone());
-            tokio::spawn(async move {
-                let mut keys: HashMap<String, KeyState> = HashMap::new();
-                if let Some(base) = &slice.base {
-                    let in_base = stored.of_base_file(&storage, &base.path, base.size).await?;
-                    keys.extend(in_base.iter().flatten().map(|k| (k.to_string(), KeyState::Written)));
-                }
-                if !slice.logs.is_empty() {
-                    let logs = &slice.logs;
-                    keys.extend(
-                        crate::log::committed_record_keys(&storage, logs, &committed, &stored, &timeline).await?,
-                    );
-                }
-                Ok::<_, Error>(keys)
-            })
-        });
-        let mut reads = futures::stream::iter(reads).buffered(SLICES_AT_ONCE);
-        let mut index = 0;
-        while let Some(keys) = reads.next().await {
-            let keys = keys.map_err(|e| Error::invalid_data(format!("a key reading task failed: {e}")))??;
-            let partition = &slices[index].0.0;
-            for (key, mut state) in keys {
-                if !event_time && state == KeyState::DeletedByOrder {
-                    state = KeyState::Deleted;
-                }
-                let composite = super::entries::record_index_key(&key, partition);
-                by_shard[shard_of(Index::RecordIndex, &composite, shards) as usize].push((
-                    composite,
-                    state,
-                    index as u32,
-                ));
+        let (slices, global, event_time) = read_keys(data, shards, &mut |keys| {
+            for (shard, key, state, slice) in keys {
+                by_shard[shard as usize].push((key, state, slice));
             }
-            index += 1;
-        }
-        let slices = slices.into_iter().map(|((partition, file_id), s)| (partition, file_id, s.base_instant)).collect();
+            Ok(())
+        })
+        .await?;
         Ok(HeldKeys { slices, by_shard, global, event_time })
     }
 
     /// The record index of the table, one list of records per shard, each sorted by key: the
-    /// entries writes keep in step would hold ([`KeyChanges`]).
-    /// - A key written in a group has its entry there; of several such groups in one partition (a
-    ///   record index holds one per key and partition), the latest slice.
-    /// - In a table ordered by event time, a key a slice holds deleted keeps its entry: a later
-    ///   write of it with a lower ordering value must go to that group to lose to an event-time
-    ///   delete, and a later event-time delete must reach the group (as key reads route both).
-    ///   Not in a table with a global index when the key is written in another partition: the
-    ///   delete moved it there (and an entry holds no state for a lookup to pass it over).
-    /// - Otherwise a deleted key has none.
+    /// entries writes keep in step would hold ([`KeyChanges`]); see [`shard_entries`]. (A build
+    /// takes them from [`SpilledKeys`], a shard at a time.)
+    #[cfg(test)]
     pub fn entries(self) -> Result<Vec<Vec<RecordBatch>>> {
-        let mut out = Vec::with_capacity(self.by_shard.len());
-        for mut rows in self.by_shard {
-            // By key and partition, then by state, then the latest slice first; one of each.
-            rows.sort_unstable();
-            rows.dedup_by(|later, first| later.0 == first.0);
-            // A shard holds every partition of its keys.
-            let written: HashSet<&str> =
-                rows.iter().filter(|r| r.1 == KeyState::Written).map(|r| record_key_of(&r.0)).collect();
-            let kept = |(key, state, _): &&(String, KeyState, u32)| match state {
-                KeyState::Written => true,
-                KeyState::DeletedByOrder | KeyState::Deleted => {
-                    self.event_time && !(self.global && written.contains(record_key_of(key)))
-                }
-            };
-            let kept: Vec<&(String, KeyState, u32)> = rows.iter().filter(kept).collect();
-            let mut batches = Vec::new();
-            for chunk in kept.chunks(super::entries::BLOCK_ROWS) {
-                let mut entries = RecordEntries::with_capacity(chunk.len());
-                for (key, _, slice) in chunk {
-                    let (partition, file_id, instant) = &self.slices[*slice as usize];
-                    entries.push(record_key_of(key), partition, file_id, instant);
-                }
-                batches.push(entries.finish()?);
-            }
-            out.push(batches);
-        }
-        Ok(out)
+        let (slices, global, event_time) = (&self.slices, self.global, self.event_time);
+        self.by_shard.into_iter().map(|rows| shard_entries(rows, slices, global, event_time)).collect()
     }
+}
+
+/// [`HeldKeys`] spilled to local disk, a file per shard, so that a build of the record index
+/// holds one shard's keys at a time whatever the size of the table.
+pub(crate) struct SpilledKeys {
+    slices: Vec<(String, String, String)>,
+    shards: Vec<Option<SpillFile>>,
+    global: bool,
+    event_time: bool,
+}
+
+/// Keys of slices spilled at once (a batch of the spill).
+const SPILL_BATCH_KEYS: usize = 65_536;
+
+impl SpilledKeys {
+    /// [`HeldKeys::read`], each shard's keys spilled into a file of its own under `TMPDIR`.
+    pub async fn read(data: &Table, shards: u32) -> Result<Self> {
+        use arrow::datatypes::{DataType, Field, Schema};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Utf8, false),
+            Field::new("state", DataType::UInt8, false),
+            Field::new("slice", DataType::UInt32, false),
+        ]));
+        let dir = crate::storage::spill::directory(None)?;
+        let mut spill = Spill::new(&dir, &schema, shards.max(1) as usize, 0);
+        let mut pending: Vec<(u32, String, KeyState, u32)> = Vec::new();
+        let mut flush = |pending: &mut Vec<(u32, String, KeyState, u32)>| -> Result<()> {
+            if pending.is_empty() {
+                return Ok(());
+            }
+            let into: Vec<u32> = pending.iter().map(|k| k.0).collect();
+            let keys = StringArray::from_iter_values(pending.iter().map(|k| k.1.as_str()));
+            let states = arrow::array::UInt8Array::from_iter_values(pending.iter().map(|k| k.2 as u8));
+            let slices = arrow::array::UInt32Array::from_iter_values(pending.iter().map(|k| k.3));
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys), Arc::new(states), Arc::new(slices)])?;
+            spill.push_into(&batch, &into)?;
+            pending.clear();
+            Ok(())
+        };
+        let (slices, global, event_time) = read_keys(data, shards, &mut |keys| {
+            pending.extend(keys);
+            if pending.len() >= SPILL_BATCH_KEYS { flush(&mut pending) } else { Ok(()) }
+        })
+        .await?;
+        flush(&mut pending)?;
+        Ok(SpilledKeys { slices, shards: spill.finish_buckets()?, global, event_time })
+    }
+
+    /// The record index's entries of shard `shard` (as [`HeldKeys::entries`] makes them).
+    pub fn entries(&self, shard: usize) -> Result<Vec<RecordBatch>> {
+        let mut rows: Vec<(String, KeyState, u32)> = Vec::new();
+        if let Some(file) = self.shards.get(shard).and_then(Option::as_ref) {
+            rows.reserve(file.rows);
+            for batch in file.read()? {
+                let keys = strings(&batch, "key")?;
+                let column = |name: &str| batch.column_by_name(name).cloned();
+                let states =
+                    column("state").and_then(|c| c.as_any().downcast_ref::<arrow::array::UInt8Array>().cloned());
+                let slices =
+                    column("slice").and_then(|c| c.as_any().downcast_ref::<arrow::array::UInt32Array>().cloned());
+                let (Some(states), Some(slices)) = (states, slices) else {
+                    return Err(Error::invalid_data("a spill of record keys lacks its states or slices"));
+                };
+                for i in 0..batch.num_rows() {
+                    rows.push((keys.value(i).to_string(), key_state(states.value(i))?, slices.value(i)));
+                }
+            }
+        }
+        shard_entries(rows, &self.slices, self.global, self.event_time)
+    }
+
+    /// The shards, with or without keys.
+    pub fn shards(&self) -> usize {
+        self.shards.len()
+    }
+}
+
+fn key_state(code: u8) -> Result<KeyState> {
+    [KeyState::Written, KeyState::DeletedByOrder, KeyState::Deleted]
+        .into_iter()
+        .find(|s| *s as u8 == code)
+        .ok_or_else(|| Error::invalid_data(format!("no key state {code}")))
+}
+
+/// Reads the keys of every slice of the latest snapshot of `data` (replaced file groups aside),
+/// handing each slice's to `sink` with its shard of `shards`; returns the slices read ((partition,
+/// file id, base instant), the latest base instants first), and whether the table has a global
+/// index and orders by event time. Under commit-time ordering every delete is
+/// [`KeyState::Deleted`].
+async fn read_keys(
+    data: &Table,
+    shards: u32,
+    sink: &mut KeySink<'_>,
+) -> Result<(Vec<(String, String, String)>, bool, bool)> {
+    let global = data.config().global_index;
+    let event_time = data.config().merge_mode == crate::config::MergeMode::EventTime;
+    let timeline = Arc::new(data.timeline().clone());
+    let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {
+        return Ok((Vec::new(), global, event_time));
+    };
+    let view = data.file_system_view().await?;
+    let replaced = data.replaced_file_groups(&latest).await?;
+    let mut slices: Vec<(FileGroupId, FileSlice)> =
+        view.slices_as_of(&latest, &replaced).map(|(g, s)| (g.id(), s.clone())).collect();
+    // The latest slice first: of two copies of a key (a write without a lookup put one beside
+    // the other), the one written last as far as base instants tell, which writes index.
+    slices.sort_by(|(a, sa), (b, sb)| sb.base_instant.cmp(&sa.base_instant).then_with(|| a.cmp(b)));
+    // A damaged committed log block is an error: its keys would be missing from the index.
+    let committed = match slices.iter().any(|(_, s)| !s.logs.is_empty()) {
+        true => Arc::new(crate::log::CommittedLogs::load(data.storage(), &timeline).await?),
+        false => Arc::default(),
+    };
+    let stored = Arc::new(data.stored_keys()?);
+    // Owned slices and futures, spawned: the stream stays `Send` for any caller.
+    let owned: Vec<FileSlice> = slices.iter().map(|(_, s)| s.clone()).collect();
+    let reads = owned.into_iter().map(|slice| {
+        let (storage, stored) = (data.storage().clone(), stored.clone());
+        let (committed, timeline) = (committed.clone(), timeline.clone());
+        tokio::spawn(async move {
+            let mut keys: HashMap<String, KeyState> = HashMap::new();
+            if let Some(base) = &slice.base {
+                let in_base = stored.of_base_file(&storage, &base.path, base.size).await?;
+                keys.extend(in_base.iter().flatten().map(|k| (k.to_string(), KeyState::Written)));
+            }
+            if !slice.logs.is_empty() {
+                let logs = &slice.logs;
+                keys.extend(crate::log::committed_record_keys(&storage, logs, &committed, &stored, &timeline).await?);
+            }
+            Ok::<_, Error>(keys)
+        })
+    });
+    let mut reads = futures::stream::iter(reads).buffered(SLICES_AT_ONCE);
+    let mut index = 0;
+    while let Some(keys) = reads.next().await {
+        let keys = keys.map_err(|e| Error::invalid_data(format!("a key reading task failed: {e}")))??;
+        let partition = &slices[index].0.0;
+        let mut out = Vec::with_capacity(keys.len());
+        for (key, mut state) in keys {
+            if !event_time && state == KeyState::DeletedByOrder {
+                state = KeyState::Deleted;
+            }
+            let composite = super::entries::record_index_key(&key, partition);
+            out.push((shard_of(Index::RecordIndex, &composite, shards), composite, state, index as u32));
+        }
+        sink(out)?;
+        index += 1;
+    }
+    let slices = slices.into_iter().map(|((partition, file_id), s)| (partition, file_id, s.base_instant)).collect();
+    Ok((slices, global, event_time))
+}
+
+/// The record index entries of one shard from the keys its slices hold (`rows`: `record_index`
+/// key, state, slice of `slices`), sorted by key:
+/// - A key written in a group has its entry there; of several such groups in one partition (a
+///   record index holds one per key and partition), the latest slice.
+/// - In a table ordered by event time, a key a slice holds deleted keeps its entry: a later
+///   write of it with a lower ordering value must go to that group to lose to an event-time
+///   delete, and a later event-time delete must reach the group (as key reads route both).
+///   Not in a table with a global index when the key is written in another partition: the
+///   delete moved it there (and an entry holds no state for a lookup to pass it over).
+/// - Otherwise a deleted key has none.
+fn shard_entries(
+    mut rows: Vec<(String, KeyState, u32)>,
+    slices: &[(String, String, String)],
+    global: bool,
+    event_time: bool,
+) -> Result<Vec<RecordBatch>> {
+    // By key and partition, then by state, then the latest slice first; one of each.
+    rows.sort_unstable();
+    rows.dedup_by(|later, first| later.0 == first.0);
+    // A shard holds every partition of its keys.
+    let written: HashSet<&str> =
+        rows.iter().filter(|r| r.1 == KeyState::Written).map(|r| record_key_of(&r.0)).collect();
+    let kept = |(key, state, _): &&(String, KeyState, u32)| match state {
+        KeyState::Written => true,
+        KeyState::DeletedByOrder | KeyState::Deleted => event_time && !(global && written.contains(record_key_of(key))),
+    };
+    let kept: Vec<&(String, KeyState, u32)> = rows.iter().filter(kept).collect();
+    let mut batches = Vec::new();
+    for chunk in kept.chunks(super::entries::BLOCK_ROWS) {
+        let mut entries = RecordEntries::with_capacity(chunk.len());
+        for (key, _, slice) in chunk {
+            let (partition, file_id, instant) = &slices[*slice as usize];
+            entries.push(record_key_of(key), partition, file_id, instant);
+        }
+        batches.push(entries.finish()?);
+    }
+    Ok(batches)
 }
 
 /// A lookup of record keys in the record index, planned (footers and page indexes read): what it

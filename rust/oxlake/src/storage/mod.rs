@@ -10,6 +10,7 @@
 pub mod faults;
 mod parquet_read;
 mod retry;
+pub(crate) mod spill;
 
 use std::collections::HashMap;
 use std::sync::Arc;

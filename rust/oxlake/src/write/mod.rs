@@ -14,7 +14,6 @@ pub mod inline;
 mod log_file;
 mod overlaps;
 mod plan;
-mod spill;
 mod stream;
 
 use std::collections::BTreeMap;

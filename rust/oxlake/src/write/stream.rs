@@ -7,12 +7,14 @@
 //! 1. **By key.** Each chunk is checked and keyed (bad input fails here, before the write claims
 //!    an instant), and its rows are spilled by the hash of their key (of their partition and key
 //!    without a global index), so every duplicate of a key lands in one file.
-//! 2. **Each key file** is read (split again while it is larger than two chunks), its duplicates
-//!    combined and its keys looked up. Rows of keys the table holds are spilled again by the hash
-//!    of their file group, the rows of new keys by the hash of their partition.
-//! 3. **Each group file** (split again while larger than two chunks, a single group never) is
-//!    written: every group's changes are in one file, so each group is rewritten, or logged to,
-//!    once.
+//! 2. **The key files** are read a run at a time (files split again while larger than two
+//!    chunks, then taken together up to a chunk), their duplicates combined and their keys looked
+//!    up: one lookup per chunk of input, each of which, without a record index, reads the key
+//!    columns of the partitions written. Rows of keys the table holds are spilled again by the
+//!    hash of their file group, the rows of new keys by the hash of their partition.
+//! 3. **The group files** (split again while larger than two chunks, a single group never) are
+//!    written a run at a time: every group's changes are in one file, so each group is
+//!    rewritten, or logged to, once.
 //! 4. **Each partition file** is cut into new file groups a chunk at a time, so a partition gets
 //!    files of the target size but for one per chunk.
 //!
@@ -30,9 +32,9 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field};
 
 use super::plan::{self, TaskId, WriteConfig};
-use super::spill::{self, Spill, SpillFile};
 use super::{IS_DELETED, Incoming, WriteOperation, WriteResult, WrittenFiles, keyed, next_chunk, prepare};
 use crate::error::{Error, Result};
+use crate::storage::spill::{self, Spill, SpillFile};
 use crate::table::Table;
 
 /// Files the input is first spilled into (more where one outgrows two chunks).
@@ -51,7 +53,7 @@ struct Streamed<'a> {
     op: WriteOperation,
     config: &'a WriteConfig,
     chunk_bytes: usize,
-    dir: Arc<tempfile::TempDir>,
+    dir: Arc<spill::SpillDir>,
     hasher: hashbrown::DefaultHashBuilder,
     tasks: u32,
     keep_keys: bool,
@@ -162,8 +164,8 @@ impl Table {
     async fn holds_any(&mut self, s: &Streamed<'_>, by_key: &[SpillFile]) -> Result<bool> {
         self.reload().await?;
         let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
-        for file in s.leaves(by_key.to_vec())? {
-            let Some(incoming) = prepare(self, s.op, file.read()?, s.config.schema_mode)? else { continue };
+        for run in s.runs(by_key.to_vec())? {
+            let Some(incoming) = prepare(self, s.op, read_run(&run)?, s.config.schema_mode)? else { continue };
             if !plan::plan(self, s.op, Some(&Arc::new(incoming)), &lookup_only).await?.work.is_empty() {
                 return Ok(true);
             }
@@ -205,8 +207,8 @@ impl Table {
         let global = self.config().global_index;
         let looks_up = op != WriteOperation::Insert || global;
         let (mut held, mut new): (Option<Spill>, Option<Spill>) = (None, None);
-        for file in s.leaves(by_key.to_vec())? {
-            let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
+        for run in s.runs(by_key.to_vec())? {
+            let Some(incoming) = self.spilled_incoming(s, &run).await? else { continue };
             let mut new_rows = Vec::new();
             if looks_up {
                 let (held_rows, hashes) = self.find_groups(s, &incoming, &mut new_rows).await?;
@@ -235,8 +237,8 @@ impl Table {
         // each part's keys where the rows carry no meta fields).
         let keep_keys = s.keep_keys;
         s.keep_keys |= s.copies;
-        for file in s.leaves(held.map(Spill::finish).transpose()?.unwrap_or_default())? {
-            let Some(incoming) = self.spilled_incoming(s, &file).await? else { continue };
+        for run in s.runs(held.map(Spill::finish).transpose()?.unwrap_or_default())? {
+            let Some(incoming) = self.spilled_incoming(s, &run).await? else { continue };
             parts.push(self.write_part(s, op, &incoming, instant, false).await?);
         }
         s.keep_keys = keep_keys;
@@ -290,10 +292,10 @@ impl Table {
         Ok((held_rows, hashes))
     }
 
-    /// A spilled file's rows, checked and combined as a write's input, in the schema the write
-    /// writes.
-    async fn spilled_incoming(&mut self, s: &Streamed<'_>, file: &SpillFile) -> Result<Option<Arc<Incoming>>> {
-        let Some(incoming) = prepare(self, s.op, file.read()?, s.config.schema_mode)? else { return Ok(None) };
+    /// The rows of a run of spilled files, checked and combined as a write's input, in the schema
+    /// the write writes.
+    async fn spilled_incoming(&mut self, s: &Streamed<'_>, run: &[SpillFile]) -> Result<Option<Arc<Incoming>>> {
+        let Some(incoming) = prepare(self, s.op, read_run(run)?, s.config.schema_mode)? else { return Ok(None) };
         self.adopt_write_schema(s.op, Some(Arc::new(incoming))).await
     }
 
@@ -336,6 +338,28 @@ impl Streamed<'_> {
         Ok(out)
     }
 
+    /// The [`Streamed::leaves`] of `files` in runs of at most a chunk of bytes (a larger file is a
+    /// run of its own), so that a step takes as much of the input at once as memory allows: each
+    /// run looks its keys up in the table once, which without a record index reads the key
+    /// columns of every file of the partitions written.
+    fn runs(&self, files: Vec<SpillFile>) -> Result<Vec<Vec<SpillFile>>> {
+        let mut runs: Vec<Vec<SpillFile>> = Vec::new();
+        let mut bytes = 0;
+        for file in self.leaves(files)? {
+            match runs.last_mut() {
+                Some(run) if bytes + file.bytes <= self.chunk_bytes => {
+                    bytes += file.bytes;
+                    run.push(file);
+                }
+                _ => {
+                    bytes = file.bytes;
+                    runs.push(vec![file]);
+                }
+            }
+        }
+        Ok(runs)
+    }
+
     /// The file split again when it holds more than two chunks (`None`: small enough, or one
     /// hash only).
     fn split(&self, file: &SpillFile) -> Result<Option<Vec<SpillFile>>> {
@@ -345,6 +369,15 @@ impl Streamed<'_> {
         }
         file.split(limit)
     }
+}
+
+/// The rows of a run of spilled files.
+fn read_run(run: &[SpillFile]) -> Result<Vec<RecordBatch>> {
+    let mut batches = Vec::new();
+    for file in run {
+        batches.extend(file.read()?);
+    }
+    Ok(batches)
 }
 
 /// An input's rows as they are spilled: the batch, with an upsert's deletion flags back in their

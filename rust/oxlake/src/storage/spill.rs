@@ -22,12 +22,74 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 /// The column holding each spilled row's hash (the last one).
 const HASH: &str = "__oxlake_spill_hash";
 
-/// The directory a write spills into, removed with the last file that needs it (a killed process
-/// leaves it behind: its name starts with `oxlake-spill-`).
-pub(crate) fn directory(under: Option<&Path>) -> Result<Arc<tempfile::TempDir>> {
+/// Spill directories' names start with this.
+const PREFIX: &str = "oxlake-spill-";
+/// The file in a spill directory its writer holds locked while it lives.
+const OWNER: &str = ".owner";
+
+/// A write's spill directory, removed with the last file that needs it. Its writer holds its
+/// owner file locked; a directory whose lock is free was left by a killed process, and the next
+/// write spilling beside it removes it (a killed write of 50 GB leaves as much behind).
+#[derive(Debug)]
+pub(crate) struct SpillDir {
+    path: PathBuf,
+    /// The owner file, locked (closed before the directory is removed).
+    owner: Option<File>,
+}
+
+impl SpillDir {
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for SpillDir {
+    fn drop(&mut self) {
+        drop(self.owner.take());
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            log::warn!("could not remove the spill directory {}: {e}", self.path.display());
+        }
+    }
+}
+
+/// A new spill directory under `under` (`TMPDIR` by default), once the spill directories left
+/// there by dead processes are gone. It is made under another name and renamed once locked, so
+/// that no other write ever sees it unlocked.
+pub(crate) fn directory(under: Option<&Path>) -> Result<Arc<SpillDir>> {
     let under = under.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
-    let dir = tempfile::Builder::new().prefix("oxlake-spill-").tempdir_in(&under).map_err(|e| io(&under, e))?;
-    Ok(Arc::new(dir))
+    remove_abandoned(&under);
+    let made = tempfile::Builder::new().prefix(".oxlake-spilling-").tempdir_in(&under).map_err(|e| io(&under, e))?;
+    let owner_path = made.path().join(OWNER);
+    let owner = File::create_new(&owner_path).map_err(|e| io(&owner_path, e))?;
+    owner.lock().map_err(|e| io(&owner_path, e))?;
+    let made = made.keep();
+    let name = made.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_start_matches(".oxlake-spilling-");
+    let path = under.join(format!("{PREFIX}{name}"));
+    if let Err(e) = std::fs::rename(&made, &path) {
+        let _ = std::fs::remove_dir_all(&made);
+        return Err(io(&path, e));
+    }
+    Ok(Arc::new(SpillDir { path, owner: Some(owner) }))
+}
+
+/// Removes the spill directories under `under` whose owner is gone (their lock is free). One
+/// that cannot be read or removed is left as it is: spilling does not depend on it.
+fn remove_abandoned(under: &Path) {
+    let Ok(entries) = std::fs::read_dir(under) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if !entry.file_name().to_str().is_some_and(|n| n.starts_with(PREFIX)) || !path.is_dir() {
+            continue;
+        }
+        // No owner file: not a directory of this version's (left as it is).
+        let Ok(owner) = File::open(path.join(OWNER)) else { continue };
+        if owner.try_lock().is_ok() {
+            log::info!("removing {}, a spill directory a killed write left", path.display());
+            if let Err(e) = std::fs::remove_dir_all(&path) {
+                log::warn!("could not remove {}: {e}", path.display());
+            }
+        }
+    }
 }
 
 fn io(path: &Path, e: std::io::Error) -> Error {
@@ -46,7 +108,7 @@ fn bucket(hash: u64, level: u32, buckets: usize) -> usize {
 
 /// Rows being spilled into buckets.
 pub(crate) struct Spill {
-    dir: Arc<tempfile::TempDir>,
+    dir: Arc<SpillDir>,
     schema: SchemaRef,
     level: u32,
     buckets: Vec<Bucket>,
@@ -61,14 +123,14 @@ struct Bucket {
 
 impl Spill {
     /// A spill of rows of `schema` into `buckets` files at split `level`.
-    pub(crate) fn new(dir: &Arc<tempfile::TempDir>, schema: &SchemaRef, buckets: usize, level: u32) -> Self {
+    pub(crate) fn new(dir: &Arc<SpillDir>, schema: &SchemaRef, buckets: usize, level: u32) -> Self {
         let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
         fields.push(Arc::new(Field::new(HASH, DataType::UInt64, false)));
         let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
         Self::with_hashed_schema(dir, schema, buckets, level)
     }
 
-    fn with_hashed_schema(dir: &Arc<tempfile::TempDir>, schema: SchemaRef, buckets: usize, level: u32) -> Self {
+    fn with_hashed_schema(dir: &Arc<SpillDir>, schema: SchemaRef, buckets: usize, level: u32) -> Self {
         let name = |b: usize| dir.path().join(format!("{}-{level}-{b}.arrows", NEXT.fetch_add(1, Ordering::Relaxed)));
         let buckets = (0..buckets.max(1)).map(|b| Bucket { path: name(b), writer: None, rows: 0, bytes: 0 }).collect();
         Spill { dir: dir.clone(), schema, level, buckets }
@@ -82,6 +144,20 @@ impl Spill {
             rows[bucket(*hash, self.level, self.buckets.len())].push(row as u32);
         }
         columns.push(Arc::new(hashes));
+        let hashed = RecordBatch::try_new(self.schema.clone(), columns)?;
+        self.push_hashed(&hashed, rows)
+    }
+
+    /// Spills the rows of `batch`, each into the bucket `into` names for it (its hash, should the
+    /// file be split).
+    pub(crate) fn push_into(&mut self, batch: &RecordBatch, into: &[u32]) -> Result<()> {
+        let mut rows: Vec<Vec<u32>> = vec![Vec::new(); self.buckets.len()];
+        for (row, &b) in into.iter().enumerate() {
+            let bucket = rows.get_mut(b as usize).ok_or_else(|| Error::invalid_data(format!("no spill bucket {b}")))?;
+            bucket.push(row as u32);
+        }
+        let mut columns: Vec<ArrayRef> = batch.columns().to_vec();
+        columns.push(Arc::new(UInt64Array::from_iter_values(into.iter().map(|&b| u64::from(b)))));
         let hashed = RecordBatch::try_new(self.schema.clone(), columns)?;
         self.push_hashed(&hashed, rows)
     }
@@ -112,18 +188,26 @@ impl Spill {
 
     /// The buckets that got rows, closed.
     pub(crate) fn finish(self) -> Result<Vec<SpillFile>> {
+        Ok(self.finish_buckets()?.into_iter().flatten().collect())
+    }
+
+    /// Every bucket in order, closed: `None` where it got no rows.
+    pub(crate) fn finish_buckets(self) -> Result<Vec<Option<SpillFile>>> {
         let mut files = Vec::new();
         for bucket in self.buckets {
-            let Some(mut writer) = bucket.writer else { continue };
+            let Some(mut writer) = bucket.writer else {
+                files.push(None);
+                continue;
+            };
             writer.finish()?;
-            files.push(SpillFile {
+            files.push(Some(SpillFile {
                 path: bucket.path,
                 rows: bucket.rows,
                 bytes: bucket.bytes,
                 level: self.level,
                 schema: self.schema.clone(),
                 _dir: self.dir.clone(),
-            });
+            }));
         }
         Ok(files)
     }
@@ -140,7 +224,7 @@ pub(crate) struct SpillFile {
     pub bytes: usize,
     level: u32,
     schema: SchemaRef,
-    _dir: Arc<tempfile::TempDir>,
+    _dir: Arc<SpillDir>,
 }
 
 impl SpillFile {
@@ -262,6 +346,45 @@ mod tests {
         assert!(split.len() > 1);
         assert_eq!(split.iter().map(|f| f.rows).sum::<usize>(), files[0].rows);
         check(&split, values(&files[..1]).concat());
+    }
+
+    #[test]
+    fn a_spill_directory_left_by_a_dead_writer_goes_with_the_next_and_a_live_one_stays() {
+        let root = tempfile::tempdir().unwrap();
+        let live = directory(Some(root.path())).unwrap();
+        assert!(live.path().file_name().unwrap().to_str().unwrap().starts_with(PREFIX));
+        // What a killed writer leaves: its owner file, no longer locked, and its spill.
+        let dead = root.path().join(format!("{PREFIX}dead"));
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::write(dead.join(OWNER), b"").unwrap();
+        std::fs::write(dead.join("0-0-0.arrows"), b"rows").unwrap();
+        // Not a spill directory of this version's (no owner file): left alone.
+        let foreign = root.path().join(format!("{PREFIX}foreign"));
+        std::fs::create_dir(&foreign).unwrap();
+        let next = directory(Some(root.path())).unwrap();
+        assert!(!dead.exists());
+        assert!(live.path().exists() && foreign.exists() && next.path().exists());
+        let mut left: Vec<PathBuf> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().path()).collect();
+        left.sort();
+        let mut expected = vec![live.path().to_path_buf(), next.path().to_path_buf(), foreign.clone()];
+        expected.sort();
+        assert_eq!(left, expected);
+        let (a, b) = (live.path().to_path_buf(), next.path().to_path_buf());
+        drop((live, next));
+        assert!(!a.exists() && !b.exists());
+    }
+
+    #[test]
+    fn rows_pushed_into_named_buckets_stay_there() {
+        let dir = directory(None).unwrap();
+        let schema = batch(vec![]).schema();
+        let mut spill = Spill::new(&dir, &schema, 3, 0);
+        spill.push_into(&batch(vec![10, 11, 12, 13]), &[2, 0, 2, 0]).unwrap();
+        assert!(spill.push_into(&batch(vec![1]), &[3]).is_err(), "no bucket 3");
+        let files = spill.finish_buckets().unwrap();
+        assert!(files[1].is_none());
+        let got: Vec<Vec<i64>> = files.iter().flatten().map(|f| values(std::slice::from_ref(f)).concat()).collect();
+        assert_eq!(got, vec![vec![11, 13], vec![10, 12]]);
     }
 
     #[test]
