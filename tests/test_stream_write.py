@@ -146,8 +146,9 @@ def test_a_streamed_write_evolves_the_schema(tmp_path: Path) -> None:
 
 
 def test_a_table_in_memory_is_written_whole_unless_a_chunk_size_is_given(tmp_path: Path) -> None:
-    """A pyarrow Table is in memory already: written whole (small files topped up), where the
-    same rows streamed with a chunk size go to new files."""
+    """A pyarrow Table is in memory already: written whole (small files topped up, one task),
+    where the same rows streamed with a chunk size are spilled and written in parts, each a task
+    of its own (the task is the middle number of a file's write token)."""
     s, w = twins(tmp_path)
     for t in (s, w):
         t.insert(trips(list(range(30))))
@@ -158,7 +159,12 @@ def test_a_table_in_memory_is_written_whole_unless_a_chunk_size_is_given(tmp_pat
         Path(f).name.split("_")[0] for f in whole.files
     }
     assert old, "the whole write topped up the small files"
-    assert len(streamed.files) > len(whole.files)
+
+    def tasks(files: list[str]) -> set[str]:
+        return {Path(f).name.split("_")[1].split("-")[1] for f in files}
+
+    assert tasks(whole.files) == {"0"}
+    assert "0" not in tasks(streamed.files) and len(tasks(streamed.files)) > 1
 
 
 def test_a_streamed_write_of_bad_rows_fails_before_any_instant(tmp_path: Path) -> None:
