@@ -52,20 +52,6 @@ const SLICES_AT_ONCE: usize = 16;
 type KeySink<'a> = dyn FnMut(Vec<(u32, String, KeyState, u32)>) -> Result<()> + Send + 'a;
 
 impl HeldKeys {
-    /// Reads the keys of every slice of the latest snapshot of `data` (replaced file groups
-    /// aside), sorted into `shards` shards of the record index.
-    pub async fn read(data: &Table, shards: u32) -> Result<Self> {
-        let mut by_shard: Vec<Vec<(String, KeyState, u32)>> = vec![Vec::new(); shards.max(1) as usize];
-        let (slices, global, event_time) = read_keys(data, shards, &mut |keys| {
-            for (shard, key, state, slice) in keys {
-                by_shard[shard as usize].push((key, state, slice));
-            }
-            Ok(())
-        })
-        .await?;
-        Ok(HeldKeys { slices, by_shard, global, event_time })
-    }
-
     /// The record index of the table, one list of records per shard, each sorted by key: the
     /// entries writes keep in step would hold ([`KeyChanges`]); see [`shard_entries`]. (A build
     /// takes them from [`SpilledKeys`], a shard at a time.)
@@ -124,6 +110,18 @@ impl SpilledKeys {
 
     /// The record index's entries of shard `shard` (as [`HeldKeys::entries`] makes them).
     pub fn entries(&self, shard: usize) -> Result<Vec<RecordBatch>> {
+        shard_entries(self.rows(shard)?, &self.slices, self.global, self.event_time)
+    }
+
+    /// The keys of shard `shard` alone, as [`HeldKeys`] (validation compares them with that
+    /// shard of the index).
+    pub fn held(&self, shard: usize) -> Result<HeldKeys> {
+        let by_shard = vec![self.rows(shard)?];
+        Ok(HeldKeys { slices: self.slices.clone(), by_shard, global: self.global, event_time: self.event_time })
+    }
+
+    /// (`record_index` key, state, slice) of every key of shard `shard`, read back.
+    fn rows(&self, shard: usize) -> Result<Vec<(String, KeyState, u32)>> {
         let mut rows: Vec<(String, KeyState, u32)> = Vec::new();
         if let Some(file) = self.shards.get(shard).and_then(Option::as_ref) {
             rows.reserve(file.rows);
@@ -142,7 +140,7 @@ impl SpilledKeys {
                 }
             }
         }
-        shard_entries(rows, &self.slices, self.global, self.event_time)
+        Ok(rows)
     }
 
     /// The shards, with or without keys.

@@ -92,12 +92,16 @@ impl Table {
             }
         }
         if mdt.has(Index::RecordIndex) {
-            let held = super::record_index::HeldKeys::read(self, 1).await?;
-            let mut stored = BTreeMap::new();
-            for b in mdt.read_index(Index::RecordIndex, Select::All).await? {
-                stored.extend(locations(&b)?);
+            // A shard at a time: the keys held are spilled by shard, as a build spills them.
+            let shards = mdt.shards(Index::RecordIndex);
+            let held = super::record_index::SpilledKeys::read(self, shards).await?;
+            for shard in 0..shards {
+                let mut stored = BTreeMap::new();
+                for b in mdt.read_shard(Index::RecordIndex, shard, Select::All).await? {
+                    stored.extend(locations(&b)?);
+                }
+                compare_record_index(d, held.held(shard as usize)?, stored);
             }
-            compare_record_index(d, held, stored);
         }
         Ok(report)
     }
@@ -139,7 +143,7 @@ fn compare<V: PartialEq + std::fmt::Display>(
 }
 
 /// Adds a line to `out` for every key the record index places where the files do not hold it, by
-/// the rules of [`HeldKeys::entries`](super::record_index::HeldKeys::entries), which writes keep
+/// the rules a build follows (`record_index::shard_entries`), which writes keep
 /// too. A key written in a file group must be in the index, in a group where it is written (any
 /// of them: a write without a lookup may have put a copy beside it). In a table ordered by event
 /// time, a key held only deleted must be in a group holding it (a later write of it must lose to
