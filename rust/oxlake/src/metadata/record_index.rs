@@ -461,6 +461,14 @@ mod tests {
     use super::*;
     use crate::metadata::entries::record_index_key;
 
+    #[test]
+    fn a_spilled_key_state_reads_back_as_itself() {
+        for state in [KeyState::Written, KeyState::DeletedByOrder, KeyState::Deleted] {
+            assert_eq!(key_state(state as u8).unwrap(), state);
+        }
+        assert!(key_state(3).is_err());
+    }
+
     /// Held keys of one shard: (record key, partition, state, slice) over the slices `p/a`
     /// (the latest), `p/b`, `q/c`.
     fn held(rows: &[(&str, &str, KeyState, u32)], global: bool) -> HeldKeys {
