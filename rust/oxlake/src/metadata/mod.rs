@@ -537,7 +537,11 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
                 Ok(batches) => entries::write_base(&mdt, time, Index::RecordIndex, shard as u32, &batches).await,
                 Err(e) => Err(e),
             };
-            written.push(written_shard);
+            // A shard that fails fails the build at once (the others would be built for nothing).
+            match written_shard {
+                Ok(stat) => written.push(Ok(stat)),
+                Err(e) => return Err(tx.fail(&mut mdt, e).await),
+            }
         }
     }
     for stat in written {

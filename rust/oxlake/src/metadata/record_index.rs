@@ -75,7 +75,8 @@ pub(crate) struct SpilledKeys {
 const SPILL_BATCH_KEYS: usize = 65_536;
 
 impl SpilledKeys {
-    /// [`HeldKeys::read`], each shard's keys spilled into a file of its own under `TMPDIR`.
+    /// The keys of every slice of the latest snapshot of `data` (replaced file groups aside), each
+    /// shard's (of `shards`) spilled into a file of its own under `TMPDIR`.
     pub async fn read(data: &Table, shards: u32) -> Result<Self> {
         use arrow::datatypes::{DataType, Field, Schema};
         let schema = Arc::new(Schema::new(vec![
@@ -108,7 +109,7 @@ impl SpilledKeys {
         Ok(SpilledKeys { slices, shards: spill.finish_buckets()?, global, event_time })
     }
 
-    /// The record index's entries of shard `shard` (as [`HeldKeys::entries`] makes them).
+    /// The record index's entries of shard `shard` ([`shard_entries`]).
     pub fn entries(&self, shard: usize) -> Result<Vec<RecordBatch>> {
         shard_entries(self.rows(shard)?, &self.slices, self.global, self.event_time)
     }

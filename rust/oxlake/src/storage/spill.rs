@@ -2,11 +2,12 @@
 //! hash carried by every row, so that all rows of one key (or one file group) meet in one file.
 //! A file larger than a write should hold is split again by other bits of the same hashes.
 
+use std::collections::BTreeSet;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::compute::take_record_batch;
@@ -24,8 +25,22 @@ const HASH: &str = "__oxlake_spill_hash";
 
 /// Spill directories' names start with this.
 const PREFIX: &str = "oxlake-spill-";
+/// A spill directory is made under this name, and renamed to [`PREFIX`] once locked.
+const MAKING: &str = ".oxlake-spilling-";
+/// A spill directory is renamed to this before it is removed, so that one whose removal stopped
+/// midway (its owner file gone first) is still known for what it is.
+const REMOVING: &str = ".oxlake-removing-";
 /// The file in a spill directory its writer holds locked while it lives.
 const OWNER: &str = ".owner";
+
+/// The spill directories of this process, live. None is ever taken for abandoned: where locks
+/// belong to the process (`flock` emulated by POSIX locks over NFS), this process's own lock
+/// would seem free to it.
+static LIVE: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+fn live() -> std::sync::MutexGuard<'static, BTreeSet<PathBuf>> {
+    LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// A write's spill directory, removed with the last file that needs it. Its writer holds its
 /// owner file locked; a directory whose lock is free was left by a killed process, and the next
@@ -45,10 +60,9 @@ impl SpillDir {
 
 impl Drop for SpillDir {
     fn drop(&mut self) {
+        live().remove(&self.path);
         drop(self.owner.take());
-        if let Err(e) = std::fs::remove_dir_all(&self.path) {
-            log::warn!("could not remove the spill directory {}: {e}", self.path.display());
-        }
+        remove(&self.path);
     }
 }
 
@@ -58,37 +72,65 @@ impl Drop for SpillDir {
 pub(crate) fn directory(under: Option<&Path>) -> Result<Arc<SpillDir>> {
     let under = under.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
     remove_abandoned(&under);
-    let made = tempfile::Builder::new().prefix(".oxlake-spilling-").tempdir_in(&under).map_err(|e| io(&under, e))?;
+    let made = tempfile::Builder::new().prefix(MAKING).tempdir_in(&under).map_err(|e| io(&under, e))?;
     let owner_path = made.path().join(OWNER);
     let owner = File::create_new(&owner_path).map_err(|e| io(&owner_path, e))?;
-    owner.lock().map_err(|e| io(&owner_path, e))?;
+    // Where the file system has no locks, no other process can take this one's for free either:
+    // the directory is then never removed by another (a killed write's stays).
+    if let Err(e) = owner.lock() {
+        log::warn!("{}: spill directories cannot be locked here ({e})", under.display());
+    }
     let made = made.keep();
-    let name = made.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_start_matches(".oxlake-spilling-");
+    let name = made.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_start_matches(MAKING);
     let path = under.join(format!("{PREFIX}{name}"));
+    live().insert(path.clone());
     if let Err(e) = std::fs::rename(&made, &path) {
+        live().remove(&path);
         let _ = std::fs::remove_dir_all(&made);
         return Err(io(&path, e));
     }
     Ok(Arc::new(SpillDir { path, owner: Some(owner) }))
 }
 
-/// Removes the spill directories under `under` whose owner is gone (their lock is free). One
-/// that cannot be read or removed is left as it is: spilling does not depend on it.
+/// Removes the spill directories under `under` whose owner is gone (their lock is free), and
+/// those whose removal stopped midway. One that cannot be read or removed is left as it is:
+/// spilling does not depend on it.
 fn remove_abandoned(under: &Path) {
     let Ok(entries) = std::fs::read_dir(under) else { return };
     for entry in entries.flatten() {
         let path = entry.path();
-        if !entry.file_name().to_str().is_some_and(|n| n.starts_with(PREFIX)) || !path.is_dir() {
+        let Some(name) = entry.file_name().to_str().map(str::to_string) else { continue };
+        if name.starts_with(REMOVING) && path.is_dir() {
+            // Another process may be removing it right now: both get on with it.
+            if let Err(e) = std::fs::remove_dir_all(&path) {
+                log::debug!("could not remove {}: {e}", path.display());
+            }
+            continue;
+        }
+        if !name.starts_with(PREFIX) || !path.is_dir() || live().contains(&path) {
             continue;
         }
         // No owner file: not a directory of this version's (left as it is).
         let Ok(owner) = File::open(path.join(OWNER)) else { continue };
         if owner.try_lock().is_ok() {
             log::info!("removing {}, a spill directory a killed write left", path.display());
-            if let Err(e) = std::fs::remove_dir_all(&path) {
-                log::warn!("could not remove {}: {e}", path.display());
-            }
+            drop(owner);
+            remove(&path);
         }
+    }
+}
+
+/// Removes a spill directory: renamed first, so that a removal stopped midway is finished by
+/// the next [`remove_abandoned`].
+fn remove(path: &Path) {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_start_matches(PREFIX);
+    let doomed = path.with_file_name(format!("{REMOVING}{name}"));
+    let target = match std::fs::rename(path, &doomed) {
+        Ok(()) => doomed,
+        Err(_) => path.to_path_buf(),
+    };
+    if let Err(e) = std::fs::remove_dir_all(&target) {
+        log::warn!("could not remove the spill directory {}: {e}", target.display());
     }
 }
 
@@ -148,8 +190,8 @@ impl Spill {
         self.push_hashed(&hashed, rows)
     }
 
-    /// Spills the rows of `batch`, each into the bucket `into` names for it (its hash, should the
-    /// file be split).
+    /// Spills the rows of `batch`, each into the bucket `into` names for it (stored as its hash:
+    /// all rows of one bucket share it, so such a file is never split).
     pub(crate) fn push_into(&mut self, batch: &RecordBatch, into: &[u32]) -> Result<()> {
         let mut rows: Vec<Vec<u32>> = vec![Vec::new(); self.buckets.len()];
         for (row, &b) in into.iter().enumerate() {
@@ -228,6 +270,13 @@ pub(crate) struct SpillFile {
 }
 
 impl SpillFile {
+    /// Removes the file before its directory goes (a file split into others is not read again).
+    pub(crate) fn remove(self) {
+        if let Err(e) = std::fs::remove_file(&self.path) {
+            log::warn!("could not remove the spill file {}: {e}", self.path.display());
+        }
+    }
+
     fn batches(&self) -> Result<StreamReader<BufReader<File>>> {
         let file = File::open(&self.path).map_err(|e| io(&self.path, e))?;
         Ok(StreamReader::try_new(BufReader::new(file), None)?)
@@ -284,10 +333,13 @@ impl SpillFile {
             }
             into.push_hashed(&batch, rows)?;
         }
+        let parts = into.finish()?;
         if one_hash {
+            // Copies for nothing: gone at once rather than with the directory.
+            parts.into_iter().for_each(SpillFile::remove);
             return Ok(None);
         }
-        into.finish().map(Some)
+        Ok(Some(parts))
     }
 }
 
@@ -351,8 +403,15 @@ mod tests {
     #[test]
     fn a_spill_directory_left_by_a_dead_writer_goes_with_the_next_and_a_live_one_stays() {
         let root = tempfile::tempdir().unwrap();
-        let live = directory(Some(root.path())).unwrap();
+        let mut live = directory(Some(root.path())).unwrap();
         assert!(live.path().file_name().unwrap().to_str().unwrap().starts_with(PREFIX));
+        // Where locks belong to the process (NFS), this process's own lock seems free to it: a
+        // live directory of its own is never taken for abandoned.
+        drop(Arc::get_mut(&mut live).unwrap().owner.take());
+        // A removal that stopped midway (its owner file gone already).
+        let stopped = root.path().join(format!("{REMOVING}stopped"));
+        std::fs::create_dir(&stopped).unwrap();
+        std::fs::write(stopped.join("1-0-1.arrows"), b"rows").unwrap();
         // What a killed writer leaves: its owner file, no longer locked, and its spill.
         let dead = root.path().join(format!("{PREFIX}dead"));
         std::fs::create_dir(&dead).unwrap();
@@ -362,7 +421,7 @@ mod tests {
         let foreign = root.path().join(format!("{PREFIX}foreign"));
         std::fs::create_dir(&foreign).unwrap();
         let next = directory(Some(root.path())).unwrap();
-        assert!(!dead.exists());
+        assert!(!dead.exists() && !stopped.exists());
         assert!(live.path().exists() && foreign.exists() && next.path().exists());
         let mut left: Vec<PathBuf> = std::fs::read_dir(root.path()).unwrap().map(|e| e.unwrap().path()).collect();
         left.sort();
@@ -396,5 +455,9 @@ mod tests {
         let files = spill.finish().unwrap();
         assert_eq!(files.len(), 1);
         assert!(files[0].split(1).unwrap().is_none());
+        let on_disk = |dir: &SpillDir| std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(on_disk(&dir), 2, "the owner file and the one file: the split's copy is gone");
+        files[0].clone().remove();
+        assert_eq!(on_disk(&dir), 1);
     }
 }

@@ -108,6 +108,8 @@ impl Table {
             copies: false,
         };
         let (by_key, only_deletes) = self.spill_by_key(&mut s, first, input)?;
+        // Split once: the look-ahead for deletes and every attempt read the same parts.
+        let by_key = s.leaves(by_key)?;
         let mut attempt = 0;
         loop {
             // A delete none of whose keys the table holds leaves no instant (as `write`'s).
@@ -330,12 +332,15 @@ impl Streamed<'_> {
     }
 
     /// `files`, each split again (and its parts too) while it holds more than a part and more
-    /// than one hash.
+    /// than one hash. A file split is removed: callers keep the leaves, and split them once.
     fn leaves(&self, files: Vec<SpillFile>) -> Result<Vec<SpillFile>> {
         let (mut queue, mut out) = (files, Vec::new());
         while let Some(file) = queue.pop() {
             match self.split(&file)? {
-                Some(parts) => queue.extend(parts),
+                Some(parts) => {
+                    queue.extend(parts);
+                    file.remove();
+                }
                 None => out.push(file),
             }
         }
