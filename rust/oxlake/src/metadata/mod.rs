@@ -533,15 +533,15 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
     }
     if let Some(records) = records {
         for shard in 0..records.shards() {
-            let written_shard = match records.entries(shard) {
+            let stat = match records.entries(shard) {
                 Ok(batches) => entries::write_base(&mdt, time, Index::RecordIndex, shard as u32, &batches).await,
                 Err(e) => Err(e),
             };
             // A shard that fails fails the build at once (the others would be built for nothing).
-            match written_shard {
-                Ok(stat) => written.push(Ok(stat)),
-                Err(e) => return Err(tx.fail(&mut mdt, e).await),
+            if let Err(e) = stat {
+                return Err(tx.fail(&mut mdt, e).await);
             }
+            written.push(stat);
         }
     }
     for stat in written {

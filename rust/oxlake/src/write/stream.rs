@@ -18,8 +18,9 @@
 //!    files of the target size but for one per chunk.
 //!
 //! All files are of one instant, committed at the end. Memory holds about a chunk and what its
-//! write needs, or a part and what its lookup needs; the keys written are not held (their partitions are: conflict checks read
-//! them back from the files written) unless the table keeps a record index, which needs them.
+//! write needs, or a part and what its lookup needs; the keys written are not held (their
+//! partitions are: conflict checks read them back from the files written) unless the table keeps
+//! a record index, which needs them.
 //! Nothing is written to the table before the input has been read whole: a failing input leaves
 //! it as it was, without an instant.
 
@@ -170,8 +171,8 @@ impl Table {
     async fn holds_any(&mut self, s: &Streamed<'_>, by_key: &[SpillFile]) -> Result<bool> {
         self.reload().await?;
         let lookup_only = WriteConfig { small_file_limit: 0, ..s.config.clone() };
-        for run in s.runs(by_key.to_vec())? {
-            let Some(incoming) = prepare(self, s.op, read_run(&run)?, s.config.schema_mode)? else { continue };
+        for run in s.runs(by_key) {
+            let Some(incoming) = prepare(self, s.op, read_run(run)?, s.config.schema_mode)? else { continue };
             if !plan::plan(self, s.op, Some(&Arc::new(incoming)), &lookup_only).await?.work.is_empty() {
                 return Ok(true);
             }
@@ -213,8 +214,8 @@ impl Table {
         let global = self.config().global_index;
         let looks_up = op != WriteOperation::Insert || global;
         let (mut held, mut new): (Option<Spill>, Option<Spill>) = (None, None);
-        for run in s.runs(by_key.to_vec())? {
-            let Some(incoming) = self.spilled_incoming(s, &run).await? else { continue };
+        for run in s.runs(by_key) {
+            let Some(incoming) = self.spilled_incoming(s, run).await? else { continue };
             let mut new_rows = Vec::new();
             if looks_up {
                 let (held_rows, hashes) = self.find_groups(s, &incoming, &mut new_rows).await?;
@@ -243,8 +244,9 @@ impl Table {
         // each part's keys where the rows carry no meta fields).
         let keep_keys = s.keep_keys;
         s.keep_keys |= s.copies;
-        for run in s.runs(held.map(Spill::finish).transpose()?.unwrap_or_default())? {
-            let Some(incoming) = self.spilled_incoming(s, &run).await? else { continue };
+        let held = s.leaves(held.map(Spill::finish).transpose()?.unwrap_or_default())?;
+        for run in s.runs(&held) {
+            let Some(incoming) = self.spilled_incoming(s, run).await? else { continue };
             parts.push(self.write_part(s, op, &incoming, instant, false).await?);
         }
         s.keep_keys = keep_keys;
@@ -352,26 +354,23 @@ impl Streamed<'_> {
         (self.chunk_bytes / PARTS_PER_CHUNK).max(MIN_SPLIT)
     }
 
-    /// The [`Streamed::leaves`] of `files` in runs of at most a part (a larger file, one key or
-    /// group, is a run of its own), so that small files are taken together: each run looks its
-    /// keys up in the table once, which without a record index reads the key columns of every
-    /// file of the partitions written.
-    fn runs(&self, files: Vec<SpillFile>) -> Result<Vec<Vec<SpillFile>>> {
-        let mut runs: Vec<Vec<SpillFile>> = Vec::new();
-        let mut bytes = 0;
-        for file in self.leaves(files)? {
-            match runs.last_mut() {
-                Some(run) if bytes + file.bytes <= self.part_bytes() => {
-                    bytes += file.bytes;
-                    run.push(file);
-                }
-                _ => {
-                    bytes = file.bytes;
-                    runs.push(vec![file]);
-                }
+    /// Leaves ([`Streamed::leaves`]) in runs of at most a part (a larger leaf, one key or group,
+    /// is a run of its own), so that small files are taken together: each run looks its keys up
+    /// in the table once, which without a record index reads the key columns of every file of
+    /// the partitions written.
+    fn runs<'f>(&self, leaves: &'f [SpillFile]) -> Vec<&'f [SpillFile]> {
+        let (mut runs, mut start, mut bytes) = (Vec::new(), 0, 0);
+        for (i, leaf) in leaves.iter().enumerate() {
+            if i > start && bytes + leaf.bytes > self.part_bytes() {
+                runs.push(&leaves[start..i]);
+                (start, bytes) = (i, 0);
             }
+            bytes += leaf.bytes;
         }
-        Ok(runs)
+        if start < leaves.len() {
+            runs.push(&leaves[start..]);
+        }
+        runs
     }
 
     /// The file split again when it holds more than a part (`None`: small enough, or one hash
