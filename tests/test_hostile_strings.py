@@ -125,6 +125,10 @@ def test_hostile_partition_values_round_trip(tmp_path: Path, table_type: str, hi
     t.build_metadata()
     assert t.validate().ok
     assert plain(t.to_arrow()) == plain(data(ids, list(values), ts=2, v="v2"))
+    # A lookup through the record index reads the files index by the partitions' paths.
+    assert plain(t.lookup(pa.table({"id": ids + ["absent"]}))) == plain(data(ids, list(values), ts=2, v="v2"))
+    for i, v in enumerate(values):
+        assert plain(t.lookup(pa.table({"id": [ids[i]]}))) == plain(data([ids[i]], [v], ts=2, v="v2")), v
     # hudi-rs reads the partition column from the data files: the same rows.
     assert plain(hudi_read(str(path))) == plain(data(ids, list(values), ts=2, v="v2"))
     # hudi-rs 0.5 with a partition filter: its pruner (`PartitionPruner::parse_segments`)

@@ -96,6 +96,43 @@ def test_the_record_index_routes_writes_and_lookups_without_reading_other_files(
     assert len(rows(t.to_arrow())) == 40
 
 
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_lookups_plan_only_the_groups_the_record_index_names_through_every_service(
+    tmp_path: Path, table_type: str
+) -> None:
+    """A lookup through the record index plans only the partitions the index names (the `files`
+    index read by path prefix): partitions whose names start others' (`sf`, `sf2`, `sf 3`),
+    logs, a compaction, a clustering that replaces the groups and a clean all read the same rows
+    as a filtered scan."""
+    t = trips_table(str(tmp_path / "t"), table_type=table_type)
+    t.build_metadata()
+    cities = ["sf", "sf2", "sf 3", "s"]
+    for n, city in enumerate(cities):
+        t.insert(trips(list(range(n * 100, n * 100 + 40)), city=city), target_file_size=400)
+    ids = [0, 1, 39, 40, 100, 139, 205, 238, 300, 339, 999]
+
+    def check() -> None:
+        got = rows(t.lookup(key_rows(ids)).select(t.to_arrow().column_names))
+        assert got == expected(t, ids)
+
+    check()
+    for n, city in enumerate(cities):
+        t.upsert(trips([n * 100, n * 100 + 39], ts=2, name="u", city=city))
+    t.delete(trips([205], city="sf 3"))
+    check()
+    assert {r["id"] for r in t.lookup(key_rows(ids)).to_pylist()} == {0, 1, 39, 100, 139, 238, 300, 339}
+    if table_type == "merge_on_read":
+        assert t.compact().file_groups > 0
+        check()
+    assert t.cluster().replaced_file_groups > 0
+    check()
+    t.upsert(trips([1, 238], ts=3, name="after", city=None))
+    check()
+    t.clean(retain=1)
+    check()
+    assert t.validate().ok
+
+
 def test_bloom_filters_route_writes_when_there_is_no_record_index(tmp_path: Path) -> None:
     t = trips_table(str(tmp_path / "t"))
     t.insert(trips(list(range(0, 40)), city="sf"), target_file_size=200)

@@ -115,6 +115,12 @@ const STAT_CACHE_LIMIT: usize = 100_000;
 impl CommittedLogs {
     /// Reads the write stats of every completed data instant of `timeline` (cached).
     pub async fn load(storage: &Storage, timeline: &Timeline) -> Result<Self> {
+        Self::load_of(storage, timeline, |_| true).await
+    }
+
+    /// [`CommittedLogs::load`], keeping only the files `keep` picks (those of some file groups):
+    /// a plan of a few groups in a large table copies their files alone.
+    pub async fn load_of(storage: &Storage, timeline: &Timeline, keep: impl Fn(&CommittedLog) -> bool) -> Result<Self> {
         use futures::{StreamExt, TryStreamExt};
         let cache = STAT_CACHE.get_or_init(Default::default);
         let instants: Vec<_> = timeline.completed_data().collect();
@@ -138,7 +144,7 @@ impl CommittedLogs {
         let mut by_path: HashMap<String, CommittedLog> = HashMap::new();
         let mut bases = Vec::new();
         for logs in cached.into_iter().flatten().chain(fetched.into_iter().map(|(_, l)| l)) {
-            for (path, log) in logs.iter() {
+            for (path, log) in logs.iter().filter(|(_, log)| keep(log)) {
                 if !is_log(path) {
                     bases.push((path.clone(), log.clone()));
                     continue;

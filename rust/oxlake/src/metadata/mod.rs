@@ -22,7 +22,7 @@ pub mod shard;
 mod sync;
 mod validate;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -623,8 +623,23 @@ impl MetadataTable {
 
     /// The data files the `files` index lists (paths relative to the data table's root).
     pub async fn files(&self) -> Result<Vec<FileInfo>> {
+        self.files_of(Select::All).await
+    }
+
+    /// The data files the `files` index lists in the partitions `partitions` (and in partitions
+    /// nested in them): only the pages of its shards that may hold their paths are read.
+    pub async fn files_in(&self, partitions: &BTreeSet<String>) -> Result<Vec<FileInfo>> {
+        // A file's key is its path: `<partition>/<name>`, or `<name>` in an unpartitioned table.
+        if partitions.iter().any(String::is_empty) {
+            return self.files().await;
+        }
+        let prefixes: BTreeSet<String> = partitions.iter().map(|p| format!("{p}/")).collect();
+        self.files_of(Select::Prefixes(&prefixes)).await
+    }
+
+    async fn files_of(&self, select: Select<'_>) -> Result<Vec<FileInfo>> {
         let mut out = Vec::new();
-        for batch in self.read_index(Index::Files, Select::All).await? {
+        for batch in self.read_index(Index::Files, select).await? {
             let (keys, sizes) = (entries::strings(&batch, "key")?, entries::ints(&batch, "size")?);
             for i in 0..batch.num_rows() {
                 out.push(FileInfo { path: keys.value(i).to_string(), size: sizes.value(i).max(0) as u64 });

@@ -24,7 +24,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, RowSelection, RowSelector};
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
-use parquet::file::metadata::PageIndexPolicy;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader, ParquetStatisticsPolicy};
 
 use super::entries::{record_key_of, record_schema, strings};
 use super::{Index, MetadataTable, shard};
@@ -43,6 +43,8 @@ pub(crate) enum Select<'a> {
     Keys(&'a BTreeSet<String>),
     /// `record_index` records of these record keys, in any partition (sorted, distinct).
     RecordKeys(&'a BTreeSet<String>),
+    /// Records whose keys start with one of these.
+    Prefixes(&'a BTreeSet<String>),
 }
 
 impl Select<'_> {
@@ -51,6 +53,7 @@ impl Select<'_> {
             Select::All => true,
             Select::Keys(keys) => keys.contains(key),
             Select::RecordKeys(keys) => keys.contains(record_key_of(key)),
+            Select::Prefixes(prefixes) => prefixes.iter().any(|p| key.starts_with(p.as_str())),
         }
     }
 
@@ -58,6 +61,12 @@ impl Select<'_> {
     fn overlaps(&self, min: &str, max: &str) -> bool {
         let (keys, min, max) = match self {
             Select::All => return true,
+            // The keys starting with `p` are those from `p` up to the first key past them.
+            Select::Prefixes(prefixes) => {
+                return prefixes
+                    .iter()
+                    .any(|p| p.as_str() <= max && (min <= p.as_str() || min.starts_with(p.as_str())));
+            }
             Select::Keys(keys) => (keys, min, max),
             Select::RecordKeys(keys) => (keys, record_key_of(min), record_key_of(max)),
         };
@@ -184,17 +193,66 @@ impl MetadataTable {
         Ok(futures::future::try_join_all(shards).await?.into_iter().flatten().collect())
     }
 
-    /// What reading the records of `select` in a base file takes: the row groups, and in them the
-    /// pages, whose key range may hold them (footer and page index read, no data).
+    /// What reading the records of `select` in a base file takes: the row groups whose key range
+    /// may hold them (from the footer), and in them the pages (from the page index of those row
+    /// groups alone). No data is read.
     pub(super) async fn plan_base(&self, path: &str, size: u64, select: Select<'_>) -> Result<BaseRead> {
         let mut reader = ParquetFile::open(self.table.storage(), path, size);
-        let policy = match select {
-            Select::All => PageIndexPolicy::Skip,
-            Select::Keys(_) | Select::RecordKeys(_) => PageIndexPolicy::Optional,
+        // The footer alone: a shard's page index is large (an entry per page of every column of
+        // every row group), and a lookup needs that of a few row groups. Only the key column's
+        // statistics are decoded: the others' are never used, and are most of a large footer (a
+        // file laid out otherwise has no key bounds then, and is read whole: never wrongly).
+        let stats = match self.table.schema().index_of("key") {
+            Ok(key) => ParquetStatisticsPolicy::skip_except(&[key]),
+            Err(_) => ParquetStatisticsPolicy::KeepAll,
         };
-        let options = ArrowReaderOptions::new().with_page_index_policy(policy);
+        let options = ArrowReaderOptions::new()
+            .with_page_index_policy(PageIndexPolicy::Skip)
+            .with_column_stats_policy(stats)
+            .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll);
         let loaded = ArrowReaderMetadata::load_async(&mut reader, options.clone()).await?;
-        let (parquet, schema) = (loaded.metadata().clone(), loaded.schema().clone());
+        let (mut parquet, schema) = (loaded.metadata().clone(), loaded.schema().clone());
+        let descr = parquet.file_metadata().schema_descr_ptr();
+        let converter = StatisticsConverter::try_new("key", &schema, &descr).map_err(|e| Error::corrupt(path, e))?;
+        let groups = parquet.row_groups();
+        let (mins, maxes) = (converter.row_group_mins(groups)?, converter.row_group_maxes(groups)?);
+        let mut row_groups: Vec<usize> = overlapping(select, &mins, &maxes)?
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, keep)| keep.then_some(i))
+            .collect();
+        let mut rows: usize = row_groups.iter().map(|&i| groups[i].num_rows() as usize).sum();
+        let total = parquet.file_metadata().num_rows().max(0) as usize;
+        let mut selection = None;
+        if let (Select::Keys(_) | Select::RecordKeys(_) | Select::Prefixes(_), Some(key), false) =
+            (select, converter.parquet_column_index(), row_groups.is_empty())
+        {
+            parquet = Arc::new(with_page_index(&reader, &parquet, &row_groups, key).await?);
+            row_groups = (0..row_groups.len()).collect();
+            let groups = parquet.row_groups();
+            if let (Some(pages), Some(offsets)) = (parquet.column_index(), parquet.offset_index()) {
+                let (mins, maxes) = (
+                    converter.data_page_mins(pages, offsets, &row_groups)?,
+                    converter.data_page_maxes(pages, offsets, &row_groups)?,
+                );
+                if let Some(counts) = converter.data_page_row_counts(offsets, groups, &row_groups)? {
+                    let pages: Vec<(bool, usize)> = overlapping(select, &mins, &maxes)?
+                        .into_iter()
+                        .zip(counts.values().iter().map(|&n| n as usize))
+                        .collect();
+                    let selected: usize = pages.iter().filter(|(keep, _)| *keep).map(|(_, n)| n).sum();
+                    // Selecting most pages costs more (a range and a skip per page) than reading
+                    // the row groups whole.
+                    if selected * 4 < rows * 3 {
+                        rows = selected;
+                        let selectors = pages
+                            .iter()
+                            .map(|&(keep, n)| if keep { RowSelector::select(n) } else { RowSelector::skip(n) });
+                        selection = Some(RowSelection::from_iter(selectors));
+                    }
+                }
+            }
+        }
         // Columns of few distinct values (dictionary-encoded in the file) stay dictionaries: a read
         // decodes their indices, and only the rows kept become strings.
         let hinted: Vec<Field> = schema
@@ -209,42 +267,7 @@ impl MetadataTable {
             })
             .collect();
         let hinted = Arc::new(Schema::new_with_metadata(hinted, schema.metadata().clone()));
-        let metadata = ArrowReaderMetadata::try_new(parquet.clone(), options.with_schema(hinted))?;
-        let converter = StatisticsConverter::try_new("key", &schema, parquet.file_metadata().schema_descr())
-            .map_err(|e| Error::corrupt(path, e))?;
-        let groups = parquet.row_groups();
-        let (mins, maxes) = (converter.row_group_mins(groups)?, converter.row_group_maxes(groups)?);
-        let row_groups: Vec<usize> = overlapping(select, &mins, &maxes)?
-            .into_iter()
-            .enumerate()
-            .filter_map(|(i, keep)| keep.then_some(i))
-            .collect();
-        let mut rows: usize = row_groups.iter().map(|&i| groups[i].num_rows() as usize).sum();
-        let mut selection = None;
-        if let (Some(pages), Some(offsets), false) =
-            (parquet.column_index(), parquet.offset_index(), row_groups.is_empty())
-        {
-            let (mins, maxes) = (
-                converter.data_page_mins(pages, offsets, &row_groups)?,
-                converter.data_page_maxes(pages, offsets, &row_groups)?,
-            );
-            if let Some(counts) = converter.data_page_row_counts(offsets, groups, &row_groups)? {
-                let pages: Vec<(bool, usize)> = overlapping(select, &mins, &maxes)?
-                    .into_iter()
-                    .zip(counts.values().iter().map(|&n| n as usize))
-                    .collect();
-                let selected: usize = pages.iter().filter(|(keep, _)| *keep).map(|(_, n)| n).sum();
-                // Selecting most pages costs more (a range and a skip per page) than reading the
-                // row groups whole.
-                if selected * 4 < rows * 3 {
-                    rows = selected;
-                    let selectors =
-                        pages.iter().map(|&(keep, n)| if keep { RowSelector::select(n) } else { RowSelector::skip(n) });
-                    selection = Some(RowSelection::from_iter(selectors));
-                }
-            }
-        }
-        let total = parquet.file_metadata().num_rows().max(0) as usize;
+        let metadata = ArrowReaderMetadata::try_new(parquet, options.with_schema(hinted))?;
         Ok(BaseRead { file: reader, metadata, row_groups, selection, rows, total })
     }
 
@@ -257,7 +280,9 @@ impl MetadataTable {
         let names: Vec<String> = match select {
             // Where a record is: the rest of a record-index entry is not read.
             Select::RecordKeys(_) => ["key", "index", "partition", "file"].map(String::from).to_vec(),
-            Select::All | Select::Keys(_) => record_schema().fields().iter().map(|f| f.name().clone()).collect(),
+            Select::All | Select::Keys(_) | Select::Prefixes(_) => {
+                record_schema().fields().iter().map(|f| f.name().clone()).collect()
+            }
         };
         let mask = ProjectionMask::columns(builder.parquet_schema(), names.iter().map(String::as_str));
         let mut builder = builder.with_projection(mask);
@@ -294,6 +319,7 @@ fn sorted_matches(keys: &StringArray, select: Select<'_>) -> Vec<u32> {
     }
     let (wanted, part): (&BTreeSet<String>, fn(&str) -> &str) = match select {
         Select::All => return (0..n as u32).collect(),
+        Select::Prefixes(prefixes) => return prefixed_rows(keys, prefixes),
         Select::Keys(keys) => (keys, |k| k),
         Select::RecordKeys(keys) => (keys, record_key_of),
     };
@@ -314,6 +340,24 @@ fn sorted_matches(keys: &StringArray, select: Select<'_>) -> Vec<u32> {
         }
         from = lo;
     }
+    rows
+}
+
+/// The rows of `keys` (sorted ascending) starting with one of `prefixes`, in order: the rows of a
+/// prefix are consecutive, from the first at or after it.
+fn prefixed_rows(keys: &StringArray, prefixes: &BTreeSet<String>) -> Vec<u32> {
+    let mut rows = Vec::new();
+    for p in prefixes {
+        let (mut lo, mut hi) = (0, keys.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if keys.value(mid) < p.as_str() { lo = mid + 1 } else { hi = mid }
+        }
+        rows.extend((lo..keys.len()).take_while(|&i| keys.value(i).starts_with(p.as_str())).map(|i| i as u32));
+    }
+    // Nested prefixes (`a/`, `a/b/`) pick some rows twice.
+    rows.sort_unstable();
+    rows.dedup();
     rows
 }
 
@@ -339,6 +383,51 @@ fn overlapping(select: Select<'_>, mins: &ArrayRef, maxes: &ArrayRef) -> Result<
     Ok((0..mins.len())
         .map(|i| !(mins.is_valid(i) && maxes.is_valid(i)) || select.overlaps(mins.value(i), maxes.value(i)))
         .collect())
+}
+
+/// The footer `parquet` restricted to the row groups `groups`, with their page index: the page
+/// offsets of every column (reading selected pages needs them) and the page statistics of the
+/// leaf column `key` alone. A file holds every column index, then every offset index: each is
+/// fetched as its own range, both at once.
+async fn with_page_index(
+    reader: &ParquetFile,
+    parquet: &ParquetMetaData,
+    groups: &[usize],
+    key: usize,
+) -> Result<ParquetMetaData> {
+    let mut kept = Vec::with_capacity(groups.len());
+    for &g in groups {
+        let group = parquet.row_group(g).clone();
+        let columns = group
+            .columns()
+            .iter()
+            .enumerate()
+            .map(|(c, chunk)| match c == key {
+                true => Ok(chunk.clone()),
+                false => {
+                    chunk.clone().into_builder().set_column_index_offset(None).set_column_index_length(None).build()
+                }
+            })
+            .collect::<parquet::errors::Result<Vec<_>>>()?;
+        kept.push(group.into_builder().set_column_metadata(columns).build()?);
+    }
+    let subset = ParquetMetaData::new(parquet.file_metadata().clone(), kept);
+    let load = |column_index: PageIndexPolicy, offset_index: PageIndexPolicy| {
+        let (subset, mut reader) = (subset.clone(), reader.clone());
+        async move {
+            let mut loader = ParquetMetaDataReader::new_with_metadata(subset)
+                .with_column_index_policy(column_index)
+                .with_offset_index_policy(offset_index);
+            loader.load_page_index(&mut reader).await?;
+            Ok::<_, Error>(loader.finish()?)
+        }
+    };
+    let (stats, offsets) = futures::try_join!(
+        load(PageIndexPolicy::Optional, PageIndexPolicy::Skip),
+        load(PageIndexPolicy::Skip, PageIndexPolicy::Optional),
+    )?;
+    let offsets = offsets.offset_index().cloned();
+    Ok(stats.into_builder().set_offset_index(offsets).build())
 }
 
 /// The indices of the [`record_schema`] columns in a batch of the full metadata schema.
@@ -375,6 +464,28 @@ mod tests {
             let full: BTreeSet<String> = wanted.iter().map(|k| record_index_key(k, "p1")).collect();
             let scanned: Vec<u32> = (0..keys.len() as u32).filter(|&i| full.contains(keys.value(i as usize))).collect();
             prop_assert_eq!(sorted_matches(&keys, Select::Keys(&full)), scanned);
+        }
+
+        /// A prefix selection finds by binary search exactly the rows a scan keeps, and every key
+        /// range holding such a row overlaps it (pages and row groups are never wrongly skipped).
+        #[test]
+        fn prefixes_equal_a_scan(
+            keys in proptest::collection::btree_set("[ab/%]{0,5}", 0..40),
+            prefixes in proptest::collection::btree_set("[ab/%]{0,3}", 0..5),
+        ) {
+            let sorted: Vec<&String> = keys.iter().collect();
+            let array = StringArray::from(sorted.iter().map(|k| k.as_str()).collect::<Vec<_>>());
+            let select = Select::Prefixes(&prefixes);
+            let scanned: Vec<u32> =
+                (0..array.len() as u32).filter(|&i| select.matches(array.value(i as usize))).collect();
+            prop_assert_eq!(sorted_matches(&array, select), scanned);
+            for i in 0..sorted.len() {
+                for j in i..sorted.len() {
+                    if sorted[i..=j].iter().any(|k| select.matches(k)) {
+                        prop_assert!(select.overlaps(sorted[i], sorted[j]), "{:?}..{:?}", sorted[i], sorted[j]);
+                    }
+                }
+            }
         }
     }
 }

@@ -352,7 +352,7 @@ impl Table {
             values: record_keys.iter().map(|k| ScalarValue::Utf8(Some(k.clone()))).collect(),
         }]);
         let opts = ScanOptions { columns, filter: Some(filter.clone()), ..ScanOptions::default() };
-        let mut plan = self.plan_scan(&ScanOptions { query: QueryType::Snapshot, ..ScanOptions::default() }).await?;
+        let snapshot = ScanOptions { query: QueryType::Snapshot, ..ScanOptions::default() };
         let located = match self.fresh_metadata_table().await {
             Some(mdt) if mdt.has(Index::RecordIndex) => match mdt.locate(&record_keys).await {
                 Ok(located) => Some(located),
@@ -364,13 +364,27 @@ impl Table {
             },
             _ => None,
         };
-        match located {
+        let plan = match located {
             Some(located) => {
                 let groups: HashSet<FileGroupId> = located.into_iter().map(|((_, p), f)| (p, f)).collect();
-                plan.slices.retain(|s| groups.contains(&s.group_id()));
+                match self.plan_groups(&groups).await {
+                    Ok(Some(plan)) => plan,
+                    // A group not where the index put it, or an instant file gone meanwhile (the
+                    // whole plan retries on a reloaded timeline): planned whole, then narrowed.
+                    Ok(None) | Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => {
+                        let mut plan = self.plan_scan(&snapshot).await?;
+                        plan.slices.retain(|s| groups.contains(&s.group_id()));
+                        plan
+                    }
+                    Err(e) => return Err(e),
+                }
             }
-            None => plan.slices = self.prune_by_indexes(std::mem::take(&mut plan.slices), &filter).await?,
-        }
+            None => {
+                let mut plan = self.plan_scan(&snapshot).await?;
+                plan.slices = self.prune_by_indexes(std::mem::take(&mut plan.slices), &filter).await?;
+                plan
+            }
+        };
         self.scan_split(Split::Scan(plan), &opts).await
     }
 }

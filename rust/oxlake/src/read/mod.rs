@@ -18,7 +18,7 @@ pub mod provider;
 pub mod pruner;
 pub mod splits;
 
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 
 use datafusion::dataframe::DataFrame;
@@ -370,6 +370,35 @@ impl Table {
             .collect();
         slices.sort_by(|a, b| (&a.partition, &a.file_id).cmp(&(&b.partition, &b.file_id)));
         Ok(slices)
+    }
+
+    /// The latest snapshot's slices (with their logs) of the file groups `groups` alone, planned
+    /// from the files of their partitions: what a lookup through the record index reads, at a
+    /// cost that does not grow with the table. `None` when a group is not in its partition's
+    /// files (the index spelled it otherwise): the caller plans the whole table instead.
+    pub(crate) async fn plan_groups(&self, groups: &HashSet<FileGroupId>) -> Result<Option<ScanPlan>> {
+        let Some(latest) = self.timeline().latest_completed_data().map(|i| i.time.clone()) else {
+            return Ok(Some(ScanPlan::default()));
+        };
+        let partitions: BTreeSet<String> = groups.iter().map(|(p, _)| p.clone()).collect();
+        let view = self.file_system_view_in(&partitions).await?;
+        let replaced = self.replaced_file_groups(&latest).await?;
+        let mut slices = Vec::with_capacity(groups.len());
+        for id in groups.iter().filter(|id| !replaced.contains(*id)) {
+            let Some(group) = view.get(id) else { return Ok(None) };
+            slices.extend(group.slice_as_of(&latest).and_then(|s| PlannedSlice::new(group, s, true)));
+        }
+        slices.sort_by(|a, b| (&a.partition, &a.file_id).cmp(&(&b.partition, &b.file_id)));
+        // The checks of a whole plan, on what completed instants wrote into these groups.
+        let ids: HashSet<&str> = groups.iter().map(|(_, f)| f.as_str()).collect();
+        let committed =
+            crate::log::CommittedLogs::load_of(self.storage(), self.timeline(), |c| ids.contains(c.file_id.as_str()))
+                .await?;
+        check_bases_present(&committed, &view, &replaced, &latest)?;
+        if self.config().table_type == crate::config::TableType::MergeOnRead {
+            check_logs_present(&committed, &slices, &latest)?;
+        }
+        Ok(Some(ScanPlan { slices, upper: latest, commit_range: None }))
     }
 
     /// [`Table::plan_scan`], less the slices that the metadata table's `column_stats` and

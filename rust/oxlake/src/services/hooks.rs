@@ -4,6 +4,7 @@
 //! interrupted restores and runs the inline table services ([`InlineServices`]).
 //! [`default_options`] lends them to a table; the metadata table itself is opened without them.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use futures::FutureExt;
@@ -59,16 +60,27 @@ impl FileIndex for Hooks {
     fn files<'a>(&'a self, table: &'a Table) -> BoxFuture<'a, Option<Vec<FileInfo>>> {
         async move {
             let mdt = table.fresh_metadata_table().await?;
-            match mdt.files().await {
-                Ok(files) => Some(files),
-                Err(e) => {
-                    log::warn!("{}: metadata table unreadable, listing storage: {e}", table.uri());
-                    None
-                }
-            }
+            listed(table, mdt.files().await)
         }
         .boxed()
     }
+
+    fn files_in<'a>(
+        &'a self,
+        table: &'a Table,
+        partitions: &'a BTreeSet<String>,
+    ) -> BoxFuture<'a, Option<Vec<FileInfo>>> {
+        async move {
+            let mdt = table.fresh_metadata_table().await?;
+            listed(table, mdt.files_in(partitions).await)
+        }
+        .boxed()
+    }
+}
+
+/// The files the metadata table listed; `None` (storage is listed instead) when it is unreadable.
+fn listed(table: &Table, files: Result<Vec<FileInfo>>) -> Option<Vec<FileInfo>> {
+    files.map_err(|e| log::warn!("{}: metadata table unreadable, listing storage: {e}", table.uri())).ok()
 }
 
 impl SlicePruner for Hooks {

@@ -453,7 +453,7 @@ mod tests {
 
 /// A Parquet file in a [`Storage`], read with ranged gets (footer first, then the column chunks
 /// a reader asks for).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct ParquetFile {
     store: Arc<dyn ObjectStore>,
     path: Path,
@@ -529,7 +529,8 @@ impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
             if let Some(options) = options {
                 reader = reader
                     .with_column_index_policy(options.column_index_policy())
-                    .with_offset_index_policy(options.offset_index_policy());
+                    .with_offset_index_policy(options.offset_index_policy())
+                    .with_metadata_options(Some(options.metadata_options().clone()));
             }
             let meta = reader.load_and_finish(self, size).await?;
             Ok(Arc::new(meta))

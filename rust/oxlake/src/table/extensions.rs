@@ -12,7 +12,7 @@
 //! metadata table up. Apache Hudi cuts the same recursion with `HoodieTableMetadataWriter`.
 
 use std::any::{Any, TypeId};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Arc;
 
@@ -59,6 +59,17 @@ pub trait FileIndex: Send + Sync {
     /// The table's committed data files, or `None` when the index is missing, stale or
     /// unreadable (the table is then listed).
     fn files<'a>(&'a self, table: &'a Table) -> BoxFuture<'a, Option<Vec<FileInfo>>>;
+
+    /// The committed data files of the partitions `partitions` (files of partitions nested in
+    /// them may come too), or `None` as for [`FileIndex::files`]. All of them by default.
+    fn files_in<'a>(
+        &'a self,
+        table: &'a Table,
+        partitions: &'a BTreeSet<String>,
+    ) -> BoxFuture<'a, Option<Vec<FileInfo>>> {
+        let _ = partitions;
+        self.files(table)
+    }
 }
 
 /// What an extension derived from one state of a table (the metadata table opened at it),

@@ -6,7 +6,7 @@ pub mod fs_view;
 pub mod history;
 pub mod pending;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -274,7 +274,18 @@ impl Table {
     /// The committed file groups: from the table's [`FileIndex`] (the metadata table's `files`
     /// partition) when it has a fresh one, else from one listing of storage.
     pub async fn file_system_view(&self) -> Result<FileSystemView> {
-        let view = FileSystemView::from_files(self.files().await?, &self.timeline, self.config.is_partitioned());
+        self.view_of(None).await
+    }
+
+    /// The committed file groups of the partitions `partitions` (and of partitions nested in
+    /// them; with a [`FileIndex`] only their files are read, else storage is listed).
+    pub(crate) async fn file_system_view_in(&self, partitions: &BTreeSet<String>) -> Result<FileSystemView> {
+        self.view_of(Some(partitions)).await
+    }
+
+    async fn view_of(&self, partitions: Option<&BTreeSet<String>>) -> Result<FileSystemView> {
+        let view =
+            FileSystemView::from_files(self.files(partitions).await?, &self.timeline, self.config.is_partitioned());
         if !view.needs_archived_completions() {
             return Ok(view);
         }
@@ -282,15 +293,20 @@ impl Table {
         // falls in (Apache Hudi's completion-time view reads archived completion times too). Rare:
         // the files are listed again rather than copied on every read.
         let archived = self.with_archived_timeline().await?;
-        Ok(FileSystemView::from_files(self.files().await?, archived.timeline(), self.config.is_partitioned()))
+        Ok(FileSystemView::from_files(self.files(partitions).await?, archived.timeline(), self.config.is_partitioned()))
     }
 
-    /// The table's files: from the file index the opener lent (the metadata table), else listed.
-    async fn files(&self) -> Result<Vec<FileInfo>> {
-        if let Some(index) = self.extension::<Arc<dyn FileIndex>>()
-            && let Some(files) = index.files(self).await
-        {
-            return Ok(files);
+    /// The table's files (of `partitions` and those nested in them, or all): from the file index
+    /// the opener lent (the metadata table), else listed.
+    async fn files(&self, partitions: Option<&BTreeSet<String>>) -> Result<Vec<FileInfo>> {
+        if let Some(index) = self.extension::<Arc<dyn FileIndex>>() {
+            let files = match partitions {
+                Some(partitions) => index.files_in(self, partitions).await,
+                None => index.files(self).await,
+            };
+            if let Some(files) = files {
+                return Ok(files);
+            }
         }
         self.storage.list_table().await
     }
