@@ -6,10 +6,11 @@
 //! the metadata timeline restricted to instants completed on the data timeline; nothing else is
 //! read.
 //!
-//! A lookup of some keys reads only the base file's pages whose key range may hold one of them
-//! (base files are sorted by key and carry a page index; most pages of a row group selected, the
-//! row group is read whole), finds each key in them by binary search, and keeps only the matching
-//! rows of the logs. A lookup is planned before it reads ([`MetadataTable::plan_base`]): a writer
+//! A lookup of some keys (or key prefixes) reads only the base file's pages whose key range may
+//! hold one of them (base files are sorted by key and carry a page index; most pages of a row
+//! group selected, the row group is read whole), finds each key in them by binary search, and
+//! keeps only the matching rows of the logs. Of the page index, only that of the row groups the
+//! footer's statistics keep is read (docs/METADATA_TABLE.md, "A lookup's cost"). A lookup is planned before it reads ([`MetadataTable::plan_base`]): a writer
 //! weighs what it would decode against reading keys from data files.
 
 use std::collections::{BTreeSet, HashMap};
