@@ -623,30 +623,35 @@ impl MetadataTable {
 
     /// The data files the `files` index lists (paths relative to the data table's root).
     pub async fn files(&self) -> Result<Vec<FileInfo>> {
-        self.files_of(Select::All).await
+        file_infos(self.read_index(Index::Files, Select::All).await?)
     }
 
-    /// The data files the `files` index lists in the partitions `partitions` (and in partitions
-    /// nested in them): only the pages of its shards that may hold their paths are read.
+    /// The data files the `files` index lists in the partitions `partitions` (some of partitions
+    /// nested in them may come too): only the shards of those partitions are read, and in them
+    /// the pages that may hold their paths.
     pub async fn files_in(&self, partitions: &BTreeSet<String>) -> Result<Vec<FileInfo>> {
-        // A file's key is its path: `<partition>/<name>`, or `<name>` in an unpartitioned table.
-        if partitions.iter().any(String::is_empty) {
-            return self.files().await;
-        }
-        let prefixes: BTreeSet<String> = partitions.iter().map(|p| format!("{p}/")).collect();
-        self.files_of(Select::Prefixes(&prefixes)).await
+        // A file's key is its path: `<partition>/<name>`, or `<name>` in an unpartitioned table;
+        // its shard is that of its partition (`entries::shard_of`).
+        let prefixes: BTreeSet<String> =
+            partitions.iter().map(|p| if p.is_empty() { String::new() } else { format!("{p}/") }).collect();
+        let count = self.shards(Index::Files);
+        let shards: BTreeSet<u32> = partitions.iter().map(|p| shard::shard_of(p, count)).collect();
+        let reads = shards.into_iter().map(|s| self.read_shard(Index::Files, s, Select::Prefixes(&prefixes)));
+        let batches = futures::future::try_join_all(reads).await?.into_iter().flatten().collect();
+        file_infos(batches)
     }
+}
 
-    async fn files_of(&self, select: Select<'_>) -> Result<Vec<FileInfo>> {
-        let mut out = Vec::new();
-        for batch in self.read_index(Index::Files, select).await? {
-            let (keys, sizes) = (entries::strings(&batch, "key")?, entries::ints(&batch, "size")?);
-            for i in 0..batch.num_rows() {
-                out.push(FileInfo { path: keys.value(i).to_string(), size: sizes.value(i).max(0) as u64 });
-            }
+/// The data files of records of the `files` index.
+fn file_infos(batches: Vec<arrow::array::RecordBatch>) -> Result<Vec<FileInfo>> {
+    let mut out = Vec::new();
+    for batch in batches {
+        let (keys, sizes) = (entries::strings(&batch, "key")?, entries::ints(&batch, "size")?);
+        for i in 0..batch.num_rows() {
+            out.push(FileInfo { path: keys.value(i).to_string(), size: sizes.value(i).max(0) as u64 });
         }
-        Ok(out)
     }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -386,18 +386,47 @@ fn overlapping(select: Select<'_>, mins: &ArrayRef, maxes: &ArrayRef) -> Result<
         .collect())
 }
 
-/// The footer `parquet` restricted to the row groups `groups`, with their page index: the page
-/// offsets of every column (reading selected pages needs them) and the page statistics of the
-/// leaf column `key` alone. A file holds every column index, then every offset index: each is
-/// fetched as its own range, both at once.
+/// The footer `parquet` restricted to the row groups `groups` (ascending), with their page index:
+/// the page offsets of every column (reading selected pages needs them) and the page statistics
+/// of the leaf column `key` alone. A file holds every column index, then every offset index, and
+/// the Parquet reader fetches one range spanning what it decodes: each run of consecutive row
+/// groups is fetched on its own (two ranges), all at once.
 async fn with_page_index(
     reader: &ParquetFile,
     parquet: &ParquetMetaData,
     groups: &[usize],
     key: usize,
 ) -> Result<ParquetMetaData> {
-    let mut kept = Vec::with_capacity(groups.len());
-    for &g in groups {
+    let runs = groups.chunk_by(|a, b| *b == a + 1).map(|run| run_page_index(reader, parquet, run, key));
+    let (mut row_groups, mut pages, mut offsets) = (Vec::new(), Some(Vec::new()), Some(Vec::new()));
+    for run in futures::future::try_join_all(runs).await? {
+        row_groups.extend(run.row_groups().iter().cloned());
+        // An index missing in one run (a file without one) is missing for all: never half of it.
+        match (pages.as_mut(), run.column_index()) {
+            (Some(all), Some(index)) => all.extend(index.iter().cloned()),
+            _ => pages = None,
+        }
+        match (offsets.as_mut(), run.offset_index()) {
+            (Some(all), Some(index)) => all.extend(index.iter().cloned()),
+            _ => offsets = None,
+        }
+    }
+    Ok(ParquetMetaData::new(parquet.file_metadata().clone(), row_groups)
+        .into_builder()
+        .set_column_index(pages)
+        .set_offset_index(offsets)
+        .build())
+}
+
+/// [`with_page_index`] of one run of consecutive row groups.
+async fn run_page_index(
+    reader: &ParquetFile,
+    parquet: &ParquetMetaData,
+    run: &[usize],
+    key: usize,
+) -> Result<ParquetMetaData> {
+    let mut kept = Vec::with_capacity(run.len());
+    for &g in run {
         let group = parquet.row_group(g).clone();
         let columns = group
             .columns()
@@ -423,12 +452,12 @@ async fn with_page_index(
             Ok::<_, Error>(loader.finish()?)
         }
     };
-    let (stats, offsets) = futures::try_join!(
+    let (pages, offsets) = futures::try_join!(
         load(PageIndexPolicy::Optional, PageIndexPolicy::Skip),
         load(PageIndexPolicy::Skip, PageIndexPolicy::Optional),
     )?;
     let offsets = offsets.offset_index().cloned();
-    Ok(stats.into_builder().set_offset_index(offsets).build())
+    Ok(pages.into_builder().set_offset_index(offsets).build())
 }
 
 /// The indices of the [`record_schema`] columns in a batch of the full metadata schema.

@@ -372,6 +372,7 @@ impl Table {
                     // A group not where the index put it, or an instant file gone meanwhile (the
                     // whole plan retries on a reloaded timeline): planned whole, then narrowed.
                     Ok(None) | Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => {
+                        log::debug!("{}: the record index's groups planned from the whole table", self.uri());
                         let mut plan = self.plan_scan(&snapshot).await?;
                         plan.slices.retain(|s| groups.contains(&s.group_id()));
                         plan

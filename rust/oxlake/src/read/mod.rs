@@ -380,6 +380,9 @@ impl Table {
         let Some(latest) = self.timeline().latest_completed_data().map(|i| i.time.clone()) else {
             return Ok(Some(ScanPlan::default()));
         };
+        if groups.is_empty() {
+            return Ok(Some(ScanPlan { slices: Vec::new(), upper: latest, commit_range: None }));
+        }
         let partitions: BTreeSet<String> = groups.iter().map(|(p, _)| p.clone()).collect();
         let view = self.file_system_view_in(&partitions).await?;
         let replaced = self.replaced_file_groups(&latest).await?;
