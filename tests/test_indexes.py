@@ -112,8 +112,12 @@ def test_lookups_plan_only_the_groups_the_record_index_names_through_every_servi
     ids = [0, 1, 39, 40, 100, 139, 205, 238, 300, 339, 999]
 
     def check() -> None:
+        # A key upserted into a second partition (no global index) is there twice.
+        def by_key(found: list[dict[str, object]]) -> list[dict[str, object]]:
+            return sorted(found, key=lambda r: (r["id"], r["city"]))
+
         got = rows(t.lookup(key_rows(ids)).select(t.to_arrow().column_names))
-        assert got == expected(t, ids)
+        assert by_key(got) == by_key(expected(t, ids))
 
     check()
     for n, city in enumerate(cities):

@@ -45,6 +45,22 @@ def test_the_built_files_index_lists_exactly_the_files_in_storage(tmp_path: Path
     assert shards == ["files-0000-0", "files-0001-0", "files-0002-0"]
     assert rows(t.to_arrow()) == before
     assert rows(hudi_read(path)) == before
+    # The record index is sized from the table: 98 keys take the least, 8 shards; a count asked
+    # for is kept as asked.
+    assert record_index_shards(path) == 8
+    t.build_metadata(record_index_shards=3)
+    assert record_index_shards(path) == 3
+    assert t.validate().ok
+
+
+def record_index_shards(path: str) -> int:
+    """The record index's shard count, as its metadata table records it and as its files show."""
+    properties = (Path(path) / ".hoodie/oxlake/metadata/.hoodie/hoodie.properties").read_text()
+    recorded = int(properties.split("oxlake.metadata.record_index.shards=")[1].split()[0])
+    bases = (Path(path) / ".hoodie/oxlake/metadata/record_index").glob("*.parquet")
+    files = {p.name.split("_")[0] for p in bases}
+    assert files == {f"record-index-{s:04d}-0" for s in range(recorded)}, files
+    return recorded
 
 
 @pytest.mark.parametrize("table_version", [6, 8])

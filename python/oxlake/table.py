@@ -470,14 +470,17 @@ class Table:
           reading a data file, and `lookup` reads only the groups holding the keys.
 
         Each index is sharded into the given number of file groups; 0 leaves an index out
-        (`files` needs at least one). `record_index_shards` defaults to 8, and to 0 in a table
+        (`files` needs at least one). By default the record index is sized from the table: a
+        shard per 2,000,000 keys of its latest file slices, at least 8 (up to 10,000), since a
+        build and `validate` hold one shard's keys at a time; it is left out (0) in a table
         without meta fields, whose rows store no key to index (asking for it there is an
         `UnsupportedError`)."""
+        sized = record_index_shards is None
         if record_index_shards is None:
             virtual = self.properties.get("hoodie.populate.meta.fields", "true").lower() == "false"
             record_index_shards = 0 if virtual else 8
         return self._t.build_metadata(
-            files_shards, column_stats_shards, bloom_filters_shards, record_index_shards
+            files_shards, column_stats_shards, bloom_filters_shards, record_index_shards, sized
         )
 
     def lookup(self, keys: Any, *, columns: list[str] | None = None) -> pa.Table:

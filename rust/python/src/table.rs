@@ -217,8 +217,9 @@ impl PyTable {
     }
 
     /// Builds the metadata table; returns its `indexing` instant. A shard count of 0 leaves an
-    /// index out (`files` needs one).
-    #[pyo3(signature = (files_shards=4, column_stats_shards=2, bloom_filters_shards=2, record_index_shards=8))]
+    /// index out (`files` needs one); `size_record_index` sizes the record index from the table,
+    /// with at least `record_index_shards`.
+    #[pyo3(signature = (files_shards=4, column_stats_shards=2, bloom_filters_shards=2, record_index_shards=8, size_record_index=false))]
     fn build_metadata(
         &self,
         py: Python<'_>,
@@ -226,14 +227,18 @@ impl PyTable {
         column_stats_shards: u32,
         bloom_filters_shards: u32,
         record_index_shards: u32,
+        size_record_index: bool,
     ) -> PyResult<String> {
-        let config = oxlake::metadata::MetadataConfig::new(
+        let mut config = oxlake::metadata::MetadataConfig::new(
             files_shards,
             column_stats_shards,
             bloom_filters_shards,
             record_index_shards,
         )
         .map_err(crate::errors::to_py)?;
+        if size_record_index {
+            config = config.sized_record_index();
+        }
         let inner = self.inner.clone();
         run(py, async move {
             let mut t = inner.lock().await;

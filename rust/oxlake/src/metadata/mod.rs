@@ -109,12 +109,16 @@ impl Index {
 pub struct MetadataConfig {
     /// Shards per index; `files` is always kept.
     pub shards: BTreeMap<Index, u32>,
+    /// Whether a build sizes the record index from the table: a shard per
+    /// [`record_index::KEYS_PER_SHARD`] keys, at least the count in `shards` (see
+    /// [`record_index::sized_shards`]).
+    pub size_record_index: bool,
 }
 
 impl Default for MetadataConfig {
     fn default() -> Self {
         let shards = [(Index::Files, 4), (Index::ColumnStats, 2), (Index::BloomFilters, 2), (Index::RecordIndex, 8)];
-        MetadataConfig { shards: shards.into_iter().collect() }
+        MetadataConfig { shards: shards.into_iter().collect(), size_record_index: true }
     }
 }
 
@@ -131,7 +135,12 @@ impl MetadataConfig {
             (Index::BloomFilters, bloom_filters),
             (Index::RecordIndex, record_index),
         ];
-        Ok(MetadataConfig { shards: counts.into_iter().filter(|(_, n)| *n > 0).collect() })
+        Ok(MetadataConfig { shards: counts.into_iter().filter(|(_, n)| *n > 0).collect(), size_record_index: false })
+    }
+
+    /// The record index sized from the table at build, with at least the count given.
+    pub fn sized_record_index(self) -> Self {
+        MetadataConfig { size_record_index: true, ..self }
     }
 }
 
@@ -464,6 +473,13 @@ async fn file_entries(
 /// in one deltacommit of the metadata table's own timeline. Everything is read from the data
 /// table before the old metadata table is removed.
 async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> {
+    let mut config = config.clone();
+    if config.size_record_index
+        && let Some(&least) = config.shards.get(&Index::RecordIndex)
+    {
+        config.shards.insert(Index::RecordIndex, record_index::sized_shards(data, least).await?);
+    }
+    let config = &config;
     let storage = data.storage();
     let files = data_files(storage.list_table().await?);
     let mut by_index = file_entries(data, &files, &[], &config.shards).await?;
@@ -580,7 +596,7 @@ pub(crate) async fn catch_up(data: &mut Table) -> Result<()> {
         Ok(Some(mdt)) if mdt.is_fresh() => return Ok(()),
         Ok(Some(mdt)) => {
             log::info!("{}: metadata table stale (missing {:?}); building it again", data.uri(), mdt.missing);
-            MetadataConfig { shards: mdt.shards.clone() }
+            MetadataConfig { shards: mdt.shards.clone(), size_record_index: false }
         }
         Err(e) => {
             log::warn!("{}: metadata table unreadable ({e}); building it again", data.uri());

@@ -305,6 +305,63 @@ impl Located<'_> {
     }
 }
 
+/// Keys a shard of a record index holds at most when a build sizes it
+/// ([`MetadataConfig::size_record_index`](super::MetadataConfig)): a build holds one shard's keys
+/// (about 600 bytes a UUID key as it sorts and encodes them), `validate` one shard's (about
+/// 1.2 KB a key), and a lookup reads a shard's footer (a row group per 65,536 keys).
+pub const KEYS_PER_SHARD: u64 = 2_000_000;
+
+/// The most shards a build gives a record index (Apache Hudi's default
+/// `hoodie.metadata.record.index.max.filegroup.count`).
+pub const MAX_SHARDS: u32 = 10_000;
+
+/// Bytes of a log file counted as one key when sizing (a record's meta fields alone take more
+/// uncompressed; a log is seldom more than a small part of a slice).
+const LOG_BYTES_PER_KEY: u64 = 32;
+
+/// The shard count a build gives the record index of `data` ([`shards_for`] its
+/// [`estimated_keys`]).
+pub(crate) async fn sized_shards(data: &Table, least: u32) -> Result<u32> {
+    Ok(shards_for(estimated_keys(data).await?, least))
+}
+
+/// One shard per [`KEYS_PER_SHARD`] of `keys`, at least `least`, at most [`MAX_SHARDS`] (or
+/// `least` if more).
+pub(crate) fn shards_for(keys: u64, least: u32) -> u32 {
+    let wanted = u32::try_from(keys.div_ceil(KEYS_PER_SHARD)).unwrap_or(u32::MAX).min(MAX_SHARDS);
+    wanted.max(least)
+}
+
+/// About how many keys the latest file slices of `data` hold: a base file's rows (its footer
+/// read, 16 at a time), and a log's bytes over [`LOG_BYTES_PER_KEY`].
+pub(crate) async fn estimated_keys(data: &Table) -> Result<u64> {
+    use futures::{StreamExt, TryStreamExt};
+    let Some(latest) = data.timeline().latest_completed_data().map(|i| i.time.clone()) else {
+        return Ok(0);
+    };
+    let view = data.file_system_view().await?;
+    let replaced = data.replaced_file_groups(&latest).await?;
+    let mut bases = Vec::new();
+    let mut keys: u64 = 0;
+    for (_, slice) in view.slices_as_of(&latest, &replaced) {
+        keys += slice.logs.iter().map(|l| l.size / LOG_BYTES_PER_KEY).sum::<u64>();
+        bases.extend(slice.base.as_ref().map(|b| (b.path.clone(), b.size)));
+    }
+    let storage = data.storage();
+    let rows = futures::stream::iter(bases)
+        .map(|(path, size)| async move {
+            let mut file = crate::storage::ParquetFile::open(storage, &path, size);
+            let footer = parquet::arrow::async_reader::AsyncFileReader::get_metadata(&mut file, None)
+                .await
+                .map_err(|e| Error::from(e).in_file(&path))?;
+            Ok::<u64, Error>(footer.file_metadata().num_rows().max(0) as u64)
+        })
+        .buffer_unordered(16)
+        .try_fold(0u64, |all, rows| async move { Ok(all + rows) })
+        .await?;
+    Ok(keys + rows)
+}
+
 impl MetadataTable {
     /// Plans the lookup of `keys` (record keys) in the record index ([`Located::read`] reads it).
     pub(crate) async fn plan_locate(&self, keys: &BTreeSet<String>) -> Result<Located<'_>> {
@@ -476,6 +533,37 @@ pub(crate) fn take_keys(keys: &StringArray, rows: &[u32]) -> Result<StringArray>
 mod tests {
     use super::*;
     use crate::metadata::entries::record_index_key;
+
+    #[test]
+    fn a_sized_record_index_has_a_shard_per_keys_per_shard_within_its_bounds() {
+        assert_eq!(shards_for(0, 8), 8);
+        assert_eq!(shards_for(16 * KEYS_PER_SHARD, 8), 16);
+        assert_eq!(shards_for(16 * KEYS_PER_SHARD + 1, 8), 17);
+        assert_eq!(shards_for(100_000_000, 8), 50);
+        assert_eq!(shards_for(u64::MAX, 8), MAX_SHARDS);
+        assert_eq!(shards_for(u64::MAX, MAX_SHARDS + 5), MAX_SHARDS + 5, "an asked count is a floor");
+        for keys in [1, 999_999, 2_000_000, 2_000_001, 77_000_000, 50_000_000_000] {
+            let shards = u64::from(shards_for(keys, 1));
+            assert!(keys.div_ceil(shards) <= KEYS_PER_SHARD || shards == u64::from(MAX_SHARDS), "{keys}");
+        }
+    }
+
+    #[tokio::test]
+    async fn the_estimate_counts_base_rows_and_logs_by_their_bytes() {
+        use crate::config::TableType;
+        use crate::test_support::{by_parity, id_city_table};
+        use crate::write::{WriteConfig, WriteOperation};
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::MergeOnRead, crate::services::default_options()).await;
+        assert_eq!(estimated_keys(&t).await.unwrap(), 0);
+        let ids: Vec<i64> = (0..500).collect();
+        let config = WriteConfig::default();
+        t.write(WriteOperation::BulkInsert, vec![by_parity(&ids)], &config).await.unwrap();
+        assert_eq!(estimated_keys(&t).await.unwrap(), 500, "base files: their rows");
+        t.write(WriteOperation::Upsert, vec![by_parity(&ids[..100])], &config).await.unwrap();
+        let estimate = estimated_keys(&t).await.unwrap();
+        assert!(estimate > 500, "a log counts too: {estimate}");
+    }
 
     #[test]
     fn a_spilled_key_state_reads_back_as_itself() {
