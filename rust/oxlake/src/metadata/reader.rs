@@ -10,8 +10,9 @@
 //! hold one of them (base files are sorted by key and carry a page index; most pages of a row
 //! group selected, the row group is read whole), finds each key in them by binary search, and
 //! keeps only the matching rows of the logs. Of the page index, only that of the row groups the
-//! footer's statistics keep is read (docs/METADATA_TABLE.md, "A lookup's cost"). A lookup is planned before it reads ([`MetadataTable::plan_base`]): a writer
-//! weighs what it would decode against reading keys from data files.
+//! footer's statistics keep is read (docs/METADATA_TABLE.md, "A lookup's cost"). A lookup is
+//! planned before it reads ([`MetadataTable::plan_base`]): a writer weighs what it would decode
+//! against reading keys from data files.
 
 use std::collections::{BTreeSet, HashMap};
 use std::ops::Bound;

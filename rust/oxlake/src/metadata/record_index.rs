@@ -170,13 +170,7 @@ async fn read_keys(
     let global = data.config().global_index;
     let event_time = data.config().merge_mode == crate::config::MergeMode::EventTime;
     let timeline = Arc::new(data.timeline().clone());
-    let Some(latest) = timeline.latest_completed_data().map(|i| i.time.clone()) else {
-        return Ok((Vec::new(), global, event_time));
-    };
-    let view = data.file_system_view().await?;
-    let replaced = data.replaced_file_groups(&latest).await?;
-    let mut slices: Vec<(FileGroupId, FileSlice)> =
-        view.slices_as_of(&latest, &replaced).map(|(g, s)| (g.id(), s.clone())).collect();
+    let mut slices = latest_slices(data).await?;
     // The latest slice first: of two copies of a key (a write without a lookup put one beside
     // the other), the one written last as far as base instants tell, which writes index.
     slices.sort_by(|(a, sa), (b, sb)| sb.base_instant.cmp(&sa.base_instant).then_with(|| a.cmp(b)));
@@ -319,6 +313,17 @@ pub const MAX_SHARDS: u32 = 10_000;
 /// uncompressed; a log is seldom more than a small part of a slice).
 const LOG_BYTES_PER_KEY: u64 = 32;
 
+/// The latest file slice of every file group of `data` (replaced groups aside): what the record
+/// index holds the keys of.
+async fn latest_slices(data: &Table) -> Result<Vec<(FileGroupId, FileSlice)>> {
+    let Some(latest) = data.timeline().latest_completed_data().map(|i| i.time.clone()) else {
+        return Ok(Vec::new());
+    };
+    let view = data.file_system_view().await?;
+    let replaced = data.replaced_file_groups(&latest).await?;
+    Ok(view.slices_as_of(&latest, &replaced).map(|(g, s)| (g.id(), s.clone())).collect())
+}
+
 /// The shard count a build gives the record index of `data` ([`shards_for`] its
 /// [`estimated_keys`]).
 pub(crate) async fn sized_shards(data: &Table, least: u32) -> Result<u32> {
@@ -336,14 +341,9 @@ pub(crate) fn shards_for(keys: u64, least: u32) -> u32 {
 /// read, 16 at a time), and a log's bytes over [`LOG_BYTES_PER_KEY`].
 pub(crate) async fn estimated_keys(data: &Table) -> Result<u64> {
     use futures::{StreamExt, TryStreamExt};
-    let Some(latest) = data.timeline().latest_completed_data().map(|i| i.time.clone()) else {
-        return Ok(0);
-    };
-    let view = data.file_system_view().await?;
-    let replaced = data.replaced_file_groups(&latest).await?;
     let mut bases = Vec::new();
     let mut keys: u64 = 0;
-    for (_, slice) in view.slices_as_of(&latest, &replaced) {
+    for (_, slice) in latest_slices(data).await? {
         keys += slice.logs.iter().map(|l| l.size / LOG_BYTES_PER_KEY).sum::<u64>();
         bases.extend(slice.base.as_ref().map(|b| (b.path.clone(), b.size)));
     }
