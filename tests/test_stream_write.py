@@ -70,7 +70,8 @@ def test_streamed_writes_equal_the_same_writes_taken_whole(
     tmp_path: Path, table_type: str, table_version: int
 ) -> None:
     """Insert, upsert (duplicates across chunks, the greatest `ts` winning), upsert with
-    `_hoodie_is_deleted`, delete: each streamed through the spill, each equal to its whole twin."""
+    `_hoodie_is_deleted`, delete, upsert of deleted keys: each streamed through the spill, each
+    equal to its whole twin."""
     s, w = twins(tmp_path, table_type=table_type, table_version=table_version)
     first = pa.concat_tables(
         [shuffled(list(range(300)), ts=1), shuffled(list(range(0, 300, 3)), ts=2, name="dup")]
@@ -97,6 +98,9 @@ def test_streamed_writes_equal_the_same_writes_taken_whole(
     assert_same(s, w)
     # Deletes of keys the table lacks change nothing: no instant.
     both(s, w, "delete", trips(list(range(5000, 5400)), ts=100).select(["id", "city", "ts"]))
+    assert_same(s, w)
+    # Keys deleted above (held deleted in merge-on-read logs), held and new ones again.
+    both(s, w, "upsert", shuffled(list(range(0, 800, 3)), ts=200, name="back"))
     assert_same(s, w)
 
 

@@ -153,7 +153,18 @@ pub(crate) struct Spill {
     dir: Arc<SpillDir>,
     schema: SchemaRef,
     level: u32,
+    /// Where the file this spill splits sits ([`SpillFile::address`]); empty at the top.
+    parent: Arc<[Step]>,
     buckets: Vec<Bucket>,
+}
+
+/// One step of the way from the top of a spill to one of its files: at split `level`, bucket
+/// `index` of `buckets`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Step {
+    level: u32,
+    buckets: usize,
+    index: usize,
 }
 
 struct Bucket {
@@ -169,13 +180,19 @@ impl Spill {
         let mut fields: Vec<Arc<Field>> = schema.fields().iter().cloned().collect();
         fields.push(Arc::new(Field::new(HASH, DataType::UInt64, false)));
         let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
-        Self::with_hashed_schema(dir, schema, buckets, level)
+        Self::with_hashed_schema(dir, schema, buckets, level, Arc::new([]))
     }
 
-    fn with_hashed_schema(dir: &Arc<SpillDir>, schema: SchemaRef, buckets: usize, level: u32) -> Self {
+    fn with_hashed_schema(
+        dir: &Arc<SpillDir>,
+        schema: SchemaRef,
+        buckets: usize,
+        level: u32,
+        parent: Arc<[Step]>,
+    ) -> Self {
         let name = |b: usize| dir.path().join(format!("{}-{level}-{b}.arrows", NEXT.fetch_add(1, Ordering::Relaxed)));
         let buckets = (0..buckets.max(1)).map(|b| Bucket { path: name(b), writer: None, rows: 0, bytes: 0 }).collect();
-        Spill { dir: dir.clone(), schema, level, buckets }
+        Spill { dir: dir.clone(), schema, level, parent, buckets }
     }
 
     /// Spills the rows of `batch`, each into the bucket of its hash in `hashes`.
@@ -236,7 +253,8 @@ impl Spill {
     /// Every bucket in order, closed: `None` where it got no rows.
     pub(crate) fn finish_buckets(self) -> Result<Vec<Option<SpillFile>>> {
         let mut files = Vec::new();
-        for bucket in self.buckets {
+        let buckets = self.buckets.len();
+        for (index, bucket) in self.buckets.into_iter().enumerate() {
             let Some(mut writer) = bucket.writer else {
                 files.push(None);
                 continue;
@@ -247,6 +265,7 @@ impl Spill {
                 rows: bucket.rows,
                 bytes: bucket.bytes,
                 level: self.level,
+                address: self.parent.iter().copied().chain([Step { level: self.level, buckets, index }]).collect(),
                 schema: self.schema.clone(),
                 _dir: self.dir.clone(),
             }));
@@ -265,6 +284,8 @@ pub(crate) struct SpillFile {
     /// Their Arrow bytes, as they were spilled.
     pub bytes: usize,
     level: u32,
+    /// The buckets its rows' hashes fell in, from the top spill down to this file.
+    address: Arc<[Step]>,
     schema: SchemaRef,
     _dir: Arc<SpillDir>,
 }
@@ -293,6 +314,24 @@ impl SpillFile {
         Ok(out)
     }
 
+    /// The hash each row was spilled by, in the rows' order.
+    pub(crate) fn hashes(&self) -> Result<Vec<u64>> {
+        let mut out = Vec::with_capacity(self.rows);
+        for batch in self.batches()? {
+            let batch = batch?;
+            out.extend_from_slice(self.hash_column(&batch)?.values());
+        }
+        Ok(out)
+    }
+
+    fn hash_column<'b>(&self, batch: &'b RecordBatch) -> Result<&'b UInt64Array> {
+        batch
+            .column(batch.num_columns() - 1)
+            .as_any()
+            .downcast_ref::<UInt64Array>()
+            .ok_or_else(|| Error::invalid_data(format!("spill file {} lacks its hashes", self.path.display())))
+    }
+
     /// The rows, without their hashes, about `limit` Arrow bytes at a time (at least a batch).
     pub(crate) fn chunks(&self, limit: usize) -> Result<impl Iterator<Item = Result<Vec<RecordBatch>>>> {
         let mut batches = self.batches()?;
@@ -317,15 +356,13 @@ impl SpillFile {
     /// all share one hash (one key, one file group: they cannot be parted).
     pub(crate) fn split(&self, limit: usize) -> Result<Option<Vec<SpillFile>>> {
         let buckets = (self.bytes / limit.max(1) + 1).clamp(2, 256);
-        let mut into = Spill::with_hashed_schema(&self._dir, self.schema.clone(), buckets, self.level + 1);
+        let mut into =
+            Spill::with_hashed_schema(&self._dir, self.schema.clone(), buckets, self.level + 1, self.address.clone());
         let mut first: Option<u64> = None;
         let mut one_hash = true;
         for batch in self.batches()? {
             let batch = batch?;
-            let hashes =
-                batch.column(batch.num_columns() - 1).as_any().downcast_ref::<UInt64Array>().cloned().ok_or_else(
-                    || Error::invalid_data(format!("spill file {} lacks its hashes", self.path.display())),
-                )?;
+            let hashes = self.hash_column(&batch)?;
             let mut rows: Vec<Vec<u32>> = vec![Vec::new(); buckets];
             for (row, hash) in hashes.values().iter().enumerate() {
                 one_hash &= *first.get_or_insert(*hash) == *hash;
@@ -340,6 +377,63 @@ impl SpillFile {
             return Ok(None);
         }
         Ok(Some(parts))
+    }
+}
+
+/// Which of a set of files of one spill (split or not) a hash would have been spilled into: the
+/// other side of a join by the same hashes is sent to the files it meets.
+pub(crate) struct Router {
+    root: Node,
+}
+
+enum Node {
+    /// No file of the set holds this bucket.
+    None,
+    /// The file (its number in the set) holding every hash of this bucket.
+    File(usize),
+    /// A bucket split again at `level`.
+    Split { level: u32, children: Vec<Node> },
+}
+
+impl Router {
+    /// Routes to `files` (each named by its number, as `route` answers): files of one spill,
+    /// none inside another (the leaves of its splits).
+    pub(crate) fn new<'f>(files: impl IntoIterator<Item = (&'f SpillFile, usize)>) -> Result<Self> {
+        let mut root = Node::None;
+        for (file, number) in files {
+            let mut node = &mut root;
+            for step in file.address.iter() {
+                if let Node::None = node {
+                    let children = (0..step.buckets).map(|_| Node::None).collect();
+                    *node = Node::Split { level: step.level, children };
+                }
+                node = match node {
+                    Node::Split { level, children } if *level == step.level && children.len() == step.buckets => {
+                        children
+                            .get_mut(step.index)
+                            .ok_or_else(|| Error::invalid_data("a spill file's bucket past its split"))?
+                    }
+                    _ => return Err(Error::invalid_data(format!("spill file {} inside another", file.path.display()))),
+                };
+            }
+            match node {
+                Node::None => *node = Node::File(number),
+                _ => return Err(Error::invalid_data(format!("spill file {} holds another", file.path.display()))),
+            }
+        }
+        Ok(Router { root })
+    }
+
+    /// The number of the file `hash` would be in, if one of the set holds its bucket.
+    pub(crate) fn route(&self, hash: u64) -> Option<usize> {
+        let mut node = &self.root;
+        loop {
+            match node {
+                Node::None => return None,
+                Node::File(number) => return Some(*number),
+                Node::Split { level, children } => node = &children[bucket(hash, *level, children.len())],
+            }
+        }
     }
 }
 
@@ -431,6 +525,45 @@ mod tests {
         let (a, b) = (live.path().to_path_buf(), next.path().to_path_buf());
         drop((live, next));
         assert!(!a.exists() && !b.exists());
+    }
+
+    #[test]
+    fn a_router_sends_each_hash_to_the_leaf_holding_it() {
+        let dir = directory(None).unwrap();
+        let schema = batch(vec![]).schema();
+        let mut spill = Spill::new(&dir, &schema, 4, 0);
+        // Hashes of values 0..4000 but those of bucket 3 at the top: that bucket gets no file.
+        let hash = |v: i64| (v as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let input: Vec<i64> = (0..4000).filter(|v| bucket(hash(*v), 0, 4) != 3).collect();
+        spill.push(&batch(input.clone()), UInt64Array::from_iter_values(input.iter().map(|v| hash(*v)))).unwrap();
+        let mut leaves = spill.finish().unwrap();
+        assert_eq!(leaves.len(), 3);
+        // One file split, one of its parts split again: leaves at three levels.
+        let parts = leaves.remove(0).split(1).unwrap().unwrap();
+        let mut parts = parts.into_iter();
+        let again = parts.next().unwrap().split(1).unwrap().unwrap();
+        leaves.extend(parts.chain(again));
+        let router = Router::new(leaves.iter().enumerate().map(|(n, f)| (f, n))).unwrap();
+        for (n, leaf) in leaves.iter().enumerate() {
+            for v in values(std::slice::from_ref(leaf)).concat() {
+                assert_eq!(router.route(hash(v)), Some(n), "value {v}");
+            }
+        }
+        let missing = (4000..).find(|v| bucket(hash(*v), 0, 4) == 3).unwrap();
+        assert_eq!(router.route(hash(missing)), None, "a bucket no file holds");
+        // A file and a part of it are not leaves of one spill.
+        let split = leaves[0].split(1).unwrap().unwrap();
+        assert!(Router::new([(&leaves[0], 0), (&split[0], 1)]).is_err());
+        assert!(Router::new([(&split[0], 1), (&leaves[0], 0)]).is_err());
+        // Hashes are read back in the rows' order.
+        let in_order: Vec<u64> = leaves[1]
+            .read()
+            .unwrap()
+            .iter()
+            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .map(hash)
+            .collect();
+        assert_eq!(leaves[1].hashes().unwrap(), in_order);
     }
 
     #[test]

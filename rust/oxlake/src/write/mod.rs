@@ -10,6 +10,7 @@
 
 mod alter;
 mod base_file;
+mod held;
 pub mod inline;
 mod log_file;
 mod overlaps;
@@ -550,7 +551,20 @@ impl Table {
         instant: &str,
         config: &WriteConfig,
     ) -> Result<WrittenFiles> {
-        let plan = plan::plan(self, op, incoming, config).await?;
+        self.write_files_within(op, incoming, instant, config, None).await
+    }
+
+    /// [`Table::write_files_in`], looking keys up only in the file groups `within` when given
+    /// ([`plan::plan_within`]).
+    async fn write_files_within(
+        &self,
+        op: WriteOperation,
+        incoming: Option<&Arc<Incoming>>,
+        instant: &str,
+        config: &WriteConfig,
+        within: Option<&std::collections::HashSet<crate::table::fs_view::FileGroupId>>,
+    ) -> Result<WrittenFiles> {
+        let plan = plan::plan_within(self, op, incoming, config, within).await?;
         crate::commit::failpoint("after-plan");
         write_partition_markers(self, instant, &plan).await?;
         let plan::WritePlan { work, replaced } = plan;

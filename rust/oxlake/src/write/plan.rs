@@ -1,6 +1,6 @@
 //! Planning a write: index lookup and file-group assignment.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -160,6 +160,19 @@ pub(crate) async fn plan(
     incoming: Option<&Arc<Incoming>>,
     config: &WriteConfig,
 ) -> Result<WritePlan> {
+    plan_within(table, op, incoming, config, None).await
+}
+
+/// [`plan`], looking the incoming keys up only in the file groups `within` (when given): the
+/// caller knows no other group holds any of them (a streamed write that found each key's group
+/// beforehand). New keys still go where `plan` puts them.
+pub(crate) async fn plan_within(
+    table: &Table,
+    op: WriteOperation,
+    incoming: Option<&Arc<Incoming>>,
+    config: &WriteConfig,
+    within: Option<&HashSet<FileGroupId>>,
+) -> Result<WritePlan> {
     let timeline = table.timeline();
     let latest = timeline.latest_completed_data().map(|i| i.time.clone());
     let mor = table.config().table_type == crate::config::TableType::MergeOnRead;
@@ -179,7 +192,9 @@ pub(crate) async fn plan(
         let clustering = crate::table::pending::pending_clustering_groups(table).await?;
         for (g, s) in view.slices_as_of(latest, &replaced) {
             let Some(base) = &s.base else { continue };
-            live.entry(g.partition.clone()).or_default().push(base.clone());
+            if within.is_none_or(|groups| groups.contains(&g.id())) {
+                live.entry(g.partition.clone()).or_default().push(base.clone());
+            }
             if !mor {
                 if !clustering.contains(&g.id()) {
                     small_candidates.entry(g.partition.clone()).or_default().push(base.clone());
@@ -977,6 +992,57 @@ mod tests {
                 assert_eq!(r.len(), 2, "{op:?}: {r:?}");
                 assert!(r.iter().all(|route| route.1 != "new" && route.2 == ["1"]), "{op:?}: {r:?}");
                 assert_ne!(r[0].1, r[1].1, "two groups");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_plan_within_named_groups_finds_their_keys_and_takes_keys_of_no_named_group_for_new() {
+        // What a streamed write relies on: its one pass over the table's keys names each key's
+        // group, or (two keys of one hash) a group that lacks the key.
+        for table_type in [TableType::CopyOnWrite, TableType::MergeOnRead] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut t = table(dir.path(), table_type).await;
+            // Group 0 holds keys 1 and 2, group 1 key 3.
+            let mut groups = Vec::new();
+            for rows in [&[(1, "a"), (2, "a")][..], &[(3, "a")]] {
+                let config = WriteConfig::default();
+                let written = t.write(WriteOperation::BulkInsert, vec![id_city_rows(rows)], &config).await.unwrap();
+                groups.push(group_of(&written.files, "city=a"));
+            }
+            let input = vec![id_city_rows(&[(1, "a"), (3, "a")])];
+            let incoming =
+                super::super::prepare(&t, WriteOperation::Upsert, input, SchemaMode::Strict).unwrap().unwrap();
+            let incoming = Arc::new(incoming);
+            let all = plan(&t, WriteOperation::Upsert, Some(&incoming), &WriteConfig::default()).await.unwrap();
+            for named in [vec![groups[0].clone()], vec![groups[1].clone()], groups.clone()] {
+                let within: HashSet<FileGroupId> = named.iter().map(|g| ("city=a".to_string(), g.clone())).collect();
+                let config = WriteConfig { small_file_limit: 0, ..WriteConfig::default() };
+                let p = plan_within(&t, WriteOperation::Upsert, Some(&incoming), &config, Some(&within)).await.unwrap();
+                // Each key is updated in its group when that group is named, else inserted anew;
+                // none is lost or written twice.
+                let mut updated: Vec<String> = Vec::new();
+                let mut inserted = 0;
+                for w in &p.work {
+                    match &w.old {
+                        Some(_) => {
+                            assert!(named.contains(&w.file_id), "{table_type:?}: only named groups are read");
+                            updated.extend(w.changes.keys().cloned());
+                        }
+                        None => inserted += w.inserts.len(),
+                    }
+                }
+                updated.sort();
+                let expected: Vec<String> = [("1", 0), ("3", 1)]
+                    .iter()
+                    .filter(|(_, g)| named.contains(&groups[*g]))
+                    .map(|(k, _)| k.to_string())
+                    .collect();
+                assert_eq!(updated, expected, "{table_type:?} {named:?}: {:?}", routes(&p));
+                assert_eq!(inserted, 2 - expected.len(), "{table_type:?} {named:?}: the key of no named group is new");
+                if named.len() == 2 {
+                    assert_eq!(routes(&p), routes(&all));
+                }
             }
         }
     }

@@ -9,11 +9,13 @@
 //!    without a global index), so every duplicate of a key lands in one file.
 //! 2. **The key files** are read a part at a time (a quarter of a chunk: files split again while
 //!    larger, small ones taken together), their duplicates combined and their keys looked up:
-//!    about four lookups per chunk of input, each of which, without a record index, reads the key
-//!    columns of the partitions written. Rows of keys the table holds are spilled again by the
-//!    hash of their file group, the rows of new keys by the hash of their partition.
+//!    in the record index where the table keeps one, else in the table's keys read once for all
+//!    parts and spilled by the part they meet ([`super::held`]). Rows of keys the table holds are
+//!    spilled again by the hash of their file group, the rows of new keys by the hash of their
+//!    partition.
 //! 3. **The group files** (split likewise, a single group never) are written a part at a time:
-//!    every group's changes are in one file, so each group is rewritten, or logged to, once.
+//!    every group's changes are in one file, so each group is rewritten, or logged to, once, by a
+//!    plan that reads the keys of the part's own groups only (unless a key has copies in two).
 //! 4. **Each partition file** is cut into new file groups a chunk at a time, so a partition gets
 //!    files of the target size but for one per chunk.
 //!
@@ -24,6 +26,7 @@
 //! Nothing is written to the table before the input has been read whole: a failing input leaves
 //! it as it was, without an instant.
 
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasher;
 use std::sync::Arc;
 
@@ -31,11 +34,13 @@ use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field};
 
+use super::held::{HeldKeys, KeyFilter};
 use super::plan::{self, TaskId, WriteConfig};
 use super::{IS_DELETED, Incoming, WriteOperation, WriteResult, WrittenFiles, keyed, next_chunk, prepare};
 use crate::error::{Error, Result};
 use crate::storage::spill::{self, Spill, SpillFile};
 use crate::table::Table;
+use crate::table::fs_view::FileGroupId;
 
 /// Files the input is first spilled into (more where one outgrows a part, [`Streamed::part_bytes`]).
 const KEY_FILES: usize = 16;
@@ -64,6 +69,13 @@ struct Streamed<'a> {
     keep_keys: bool,
     /// Whether a key of the input has copies in several file groups.
     copies: bool,
+    /// The hashes of the input's keys, for the one pass over the table's keys (dropped after it:
+    /// a retried write passes every key).
+    filter: Option<KeyFilter>,
+    /// The partitions of the input.
+    partitions: BTreeSet<String>,
+    /// The file groups holding input keys, by the hash their rows are spilled by.
+    groups: HashMap<u64, FileGroupId>,
 }
 
 impl Table {
@@ -107,6 +119,10 @@ impl Table {
             tasks: 0,
             keep_keys: true,
             copies: false,
+            // Only writes that look keys up read the table's keys.
+            filter: (op != WriteOperation::Insert || self.config().global_index).then(KeyFilter::new),
+            partitions: BTreeSet::new(),
+            groups: HashMap::new(),
         };
         let (by_key, only_deletes) = self.spill_by_key(&mut s, first, input)?;
         // Split once: the look-ahead for deletes and every attempt read the same parts.
@@ -155,11 +171,15 @@ impl Table {
             drop(chunk);
             if let Some(keyed) = keyed(self, s.op, vec![batch.clone()], s.config.schema_mode)? {
                 only_deletes &= s.op == WriteOperation::Delete || keyed.only_deletes();
-                let hashes = (0..keyed.keys.len()).map(|row| {
+                s.partitions.extend(keyed.partitions.paths.iter().cloned());
+                let hashes = UInt64Array::from_iter_values((0..keyed.keys.len()).map(|row| {
                     let scope = if global { "" } else { keyed.partitions.path(row) };
                     s.hasher.hash_one((scope, keyed.keys.value(row)))
-                });
-                spill.push(&batch, UInt64Array::from_iter_values(hashes))?;
+                }));
+                if let Some(filter) = &mut s.filter {
+                    hashes.values().iter().for_each(|h| filter.insert(*h));
+                }
+                spill.push(&batch, hashes)?;
             }
             chunk = next_chunk(input, s.chunk_bytes)?;
         }
@@ -188,6 +208,7 @@ impl Table {
         // Read under the instant: an index built later fails the commit (`metadata::sync`).
         s.keep_keys = crate::metadata::holds_record_index(self).await;
         s.copies = false;
+        s.groups.clear();
         let parts = match self.write_spilled_files(s, by_key, tx.time()).await {
             Ok(parts) => parts,
             Err(e) => {
@@ -214,11 +235,26 @@ impl Table {
         let global = self.config().global_index;
         let looks_up = op != WriteOperation::Insert || global;
         let (mut held, mut new): (Option<Spill>, Option<Spill>) = (None, None);
-        for run in s.runs(by_key) {
+        let runs = s.runs(by_key);
+        // Without a record index, the table's keys are read once for all runs (a grace hash
+        // join, `held`); with one, each run looks its keys up in it.
+        let stored = match looks_up && !s.keep_keys {
+            true => {
+                let filter = s.filter.take();
+                let hasher = s.hasher;
+                let parallelism = s.config.parallelism;
+                Some(self.held_keys(&s.dir, &runs, &s.partitions, filter.as_ref(), hasher, parallelism).await?)
+            }
+            false => None,
+        };
+        for (number, run) in runs.into_iter().enumerate() {
             let Some(incoming) = self.spilled_incoming(s, run).await? else { continue };
             let mut new_rows = Vec::new();
             if looks_up {
-                let (held_rows, hashes) = self.find_groups(s, &incoming, &mut new_rows).await?;
+                let (held_rows, hashes) = match &stored {
+                    Some(stored) => self.found_in(s, stored, number, &incoming, &mut new_rows)?,
+                    None => self.find_groups(s, &incoming, &mut new_rows).await?,
+                };
                 if !held_rows.is_empty() {
                     let rows = spillable(&incoming.take(&UInt32Array::from(held_rows))?)?;
                     let spill = held.get_or_insert_with(|| Spill::new(&s.dir, &rows.schema(), GROUP_FILES, 0));
@@ -246,8 +282,14 @@ impl Table {
         s.keep_keys |= s.copies;
         let held = s.leaves(held.map(Spill::finish).transpose()?.unwrap_or_default())?;
         for run in s.runs(&held) {
+            // Where no key has copies in two groups, each key's group is known: the run's plan
+            // reads the keys of its own groups only (else those of every group it may touch).
+            let within = match s.copies {
+                false => s.groups_of_run(run)?,
+                true => None,
+            };
             let Some(incoming) = self.spilled_incoming(s, run).await? else { continue };
-            parts.push(self.write_part(s, op, &incoming, instant, false).await?);
+            parts.push(self.write_part(s, op, &incoming, instant, false, within.as_ref()).await?);
         }
         s.keep_keys = keep_keys;
         // New keys into new file groups, a chunk at a time. Without a global index they are
@@ -260,7 +302,7 @@ impl Table {
             for chunk in file.chunks(s.chunk_bytes)? {
                 let Some(incoming) = prepare(self, new_op, chunk?, s.config.schema_mode)? else { continue };
                 let incoming = Arc::new(incoming);
-                parts.push(self.write_part(s, new_op, &incoming, instant, first).await?);
+                parts.push(self.write_part(s, new_op, &incoming, instant, first, None).await?);
                 first = false;
             }
         }
@@ -280,24 +322,42 @@ impl Table {
         let planned = plan::plan(self, s.op, Some(incoming), &lookup_only).await?;
         let mut group_of: Vec<Option<u64>> = vec![None; incoming.keys.len()];
         for w in &planned.work {
-            let hash = s.hasher.hash_one((&w.partition, &w.file_id));
+            let hash = s.group_hash(&(w.partition.clone(), w.file_id.clone()));
             for row in w.changes.values().chain(w.moved_out.values()).chain(w.removed.values()) {
                 let before = group_of[*row as usize].replace(hash);
                 s.copies |= before.is_some_and(|b| b != hash);
             }
         }
-        let (mut held_rows, mut hashes) = (Vec::new(), Vec::new());
-        for (row, group) in group_of.into_iter().enumerate() {
-            match group {
-                Some(hash) => {
-                    held_rows.push(row as u32);
-                    hashes.push(hash);
-                }
-                None if s.op != WriteOperation::Delete && !incoming.is_delete(row as u32) => new_rows.push(row as u32),
-                None => {}
+        Ok(held_or_new(s.op, incoming, group_of, new_rows))
+    }
+
+    /// [`Table::find_groups`] from the table's keys read once (`stored`, run `number`): a row is
+    /// held where a group holds a key of its hash (the run's plan reads that group's keys and
+    /// tells), new where none does.
+    fn found_in(
+        &self,
+        s: &mut Streamed<'_>,
+        stored: &HeldKeys,
+        number: usize,
+        incoming: &Arc<Incoming>,
+        new_rows: &mut Vec<u32>,
+    ) -> Result<(Vec<u32>, Vec<u64>)> {
+        let global = self.config().global_index;
+        let hashes: Vec<u64> = (0..incoming.keys.len())
+            .map(|row| {
+                let scope = if global { "" } else { incoming.partitions.path(row) };
+                s.hasher.hash_one((scope, incoming.keys.value(row)))
+            })
+            .collect();
+        let mut group_of: Vec<Option<u64>> = vec![None; incoming.keys.len()];
+        for (row, groups) in stored.groups_of(number, &hashes)?.into_iter().enumerate() {
+            for group in groups {
+                let hash = s.group_hash(group);
+                let before = group_of[row].replace(hash);
+                s.copies |= before.is_some_and(|b| b != hash);
             }
         }
-        Ok((held_rows, hashes))
+        Ok(held_or_new(s.op, incoming, group_of, new_rows))
     }
 
     /// The rows of a run of spilled files, checked and combined as a write's input, in the schema
@@ -316,10 +376,11 @@ impl Table {
         incoming: &Arc<Incoming>,
         instant: &str,
         small_files: bool,
+        within: Option<&HashSet<FileGroupId>>,
     ) -> Result<WrittenFiles> {
         let small_file_limit = if small_files { s.config.small_file_limit } else { 0 };
         let config = WriteConfig { task: s.next_task(), small_file_limit, ..s.config.clone() };
-        let mut files = self.write_files_in(op, Some(incoming), instant, &config).await?;
+        let mut files = self.write_files_within(op, Some(incoming), instant, &config, within).await?;
         if !s.keep_keys {
             files.keys.unlist();
         }
@@ -328,6 +389,27 @@ impl Table {
 }
 
 impl Streamed<'_> {
+    /// The hash the rows of a file group's changes are spilled by; the group kept by it.
+    fn group_hash(&mut self, group: &FileGroupId) -> u64 {
+        let hash = self.hasher.hash_one((&group.0, &group.1));
+        self.groups.entry(hash).or_insert_with(|| group.clone());
+        hash
+    }
+
+    /// The file groups a run of spilled changes is for (`None`: a hash of no known group).
+    fn groups_of_run(&self, run: &[SpillFile]) -> Result<Option<HashSet<FileGroupId>>> {
+        let mut groups = HashSet::new();
+        for file in run {
+            for hash in file.hashes()?.into_iter().collect::<hashbrown::HashSet<u64>>() {
+                match self.groups.get(&hash) {
+                    Some(group) => groups.insert(group.clone()),
+                    None => return Ok(None),
+                };
+            }
+        }
+        Ok(Some(groups))
+    }
+
     fn next_task(&mut self) -> TaskId {
         self.tasks += 1;
         TaskId { task: self.tasks, attempt: 1 }
@@ -382,6 +464,29 @@ impl Streamed<'_> {
         }
         file.split(limit)
     }
+}
+
+/// Which rows of `incoming` go to the groups holding their keys (with the hash of the group, from
+/// `group_of`) and which, new, go to `new_rows`: a row deleting a key no group holds deletes
+/// nothing.
+fn held_or_new(
+    op: WriteOperation,
+    incoming: &Incoming,
+    group_of: Vec<Option<u64>>,
+    new_rows: &mut Vec<u32>,
+) -> (Vec<u32>, Vec<u64>) {
+    let (mut held_rows, mut hashes) = (Vec::new(), Vec::new());
+    for (row, group) in group_of.into_iter().enumerate() {
+        match group {
+            Some(hash) => {
+                held_rows.push(row as u32);
+                hashes.push(hash);
+            }
+            None if op != WriteOperation::Delete && !incoming.is_delete(row as u32) => new_rows.push(row as u32),
+            None => {}
+        }
+    }
+    (held_rows, hashes)
 }
 
 /// The rows of a run of spilled files.
