@@ -76,6 +76,8 @@ struct Streamed<'a> {
     partitions: BTreeSet<String>,
     /// The file groups holding input keys, by the hash their rows are spilled by.
     groups: HashMap<u64, FileGroupId>,
+    /// Whether two of those groups share a hash: a run's groups are then not known by it.
+    groups_clash: bool,
 }
 
 impl Table {
@@ -123,6 +125,7 @@ impl Table {
             filter: (op != WriteOperation::Insert || self.config().global_index).then(KeyFilter::new),
             partitions: BTreeSet::new(),
             groups: HashMap::new(),
+            groups_clash: false,
         };
         let (by_key, only_deletes) = self.spill_by_key(&mut s, first, input)?;
         // Split once: the look-ahead for deletes and every attempt read the same parts.
@@ -209,6 +212,7 @@ impl Table {
         s.keep_keys = crate::metadata::holds_record_index(self).await;
         s.copies = false;
         s.groups.clear();
+        s.groups_clash = false;
         let parts = match self.write_spilled_files(s, by_key, tx.time()).await {
             Ok(parts) => parts,
             Err(e) => {
@@ -392,12 +396,17 @@ impl Streamed<'_> {
     /// The hash the rows of a file group's changes are spilled by; the group kept by it.
     fn group_hash(&mut self, group: &FileGroupId) -> u64 {
         let hash = self.hasher.hash_one((&group.0, &group.1));
-        self.groups.entry(hash).or_insert_with(|| group.clone());
+        let known = self.groups.entry(hash).or_insert_with(|| group.clone());
+        self.groups_clash |= known != group;
         hash
     }
 
-    /// The file groups a run of spilled changes is for (`None`: a hash of no known group).
+    /// The file groups a run of spilled changes is for (`None`: a hash of no known group, or
+    /// of two).
     fn groups_of_run(&self, run: &[SpillFile]) -> Result<Option<HashSet<FileGroupId>>> {
+        if self.groups_clash {
+            return Ok(None);
+        }
         let mut groups = HashSet::new();
         for file in run {
             for hash in file.hashes()?.into_iter().collect::<hashbrown::HashSet<u64>>() {
