@@ -638,7 +638,7 @@ class Table:
                 f"chunk_bytes must be a positive number of bytes, not {chunk_bytes!r}"
             )
         stream = _arrow_stream(data)
-        if chunk_bytes is None and operation != "bulk_insert" and isinstance(stream, pa.Table):
+        if chunk_bytes is None and isinstance(stream, pa.Table):
             # In memory already (a pyarrow Table or RecordBatch, a pandas DataFrame): written
             # whole, as spilling it would only add the disk's time.
             chunk_bytes = _WHOLE
@@ -931,11 +931,13 @@ class Table:
         Spark write (`oxlake.spark.write`) sorts the whole frame for `global_sort` and each task's
         rows for `partition_sort`.
 
-        The input streams in bounded memory, whatever its size (a `RecordBatchReader`, a
+        A stream is written in bounded memory, whatever its size (a `RecordBatchReader`, a
         generator of batches through `pa.RecordBatchReader.from_batches`, any
         `__arrow_c_stream__`): it is taken `chunk_bytes` of Arrow data at a time (default
         512 MiB; peak memory is a few times that) and each chunk is written to files of its own
-        before the next is read, all in one commit. A failure of the input midway rolls the whole
+        before the next is read, all in one commit. Data already in memory (a pyarrow Table or
+        RecordBatch, a pandas DataFrame) is written whole, as `insert` writes it, unless
+        `chunk_bytes` is given. A failure of the input midway rolls the whole
         write back. `partition_sort` then orders each chunk's rows. `global_sort`, and
         `conflict_retries > 0` (a stream cannot be read twice), hold the whole input instead."""
         return self._write(

@@ -71,6 +71,12 @@ pub(crate) async fn write_all(
         crate::config::MergeMode::EventTime => table.config().ordering_field.clone(),
         crate::config::MergeMode::CommitTime | crate::config::MergeMode::Custom => None,
     };
+    // The input's columns of distinct values are written without a dictionary (see
+    // `distinct_columns`); a rewritten file's kept rows go the same way.
+    let plain = match incoming {
+        Some(incoming) => crate::format::base_file::distinct_columns(&incoming.batch)?,
+        None => Vec::new(),
+    };
     let ctx = Arc::new(Context {
         storage: table.storage().clone(),
         schema: table.schema(),
@@ -79,7 +85,7 @@ pub(crate) async fn write_all(
         columns: table.column_history().cloned(),
         ordering_field,
         table_name: table.config().name.clone(),
-        props: crate::format::base_file::writer_properties(config.row_group_size),
+        props: crate::format::base_file::writer_properties_with_plain(config.row_group_size, &plain),
         task: config.task,
         file_indexes: crate::metadata::file_indexes(table),
         logs_named_by_writer: table.config().layout_version >= 2,

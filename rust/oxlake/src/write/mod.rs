@@ -857,6 +857,16 @@ fn winners<K: std::hash::Hash + Eq>(
     slots
 }
 
+/// Whether the keys rise strictly from row to row (ids issued in order, time-ordered keys): then
+/// no two rows share a key. Compared as the integers when the key is one integer column, else as
+/// the key text; one pass, stopping at the first row that does not rise.
+fn strictly_increasing(ints: Option<&arrow::array::Int64Array>, keys: &StringArray) -> bool {
+    match ints {
+        Some(ints) => ints.null_count() == 0 && ints.values().windows(2).all(|w| w[0] < w[1]),
+        None => keys.null_count() == 0 && (1..keys.len()).all(|i| keys.value(i - 1) < keys.value(i)),
+    }
+}
+
 /// The input checked against the table and keyed, every row kept.
 fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: SchemaMode) -> Result<Option<Incoming>> {
     let (batches, deleted) = match op {
@@ -934,7 +944,12 @@ fn dedup(input: Incoming, global: bool, simple_field: Option<&str>) -> Result<In
         None => None,
     };
     let partition = |row: usize| if global { 0 } else { input.partitions.ids[row] };
-    let kept: Vec<u32> = match integer_keys(&input.batch, simple_field)? {
+    let ints = integer_keys(&input.batch, simple_field)?;
+    if strictly_increasing(ints.as_ref(), &input.keys) {
+        // Every key differs from every other: nothing to combine, and no table of keys to build.
+        return Ok(input);
+    }
+    let kept: Vec<u32> = match ints {
         Some(ints) => winners(n, |row| (partition(row), ints.value(row)), cmp.as_ref()),
         None => winners(n, |row| (partition(row), input.keys.value(row)), cmp.as_ref()),
     };
@@ -1056,6 +1071,37 @@ mod tests {
             let by_int = dedup(incoming(), global, Some("id")).unwrap();
             proptest::prop_assert_eq!(by_text.batch, by_int.batch);
             proptest::prop_assert_eq!(by_text.keys, by_int.keys);
+        }
+
+        /// Combining keeps the rows a table of every key keeps, whether or not the keys rise
+        /// (rising keys skip the table).
+        #[test]
+        fn dedup_keeps_the_winners_of_every_key(
+            mut ids in proptest::collection::vec(-50i64..50, 0..40),
+            rising in proptest::prelude::any::<bool>(),
+            by_int in proptest::prelude::any::<bool>(),
+        ) {
+            if rising {
+                ids.sort_unstable();
+                ids.dedup();
+            }
+            let keys = StringArray::from(ids.iter().map(|i| format!("{i:+04}")).collect::<Vec<_>>());
+            let incoming = Incoming {
+                keys: keys.clone(),
+                partitions: Partitions { paths: vec!["p".into()], ids: vec![0; ids.len()] },
+                ordering: None,
+                deleted: None,
+                batch: RecordBatch::try_from_iter(vec![
+                    ("id", Arc::new(Int64Array::from(ids.clone())) as ArrayRef),
+                    ("row", Arc::new(Int64Array::from_iter_values(0..ids.len() as i64)) as ArrayRef),
+                ])
+                .unwrap(),
+            };
+            let kept = dedup(incoming, false, by_int.then_some("id")).unwrap();
+            let expected = winners(ids.len(), |row| (0u32, keys.value(row)), None);
+            use arrow::array::AsArray;
+            let rows: Vec<u32> = kept.batch.column(1).as_primitive::<arrow::datatypes::Int64Type>().values().iter().map(|r| *r as u32).collect();
+            proptest::prop_assert_eq!(rows, expected);
         }
 
         /// A task's report survives its trip to the driver as JSON, the index entries it computed
