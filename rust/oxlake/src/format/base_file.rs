@@ -35,37 +35,48 @@ pub fn writer_properties_with_plain(row_group_size: usize, plain: &[String]) -> 
         .build()
 }
 
-/// The data columns of `batch` (flat ones, at the top level) whose first rows hold no value
+/// The data columns of `batch` (flat ones, at the top level) whose sampled rows hold no value
 /// twice: ids, timestamps, measurements. A dictionary of such a column holds every value of a
 /// row group once more and indexes it from every row, so it is larger than the values written
-/// plainly, and it costs a hash of every value to build; the Parquet writer gives it up only once
-/// the dictionary page is full. Sampled from the first [`SAMPLE_ROWS`] rows (none below half that
-/// many): a column is taken for distinct when 99 in 100 of its sampled values are, which a
-/// column of fewer than about 400,000 distinct values almost never is, and arrow-rs's dictionary
-/// (1 MiB a row group) could not hold a row group of a column of more.
+/// plainly, and it costs a hash of every value to build; arrow-rs gives it up only once the
+/// dictionary page (1 MiB a row group) is full.
+///
+/// [`SAMPLE_ROWS`] rows are sampled at an even stride over the whole batch (none taken below half
+/// that many rows), so that an input cycling through a short list of values (sensors, in time
+/// order) shows its repeats. A column is taken for distinct when 99 in 100 of its sampled values
+/// are. Drawn at random from a column of `d` distinct values, 8,192 rows repeat about
+/// `8192² / 2d` of them: 1 in 100 or more for `d` below about 400,000. A column of more is still
+/// smaller plain, or nearly (its dictionary holds almost a value per row). Columns of long
+/// values (over 256 bytes on average) are left to the writer: sampling them would copy
+/// megabytes, and their dictionary is the writer's business.
 pub fn distinct_columns(batch: &RecordBatch) -> Result<Vec<String>> {
-    let n = batch.num_rows().min(SAMPLE_ROWS);
-    if n < SAMPLE_ROWS / 2 {
+    let rows = batch.num_rows();
+    if rows < SAMPLE_ROWS / 2 {
         return Ok(Vec::new());
     }
+    let n = rows.min(SAMPLE_ROWS);
+    let stride = rows / n;
+    let sampled = arrow::array::UInt32Array::from_iter_values((0..n).map(|i| (i * stride) as u32));
     let mut distinct = Vec::new();
     for (field, column) in batch.schema().fields().iter().zip(batch.columns()) {
         let dt = field.data_type();
         if META_FIELDS.contains(&field.name().as_str())
             || dt.is_nested()
+            || column.get_buffer_memory_size() / rows > 256
             || !RowConverter::supports_fields(&[SortField::new(dt.clone())])
         {
             continue;
         }
-        let sample = column.slice(0, n);
-        let values = n - sample.null_count();
+        let sample = arrow::compute::take(column.as_ref(), &sampled, None)?;
+        let values = n - sample.logical_null_count();
         if values < n / 2 {
             continue;
         }
-        let rows = RowConverter::new(vec![SortField::new(dt.clone())])?.convert_columns(&[sample.clone()])?;
+        let encoded =
+            RowConverter::new(vec![SortField::new(dt.clone())])?.convert_columns(std::slice::from_ref(&sample))?;
         let valid = sample.logical_nulls();
         let seen: hashbrown::HashSet<_> =
-            (0..n).filter(|i| valid.as_ref().is_none_or(|v| v.is_valid(*i))).map(|i| rows.row(i)).collect();
+            (0..n).filter(|i| valid.as_ref().is_none_or(|v| v.is_valid(*i))).map(|i| encoded.row(i)).collect();
         if seen.len() * 100 >= values * 99 {
             distinct.push(field.name().clone());
         }
@@ -117,6 +128,21 @@ mod tests {
         assert_eq!(distinct_columns(&batch(20_000)).unwrap(), ["id", "ts"]);
         // Too few rows to tell a column of distinct values from a short one.
         assert!(distinct_columns(&batch(1_000)).unwrap().is_empty());
+        // Sensors read in time order: each of 10,000 appears once per round, so the first rows
+        // hold no sensor twice; rows sampled over the whole batch do.
+        let rounds = RecordBatch::try_from_iter(vec![(
+            "sensor",
+            Arc::new(Int64Array::from_iter_values((0..200_000).map(|i| i % 10_000))) as ArrayRef,
+        )])
+        .unwrap();
+        assert!(distinct_columns(&rounds).unwrap().is_empty());
+        // Long values are not sampled.
+        let long = RecordBatch::try_from_iter(vec![(
+            "blob",
+            Arc::new(StringArray::from_iter_values((0..5_000).map(|i| format!("{i:0>300}")))) as ArrayRef,
+        )])
+        .unwrap();
+        assert!(distinct_columns(&long).unwrap().is_empty());
         let props = writer_properties_with_plain(1024, &["id".to_string()]);
         assert!(!props.dictionary_enabled(&ColumnPath::from("id")));
         assert!(props.dictionary_enabled(&ColumnPath::from("rider")));

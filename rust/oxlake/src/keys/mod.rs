@@ -215,28 +215,41 @@ impl KeySpec {
             return Ok(Partitions { paths: vec![String::new()], ids: vec![0; rows] });
         }
         let cols = self.segment_columns(batch)?;
-        let mut seen: hashbrown::HashMap<Vec<Option<&str>>, u32> = hashbrown::HashMap::new();
+        // Two spellings of values can make one path (null and the default partition's name).
         let mut id_of_path: hashbrown::HashMap<String, u32> = hashbrown::HashMap::new();
         let mut paths = Vec::new();
+        let mut id_of = |path: String| {
+            let next = paths.len() as u32;
+            let id = *id_of_path.entry(path.clone()).or_insert(next);
+            if id == next {
+                paths.push(path);
+            }
+            id
+        };
         let mut ids = Vec::with_capacity(rows);
-        let mut values: Vec<Option<&str>> = Vec::with_capacity(cols.len());
-        for row in 0..rows {
-            values.clear();
-            values.extend(cols.iter().map(|c| value(c, row)));
-            let id = match seen.get(&values) {
-                Some(&id) => id,
-                None => {
-                    let path = self.path_of(&values, row)?;
-                    let next = paths.len() as u32;
-                    let id = *id_of_path.entry(path.clone()).or_insert(next);
-                    if id == next {
-                        paths.push(path);
-                    }
-                    seen.insert(values.clone(), id);
-                    id
-                }
-            };
-            ids.push(id);
+        if let [col] = cols.as_slice() {
+            // One partition column: its value is the key (no vector of values made per row).
+            let mut seen: hashbrown::HashMap<Option<&str>, u32> = hashbrown::HashMap::new();
+            for row in 0..rows {
+                let v = value(col, row);
+                let id = match seen.get(&v) {
+                    Some(&id) => id,
+                    None => *seen.entry(v).or_insert(id_of(self.path_of(&[v], row)?)),
+                };
+                ids.push(id);
+            }
+        } else {
+            let mut seen: hashbrown::HashMap<Vec<Option<&str>>, u32> = hashbrown::HashMap::new();
+            let mut values: Vec<Option<&str>> = Vec::with_capacity(cols.len());
+            for row in 0..rows {
+                values.clear();
+                values.extend(cols.iter().map(|c| value(c, row)));
+                let id = match seen.get(&values) {
+                    Some(&id) => id,
+                    None => *seen.entry(values.clone()).or_insert(id_of(self.path_of(&values, row)?)),
+                };
+                ids.push(id);
+            }
         }
         Ok(Partitions { paths, ids })
     }

@@ -44,7 +44,10 @@ pub(super) struct Context {
     pub instant: String,
     pub incoming: Option<Arc<Incoming>>,
     pub ordering_field: Option<String>,
+    /// The properties of new files: no dictionary for the input's columns of distinct values.
     pub props: WriterProperties,
+    /// The properties of files rewritten with an older file's rows (copy-on-write).
+    pub rewrite_props: WriterProperties,
     pub table_name: String,
     pub task: TaskId,
     /// Whether the metadata table keeps column stats and bloom filters of data files (log
@@ -71,10 +74,15 @@ pub(crate) async fn write_all(
         crate::config::MergeMode::EventTime => table.config().ordering_field.clone(),
         crate::config::MergeMode::CommitTime | crate::config::MergeMode::Custom => None,
     };
-    // The input's columns of distinct values are written without a dictionary (see
-    // `distinct_columns`); a rewritten file's kept rows go the same way.
-    let plain = match incoming {
-        Some(incoming) => crate::format::base_file::distinct_columns(&incoming.batch)?,
+    // The input's columns of distinct values are written without a dictionary in new files (see
+    // `distinct_columns`). The choice only tunes the encoding: a sample that cannot be taken
+    // leaves the writer's defaults.
+    let plain = match incoming.map(|i| crate::format::base_file::distinct_columns(&i.batch)) {
+        Some(Ok(plain)) => plain,
+        Some(Err(e)) => {
+            log::debug!("{}: no sample of the input's columns ({e}); every column keeps its dictionary", table.uri());
+            Vec::new()
+        }
         None => Vec::new(),
     };
     let ctx = Arc::new(Context {
@@ -86,6 +94,7 @@ pub(crate) async fn write_all(
         ordering_field,
         table_name: table.config().name.clone(),
         props: crate::format::base_file::writer_properties_with_plain(config.row_group_size, &plain),
+        rewrite_props: crate::format::base_file::writer_properties(config.row_group_size),
         task: config.task,
         file_indexes: crate::metadata::file_indexes(table),
         logs_named_by_writer: table.config().layout_version >= 2,
@@ -124,7 +133,10 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
     let file_name = name.name();
     let rel = crate::format::file_name::file_path(&work.partition, &file_name);
     let sink = BufWriter::new(ctx.storage.object_store(), ctx.storage.path(&rel));
-    let mut writer = AsyncArrowWriter::try_new(sink, ctx.schema.clone(), Some(ctx.props.clone()))?;
+    // A rewritten file's kept rows are encoded as a new file's would be, not as the input's
+    // columns suggest: the input's values can be distinct where the file's repeat.
+    let props = if work.old.is_some() { &ctx.rewrite_props } else { &ctx.props };
+    let mut writer = AsyncArrowWriter::try_new(sink, ctx.schema.clone(), Some(props.clone()))?;
     let mut meta = MetaWriter::new(ctx, index, &work.partition, &file_name);
     let mut stat = WriteStat {
         file_id: work.file_id.clone(),

@@ -904,21 +904,33 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: Sch
         let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
         let target = schema::evolve::evolve(&data_schema, &source_schema, mode, &fixed)?;
         let conformed: Vec<RecordBatch> = batches.iter().map(|b| schema::conform(b, &target)).collect::<Result<_>>()?;
-        concat_batches(&target, &conformed)?
+        concat_in_parallel(&target, &conformed)?
     };
     if batch.num_rows() == 0 {
         return Ok(None);
     }
     let spec = KeySpec::from_config(table.config());
-    let keys = spec.record_keys(&batch)?;
     let partitionless = op == WriteOperation::Delete
         && table.config().partition_fields.iter().any(|f| batch.column_by_name(f).is_none());
-    let partitions = if partitionless {
-        // A delete by key alone on a table with a global index: the partition is where the key is.
-        Partitions { paths: vec![String::new()], ids: vec![0; batch.num_rows()] }
-    } else {
-        spec.partitions(&batch)?
+    let partitions = || {
+        if partitionless {
+            // A delete by key alone on a table with a global index: the partition is where the key is.
+            Ok(Partitions { paths: vec![String::new()], ids: vec![0; batch.num_rows()] })
+        } else {
+            spec.partitions(&batch)
+        }
     };
+    // Keys and partition paths are made side by side, each one pass over the input.
+    let (keys, partitions) = if batch.get_array_memory_size() < PARALLEL_BYTES {
+        (spec.record_keys(&batch), partitions())
+    } else {
+        std::thread::scope(|s| {
+            let keys = s.spawn(|| spec.record_keys(&batch));
+            let partitions = partitions();
+            (joined(keys.join()), partitions)
+        })
+    };
+    let (keys, partitions) = (keys?, partitions?);
     if !partitionless {
         spec.check_default_partition_collisions(&batch, &keys, &partitions)?;
     }
@@ -932,6 +944,60 @@ fn keyed(table: &Table, op: WriteOperation, batches: Vec<RecordBatch>, mode: Sch
         _ => None,
     };
     Ok(Some(Incoming { batch, keys, partitions, ordering, deleted }))
+}
+
+/// Inputs below this many bytes of Arrow data are prepared on one thread: starting threads
+/// would cost more than they save (a Spark task's small upsert, a stream's small chunk).
+const PARALLEL_BYTES: usize = 16 << 20;
+
+/// The result of a scoped thread; a panic in it (a bug, never bad input) goes on unwinding.
+fn joined<T>(result: std::thread::Result<T>) -> T {
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// `batches` as one batch, its columns concatenated on as many threads as the machine has cores
+/// (a column on one thread): the copy of a write's input is a copy of memory, and one core
+/// cannot fill the memory's bandwidth.
+fn concat_in_parallel(schema: &arrow::datatypes::SchemaRef, batches: &[RecordBatch]) -> Result<RecordBatch> {
+    concat_on_threads(schema, batches, PARALLEL_BYTES, std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+/// [`concat_in_parallel`] on up to `threads` threads for inputs of `min_bytes` or more.
+fn concat_on_threads(
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+    min_bytes: usize,
+    threads: usize,
+) -> Result<RecordBatch> {
+    let width = schema.fields().len();
+    let threads = threads.min(width);
+    let bytes: usize = batches.iter().map(|b| b.get_array_memory_size()).sum();
+    if batches.len() == 1 || threads < 2 || bytes < min_bytes {
+        return Ok(concat_batches(schema, batches)?);
+    }
+    let concat = |column: usize| -> Result<(usize, ArrayRef)> {
+        let arrays: Vec<&dyn Array> = batches.iter().map(|b| b.column(column).as_ref()).collect();
+        Ok((column, arrow::compute::concat(&arrays)?))
+    };
+    let share = |first: usize| (first..width).step_by(threads).map(concat).collect::<Result<Vec<_>>>();
+    let shares: Vec<Result<Vec<(usize, ArrayRef)>>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (1..threads).map(|t| s.spawn(move || share(t))).collect();
+        let mine = share(0);
+        // Every worker is joined before any result is looked at.
+        let mut shares: Vec<_> = workers.into_iter().map(|w| joined(w.join())).collect();
+        shares.push(mine);
+        shares
+    });
+    let mut columns: Vec<Option<ArrayRef>> = vec![None; width];
+    for share in shares {
+        for (c, array) in share? {
+            columns[c] = Some(array);
+        }
+    }
+    let columns = columns.into_iter().map(|c| c.ok_or_else(|| Error::invalid_data("a column was not concatenated")));
+    let options =
+        arrow::array::RecordBatchOptions::new().with_row_count(Some(batches.iter().map(|b| b.num_rows()).sum()));
+    Ok(RecordBatch::try_new_with_options(schema.clone(), columns.collect::<Result<_>>()?, &options)?)
 }
 
 /// Combines rows with the same (partition, key), or the same key whatever its partition when
@@ -1074,22 +1140,29 @@ mod tests {
         }
 
         /// Combining keeps the rows a table of every key keeps, whether or not the keys rise
-        /// (rising keys skip the table).
+        /// (rising keys skip the table), with or without a global index and an ordering field.
         #[test]
         fn dedup_keeps_the_winners_of_every_key(
-            mut ids in proptest::collection::vec(-50i64..50, 0..40),
+            mut rows in proptest::collection::vec((-50i64..50, proptest::option::of(0i64..3), 0u32..2), 0..40),
             rising in proptest::prelude::any::<bool>(),
             by_int in proptest::prelude::any::<bool>(),
+            global in proptest::prelude::any::<bool>(),
+            ordered in proptest::prelude::any::<bool>(),
         ) {
             if rising {
-                ids.sort_unstable();
-                ids.dedup();
+                rows.sort_unstable_by_key(|r| r.0);
+                rows.dedup_by_key(|r| r.0);
             }
-            let keys = StringArray::from(ids.iter().map(|i| format!("{i:+04}")).collect::<Vec<_>>());
+            let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+            // Text that rises with the integers, so that both ways of seeing rising keys are tried.
+            let keys = StringArray::from(ids.iter().map(|i| format!("{:03}", i + 50)).collect::<Vec<_>>());
+            let ordering: Option<ArrayRef> =
+                ordered.then(|| Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())) as ArrayRef);
+            let partitions = Partitions { paths: vec!["p".into(), "q".into()], ids: rows.iter().map(|r| r.2).collect() };
             let incoming = Incoming {
                 keys: keys.clone(),
-                partitions: Partitions { paths: vec!["p".into()], ids: vec![0; ids.len()] },
-                ordering: None,
+                partitions: partitions.clone(),
+                ordering: ordering.clone(),
                 deleted: None,
                 batch: RecordBatch::try_from_iter(vec![
                     ("id", Arc::new(Int64Array::from(ids.clone())) as ArrayRef),
@@ -1097,11 +1170,50 @@ mod tests {
                 ])
                 .unwrap(),
             };
-            let kept = dedup(incoming, false, by_int.then_some("id")).unwrap();
-            let expected = winners(ids.len(), |row| (0u32, keys.value(row)), None);
+            let kept = dedup(incoming, global, by_int.then_some("id")).unwrap();
+            let cmp = ordering
+                .as_ref()
+                .map(|o| make_comparator(o.as_ref(), o.as_ref(), SortOptions { descending: false, nulls_first: true }).unwrap());
+            let scope = |row: usize| if global { 0 } else { partitions.ids[row] };
+            let expected = winners(ids.len(), |row| (scope(row), keys.value(row)), cmp.as_ref());
             use arrow::array::AsArray;
-            let rows: Vec<u32> = kept.batch.column(1).as_primitive::<arrow::datatypes::Int64Type>().values().iter().map(|r| *r as u32).collect();
-            proptest::prop_assert_eq!(rows, expected);
+            let got: Vec<u32> =
+                kept.batch.column(1).as_primitive::<arrow::datatypes::Int64Type>().values().iter().map(|r| *r as u32).collect();
+            proptest::prop_assert_eq!(got, expected);
+        }
+
+        /// Concatenating on several threads gives the batch one thread gives: dictionaries,
+        /// structs and lists with nulls included.
+        #[test]
+        fn concat_in_parallel_equals_concat_batches(
+            parts in proptest::collection::vec(proptest::collection::vec(proptest::option::of(0i32..5), 0..30), 1..5),
+        ) {
+            use arrow::array::{DictionaryArray, ListArray, StructArray};
+            use arrow::datatypes::{Field, Int32Type};
+            let batches: Vec<RecordBatch> = parts
+                .iter()
+                .map(|values| {
+                    let ints = Arc::new(arrow::array::Int32Array::from(values.clone())) as ArrayRef;
+                    let words: DictionaryArray<Int32Type> =
+                        values.iter().map(|v| v.map(|v| ["a", "b", "c"][v as usize % 3])).collect();
+                    let lists = ListArray::from_iter_primitive::<Int32Type, _, _>(
+                        values.iter().map(|v| v.map(|v| (0..v).map(Some).collect::<Vec<_>>())),
+                    );
+                    let structs = StructArray::from(vec![(Arc::new(Field::new("i", arrow::datatypes::DataType::Int32, true)), ints.clone())]);
+                    RecordBatch::try_from_iter_with_nullable(vec![
+                        ("i", ints, true),
+                        ("w", Arc::new(words) as ArrayRef, true),
+                        ("l", Arc::new(lists) as ArrayRef, true),
+                        ("s", Arc::new(structs) as ArrayRef, true),
+                    ])
+                    .unwrap()
+                })
+                .collect();
+            let schema = batches[0].schema();
+            let one = concat_batches(&schema, &batches).unwrap();
+            for threads in [2, 3, 8] {
+                proptest::prop_assert_eq!(&concat_on_threads(&schema, &batches, 0, threads).unwrap(), &one);
+            }
         }
 
         /// A task's report survives its trip to the driver as JSON, the index entries it computed
