@@ -226,18 +226,16 @@ pub(super) async fn write_base(
     let name = BaseFileName { file_id: file_id.clone(), write_token: "0-0-1".into(), instant: time.to_string() }.name();
     let rel = file_path(index.name(), &name);
     let sink = BufWriter::new(mdt.storage().object_store(), mdt.storage().path(&rel));
-    let mut props = crate::format::base_file::writer_properties(ROW_GROUP_ROWS)
+    // Values unique per row: a dictionary would be read whole by every lookup, then thrown away.
+    let unique = ["key", "stats", "bloom"].map(String::from);
+    let props = crate::format::base_file::writer_properties_with_plain(ROW_GROUP_ROWS, &unique)
         .into_builder()
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_write_batch_size(PAGE_ROWS)
         // Page statistics (the column index) only where lookups prune by them.
         .set_statistics_enabled(EnabledStatistics::Chunk)
-        .set_column_statistics_enabled(ColumnPath::from("key"), EnabledStatistics::Page);
-    // Values unique per row: a dictionary would be read whole by every lookup, then thrown away.
-    for unique in ["key", "stats", "bloom"] {
-        props = props.set_column_dictionary_enabled(ColumnPath::from(unique), false);
-    }
-    let props = props.build();
+        .set_column_statistics_enabled(ColumnPath::from("key"), EnabledStatistics::Page)
+        .build();
     let mut writer = AsyncArrowWriter::try_new(sink, mdt.schema(), Some(props))?;
     let (mut seq, mut rows, schema) = (0, 0, mdt.schema());
     for batch in batches {

@@ -133,8 +133,8 @@ async fn write_file(ctx: &Context, index: usize, work: FileWork) -> Result<Writt
     let file_name = name.name();
     let rel = crate::format::file_name::file_path(&work.partition, &file_name);
     let sink = BufWriter::new(ctx.storage.object_store(), ctx.storage.path(&rel));
-    // A rewritten file's kept rows are encoded as a new file's would be, not as the input's
-    // columns suggest: the input's values can be distinct where the file's repeat.
+    // A rewritten file keeps the writer's defaults: the input's values can be distinct where
+    // the old file's kept rows repeat.
     let props = if work.old.is_some() { &ctx.rewrite_props } else { &ctx.props };
     let mut writer = AsyncArrowWriter::try_new(sink, ctx.schema.clone(), Some(props.clone()))?;
     let mut meta = MetaWriter::new(ctx, index, &work.partition, &file_name);
