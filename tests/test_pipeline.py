@@ -673,3 +673,152 @@ def test_structured_layers_grow_fields_and_layers(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="reserved name"):
         c.evolve({"payload": STATS})
     assert [i.time for i in Catalog(c.uri).table.timeline()] == before
+
+
+#: Struct fields Spark's types cannot hold as they are: nanoseconds and times of day.
+EVENTS = pa.struct([("at", pa.timestamp("ns")), ("clock", pa.time64("ns")), ("ms", pa.time32("ms"))])
+EVENTS_GROWN = pa.struct([*EVENTS, ("note", pa.string())])
+
+
+def shown(value: object) -> str:
+    """A payload as the compilers below show it: every value by its type and text."""
+    if isinstance(value, dict):
+        return json.dumps({k: f"{type(v).__name__}:{v}" for k, v in sorted(value.items())})
+    return repr(value)
+
+
+class ShowEvents(MapGroupCompiler):
+    """Each input partition's payload, as the compiler is given it, grouped by its first
+    character: what reaches `map` must not depend on the path or the size of the change."""
+
+    inputs = {"in": ["events", "raw"]}
+    outputs = ["shown"]
+
+    def map(self, item: InputPartition) -> Iterator[tuple[str, str, bytes]]:
+        yield "shown", item.partition[0], f"{item.layer}/{item.partition}={shown(item.payload)}".encode()
+
+    def reduce(self, layer: str, partition: str, values: list[bytes]) -> bytes | None:
+        return b"\n".join(values)
+
+
+class ShowByKey(DirectCompiler):
+    """The same, by key (direct, with its inverse)."""
+
+    inputs = {"in": ["events", "raw"]}
+    outputs = ["by_key"]
+
+    def output_keys(self, catalog: str, layer: str, partition: str) -> Iterator[tuple[str, str]]:
+        yield "by_key", partition[0]
+
+    def input_keys(self, layer: str, partition: str) -> Iterator[tuple[str, str, str]]:
+        for n in range(10):
+            yield "in", "events", f"{partition}{n}"
+            yield "in", "raw", f"{partition}{n}"
+
+    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> bytes | None:
+        return "\n".join(f"{i.layer}/{i.partition}={shown(i.payload)}" for i in inputs).encode()
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_inputs_reach_compilers_alike_on_every_path(spark: SparkSession, tmp_path: Path, path: str) -> None:
+    """What a compiler is given does not depend on the path or the change's size: structured
+    values Spark's types cannot hold (nanoseconds, times of day) reach it as the catalog holds
+    them on both paths; an input partition without a payload is not there, in a full run as in
+    an incremental one; a structured layer that grows (`Catalog.evolve`) makes the next run a
+    full one, as the pieces and outputs kept from before were made from the older type. Each
+    step equals a full run and a plain-Python oracle of the inputs as Arrow reads them."""
+    rng = random.Random(13)
+    inputs = Catalog.create(str(tmp_path / "in"), structured={"events": EVENTS})
+    incremental, full = Catalog.create(str(tmp_path / "inc")), Catalog.create(str(tmp_path / "full"))
+    tasks = [ShowEvents(), ShowByKey()]
+
+    def event(type: pa.StructType) -> dict[str, object]:
+        ns = rng.randrange(10**18)
+        value = {"at": ns, "clock": rng.randrange(86_400 * 10**9), "ms": rng.randrange(86_400_000)}
+        if "note" in type.names:
+            value["note"] = rng.choice([None, "ü/%|"])
+        return value
+
+    def put(events: dict[str, bool], raw: dict[str, bytes | None | bool], type: pa.StructType) -> None:
+        """Upserts events (True) or deletes them (False); raw: bytes, None (a row whose
+        payload is null) or False (deleted)."""
+        ups = [p for p, keep in events.items() if keep]
+        rows = [
+            pa.table(
+                {
+                    "layer": pa.array(["events"] * len(ups), pa.string()),
+                    "partition": pa.array(ups, pa.string()),
+                    "payload": pa.nulls(len(ups), pa.binary()),
+                    "checksum": pa.nulls(len(ups), pa.string()),
+                    "events": pa.array([event(type) for _ in ups], type),
+                }
+            )
+        ]
+        kept = [p for p, v in raw.items() if v is not False]
+        rows.append(
+            pa.table(
+                {
+                    "layer": pa.array(["raw"] * len(kept), pa.string()),
+                    "partition": pa.array(kept, pa.string()),
+                    "payload": pa.array([raw[p] for p in kept], pa.binary()),
+                    "checksum": pa.nulls(len(kept), pa.string()),
+                    "events": pa.nulls(len(kept), type),
+                }
+            )
+        )
+        inputs.table.upsert(pa.concat_tables(rows))
+        gone = [("events", p) for p, keep in events.items() if not keep]
+        gone += [("raw", p) for p, v in raw.items() if v is False]
+        if gone:
+            inputs.table.delete(pa.table({"layer": [g[0] for g in gone], "partition": [g[1] for g in gone]}))
+        inputs.refresh()
+
+    def oracle() -> dict[tuple[str, str], bytes]:
+        snap = inputs.snapshot()
+        rows = zip(
+            *(snap.column(c).to_pylist() for c in ["layer", "partition", "payload", "events"]), strict=True
+        )
+        items = sorted(
+            InputPartition("in", layer, p, value if layer == "events" else payload)
+            for layer, p, payload, value in rows
+            if (value if layer == "events" else payload) is not None
+        )
+        groups: dict[str, list[InputPartition]] = {}
+        for item in items:
+            groups.setdefault(item.partition[0], []).append(item)
+        out = {}
+        for first, group in groups.items():
+            shown_items = [f"{i.layer}/{i.partition}={shown(i.payload)}" for i in group]
+            out[("shown", first)] = "\n".join(shown_items).encode()
+            out[("by_key", first)] = "\n".join(shown_items).encode()
+        return out
+
+    names = [f"{c}{n}" for c in "abcd" for n in range(10)]
+    put(
+        {p: True for p in names[:30]},
+        {p: (None if n % 3 == 0 else p.encode()) for n, p in enumerate(names[5:35])},
+        EVENTS,
+    )
+    type = EVENTS
+    for step in range(4):
+        if step == 3:  # the structured layer grows by a field
+            type = EVENTS_GROWN
+            inputs.evolve({"events": type})
+            put({p: True for p in rng.sample(names, 3)}, {}, type)
+        report = Driver(spark, incremental, {"in": inputs}, tasks, incremental_path=path).run()
+        Driver(spark, full, {"in": inputs}, tasks).run(full=True)
+        layers = ["shown", "by_key"]
+        assert published(incremental, layers) == oracle(), step
+        assert checksums(incremental, layers) == checksums(full, layers), step
+        assert graphs(incremental) == graphs(full), step
+        if step == 3:
+            assert report.reasons == {
+                t.name: "the fingerprint changed (the struct types of its structured layers)" for t in tasks
+            }
+        elif step:
+            assert report.mode == "incremental" and {t.path for t in report.tasks.values()} == {path}, step
+        events = {p: rng.random() < 0.8 for p in rng.sample(names, 4)}
+        raw: dict[str, bytes | None | bool] = {
+            p: rng.choice([None, False, p.encode() * 2]) for p in rng.sample(names, 4)
+        }
+        put(events, raw, type)

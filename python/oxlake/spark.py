@@ -17,7 +17,7 @@ visible.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -72,6 +72,46 @@ def read(
     pruning run natively: partitions the filter rules out get no task, and each task reads only
     the columns asked for. A table of fewer files than Spark's default parallelism has its
     files cut by rows, so that every core reads a part."""
+    return read_mapped(
+        spark,
+        uri,
+        columns=columns,
+        filter=filter,
+        as_of=as_of,
+        query=query,
+        start=start,
+        end=end,
+        storage_options=storage_options,
+        with_meta_columns=with_meta_columns,
+        batch_size=batch_size,
+        split_bytes=split_bytes,
+    )
+
+
+#: A function of the batches a read task reads, as the native reader gives them, and the
+#: schema it gives them in (`read_mapped`).
+BatchMap = tuple[Callable[[pa.RecordBatch], pa.RecordBatch], Callable[[pa.Schema], pa.Schema]]
+
+
+def read_mapped(
+    spark: SparkSession,
+    uri: str,
+    *,
+    mapped: BatchMap | None = None,
+    columns: Sequence[str] | None = None,
+    filter: FilterLike | None = None,
+    as_of: str | None = None,
+    query: QueryType = "snapshot",
+    start: str | None = None,
+    end: str | None = None,
+    storage_options: dict[str, str] | None = None,
+    with_meta_columns: bool = True,
+    batch_size: int = 65536,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+) -> DataFrame:
+    """`read`, each batch passed through `mapped` = (function, its schema from the read's) in
+    the reading task, before Spark's types: a value Spark cannot hold (nanoseconds, times of
+    day, unsigned integers) reaches the function as the table holds it."""
     table = Table(uri, storage_options)
     cols = read_columns(table, columns, with_meta_columns, query, as_of)
     parallelism = spark.sparkContext.defaultParallelism
@@ -86,6 +126,7 @@ def read(
         min_splits=parallelism,
     )
     schema = result_schema(table, cols, query, as_of)
+    fn, out = (None, schema) if mapped is None else (mapped[0], mapped[1](schema))
     rows = [(i, s.data) for i, s in enumerate(splits)]
     descriptors = spark.sparkContext.parallelize(rows, len(rows)).toDF("split_id int, split binary")
     filt = _filter(filter)
@@ -94,14 +135,10 @@ def read(
         reader = Table(uri, storage_options)
         for batch in batches:
             for data in batch.column("split").to_pylist():
-                yield from as_spark(
-                    iter(
-                        reader.scan_split(Split(data, 0, 0), columns=cols, filter=filt, batch_size=batch_size)
-                    ),
-                    schema,
-                )
+                read = reader.scan_split(Split(data, 0, 0), columns=cols, filter=filt, batch_size=batch_size)
+                yield from as_spark(iter(read) if fn is None else map(fn, read), out)
 
-    return descriptors.mapInArrow(read_splits, spark_schema(schema))
+    return descriptors.mapInArrow(read_splits, spark_schema(out))
 
 
 def write(

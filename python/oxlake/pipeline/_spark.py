@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 INPUT = "catalog string, layer string, partition string, payload binary"
 CANDIDATE = "layer string, partition string, payload binary"
 KEY = "layer string, partition string"
-ROW = "layer string, partition string, payload binary, checksum string"
 OUT_KEY = "out_layer string, out_partition string"
 IN_KEY = "catalog string, layer string, partition string"
 EDGE = f"{OUT_KEY}, {IN_KEY}"
@@ -157,22 +156,6 @@ def summed(fn: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]
 
     def run(table: pa.Table) -> pa.Table:
         return rules.checksummed(fn(table))
-
-    return run
-
-
-def encoded(structured: OutputTypes) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Catalog rows (layer, partition, payload, checksum, struct columns) → the same four
-    columns, structured values encoded as payload bytes."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            t = pa.Table.from_batches([batch])
-            payload = _payload.payloads(t, structured)
-            yield pa.RecordBatch.from_arrays(
-                [batch.column("layer"), batch.column("partition"), payload, batch.column("checksum")],
-                names=["layer", "partition", "payload", "checksum"],
-            )
 
     return run
 

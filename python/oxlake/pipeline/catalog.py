@@ -19,10 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
+from oxlake.pipeline import _payload
 from oxlake.table import Table, UpdateSchema, create_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from oxlake.spark import BatchMap
 
 #: The reserved layer holding the pipeline state (docs/PIPELINE.md, "The state layer").
 STATE_LAYER = "_state"
@@ -101,7 +104,9 @@ class Catalog:
             return cls.create(uri, storage_options)
 
     def refresh(self) -> None:
+        """Reads the catalog again: its latest version and its structured layers' types."""
         self.table = Table(self.uri, self.storage_options)
+        self.structured = _structured(self.table)
 
     def evolve(self, structured: Mapping[str, pa.StructType]) -> str | None:
         """Adds structured layers, and fields to existing ones, as one schema change of the
@@ -125,7 +130,6 @@ class Catalog:
                 else:
                     _grow(u, (layer,), self.structured[layer], type)
         self.refresh()
-        self.structured = _structured(self.table)
         return u.instant
 
     # ---- versions ---------------------------------------------------------------------------
@@ -210,14 +214,18 @@ class Catalog:
         with_state: bool = False,
         columns: Sequence[str] | None = None,
         prefix: str | None = None,
+        encoded: bool = False,
     ) -> pa.Table | DataFrame:
         """The published partitions at `version` (default latest), restricted to `layers`: a
         Spark DataFrame when `spark` is given, else an Arrow table. Columns: layer, partition,
-        payload, checksum, and `version` (the instant at which the partition last changed);
-        `columns` reads only those (and `version`). `prefix` keeps the partitions whose name
-        starts with it, filtered where the rows are read."""
+        payload, checksum, the struct columns of structured layers, and `version` (the instant
+        at which the partition last changed); `columns` reads only those (and `version`).
+        `prefix` keeps the partitions whose name starts with it, filtered where the rows are
+        read. `encoded` (with every column) gives structured values as their payload bytes
+        (`_payload.encode`) in place of the struct columns, encoded where the rows are read:
+        on Spark, before Spark's types (which cannot hold nanoseconds or times of day)."""
         if self.latest() is None:
-            empty = self._empty(spark, layers, with_version=True)
+            empty = self._empty(spark, [] if encoded and columns is None else layers, with_version=True)
             if columns is None:
                 return empty
             kept = [*columns, "version"]
@@ -226,12 +234,14 @@ class Catalog:
         filt = [*self._layer_filter(layers, with_state), *_prefix_filter(prefix)] or None
         data = [*SCHEMA.names, *self._struct_columns(layers)] if columns is None else list(columns)
         names = [*data, "_hoodie_commit_time"]
+        mapped = self._encoder(layers) if encoded and columns is None else None
         if spark is not None:
             from oxlake import spark as oxspark
 
-            df = oxspark.read(
+            df = oxspark.read_mapped(
                 spark,
                 self.uri,
+                mapped=mapped,
                 columns=names,
                 filter=filt,
                 as_of=as_of,
@@ -239,7 +249,15 @@ class Catalog:
             )
             return df.withColumnRenamed("_hoodie_commit_time", "version")
         t = self.table.to_arrow(columns=names, filter=filt, as_of=as_of)
+        if mapped is not None:
+            t, data = _mapped(t, mapped), SCHEMA.names
         return t.rename_columns([*data, "version"])
+
+    def _encoder(self, layers: Sequence[str] | None) -> BatchMap | None:
+        """What encodes the structured values of `layers` as payload bytes (None: none is
+        structured)."""
+        structured = {x: self.structured[x] for x in self._struct_columns(layers)}
+        return _encoding(structured) if structured else None
 
     def _struct_columns(self, layers: Sequence[str] | None) -> list[str]:
         """The struct columns of the structured layers among `layers` (all when None)."""
@@ -253,16 +271,19 @@ class Catalog:
         *,
         spark: SparkSession | None = None,
         with_state: bool = False,
+        encoded: bool = False,
     ) -> pa.Table | DataFrame:
         """The partitions added, changed and removed after version `since` (None: from the
         start) up to `until` (default latest): layer, partition, `change` (added, changed,
-        removed), and the payload and checksum at `until` (null when removed)."""
+        removed), and the payload, checksum and struct columns at `until` (null when removed);
+        `encoded` as for `snapshot`."""
         end = self.instant_of(until) if until is not None else self.latest()
+        mapped = self._encoder(layers) if encoded else None
         if end is None:
-            return self._empty(spark, layers, with_version=False, change=True)
+            return self._empty(spark, [] if mapped else layers, with_version=False, change=True)
         if since is None:
             # Everything at `until` was added since the start.
-            snap = self.snapshot(end, layers, spark=spark, with_state=with_state)
+            snap = self.snapshot(end, layers, spark=spark, with_state=with_state, encoded=encoded)
             if not isinstance(snap, pa.Table):
                 from pyspark.sql import functions as F
 
@@ -279,9 +300,10 @@ class Catalog:
 
             from oxlake import spark as oxspark
 
-            df = oxspark.read(
+            df = oxspark.read_mapped(
                 spark,
                 self.uri,
+                mapped=mapped,
                 columns=[*columns, "_change_type"],
                 filter=filt,
                 query="changes",
@@ -291,10 +313,12 @@ class Catalog:
                 with_meta_columns=False,
             )
             kind = F.create_map(*[F.lit(x) for kv in _CHANGE_KINDS.items() for x in kv])
-            return df.select(*columns[:2], kind[F.col("_change_type")].alias("change"), *columns[2:])
+            kept = columns[2:] if mapped is None else SCHEMA.names[2:]
+            return df.select(*columns[:2], kind[F.col("_change_type")].alias("change"), *kept)
         t = self.table.to_arrow(
             columns=[*columns, "_change_type"], filter=filt, query="changes", start=start, end=end
         )
+        t = _mapped(t, mapped)
         kinds = [_CHANGE_KINDS[k] for k in t.column("_change_type").to_pylist()]
         return t.drop_columns(["_change_type"]).add_column(2, "change", pa.array(kinds, pa.string()))
 
@@ -349,6 +373,32 @@ class Catalog:
         from oxlake.spark import spark_schema
 
         return spark.createDataFrame([], spark_schema(schema))
+
+
+def _encoding(structured: Mapping[str, pa.StructType]) -> BatchMap:
+    """Catalog rows with the struct columns of `structured` → the same rows without them, each
+    structured value as the payload's bytes (`_payload.payloads`); and the schema that makes."""
+
+    def encode(batch: pa.RecordBatch) -> pa.RecordBatch:
+        payload = _payload.payloads(pa.Table.from_batches([batch]), structured)
+        columns = [
+            payload if n == "payload" else c for n, c in zip(batch.schema.names, batch.columns, strict=True)
+        ]
+        kept = [i for i, n in enumerate(batch.schema.names) if n not in structured]
+        return pa.RecordBatch.from_arrays([columns[i] for i in kept], schema=schema(batch.schema))
+
+    def schema(of: pa.Schema) -> pa.Schema:
+        return pa.schema([f for f in of if f.name not in structured], metadata=of.metadata)
+
+    return encode, schema
+
+
+def _mapped(t: pa.Table, mapped: BatchMap | None) -> pa.Table:
+    """An Arrow read's rows through `mapped` (see `_encoding`)."""
+    if mapped is None:
+        return t
+    encode, schema = mapped
+    return pa.Table.from_batches([encode(b) for b in t.to_batches()], schema=schema(t.schema))
 
 
 def _prefix_filter(prefix: str | None) -> list[tuple[str, str, object]]:

@@ -35,7 +35,9 @@ Payload = bytes | dict[str, Any] | None
 
 #: The layout of the state layer's rows (part of every fingerprint: a new layout runs in full).
 #: 3: a map-group task's "out" graph rows keep the output's pieces, not only its inputs' keys.
-STATE_FORMAT = 3
+#: 4: inputs without a payload are not mapped (pieces kept from them by a full run of 3 would
+#: outlive them), and structured layers' types are part of the fingerprint.
+STATE_FORMAT = 4
 
 
 class PipelineDefinitionError(_native.InvalidArgumentError):

@@ -5,6 +5,7 @@ output catalog (docs/PIPELINE.md); the reports of a run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -137,6 +138,34 @@ class Driver:
             run.task(task, reason, states.get(task.name))
         return run.publish(dry_run)
 
+    def fingerprint(self, task: Compiler) -> dict[str, str]:
+        """The task's fingerprint (`Compiler.fingerprint`), with the struct types of the
+        structured layers it reads and writes when it has any: a type that grows (`Catalog.evolve`)
+        changes what its compiler is given or how its payloads are encoded, so the outputs
+        and pieces kept from before are not what a full run would make."""
+        types = [
+            (c, layer, str(t))
+            for (c, layer), t in sorted(self.structured(task).items(), key=lambda kv: kv[0])
+        ]
+        out = [
+            (self.output_name, layer, str(self.output.structured[layer]))
+            for layer in task.outputs
+            if layer in self.output.structured
+        ]
+        if not types and not out:
+            return task.fingerprint()
+        digest = hashlib.sha256(json.dumps([*types, *out]).encode()).hexdigest()
+        return task.fingerprint() | {"types": digest}
+
+    def structured(self, task: Compiler) -> dict[tuple[str, str], pa.StructType]:
+        """The struct types of the task's structured input layers."""
+        out = {}
+        for catalog, layer in task.input_layers():
+            c = self.output if catalog == self.output_name else self.inputs[catalog]
+            if layer in c.structured:
+                out[(catalog, layer)] = c.structured[layer]
+        return out
+
     def _states(self) -> dict[str, dict[str, object]]:
         """The state record of each task (its fingerprint and input versions), read by key."""
         t = self.output.read([(STATE_LAYER, task.name) for task in self.tasks], columns=["payload"])
@@ -163,11 +192,14 @@ class Driver:
         if state is None:
             return "no recorded state (first run)"
         recorded: dict[str, str] = state.get("fingerprint", {})  # type: ignore[assignment]
-        for part, value in task.fingerprint().items():
+        for part, value in self.fingerprint(task).items():
             if recorded.get(part) != value:
-                what = {"library": "library version", "code": "compiler code", "config": "configuration"}[
-                    part
-                ]
+                what = {
+                    "library": "library version",
+                    "code": "compiler code",
+                    "config": "configuration",
+                    "types": "the struct types of its structured layers",
+                }[part]
                 return f"the fingerprint changed ({what})"
         inputs = {c for c, _ in task.input_layers()}
         marked = sorted(inputs & set(reprocess))
@@ -250,15 +282,6 @@ class _Run:
         self.on_spark = SparkPath(driver, requested, self.layer_rows)
         self.here = DriverPath(driver, requested, self.layer_rows, self.on_spark)
 
-    def types(self, task: Compiler) -> dict[tuple[str, str], pa.StructType]:
-        """The struct types of the task's structured input layers."""
-        out = {}
-        for catalog, layer in task.input_layers():
-            c = self.d.output if catalog == self.d.output_name else self.d.inputs[catalog]
-            if layer in c.structured:
-                out[(catalog, layer)] = c.structured[layer]
-        return out
-
     def task(self, task: Compiler, reason: str | None, state: dict[str, object] | None) -> None:
         incremental = state is not None and reason is None
         report = TaskReport(task.name, "full" if reason else "incremental", reason)
@@ -266,9 +289,11 @@ class _Run:
             c: v for c in task.inputs if c != self.d.output_name and (v := self.requested[c]) is not None
         }
         self.reports[task.name] = report
-        record = json.dumps({"fingerprint": task.fingerprint(), "inputs": report.inputs}, sort_keys=True)
+        record = json.dumps(
+            {"fingerprint": self.d.fingerprint(task), "inputs": report.inputs}, sort_keys=True
+        )
         own = pa.table({"layer": [STATE_LAYER], "partition": [task.name], "payload": [record.encode()]})
-        types = self.types(task)
+        types = self.d.structured(task)
         rows: DataFrame | pa.Table | None = None
         report.path, report.path_reason = self._path(task, state) if incremental else ("spark", "a full run")
         if report.path == "driver":

@@ -138,7 +138,8 @@ class DriverPath:
     # ---- inputs, by key ------------------------------------------------------------------------
 
     def _fetch(self, keys: Iterable[tuple[str, str, str]]) -> pa.Table:
-        """The input partitions of `keys` at the requested versions (INPUT rows), read by key."""
+        """The input partitions of `keys` at the requested versions (INPUT rows), read by key;
+        one without a payload is not there (as in a change, where a null payload is a removal)."""
         from pyspark.sql import functions as F
 
         by_catalog: dict[str, set[tuple[str, str]]] = {}
@@ -164,7 +165,8 @@ class DriverPath:
                 structs = sorted({layer for layer, _ in pairs} & set(source.structured))
                 read = source.read(pairs, self.requested[name], columns=["payload", *structs])
                 parts.append(_input_rows(name, read, source.structured))
-        return _concat(parts)
+        rows = _concat(parts)
+        return rows.filter(pc.is_valid(rows.column("payload")))
 
     def _check_size(self, n: int) -> None:
         """Refuses (`TooLarge`) to hold more than the driver's limit of input partitions."""

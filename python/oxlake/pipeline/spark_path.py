@@ -93,9 +93,9 @@ class SparkPath:
                     )
             elif recorded[name] != self.requested[name]:
                 catalog = self.d.inputs[name]
-                df = catalog.changes(recorded[name], self.requested[name], layers, spark=self.spark)
-                if set(catalog.structured) & set(layers):
-                    df = df.mapInArrow(_spark.encoded(catalog.structured), _spark.ROW)
+                df = catalog.changes(
+                    recorded[name], self.requested[name], layers, spark=self.spark, encoded=True
+                )
                 parts.append(df.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
         if not parts:
             return self.spark.createDataFrame([], _spark.INPUT)
@@ -113,9 +113,8 @@ class SparkPath:
             spark=self.spark,
             with_state=True,
             columns=None if payload else ["layer", "partition", "checksum"],
+            encoded=True,
         )
-        if payload and set(self.out_types) & set(layers):
-            snap = snap.mapInArrow(_spark.encoded(self.out_types), _spark.ROW)
         scope = F.col("layer").isin(list(layers))
         if task:
             mine = (F.col("partition") == task) | F.col("partition").startswith(f"{task}|")
@@ -151,7 +150,9 @@ class SparkPath:
     # ---- inputs -------------------------------------------------------------------------------
 
     def snapshot(self, task: Compiler, keys_only: bool = False) -> DataFrame:
-        """Every input partition of the task at the requested versions (INPUT rows, scanned)."""
+        """Every input partition of the task at the requested versions (INPUT rows, scanned);
+        one without a payload is not there (as in a change, where a null payload is a removal),
+        but `keys_only` keeps it (its key names no output that an input of content does not)."""
         from pyspark.sql import functions as F
 
         parts = []
@@ -161,15 +162,16 @@ class SparkPath:
                     df = self.layer_state(layer).select(F.lit(layer).alias("layer"), "partition", "payload")
                     parts.append(df.select(F.lit(name).alias("catalog"), "*"))
             elif self.requested[name] is not None:
-                catalog = self.d.inputs[name]
-                snap = catalog.snapshot(self.requested[name], layers, spark=self.spark)
-                if set(catalog.structured) & set(layers):
-                    snap = snap.mapInArrow(_spark.encoded(catalog.structured), _spark.ROW)
+                snap = self.d.inputs[name].snapshot(
+                    self.requested[name], layers, spark=self.spark, encoded=True
+                )
                 parts.append(snap.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
         if not parts:
             return self.spark.createDataFrame([], _spark.INPUT)
         df = reduce(lambda a, b: a.unionByName(b), parts)
-        return df.select("catalog", "layer", "partition", *([] if keys_only else ["payload"]))
+        if keys_only:
+            return df.select("catalog", "layer", "partition")
+        return df.filter(F.col("payload").isNotNull())
 
     # ---- compiling ----------------------------------------------------------------------------
 

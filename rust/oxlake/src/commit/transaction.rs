@@ -434,8 +434,9 @@ impl Transaction {
 
     /// `error` as the conflict it is when it is a data file gone while this write read it and a
     /// table service completed since the write began (a compaction, clustering or clean removed
-    /// or replaced what the write planned against), or a timeline file of an instant archived
-    /// meanwhile: a conflict is retried (`conflict_retries`), a storage error is not.
+    /// or replaced what the write planned against), or the plan of a clean still running names
+    /// it (a clean deletes its files before it completes), or a timeline file of an instant
+    /// archived meanwhile: a conflict is retried (`conflict_retries`), a storage error is not.
     pub async fn lost_to_service(&self, table: &mut Table, error: Error) -> Error {
         let gone = match &error {
             Error::Storage { path, source: object_store::Error::NotFound { .. } } => path.clone(),
@@ -469,13 +470,27 @@ impl Transaction {
             }
             _ => false,
         });
-        match service {
-            Some(s) => Error::CommitConflict {
+        if let Some(s) = service {
+            return Error::CommitConflict {
                 instant: s.time.clone(),
                 detail: format!("{} {} removed or replaced {gone} while this write read it", s.action, s.time),
-            },
-            None => error,
+            };
         }
+        // A clean deletes its files before it completes: one still running whose plan names the
+        // file took it from under this write, and a retry plans on what the table holds now.
+        // (A clean this write saw completed is not a cause: its view already left out what that
+        // clean deleted, so such a file gone is damage, and retrying would only meet it again.)
+        let running: Vec<Instant> =
+            timeline.instants().iter().filter(|i| i.action == Action::Clean && !i.is_completed()).cloned().collect();
+        for clean in running.iter().rev() {
+            if plans_to_delete(table, clean, &gone).await {
+                return Error::CommitConflict {
+                    instant: clean.time.clone(),
+                    detail: format!("clean {} (running) deleted {gone} while this write read it", clean.time),
+                };
+            }
+        }
+        error
     }
 
     /// Rolls the transaction back after `error` ended it, and returns `error` (a failed rollback
@@ -743,6 +758,20 @@ fn begin_ids(table: &Table) -> Option<InternalSchema> {
     table.column_history().map(|c| c.latest().clone())
 }
 
+/// Whether the plan of the pending clean `clean` names the table-relative `file` (an
+/// unreadable plan names nothing: the error stays what it was).
+async fn plans_to_delete(table: &Table, clean: &Instant, file: &str) -> bool {
+    let path = table.timeline().path_of(&clean.with_state(State::Requested));
+    let Ok(bytes) = table.storage().get(&path).await else {
+        return false;
+    };
+    match crate::format::clean::read_plan(&path, &bytes) {
+        Ok(crate::format::clean::Stored::Avro(plan)) => plan.files(&path).is_ok_and(|f| f.iter().any(|f| f == file)),
+        Ok(crate::format::clean::Stored::Legacy(plan)) => plan.files_to_delete.iter().any(|f| f == file),
+        Err(_) => false,
+    }
+}
+
 pub(super) fn services_seen(table: &Table) -> HashSet<String> {
     table
         .timeline()
@@ -791,6 +820,52 @@ mod tests {
     async fn rows(t: &Table) -> usize {
         let stream = t.scan(&ScanOptions::default()).await.unwrap();
         datafusion::physical_plan::common::collect(stream).await.unwrap().iter().map(|b| b.num_rows()).sum()
+    }
+
+    /// Found by the stress suite: a write's read met a file a clean had deleted while the clean
+    /// was still running (a clean deletes before it completes), and failed as damage. A file the
+    /// plan of a running clean names is a conflict (retried on what the table holds now); once
+    /// the clean completed it is one for a write that began before (the existing rule); a file
+    /// no plan names, or one a clean the write saw completed deleted, stays a storage error.
+    #[tokio::test]
+    async fn a_file_a_clean_deleted_is_a_conflict_while_the_clean_runs_and_after() {
+        use crate::services::clean::CleanPolicy;
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        let config = WriteConfig::default();
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &config).await.unwrap();
+        t.write(WriteOperation::Upsert, vec![by_parity(&[1])], &config).await.unwrap();
+        let mut writer = Table::open(t.uri(), t.options().clone()).await.unwrap();
+        let tx = writer.begin_write(WriteOperation::Upsert).await.unwrap();
+        let cleaned = t.clean(CleanPolicy::KeepLatestFileVersions(1)).await.unwrap();
+        let [gone] = cleaned.deleted.as_slice() else { panic!("one old version deleted: {cleaned:?}") };
+        let clean = Instant::new(cleaned.instant.as_deref().unwrap(), Action::Clean, State::Completed);
+        let not_found = |path: &str| {
+            let source = object_store::Error::NotFound { path: path.into(), source: "gone".into() };
+            Error::storage(path, source)
+        };
+        // Running: its files deleted, its completed file not yet written.
+        let completed = t.timeline().path_of(&clean);
+        let record = t.storage().get(&completed).await.unwrap();
+        t.storage().delete(&completed).await.unwrap();
+        let err = tx.lost_to_service(&mut writer, not_found(gone)).await;
+        assert!(
+            matches!(&err, Error::CommitConflict { instant, detail } if *instant == clean.time && detail.contains("(running)")),
+            "{err}"
+        );
+        // A file no plan names: damage, not a conflict.
+        let err = tx.lost_to_service(&mut writer, not_found("city=a/other.parquet")).await;
+        assert!(matches!(err, Error::Storage { .. }), "{err}");
+        // Completed: a conflict for the write that began while it ran; damage for one that
+        // began after (its view left the file out).
+        t.storage().put(&completed, record).await.unwrap();
+        let err = tx.lost_to_service(&mut writer, not_found(gone)).await;
+        assert!(matches!(&err, Error::CommitConflict { instant, .. } if *instant == clean.time), "{err}");
+        tx.fail(&mut writer, Error::invalid_arg("test", "done")).await;
+        let tx = writer.begin_write(WriteOperation::Upsert).await.unwrap();
+        let err = tx.lost_to_service(&mut writer, not_found(gone)).await;
+        assert!(matches!(err, Error::Storage { .. }), "{err}");
+        tx.fail(&mut writer, Error::invalid_arg("test", "done")).await;
     }
 
     #[tokio::test]
