@@ -53,6 +53,11 @@ if TYPE_CHECKING:
 require("pyspark", needed_by="oxlake.spark")
 
 
+#: A function of the batches a read task reads, as the native reader gives them, and the
+#: schema it gives them in, from the read's (`read(mapped=)`).
+BatchMap = tuple[Callable[[pa.RecordBatch], pa.RecordBatch], Callable[[pa.Schema], pa.Schema]]
+
+
 def read(
     spark: SparkSession,
     uri: str,
@@ -67,51 +72,16 @@ def read(
     with_meta_columns: bool = True,
     batch_size: int = 65536,
     split_bytes: int = DEFAULT_SPLIT_BYTES,
+    mapped: BatchMap | None = None,
 ) -> DataFrame:
     """The table as a Spark DataFrame (queries as `Table.scan`). Partition and statistics
     pruning run natively: partitions the filter rules out get no task, and each task reads only
     the columns asked for. A table of fewer files than Spark's default parallelism has its
-    files cut by rows, so that every core reads a part."""
-    return read_mapped(
-        spark,
-        uri,
-        columns=columns,
-        filter=filter,
-        as_of=as_of,
-        query=query,
-        start=start,
-        end=end,
-        storage_options=storage_options,
-        with_meta_columns=with_meta_columns,
-        batch_size=batch_size,
-        split_bytes=split_bytes,
-    )
+    files cut by rows, so that every core reads a part.
 
-
-#: A function of the batches a read task reads, as the native reader gives them, and the
-#: schema it gives them in (`read_mapped`).
-BatchMap = tuple[Callable[[pa.RecordBatch], pa.RecordBatch], Callable[[pa.Schema], pa.Schema]]
-
-
-def read_mapped(
-    spark: SparkSession,
-    uri: str,
-    *,
-    mapped: BatchMap | None = None,
-    columns: Sequence[str] | None = None,
-    filter: FilterLike | None = None,
-    as_of: str | None = None,
-    query: QueryType = "snapshot",
-    start: str | None = None,
-    end: str | None = None,
-    storage_options: dict[str, str] | None = None,
-    with_meta_columns: bool = True,
-    batch_size: int = 65536,
-    split_bytes: int = DEFAULT_SPLIT_BYTES,
-) -> DataFrame:
-    """`read`, each batch passed through `mapped` = (function, its schema from the read's) in
-    the reading task, before Spark's types: a value Spark cannot hold (nanoseconds, times of
-    day, unsigned integers) reaches the function as the table holds it."""
+    `mapped` = (function, its schema from the read's): each batch passes through the function
+    in the reading task, before Spark's types, so a value Spark cannot hold (nanoseconds, times
+    of day, unsigned integers) reaches it as the table holds it."""
     table = Table(uri, storage_options)
     cols = read_columns(table, columns, with_meta_columns, query, as_of)
     parallelism = spark.sparkContext.defaultParallelism

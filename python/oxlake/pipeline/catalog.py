@@ -238,7 +238,7 @@ class Catalog:
         if spark is not None:
             from oxlake import spark as oxspark
 
-            df = oxspark.read_mapped(
+            df = oxspark.read(
                 spark,
                 self.uri,
                 mapped=mapped,
@@ -300,7 +300,7 @@ class Catalog:
 
             from oxlake import spark as oxspark
 
-            df = oxspark.read_mapped(
+            df = oxspark.read(
                 spark,
                 self.uri,
                 mapped=mapped,
