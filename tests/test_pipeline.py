@@ -343,6 +343,28 @@ def test_the_path_is_chosen_by_the_size_of_the_change(spark: SparkSession, tmp_p
     assert report.reasons == {}
 
 
+def test_kept_pieces_past_the_limit_move_the_task_to_spark_before_they_are_decoded(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A one-tile change of a map-group task whose outputs are fed by every tile (`Classes`):
+    small by its change, but the pieces kept for its outputs pass the driver's limit; they are
+    counted from the state rows' bytes before being decoded, and the task runs on Spark."""
+    rng = random.Random(12)
+    inputs = Catalog.create(str(tmp_path / "roads"))
+    incremental, full = Catalog.create(str(tmp_path / "inc")), Catalog.create(str(tmp_path / "full"))
+    publish(inputs, {t: roads.segments(rng, t, 3) for t in TILES[:40]})
+    tasks = [roads.Classes()]
+    Driver(spark, incremental, {"roads": inputs}, tasks).run()
+    publish(inputs, {TILES[3]: roads.segments(rng, TILES[3], 2)})
+    report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=20).run()
+    task = report.tasks["Classes"]
+    assert (task.mode, task.path) == ("incremental", "spark")
+    assert "input partitions and pieces, more than the driver holds (keyed_limit=20)" in str(task.path_reason)
+    Driver(spark, full, {"roads": inputs}, tasks).run(full=True)
+    assert checksums(incremental, ["classes"]) == checksums(full, ["classes"])
+    assert graphs(incremental) == graphs(full)
+
+
 def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
     rng = random.Random(5)
     inputs, output = Catalog.create(str(tmp_path / "roads")), Catalog.create(str(tmp_path / "out"))

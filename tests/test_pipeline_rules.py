@@ -372,3 +372,32 @@ def test_graph_rows_ignore_the_order_and_repetition_of_pieces(
     for row in rules.graph_rows("T", "out", table).to_pylist():
         kept = rules.stored_pieces(row["payload"])
         assert kept == sorted(set(kept))
+
+
+names_strategy = st.text(alphabet=st.sampled_from(["x", "[", "]", '"', "\\", "é", ","]), max_size=3)
+
+
+@given(
+    st.lists(st.tuples(*(names_strategy for _ in range(5)), st.sampled_from([None, b"", b"[v]"])), max_size=8)
+)
+def test_pieces_at_most_bounds_the_pieces_kept_before_they_are_decoded(
+    edges: list[tuple[str, str, str, str, str, bytes | None]],
+) -> None:
+    """The driver path refuses to decode more kept pieces than it may hold by this count, taken
+    from the "out" rows' bytes: never fewer than `unpacked` makes, whatever brackets, quotes or
+    backslashes the names hold."""
+    table = pieces([e[:5] for e in edges])
+    table = table.set_column(
+        table.schema.get_field_index("value"), "value", pa.array([e[5] for e in edges], pa.binary())
+    )
+    out = rules.graph_rows("T", "out", table)
+    keys = [name.split("|")[2:] for name in out.column("partition").to_pylist()]
+    named = pa.table(
+        {
+            "out_layer": pa.array([k[0] for k in keys], pa.string()),
+            "out_partition": pa.array(["|".join(k[1:]) for k in keys], pa.string()),
+            "payload": out.column("payload"),
+        }
+    )
+    assert rules.pieces_at_most(named) >= rules.unpacked(named).num_rows
+    assert rules.pieces_at_most(named.slice(0, 0)) == 0

@@ -130,10 +130,14 @@ class DriverPath:
         t = self._graph_rows(task, "in", keys)
         return {key: rules.edges(p) for key, p in zip(_keys(t), t.column("payload").to_pylist(), strict=True)}
 
-    def _stored_pieces(self, task: Compiler, outputs: Iterable[tuple[str, str]]) -> pa.Table:
+    def _stored_pieces(self, task: Compiler, outputs: Iterable[tuple[str, str]], held: int) -> pa.Table:
         """The PIECES the `outputs` were reduced from when last compiled (their "out" graph
-        rows), read by key."""
-        return rules.unpacked(self._graph_rows(task, "out", outputs))
+        rows), read by key; `TooLarge` before they are decoded when they and the `held` input
+        partitions pass the driver's limit (an output fed by most of a catalog keeps a piece of
+        each input: decoded, they would fill the driver)."""
+        rows = self._graph_rows(task, "out", outputs)
+        self._check_size(held + rules.pieces_at_most(rows))
+        return rules.unpacked(rows)
 
     # ---- inputs, by key ------------------------------------------------------------------------
 
@@ -220,7 +224,7 @@ class DriverPath:
         affected = set(_out_keys(new_pieces))
         for outs in self._recorded(task, changed_keys).values():
             affected.update(outs)  # type: ignore[arg-type]
-        kept = self._stored_pieces(task, affected)
+        kept = self._stored_pieces(task, affected, changed.num_rows)
         kept = kept.filter(pa.array([k not in changed_keys for k in _keys(kept)], pa.bool_()))
         self._check_size(changed.num_rows + kept.num_rows)
         pieces = pa.concat_tables([new_pieces, kept])

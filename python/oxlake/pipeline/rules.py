@@ -151,6 +151,16 @@ def fed_outputs(rows: pa.Table) -> pa.Table:
     return pa.table([pa.array([k[i] for k in listed], pa.string()) for i in (0, 1)], names=OUT_KEYS)
 
 
+def pieces_at_most(rows: pa.Table) -> int:
+    """At least as many as the pieces the "out" graph rows `rows` (column `payload`) keep,
+    counted without decoding them (each piece is a JSON list inside the row's list, so each
+    opens one `[` more; names may hold more): what `unpacked` would make of them is bounded
+    before it is made."""
+    payloads = rows.column("payload")
+    brackets = pc.sum(pc.count_substring(payloads, "[")).as_py() or 0
+    return max(int(brackets) - (rows.num_rows - payloads.null_count), 0)
+
+
 def unpacked(rows: pa.Table) -> pa.Table:
     """PIECES of the "out" graph rows `rows` (columns out_layer, out_partition, payload)."""
     listed: list[tuple[object, ...]] = []
