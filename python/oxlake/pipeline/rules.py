@@ -157,8 +157,9 @@ def pieces_at_most(rows: pa.Table) -> int:
     opens one `[` more; names may hold more): what `unpacked` would make of them is bounded
     before it is made."""
     payloads = rows.column("payload")
-    brackets = pc.sum(pc.count_substring(payloads, "[")).as_py() or 0
-    return max(int(brackets) - (rows.num_rows - payloads.null_count), 0)
+    brackets = int(pc.sum(pc.count_substring(payloads, "[")).as_py() or 0)
+    lists = rows.num_rows - int(payloads.null_count)
+    return max(brackets - lists, 0)
 
 
 def unpacked(rows: pa.Table) -> pa.Table:
