@@ -159,7 +159,7 @@ def pieces_at_most(rows: pa.Table) -> int:
     payloads = rows.column("payload")
     brackets = int(pc.sum(pc.count_substring(payloads, "[")).as_py() or 0)
     lists = rows.num_rows - int(payloads.null_count)
-    return max(brackets - lists, 0)
+    return int(max(brackets - lists, 0))
 
 
 def unpacked(rows: pa.Table) -> pa.Table:
