@@ -844,3 +844,60 @@ def test_inputs_reach_compilers_alike_on_every_path(spark: SparkSession, tmp_pat
             p: rng.choice([None, False, p.encode() * 2]) for p in rng.sample(names, 4)
         }
         put(events, raw, type)
+
+
+def test_encoded_reads_give_structured_values_as_payload_bytes(tmp_path: Path) -> None:
+    """`snapshot(encoded=True)` and `changes(encoded=True)` without Spark: the struct columns
+    give way to their values' payload bytes, other layers keep theirs; an empty catalog and
+    `columns=` keep their shapes."""
+    from oxlake.pipeline import _payload
+
+    c = Catalog.create(str(tmp_path / "c"), structured={"events": EVENTS})
+    assert c.snapshot(encoded=True).column_names == ["layer", "partition", "payload", "checksum", "version"]
+    assert c.snapshot(columns=["layer", "events"], encoded=True).column_names == [
+        "layer",
+        "events",
+        "version",
+    ]
+    assert c.changes(None, encoded=True).column_names == [
+        "layer",
+        "partition",
+        "change",
+        "payload",
+        "checksum",
+    ]
+    value = {"at": 1_700_000_000_123_456_789, "clock": 86_399_999_999_999, "ms": 1}
+    c.table.upsert(
+        pa.table(
+            {
+                "layer": ["events", "raw", "events"],
+                "partition": ["a", "b", "c"],
+                "payload": pa.array([None, b"raw", None], pa.binary()),
+                "checksum": pa.nulls(3, pa.string()),
+                "events": pa.array([value, None, None], EVENTS),
+            }
+        )
+    )
+    c.refresh()
+    first = c.instants()[-1]
+    plain = c.snapshot()
+    stored = dict(zip(plain.column("partition").to_pylist(), plain.column("events").to_pylist(), strict=True))
+    want = {
+        ("events", "a"): _payload.encode(stored["a"], EVENTS),
+        ("raw", "b"): b"raw",
+        ("events", "c"): None,
+    }
+    snap = c.snapshot(encoded=True)
+    assert snap.column_names == ["layer", "partition", "payload", "checksum", "version"]
+    keys = zip(snap.column("layer").to_pylist(), snap.column("partition").to_pylist(), strict=True)
+    got = dict(zip(keys, snap.column("payload").to_pylist(), strict=True))
+    assert got == want
+    c.table.delete(pa.table({"layer": ["events"], "partition": ["a"]}))
+    c.refresh()
+    ch = c.changes(first, encoded=True)
+    assert ch.column_names == ["layer", "partition", "change", "payload", "checksum"]
+    assert ch.to_pylist() == [
+        {"layer": "events", "partition": "a", "change": REMOVED, "payload": None, "checksum": None}
+    ]
+    everything = c.changes(None, encoded=True)
+    assert sorted(everything.column("partition").to_pylist()) == ["b", "c"]
