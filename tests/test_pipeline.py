@@ -29,8 +29,9 @@ from oxlake.pipeline import (  # noqa: E402
     InputPartition,
     MapGroupCompiler,
     PipelineDefinitionError,
+    compiler,
 )
-from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 import roads  # noqa: E402
@@ -844,6 +845,65 @@ def test_inputs_reach_compilers_alike_on_every_path(spark: SparkSession, tmp_pat
             p: rng.choice([None, False, p.encode() * 2]) for p in rng.sample(names, 4)
         }
         put(events, raw, type)
+
+
+def test_a_dataframe_function_takes_and_gives_structured_values_in_sparks_types(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A non-incremental DataFrame function sees a structured layer as Spark holds it (times of
+    day as counts of microseconds, timestamps in microseconds) and may return it so; values
+    Spark can hold come back exactly in the layer's types. A returned value the layer's type
+    cannot hold exactly (a time of day finer than its milliseconds) fails the run, nothing
+    published."""
+    inputs = Catalog.create(str(tmp_path / "in"), structured={"events": EVENTS})
+    output = Catalog.create(str(tmp_path / "out"), structured={"copy": EVENTS})
+    values = {
+        "a": {"at": 1_000_001_000, "clock": 3_600_000_002_000, "ms": 5},
+        "b/ü%": {"at": -86_400_000_000_000, "clock": 86_399_999_999_000, "ms": 86_399_999},
+        "c": {"at": None, "clock": None, "ms": None},
+    }
+    inputs.table.upsert(
+        pa.table(
+            {
+                "layer": ["events"] * 3,
+                "partition": list(values),
+                "payload": pa.nulls(3, pa.binary()),
+                "checksum": pa.nulls(3, pa.string()),
+                "events": pa.array(list(values.values()), EVENTS),
+            }
+        )
+    )
+    inputs.refresh()
+    seen: dict[str, object] = {}
+    shift = {"micros": 0}
+
+    @compiler(inputs={"in": ["events"]}, outputs=["copy"])
+    def copy(frames: dict[tuple[str, str], DataFrame]) -> dict[str, DataFrame]:
+        from pyspark.sql import functions as F
+
+        df = frames[("in", "events")]
+        seen["types"] = {f.name: f.dataType.simpleString() for f in df.schema["payload"].dataType.fields}
+        seen["rows"] = {r.partition: r.payload.asDict() for r in df.collect()}
+        ms = F.col("payload.ms") + F.lit(shift["micros"])
+        return {
+            "copy": df.select(
+                "partition", F.struct("payload.at", "payload.clock", ms.alias("ms")).alias("payload")
+            )
+        }
+
+    Driver(spark, output, {"in": inputs}, [copy]).run()
+    assert seen["types"] == {"at": "timestamp_ntz", "clock": "bigint", "ms": "bigint"}
+    assert seen["rows"]["a"]["clock"] == 3_600_000_002 and seen["rows"]["a"]["ms"] == 5_000
+    output.refresh()
+    snap = output.snapshot(layers=["copy"])
+    got = dict(zip(snap.column("partition").to_pylist(), snap.column("copy").to_pylist(), strict=True))
+    assert got == {p: pa.scalar(v, EVENTS).as_py() for p, v in values.items()}
+    before = output.instants()
+    shift["micros"] = 1  # 5 ms and 1 µs: a time32[ms] cannot hold it
+    with pytest.raises(Exception, match="would lose data"):
+        Driver(spark, output, {"in": inputs}, [copy]).run(full=True)
+    output.refresh()
+    assert output.instants() == before
 
 
 def test_encoded_reads_give_structured_values_as_payload_bytes(tmp_path: Path) -> None:

@@ -84,6 +84,19 @@ def as_spark(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[p
             yield batch.cast(in_micros, safe=False).cast(target)
 
 
+def from_spark_values(values: pa.Array, type: pa.DataType) -> pa.Array:
+    """Values Spark handed over for a column of `type` (in `spark_arrow_schema`'s types) back in
+    `type`: times of day from their count of microseconds, widened integers narrowed. A value
+    `type` cannot hold exactly (a time with more precision than its unit, an integer out of
+    range) raises `SchemaMismatchError` rather than being cut."""
+    if values.type == type:
+        return values
+    try:
+        return values.cast(_spark_type(type, pa.time64("us"))).cast(type)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
+        raise _native.SchemaMismatchError(f"cannot take Spark's {values.type} as {type}: {e}") from None
+
+
 SORT_MODES = ("none", "global_sort", "partition_sort")
 
 

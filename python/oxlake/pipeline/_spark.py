@@ -163,14 +163,27 @@ def summed(fn: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]
 def converted(
     type: pa.StructType, to_struct: bool
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """(partition, payload) rows of one structured layer: encoded bytes → struct values
-    (`to_struct`), or back."""
+    """(partition, payload) rows of one structured layer for a DataFrame function: encoded
+    bytes → struct values in Spark's types (`to_struct`; as `oxlake.spark.read` gives them:
+    times of day as microseconds, sub-microsecond parts dropped), or the function's struct
+    values in Spark's types → encoded bytes of `type` (a value it cannot hold exactly raises)."""
+    from oxlake._spark_io import as_spark, from_spark_values
+
+    schema = pa.schema([("partition", pa.string()), ("payload", type)])
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             payload = batch.column("payload")
-            out = _payload.to_struct(payload, type) if to_struct else _payload.to_bytes(payload, type)
-            yield pa.RecordBatch.from_arrays([batch.column("partition"), out], names=["partition", "payload"])
+            if to_struct:
+                rows = pa.RecordBatch.from_arrays(
+                    [batch.column("partition"), _payload.to_struct(payload, type)], schema=schema
+                )
+                yield from as_spark(iter([rows]), schema)
+            else:
+                out = _payload.to_bytes(from_spark_values(payload, type), type)
+                yield pa.RecordBatch.from_arrays(
+                    [batch.column("partition"), out], names=["partition", "payload"]
+                )
 
     return run
 
