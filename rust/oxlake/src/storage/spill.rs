@@ -521,6 +521,24 @@ mod tests {
     }
 
     #[test]
+    fn chunks_read_back_hold_about_their_limit() {
+        // Read back raw, a batch's columns were slices of one message buffer, each counted with
+        // the whole buffer: chunks came out a fraction of their limit (43 files of 40 MB where a
+        // streamed insert meant 12 of 100 MB). Each batch here is 8,000 bytes of values.
+        let dir = directory(None).unwrap();
+        let schema = batch(vec![]).schema();
+        let mut spill = Spill::new(&dir, &schema, 1, 0);
+        for b in 0..100 {
+            let v: Vec<i64> = (0..1000).map(|i| (i * 7919 + b) % 1_000_003).collect();
+            spill.push(&batch(v), UInt64Array::from(vec![1; 1000])).unwrap();
+        }
+        let files = spill.finish().unwrap();
+        let chunks: Vec<Vec<RecordBatch>> = files[0].chunks(80_000).unwrap().map(Result::unwrap).collect();
+        assert!((9..=11).contains(&chunks.len()), "{} chunks of 80,000 bytes", chunks.len());
+        assert_eq!(chunks.iter().flatten().map(RecordBatch::num_rows).sum::<usize>(), 100_000);
+    }
+
+    #[test]
     fn a_spill_directory_left_by_a_dead_writer_goes_with_the_next_and_a_live_one_stays() {
         let root = tempfile::tempdir().unwrap();
         let mut live = directory(Some(root.path())).unwrap();
