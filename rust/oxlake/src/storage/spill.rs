@@ -12,9 +12,9 @@ use std::sync::{Arc, Mutex};
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::compute::take_record_batch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow::ipc::CompressionType;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
-use arrow::ipc::CompressionType;
 
 use crate::error::{Error, Result};
 
@@ -245,7 +245,11 @@ impl Spill {
                 Some(w) => w,
                 None => {
                     let file = File::create_new(&bucket.path).map_err(|e| io(&bucket.path, e))?;
-                    bucket.writer.insert(StreamWriter::try_new_with_options(BufWriter::new(file), &self.schema, options()?)?)
+                    bucket.writer.insert(StreamWriter::try_new_with_options(
+                        BufWriter::new(file),
+                        &self.schema,
+                        options()?,
+                    )?)
                 }
             };
             writer.write(&part)?;
