@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from oxlake import _native
 from oxlake.table import Table, create_table
@@ -84,17 +85,29 @@ def as_spark(batches: Iterator[pa.RecordBatch], schema: pa.Schema) -> Iterator[p
             yield batch.cast(in_micros, safe=False).cast(target)
 
 
-def from_spark_values(values: pa.Array, type: pa.DataType) -> pa.Array:
-    """Values Spark handed over for a column of `type` (in `spark_arrow_schema`'s types) back in
+def from_spark_values(values: pa.Array, type: pa.DataType, column: str) -> pa.Array:
+    """Values Spark handed over for `column` of `type` (in `spark_arrow_schema`'s types) back in
     `type`: times of day from their count of microseconds, widened integers narrowed. A value
-    `type` cannot hold exactly (a time with more precision than its unit, an integer out of
-    range) raises `SchemaMismatchError` rather than being cut."""
+    `type` cannot hold exactly (a time finer than its unit or beyond a day, an integer out of
+    range) or a field of another shape raises `SchemaMismatchError` naming the column, rather
+    than being cut. Null values stay null (Spark nulls the fields of a null struct, which a
+    non-nullable field of `type` could not take)."""
     if values.type == type:
         return values
+    present = values.is_valid()
+    some = values.filter(present) if values.null_count else values
     try:
-        return values.cast(_spark_type(type, pa.time64("us"))).cast(type)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-        raise _native.SchemaMismatchError(f"cannot take Spark's {values.type} as {type}: {e}") from None
+        cast = some.cast(_spark_type(type, pa.time64("us"))).cast(type)
+        cast.validate(full=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+        raise _native.SchemaMismatchError(
+            f"{column}: cannot take Spark's {values.type} as {type}: {e}"
+        ) from None
+    if not values.null_count:
+        return cast
+    # Back in place: row i takes the next present value, or null.
+    at = pc.subtract(pc.cumulative_sum(present.cast(pa.int64())), 1)
+    return cast.take(pc.if_else(present, at, pa.scalar(None, pa.int64())))
 
 
 SORT_MODES = ("none", "global_sort", "partition_sort")

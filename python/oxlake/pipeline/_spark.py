@@ -161,7 +161,7 @@ def summed(fn: Callable[[pa.Table], pa.Table]) -> Callable[[pa.Table], pa.Table]
 
 
 def converted(
-    type: pa.StructType, to_struct: bool
+    type: pa.StructType, to_struct: bool, layer: str = "payload"
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """(partition, payload) rows of one structured layer for a DataFrame function: encoded
     bytes → struct values in Spark's types (`to_struct`; as `oxlake.spark.read` gives them:
@@ -180,7 +180,7 @@ def converted(
                 )
                 yield from as_spark(iter([rows]), schema)
             else:
-                out = _payload.to_bytes(from_spark_values(payload, type), type)
+                out = _payload.to_bytes(from_spark_values(payload, type, f"structured layer {layer!r}"), type)
                 yield pa.RecordBatch.from_arrays(
                     [batch.column("partition"), out], names=["partition", "payload"]
                 )
@@ -395,7 +395,8 @@ def _write(
     table: Table, instant: str, data: pa.Table, structured: OutputTypes, task: tuple[int, int] | None
 ) -> list[bytes]:
     """Writes WRITE rows as files of the pending `instant` (deletes, then upserts); returns what
-    the commit needs of them."""
+    the commit needs of them: the layers written, not each key (a task writes whole layers, and
+    the catalog is partitioned by layer; a catalog keeping a record index still lists them)."""
     out = []
     deletes = data.filter(pc.equal(data.column("op"), "delete")).select(["layer", "partition"])
     upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(
@@ -403,7 +404,8 @@ def _write(
     )
     for op, part in [("delete", deletes), ("upsert", _with_structs(upserts, structured))]:
         if part.num_rows:
-            out.append(bytes(_native.write_files(native(table), op, instant, part, None, task)))
+            written = _native.write_files(native(table), op, instant, part, None, task, own_partitions=True)
+            out.append(bytes(written))
     return out
 
 

@@ -315,7 +315,7 @@ class SparkPath:
         for layer, df in outputs.items():
             if layer in self.out_types:
                 df = df.select(F.col("partition").cast("string"), "payload").mapInArrow(
-                    _spark.converted(self.out_types[layer], False), "partition string, payload binary"
+                    _spark.converted(self.out_types[layer], False, layer), "partition string, payload binary"
                 )
             parts.append(
                 df.select(

@@ -73,8 +73,10 @@ pub fn resume_write(py: Python<'_>, table: &PyTable, operation_name: &str, token
 /// Writes the files of `data` for the pending write `instant`; returns what it wrote, for the
 /// driver's `PendingWrite.commit`. `task` is `(task number, attempt number)` of the writing task
 /// (attempts from 1): it goes into every file name, so tasks never write the same file.
+/// `own_partitions`: no other task of the write writes a key in the partitions this one writes;
+/// the result then names those partitions, not each key (`WriteConfig::own_partitions`).
 #[pyfunction]
-#[pyo3(signature = (table, operation_name, instant, data, target_file_size=None, task=None, schema_mode=None, sort_mode=None))]
+#[pyo3(signature = (table, operation_name, instant, data, target_file_size=None, task=None, schema_mode=None, sort_mode=None, own_partitions=false))]
 #[allow(clippy::too_many_arguments)]
 pub fn write_files(
     py: Python<'_>,
@@ -86,10 +88,12 @@ pub fn write_files(
     task: Option<(u32, u64)>,
     schema_mode: Option<&str>,
     sort_mode: Option<&str>,
+    own_partitions: bool,
 ) -> PyResult<Vec<u8>> {
     let op = operation(operation_name)?;
     let batches = import_batches(&data)?;
     let mut config = WriteConfig::default().with_target_file_size(target_file_size);
+    config.own_partitions = own_partitions;
     if let Some(mode) = schema_mode {
         config.schema_mode = oxlake::schema::evolve::SchemaMode::parse(mode).map_err(crate::errors::to_py)?;
     }

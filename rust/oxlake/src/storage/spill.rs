@@ -140,13 +140,27 @@ fn io(path: &Path, e: std::io::Error) -> Error {
     Error::storage(path.display(), source)
 }
 
-/// How spilled rows are written: compressed by zstd at its fastest level, which made the
-/// generated rows of `benches/stream_write.py` about a third as large for little CPU, and a
-/// 50 GB streamed write's spills fit beside its table on a disk that could not hold both raw.
-fn options() -> Result<IpcWriteOptions> {
-    Ok(IpcWriteOptions::default()
-        .try_with_compression(Some(CompressionType::ZSTD))?
-        .try_with_compression_level(Some(1))?)
+/// How spilled rows are written: compressed by zstd at its fastest level where the spill asks
+/// for it ([`Spill::compressed`]: a streamed write's input, about a third as large on disk for
+/// the rows of `benches/stream_write.py`, so that a 50 GB write's spills fit beside its table).
+/// Spills of hashes and keys across many buckets stay raw: each open bucket would keep a zstd
+/// context (up to about half a MB), and hashes do not compress.
+fn options(compressed: bool) -> Result<IpcWriteOptions> {
+    let options = IpcWriteOptions::default();
+    Ok(match compressed {
+        true => options.try_with_compression(Some(CompressionType::ZSTD))?.try_with_compression_level(Some(1))?,
+        false => options,
+    })
+}
+
+/// The bytes of a batch's values: a batch read back from an IPC file holds slices of one message
+/// buffer, which `RecordBatch::get_array_memory_size` would count once per column.
+fn batch_bytes(batch: &RecordBatch) -> usize {
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or_else(|_| c.get_array_memory_size()))
+        .sum()
 }
 
 /// Bucket `n` of `buckets` that `hash` falls in at split `level` (each level mixes the hash
@@ -166,6 +180,7 @@ pub(crate) struct Spill {
     /// Where the file this spill splits sits ([`SpillFile::address`]); empty at the top.
     parent: Arc<[Step]>,
     buckets: Vec<Bucket>,
+    compressed: bool,
 }
 
 /// One step of the way from the top of a spill to one of its files: at split `level`, bucket
@@ -193,6 +208,12 @@ impl Spill {
         Self::with_hashed_schema(dir, schema, buckets, level, Arc::new([]))
     }
 
+    /// This spill's files compressed (see [`options`]).
+    pub(crate) fn compressed(mut self) -> Self {
+        self.compressed = true;
+        self
+    }
+
     fn with_hashed_schema(
         dir: &Arc<SpillDir>,
         schema: SchemaRef,
@@ -202,7 +223,7 @@ impl Spill {
     ) -> Self {
         let name = |b: usize| dir.path().join(format!("{}-{level}-{b}.arrows", NEXT.fetch_add(1, Ordering::Relaxed)));
         let buckets = (0..buckets.max(1)).map(|b| Bucket { path: name(b), writer: None, rows: 0, bytes: 0 }).collect();
-        Spill { dir: dir.clone(), schema, level, parent, buckets }
+        Spill { dir: dir.clone(), schema, level, parent, buckets, compressed: false }
     }
 
     /// Spills the rows of `batch`, each into the bucket of its hash in `hashes`.
@@ -248,13 +269,13 @@ impl Spill {
                     bucket.writer.insert(StreamWriter::try_new_with_options(
                         BufWriter::new(file),
                         &self.schema,
-                        options()?,
+                        options(self.compressed)?,
                     )?)
                 }
             };
             writer.write(&part)?;
             bucket.rows += part.num_rows();
-            bucket.bytes += part.get_array_memory_size();
+            bucket.bytes += batch_bytes(&part);
         }
         Ok(())
     }
@@ -281,6 +302,7 @@ impl Spill {
                 level: self.level,
                 address: self.parent.iter().copied().chain([Step { level: self.level, buckets, index }]).collect(),
                 schema: self.schema.clone(),
+                compressed: self.compressed,
                 _dir: self.dir.clone(),
             }));
         }
@@ -301,6 +323,8 @@ pub(crate) struct SpillFile {
     /// The buckets its rows' hashes fell in, from the top spill down to this file.
     address: Arc<[Step]>,
     schema: SchemaRef,
+    /// Whether it was written compressed (its splits are too).
+    compressed: bool,
     _dir: Arc<SpillDir>,
 }
 
@@ -355,7 +379,7 @@ impl SpillFile {
                 match batches.next() {
                     Some(Ok(mut batch)) => {
                         batch.remove_column(batch.num_columns() - 1);
-                        bytes += batch.get_array_memory_size();
+                        bytes += batch_bytes(&batch);
                         chunk.push(batch);
                     }
                     Some(Err(e)) => return Some(Err(e.into())),
@@ -372,6 +396,7 @@ impl SpillFile {
         let buckets = (self.bytes / limit.max(1) + 1).clamp(2, 256);
         let mut into =
             Spill::with_hashed_schema(&self._dir, self.schema.clone(), buckets, self.level + 1, self.address.clone());
+        into.compressed = self.compressed;
         let mut first: Option<u64> = None;
         let mut one_hash = true;
         for batch in self.batches()? {
@@ -512,7 +537,7 @@ mod tests {
     fn spilled_rows_are_compressed_on_disk_and_read_back_as_they_were() {
         let dir = directory(None).unwrap();
         let schema = batch(vec![]).schema();
-        let mut spill = Spill::new(&dir, &schema, 1, 0);
+        let mut spill = Spill::new(&dir, &schema, 1, 0).compressed();
         let v: Vec<i64> = (0..100_000).map(|i| i % 97).collect();
         spill.push(&batch(v.clone()), UInt64Array::from(vec![1; v.len()])).unwrap();
         let files = spill.finish().unwrap();
@@ -526,20 +551,41 @@ mod tests {
 
     #[test]
     fn chunks_read_back_hold_about_their_limit() {
-        // Read back raw, a batch's columns were slices of one message buffer, each counted with
-        // the whole buffer: chunks came out a fraction of their limit (43 files of 40 MB where a
-        // streamed insert meant 12 of 100 MB). Each batch here is 8,000 bytes of values.
-        let dir = directory(None).unwrap();
-        let schema = batch(vec![]).schema();
-        let mut spill = Spill::new(&dir, &schema, 1, 0);
-        for b in 0..100 {
-            let v: Vec<i64> = (0..1000).map(|i| (i * 7919 + b) % 1_000_003).collect();
-            spill.push(&batch(v), UInt64Array::from(vec![1; 1000])).unwrap();
+        // Read back from an IPC file, a batch's columns are slices of one message buffer, which
+        // `get_array_memory_size` counts once per column: chunks came out a fraction of their
+        // limit (a streamed insert wrote 43 files of 40 MB where it meant 12 of 100 MB). Each
+        // batch here is 8,000 bytes of values in two columns, one compressible, one not.
+        for compressed in [false, true] {
+            let dir = directory(None).unwrap();
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("a", DataType::Int64, false),
+                Field::new("b", DataType::Int64, false),
+            ]));
+            let mut spill = Spill::new(&dir, &schema, 1, 0);
+            if compressed {
+                spill = spill.compressed();
+            }
+            let mut z = 0x1234_5678_u64;
+            for b in 0..100 {
+                let a = Int64Array::from((0..500).map(|i| i % 7 + b).collect::<Vec<i64>>());
+                let noise = Int64Array::from_iter_values((0..500).map(|_| {
+                    z ^= z << 13;
+                    z ^= z >> 7;
+                    z ^= z << 17;
+                    z as i64
+                }));
+                let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(a), Arc::new(noise)]).unwrap();
+                spill.push(&batch, UInt64Array::from(vec![1; 500])).unwrap();
+            }
+            let files = spill.finish().unwrap();
+            let chunks: Vec<Vec<RecordBatch>> = files[0].chunks(80_000).unwrap().map(Result::unwrap).collect();
+            assert!(
+                (9..=11).contains(&chunks.len()),
+                "{} chunks of 80,000 bytes (compressed: {compressed})",
+                chunks.len()
+            );
+            assert_eq!(chunks.iter().flatten().map(RecordBatch::num_rows).sum::<usize>(), 50_000);
         }
-        let files = spill.finish().unwrap();
-        let chunks: Vec<Vec<RecordBatch>> = files[0].chunks(80_000).unwrap().map(Result::unwrap).collect();
-        assert!((9..=11).contains(&chunks.len()), "{} chunks of 80,000 bytes", chunks.len());
-        assert_eq!(chunks.iter().flatten().map(RecordBatch::num_rows).sum::<usize>(), 100_000);
     }
 
     #[test]

@@ -499,6 +499,11 @@ impl Table {
         if self.data_schema() != before {
             written.schema = Some(schema::encode_arrow_schema(&self.data_schema()));
         }
+        // Read after the files are written: an index built since is caught by the commit
+        // (`metadata::sync` refuses unlisted keys where the index is kept).
+        if config.own_partitions && !self.config().global_index && !crate::metadata::holds_record_index(self).await {
+            written.keys.unlist();
+        }
         Ok(written)
     }
 

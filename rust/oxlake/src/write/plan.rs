@@ -55,6 +55,14 @@ pub struct WriteConfig {
     /// keys and finds their file groups ([`crate::table::Table::write_stream`]); the system's
     /// temporary directory (`TMPDIR`) when `None`.
     pub spill_dir: Option<std::path::PathBuf>,
+    /// A task of a distributed write vouches that no other task of the write writes a key in
+    /// the partitions it writes (the pipeline gives each task whole layers): its result then
+    /// names the partitions written rather than each key ([`crate::metadata::KeyChanges::unlist`]),
+    /// so that the driver does not hold every key of a large write, unless the table keeps a
+    /// record index (which needs them) or a global index (a key may sit in any partition). The
+    /// commit's check that no key was written by two tasks then has nothing to check, and a
+    /// concurrent commit's keys are compared by reading back the files both wrote in a partition.
+    pub own_partitions: bool,
 }
 
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
@@ -94,6 +102,7 @@ impl Default for WriteConfig {
             bulk_sort: super::BulkSort::None,
             read_from: None,
             spill_dir: None,
+            own_partitions: false,
         }
     }
 }

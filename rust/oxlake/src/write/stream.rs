@@ -158,7 +158,7 @@ impl Table {
         let mut only_deletes = true;
         let schema = first.first().map(RecordBatch::schema).ok_or_else(|| Error::invalid_data("an empty stream"))?;
         let global = self.config().global_index;
-        let mut spill = Spill::new(&s.dir, &schema, KEY_FILES, 0);
+        let mut spill = Spill::new(&s.dir, &schema, KEY_FILES, 0).compressed();
         let mut chunk = first;
         while !chunk.is_empty() {
             if let Some(other) = chunk.iter().find(|b| b.schema().fields() != schema.fields()) {
@@ -261,7 +261,8 @@ impl Table {
                 };
                 if !held_rows.is_empty() {
                     let rows = spillable(&incoming.take(&UInt32Array::from(held_rows))?)?;
-                    let spill = held.get_or_insert_with(|| Spill::new(&s.dir, &rows.schema(), GROUP_FILES, 0));
+                    let spill =
+                        held.get_or_insert_with(|| Spill::new(&s.dir, &rows.schema(), GROUP_FILES, 0).compressed());
                     spill.push(&rows, UInt64Array::from(hashes))?;
                 }
             } else {
@@ -273,7 +274,8 @@ impl Table {
                 let rows = incoming.take(&UInt32Array::from(new_rows))?;
                 let hashes = (0..rows.keys.len()).map(|r| s.hasher.hash_one(rows.partitions.path(r)));
                 let hashes = UInt64Array::from_iter_values(hashes);
-                let spill = new.get_or_insert_with(|| Spill::new(&s.dir, &rows.batch.schema(), PARTITION_FILES, 0));
+                let spill = new
+                    .get_or_insert_with(|| Spill::new(&s.dir, &rows.batch.schema(), PARTITION_FILES, 0).compressed());
                 spill.push(&rows.batch, hashes)?;
             }
         }
