@@ -965,8 +965,9 @@ def test_a_write_task_hands_the_driver_its_layers_not_each_key(tmp_path: Path, r
 def test_spark_values_come_back_exactly_or_not_at_all() -> None:
     """`from_spark_values`: Spark's struct values (times as microseconds) back in a layer's type.
     A null struct, whose fields Spark nulls, stays null though a field is non-nullable; a time
-    beyond a day, before midnight or finer than the field's unit, and a field Spark typed
-    otherwise, are refused with a typed error naming the layer."""
+    beyond a day, before midnight or finer than the field's unit, and a field of another kind,
+    missing or extra, are refused with a typed error naming the layer and the field; a field
+    Spark's arithmetic widened is taken back value by value."""
     from oxlake._spark_io import from_spark_values
 
     layer = pa.struct([pa.field("at", pa.time32("ms"), nullable=False), ("n", pa.uint8())])
@@ -995,9 +996,32 @@ def test_spark_values_come_back_exactly_or_not_at_all() -> None:
     ]:
         with pytest.raises(SchemaMismatchError, match="structured layer 'x'"):
             from_spark_values(bad, layer, "structured layer 'x'")
-    other = pa.StructArray.from_arrays([pa.array(["1"]), pa.array([1], pa.int16())], names=["at", "n"])
-    with pytest.raises(SchemaMismatchError, match="structured layer 'x'"):
-        from_spark_values(other, layer, "structured layer 'x'")
+    # A function's arithmetic widens (short + 1 is an int): taken back, each value checked.
+    wider = pa.StructArray.from_arrays([pa.array([7], pa.int32()), pa.array([1_000])], names=["n", "at"])
+    assert from_spark_values(wider, layer, "x").to_pylist() == [{"at": datetime.time(0, 0, 0, 1_000), "n": 7}]
+    # Where a cast would convert silently, nothing is taken.
+    for other, named in [
+        ([pa.array(["1000"]), pa.array([1], pa.int16())], "at is string"),  # "1000" → 1 s
+        ([pa.array([1_000]), pa.array([1.0])], "n is double"),
+        ([pa.array([1_000])], "missing \\['n'\\]"),
+    ]:
+        names = ["at", "n"][: len(other)]
+        with pytest.raises(SchemaMismatchError, match=f"structured layer 'x'.*{named}"):
+            from_spark_values(pa.StructArray.from_arrays(other, names=names), layer, "structured layer 'x'")
+    extra = pa.StructArray.from_arrays(
+        [pa.array([1_000]), pa.array([1]), pa.array([2])], names=["at", "n", "m"]
+    )
+    with pytest.raises(SchemaMismatchError, match="extra \\['m'\\]"):
+        from_spark_values(extra, layer, "x")
+    nested = pa.struct([("tags", pa.list_(pa.float32())), ("label", pa.string())])
+    doubles = pa.StructArray.from_arrays([pa.array([[0.1]]), pa.array(["a"])], names=["tags", "label"])
+    with pytest.raises(SchemaMismatchError, match="tags\\[\\] is double, not float"):
+        from_spark_values(doubles, nested, "x")
+    numbers = pa.StructArray.from_arrays(
+        [pa.array([[0.5]], pa.list_(pa.float32())), pa.array([3])], names=["tags", "label"]
+    )
+    with pytest.raises(SchemaMismatchError, match="label is int64, not string"):
+        from_spark_values(numbers, nested, "x")
 
 
 def test_encoded_reads_give_structured_values_as_payload_bytes(tmp_path: Path) -> None:

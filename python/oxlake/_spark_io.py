@@ -94,6 +94,11 @@ def from_spark_values(values: pa.Array, type: pa.DataType, column: str) -> pa.Ar
     non-nullable field of `type` could not take)."""
     if values.type == type:
         return values
+    wrong = _unlike(values.type, _spark_type(type, pa.int64()), "")
+    if wrong is not None:
+        raise _native.SchemaMismatchError(
+            f"{column}: cannot take Spark's {values.type} as {type}: {wrong} (cast it in the function)"
+        )
     present = values.is_valid()
     some = values.filter(present) if values.null_count else values
     try:
@@ -108,6 +113,58 @@ def from_spark_values(values: pa.Array, type: pa.DataType, column: str) -> pa.Ar
     # Back in place: row i takes the next present value, or null.
     at = pc.subtract(pc.cumulative_sum(present.cast(pa.int64())), 1)
     return cast.take(pc.if_else(present, at, pa.scalar(None, pa.int64())))
+
+
+def _unlike(got: pa.DataType, want: pa.DataType, at: str) -> str | None:
+    """Where Spark's `got` differs in kind from `want` (a layer's type in Spark's types), or None.
+    Alike: the same type up to field order, nullability, large offsets and a timestamp's zone
+    label (the same instants); integers or decimals of another width (the cast checks every
+    value); a float widened to a double. A number as a string, a double into a float, a field
+    missing or extra: unlike, where a cast would convert silently."""
+    name = at or "the value"
+    if pa.types.is_struct(got) and pa.types.is_struct(want):
+        theirs = {got.field(i).name: got.field(i).type for i in range(got.num_fields)}
+        ours = {want.field(i).name: want.field(i).type for i in range(want.num_fields)}
+        if theirs.keys() != ours.keys():
+            missing, extra = sorted(ours.keys() - theirs.keys()), sorted(theirs.keys() - ours.keys())
+            return f"{name} has fields {sorted(theirs)}, missing {missing}, extra {extra}"
+        for field, t in ours.items():
+            wrong = _unlike(theirs[field], t, f"{at}.{field}" if at else field)
+            if wrong is not None:
+                return wrong
+        return None
+    if _is_list(got) and _is_list(want):
+        return _unlike(got.value_type, want.value_type, f"{at}[]")
+    if pa.types.is_map(got) and pa.types.is_map(want):
+        return _unlike(got.key_type, want.key_type, f"{at}{{key}}") or _unlike(
+            got.item_type, want.item_type, f"{at}{{value}}"
+        )
+    if pa.types.is_timestamp(got) and pa.types.is_timestamp(want):
+        alike = got.unit == want.unit and (got.tz is None) == (want.tz is None)
+    else:
+        alike = _kind(got) == _kind(want) and not (
+            pa.types.is_floating(got) and got.bit_width > want.bit_width
+        )
+    return None if alike else f"{name} is {got}, not {want}"
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t))
+
+
+def _kind(t: pa.DataType) -> Any:
+    """Types whose values a checked cast takes exactly share a kind; others are their own."""
+    if pa.types.is_integer(t):
+        return "integer"
+    if pa.types.is_floating(t):
+        return "float"
+    if pa.types.is_decimal(t):
+        return "decimal"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return "binary"
+    return t
 
 
 SORT_MODES = ("none", "global_sort", "partition_sort")
