@@ -1024,6 +1024,34 @@ def test_spark_values_come_back_exactly_or_not_at_all() -> None:
         from_spark_values(numbers, nested, "x")
 
 
+def test_a_catalog_holds_a_layer_while_one_of_its_partitions_is_published(tmp_path: Path) -> None:
+    """`Catalog.holds` (the driver's "is the output empty" check, which reads the layers asked
+    for only): a layer whose every partition was removed holds none; names with separators and
+    `%` are layers like others."""
+    c = Catalog.create(str(tmp_path / "c"))
+    assert not c.holds(["a/b%ü"])
+
+    def write(rows: dict[tuple[str, str], bytes]) -> None:
+        c.table.upsert(
+            pa.table(
+                {
+                    "layer": [layer for layer, _ in rows],
+                    "partition": [p for _, p in rows],
+                    "payload": pa.array(list(rows.values()), pa.binary()),
+                    "checksum": [None] * len(rows),
+                }
+            )
+        )
+
+    write({("a/b%ü", "x=1"): b"1", ("a/b%ü", "y"): b"2", ("kept", "z"): b"3"})
+    c.refresh()
+    assert c.holds(["a/b%ü"]) and c.holds(["nope", "kept"]) and not c.holds(["nope"]) and not c.holds([])
+    c.table.delete(pa.table({"layer": ["a/b%ü", "a/b%ü"], "partition": ["x=1", "y"]}))
+    c.refresh()
+    assert not c.holds(["a/b%ü"]) and c.holds(["kept"])
+    assert c.layers() == ["kept"]
+
+
 def test_encoded_reads_give_structured_values_as_payload_bytes(tmp_path: Path) -> None:
     """`snapshot(encoded=True)` and `changes(encoded=True)` without Spark: the struct columns
     give way to their values' payload bytes, other layers keep theirs; an empty catalog and

@@ -346,6 +346,15 @@ class Catalog:
             t = t.filter(pa.array([pair in wanted for pair in pairs], pa.bool_()))
         return t
 
+    def holds(self, layers: Iterable[str]) -> bool:
+        """Whether any of `layers` holds a published partition. Reads those layers only, and
+        stops at the first partition found."""
+        wanted = sorted(set(layers))
+        if not wanted or self.latest() is None:
+            return False
+        scan = self.table.scan(columns=["layer"], filter=[("layer", "in", wanted)])
+        return any(batch.num_rows for batch in scan)
+
     def layers(self) -> list[str]:
         """The layers holding at least one published partition (the state layer excluded)."""
         t = self.table.to_arrow(columns=["layer"], filter=[("layer", "!=", STATE_LAYER)])

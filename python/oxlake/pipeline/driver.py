@@ -128,12 +128,11 @@ class Driver:
             for name, c in self.inputs.items()
         }
         states = self._states()
-        published_layers = set(self.output.layers()) if self.output.latest() else set()
         run = _Run(self, requested)
         for task in self.tasks:
             _spark.ship(task)
             reason = self._full_reason(task, states.get(task.name), requested, since, full, reprocess, run)
-            if reason is None and not (set(task.outputs) & published_layers):
+            if reason is None and not self.output.holds(task.outputs):
                 reason = "the output is empty"
             run.task(task, reason, states.get(task.name))
         return run.publish(dry_run)

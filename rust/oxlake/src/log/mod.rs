@@ -335,11 +335,29 @@ pub async fn read_slice(
     admission: &Admission,
     columns: Option<&ColumnHistory>,
 ) -> Result<Vec<LogContent>> {
+    let mut out = Vec::new();
+    for_each_in_slice(storage, logs, schema, admission, columns, |content| {
+        out.push(content);
+        Ok(())
+    })
+    .await?;
+    Ok(out)
+}
+
+/// [`read_slice`], handing each decoded block to `each` in log order as it is decoded: only one
+/// block's records are decoded at a time (the log files' bytes are read first, whole).
+pub async fn for_each_in_slice(
+    storage: &Storage,
+    logs: &[LogFile],
+    schema: &SchemaRef,
+    admission: &Admission,
+    columns: Option<&ColumnHistory>,
+    mut each: impl FnMut(LogContent) -> Result<()>,
+) -> Result<()> {
     let committed = admission.committed(storage).await?;
     let blocks = read_blocks(storage, logs, Some(committed.as_ref())).await?;
     let rolled_back: HashSet<String> =
         blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
-    let mut out = Vec::new();
     for Located { path, block } in blocks {
         let Some(instant) = block.instant().map(str::to_string) else {
             log::warn!("{path}: skipping a {:?} block without an instant time", block.block_type);
@@ -355,9 +373,9 @@ pub async fn read_slice(
             continue;
         }
         let view = columns.and_then(|c| c.columns_at(&instant));
-        decode_block(&path, &block, instant, schema, view.as_deref(), &mut out)?;
+        decode_block(&path, &block, instant, schema, view.as_deref(), &mut each)?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Every record and delete of a log file's bytes, of any instant (no admission rules): what the
@@ -368,28 +386,30 @@ pub fn decode_file(path: &str, data: &Bytes, schema: &SchemaRef) -> Result<Vec<L
     for parsed in log_block::parse_blocks(data) {
         if let Parsed::Block { block, .. } = parsed {
             let instant = block.instant().unwrap_or_default().to_string();
-            decode_block(path, &block, instant, schema, None, &mut out)?;
+            decode_block(path, &block, instant, schema, None, &mut |content| {
+                out.push(content);
+                Ok(())
+            })?;
         }
     }
     Ok(out)
 }
 
-/// Decodes a data or delete block into `out` (other blocks hold no records).
+/// Decodes a data or delete block, handing its contents to `each` (other blocks hold no records).
 fn decode_block(
     path: &str,
     block: &LogBlock,
     instant: String,
     schema: &SchemaRef,
     view: Option<&FileColumns>,
-    out: &mut Vec<LogContent>,
+    each: &mut impl FnMut(LogContent) -> Result<()>,
 ) -> Result<()> {
     if block.block_type == BlockType::Delete {
         let records = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(path, e))?;
-        out.push(LogContent::Deletes { instant, records });
-        return Ok(());
+        return each(LogContent::Deletes { instant, records });
     }
     for batch in FileColumns::read_into(view, schema, |s| decode_records(path, block, s))? {
-        out.push(LogContent::Records { instant: instant.clone(), batch });
+        each(LogContent::Records { instant: instant.clone(), batch })?;
     }
     Ok(())
 }
