@@ -76,8 +76,12 @@ pub struct MergeContext {
     pub spec: MergeSpec,
     /// Which log blocks the merge reads.
     pub admission: Admission,
-    /// A predicate on key and partition columns only, safe below the merge.
+    /// A predicate on key and partition columns only, safe below the merge: it prunes the base
+    /// file's row groups and pages.
     pub base_predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// A predicate on the record key only, every version of a record agreeing on it: log rows it
+    /// finds false are not held (a row it cannot tell, null or failing, is).
+    pub log_predicate: Option<Arc<dyn PhysicalExpr>>,
     /// Options of the Parquet reader of base files.
     pub parquet_options: datafusion::config::TableParquetOptions,
     /// How files of older schema versions name the columns (`None`: as the table does).
@@ -103,6 +107,7 @@ impl MergeContext {
             spec,
             admission: Admission::new(upper, Arc::new(table.timeline().clone())),
             base_predicate: None,
+            log_predicate: None,
             parquet_options,
             columns: table.column_history().cloned(),
         })
@@ -284,12 +289,12 @@ impl GroupState {
         // In a default partition, null and empty values of a partition column share the slice:
         // the predicate waits for the merge there.
         let filtered = !crate::keys::has_default_segment(&slice.partition);
-        // The predicate reads only columns every version of a record shares: a log version failing
-        // it belongs to a key whose every version fails it, so it is not held either.
-        let predicate = ctx.base_predicate.as_ref().filter(|_| filtered);
+        // The predicate reads only the key, which every version of a record shares: a log version
+        // it finds false belongs to a key whose every version fails it, so it is not held.
+        let predicate = ctx.log_predicate.as_ref().filter(|_| filtered);
         let project = |b: &RecordBatch| -> Result<RecordBatch> {
             let b = match predicate {
-                Some(p) => matching(b, p)?,
+                Some(p) => not_false(b, p)?,
                 None => b.clone(),
             };
             in_pass(&b.project(&ctx.scan_columns)?, &ctx.spec, pass)
@@ -357,11 +362,17 @@ impl GroupState {
     }
 }
 
-/// The rows of `batch` (in the table schema) that `predicate` keeps; a null verdict drops the row,
-/// as a filter above the merge would.
-fn matching(batch: &RecordBatch, predicate: &Arc<dyn PhysicalExpr>) -> Result<RecordBatch> {
-    let verdict = predicate.evaluate(batch)?.into_array(batch.num_rows())?;
-    Ok(filter_record_batch(batch, datafusion::common::cast::as_boolean_array(&verdict)?)?)
+/// The rows of `batch` (in the table schema) that `predicate` does not find false. A row it cannot
+/// tell (null: a partial block without the key's column) stays, and so does the whole batch where
+/// it fails (`1 / id` on a key later deleted): the filter above the merge decides them.
+fn not_false(batch: &RecordBatch, predicate: &Arc<dyn PhysicalExpr>) -> Result<RecordBatch> {
+    let verdict = match predicate.evaluate(batch).and_then(|v| v.into_array(batch.num_rows())) {
+        Ok(v) => v,
+        Err(_) => return Ok(batch.clone()),
+    };
+    let Ok(verdict) = datafusion::common::cast::as_boolean_array(&verdict) else { return Ok(batch.clone()) };
+    let keep: BooleanArray = verdict.iter().map(|v| Some(v != Some(false))).collect();
+    Ok(filter_record_batch(batch, &keep)?)
 }
 
 /// The pass of a key (a stable hash, so that the base and the logs agree).
@@ -387,7 +398,7 @@ mod tests {
     //! The merge node over real merge-on-read tables: which version of a record a scan returns,
     //! and the same rows when the log side does not fit the memory budget.
 
-    use arrow::array::{Int64Array, StringArray};
+    use arrow::array::{ArrayRef, Int64Array, StringArray};
     use arrow::datatypes::{DataType, Field, Schema};
     use futures::TryStreamExt;
 
@@ -562,6 +573,25 @@ mod tests {
         assert_eq!(rows_of(&batches), vec![row(1, 9, "equal"), row(2, 11, "b2")]);
     }
 
+    #[test]
+    fn log_rows_are_dropped_only_where_the_key_predicate_is_false() {
+        let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, true)]));
+        let ids = Arc::new(Int64Array::from(vec![Some(1), None, Some(0), Some(3)])) as ArrayRef;
+        let batch = RecordBatch::try_new(schema.clone(), vec![ids]).unwrap();
+        let session = datafusion::prelude::SessionContext::new();
+        let df_schema = schema.clone().to_dfschema().unwrap();
+        let physical = |e| session.create_physical_expr(e, &df_schema).unwrap();
+        let kept =
+            |b: RecordBatch| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().iter().collect::<Vec<_>>();
+        // A null key (a block without the column) cannot be told: it stays for the merge.
+        let equal = physical(datafusion::prelude::col("id").eq(lit(1i64)));
+        assert_eq!(kept(not_false(&batch, &equal).unwrap()), vec![Some(1), None]);
+        // A predicate that fails on a row (division by zero) keeps the whole batch.
+        let failing = physical((lit(100i64) / datafusion::prelude::col("id")).gt(lit(3i64)));
+        assert!(failing.evaluate(&batch).is_err(), "the predicate fails on id 0");
+        assert_eq!(not_false(&batch, &failing).unwrap().num_rows(), 4);
+    }
+
     #[tokio::test]
     async fn a_log_side_over_the_memory_budget_is_merged_in_passes_to_the_same_rows() {
         const N: i64 = 3000;
@@ -629,7 +659,7 @@ mod tests {
         let session = crate::read::session(&t, Some(1 << 20), Some(BUDGET)).unwrap();
         let keys = datafusion::prelude::col("id").in_list(vec![lit(4i64), lit(5i64), lit(10i64)], false);
         let predicate = session.create_physical_expr(keys, &ctx.table_schema.clone().to_dfschema().unwrap()).unwrap();
-        let keyed = MergeContext { base_predicate: Some(predicate), ..ctx.clone() };
+        let keyed = MergeContext { log_predicate: Some(predicate), ..ctx.clone() };
         let exec = MergeOnReadExec::try_new(vec![vec![slice.clone()]], keyed).unwrap();
         let found = datafusion::physical_plan::collect(Arc::new(exec), session.task_ctx()).await.unwrap();
         assert!(found.len() <= 2, "one pass: {} batches", found.len());

@@ -53,6 +53,9 @@ pub struct HudiTableProvider {
     merge: Option<MergeSpec>,
     /// How files of older schema versions name the columns (`None`: as the table does).
     columns: Option<Arc<ColumnHistory>>,
+    /// Whether the table's key generator is one oxlake knows: its record key fields then make
+    /// the key one to one (an unknown one may derive the key from them some other way).
+    known_keys: bool,
 }
 
 impl HudiTableProvider {
@@ -76,6 +79,7 @@ impl HudiTableProvider {
             storage: table.storage().clone(),
             timeline: Arc::new(table.timeline().clone()),
             columns: table.column_history().cloned(),
+            known_keys: !matches!(cfg.key_generator, crate::config::KeyGenerator::Other(_)),
         })
     }
 
@@ -198,18 +202,35 @@ impl HudiTableProvider {
             .chain(self.keys.record_key_fields.iter().map(String::as_str))
             .chain(self.keys.fixed_partition_fields())
             .collect();
-        let safe: Vec<Expr> = filters
-            .iter()
-            .filter(|f| {
-                let cols = f.column_refs();
-                !cols.is_empty() && cols.iter().all(|c| key_columns.contains(&c.name.as_str()))
-            })
-            .cloned()
-            .collect();
-        let base_predicate = match conjunction(safe) {
-            Some(e) => Some(state.create_physical_expr(e, &self.schema.clone().to_dfschema()?)?),
-            None => None,
+        let on = |columns: &[&str]| -> Vec<Expr> {
+            filters
+                .iter()
+                .flat_map(|f| datafusion::logical_expr::utils::split_conjunction(f))
+                .filter(|f| {
+                    let cols = f.column_refs();
+                    !cols.is_empty() && cols.iter().all(|c| columns.contains(&c.name.as_str()))
+                })
+                .map(|f| (*f).clone())
+                .collect()
         };
+        let physical = |conjuncts: Vec<Expr>| -> DfResult<Option<Arc<dyn datafusion::physical_expr::PhysicalExpr>>> {
+            match conjunction(conjuncts) {
+                Some(e) => Ok(Some(state.create_physical_expr(e, &self.schema.clone().to_dfschema()?)?)),
+                None => Ok(None),
+            }
+        };
+        let base_predicate = physical(on(&key_columns))?;
+        // Log versions are dropped only by the key itself: the record key (meta column, and its
+        // fields where a known key generator makes the key from them one to one). Not by partition
+        // columns: Apache Hudi's global indexes keep an update in the record's old partition while
+        // its partition column says the new one, so versions of a key there may differ in it.
+        let log_key_columns: Vec<&str> = meta
+            .iter()
+            .copied()
+            .filter(|c| *c == RECORD_KEY)
+            .chain(self.keys.record_key_fields.iter().map(String::as_str).filter(|_| self.known_keys))
+            .collect();
+        let log_predicate = physical(on(&log_key_columns))?;
         let scans: Vec<SliceScan> = slices
             .iter()
             .map(|s| SliceScan {
@@ -229,6 +250,7 @@ impl HudiTableProvider {
             spec,
             admission: Admission::new(self.upper.clone(), self.timeline.clone()),
             base_predicate,
+            log_predicate,
             parquet_options: super::filter::nan_safe(
                 state.table_options().parquet.clone(),
                 filters.iter().any(|f| super::filter::reads_floats(f, &self.schema)),
