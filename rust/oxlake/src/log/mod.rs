@@ -408,6 +408,14 @@ fn decode_block(
         let records = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(path, e))?;
         return each(LogContent::Deletes { instant, records });
     }
+    // Apache Hudi 1.x's partial updates hold only the columns they change: read as whole rows,
+    // the others would come out null (and a compaction would write those nulls for good).
+    if block.header.get(&HeaderKey::IsPartial).is_some_and(|v| v.eq_ignore_ascii_case("true")) {
+        return Err(Error::unsupported(format!(
+            "{path}: a partial-update log block (IS_PARTIAL) of instant {instant}: its records hold only \
+             the columns they change"
+        )));
+    }
     for batch in FileColumns::read_into(view, schema, |s| decode_records(path, block, s))? {
         each(LogContent::Records { instant: instant.clone(), batch })?;
     }
@@ -706,6 +714,30 @@ mod tests {
         let fresh = Table::open(t.uri(), t.options().clone()).await.unwrap();
         assert_eq!(ids(&stale, &since_first).await, ids(&fresh, &since_first).await);
         assert_eq!(ids(&fresh, &since_first).await, vec![1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn a_partial_update_block_is_refused_naming_the_file() {
+        let fields = vec![Field::new("id", DataType::Int64, false), Field::new("name", DataType::Utf8, true)];
+        let schema: SchemaRef = crate::schema::with_meta_fields(&Schema::new(fields));
+        let columns: Vec<arrow::array::ArrayRef> = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Int64 => Arc::new(arrow::array::Int64Array::from(vec![1])) as _,
+                _ => Arc::new(arrow::array::StringArray::from(vec!["x"])) as _,
+            })
+            .collect();
+        let batch = RecordBatch::try_new(schema.clone(), columns).unwrap();
+        let mut block = parquet_block("20260101000000000", &batch, "t", &[]).unwrap();
+        let whole = Bytes::from(block.encode());
+        assert_eq!(decode_file("p.log", &whole, &schema).unwrap().len(), 1);
+        block.header.insert(HeaderKey::IsPartial, "true".into());
+        let partial = Bytes::from(block.encode());
+        match decode_file("p.log", &partial, &schema) {
+            Err(Error::Unsupported { feature }) => assert!(feature.contains("p.log") && feature.contains("IS_PARTIAL")),
+            other => panic!("expected an unsupported-feature error, got {:?}", other.map(|b| b.len())),
+        }
     }
 
     #[test]
