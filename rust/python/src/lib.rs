@@ -13,6 +13,13 @@ mod testing;
 
 use pyo3::prelude::*;
 
+/// The extension's own allocations (Arrow buffers, Parquet pages, spill batches) come from
+/// mimalloc, not glibc's malloc: a streamed write frees and reallocates chunks of hundreds of MiB
+/// from many threads, which glibc's per-thread arenas kept fragmented (the resident floor between
+/// chunks rose chunk after chunk). Python's own objects keep Python's allocator.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     logging::init();
