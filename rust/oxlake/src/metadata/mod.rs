@@ -366,7 +366,6 @@ pub(crate) async fn archival_bound(data: &Table) -> Result<Option<String>> {
     Ok(Some(compaction.unwrap_or_else(|| "0".to_string())))
 }
 
-/// Whether `table` advertises a metadata table keeping the record index.
 /// Whether the metadata table keeps a record index as it is now (by the indexes it was built
 /// with, which a build by another process may have changed since this process read the table's
 /// properties): a write that would drop its keys asks this under its instant. An unreadable one
@@ -379,6 +378,7 @@ pub(crate) async fn holds_record_index(table: &Table) -> bool {
     }
 }
 
+/// Whether `table`'s properties advertise a metadata table keeping the record index.
 pub(crate) fn keeps_record_index(table: &Table) -> bool {
     let advertised = table.config().raw.get(PARTITIONS_KEY).map(String::as_str).unwrap_or_default();
     advertised.split(',').any(|name| Index::parse(name) == Some(Index::RecordIndex))
