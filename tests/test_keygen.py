@@ -11,6 +11,7 @@ from pathlib import Path
 
 import oxlake
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from conftest import COMPAT, CORPUS_ABSENT, hudi_read, rows, snapshot
 
@@ -344,3 +345,73 @@ def test_apache_hudi_timestamp_tables_take_writes_in_their_partitions(zip_path: 
     assert len(ours) == before.num_rows - 1
     assert ours == sorted(hudi_read(path)[key].to_pylist())
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+def test_a_key_generator_of_its_own_never_answers_a_filter_from_the_path(tmp_path: Path, table_type: str) -> None:
+    """A table whose key generator is a class of its own (which oxlake cannot run) reads whole:
+    its partition path need not be the field's value, so a filter on the field reads every
+    partition and is applied to the rows, never to the path."""
+    path = tmp_path / "t"
+    t = oxlake.create_table(
+        str(path),
+        EVENTS,
+        record_key="id",
+        partition_by=["millis:timestamp"],
+        table_type=table_type,
+        table_version=6,
+        hive_style=False,
+        key_generator_options={TS + "timestamp.type": "EPOCHMILLISECONDS", TS + "output.dateformat": "yyyyMMdd"},
+    )
+    t.insert(events([0, 1, 2]))
+    t.upsert(events([1, 2], v=1))
+    assert sorted(p.name for p in path.iterdir() if p.is_dir() and p.name != ".hoodie") == ["19991231", "20240115"]
+    props = path / ".hoodie" / "hoodie.properties"
+    text = props.read_text().replace(
+        "org.apache.hudi.keygen.TimestampBasedKeyGenerator", "com.example.lake.DayKeyGenerator"
+    )
+    props.write_text(text)
+    own = oxlake.Table(str(path))
+    assert own.properties["hoodie.table.keygenerator.class"] == "com.example.lake.DayKeyGenerator"
+    expected = {"k0": 0, "k1": 1, "k2": 1}
+    assert {r["id"]: r["v"] for r in rows(own.scan(), key="id")} == expected
+    for i in range(3):
+        got = rows(own.scan(filter=[("millis", "=", INSTANTS[i])]), key="id")
+        assert [(r["id"], r["v"]) for r in got] == [(f"k{i}", expected[f"k{i}"])], i
+    got = rows(own.scan(filter=[("millis", ">", INSTANTS[2])]), key="id")
+    assert [r["id"] for r in got] == ["k0", "k1"]
+    # The path segment is not a value of `millis` either.
+    assert rows(own.scan(filter=[("millis", "=", 20240115)]), key="id") == []
+    before = snapshot(own)
+    with pytest.raises(oxlake.UnsupportedError, match="com.example.lake.DayKeyGenerator"):
+        own.upsert(events([0], v=2))
+    assert snapshot(oxlake.Table(str(path))) == before
+
+
+def test_a_partition_old_apache_hudi_named_default_holds_nulls(tmp_path: Path) -> None:
+    """Apache Hudi before 0.12 wrote null and empty partition values to `default` (its readers
+    still take that segment as null): a filter on the column keeps such a partition for null,
+    empty and `default` alike, and applies itself to the rows."""
+    path = tmp_path / "t"
+    schema = pa.schema([pa.field("id", pa.string(), nullable=False), ("region", pa.string()), ("v", pa.int64())])
+    t = oxlake.create_table(str(path), schema, record_key="id", partition_by=["region"], metadata=False)
+    t.insert(pa.table({"id": ["a", "b", "c"], "region": ["default", "eu", "default"], "v": [1, 2, 3]}, schema=schema))
+    # What the old writer left: the rows of the `default` directory hold null and "" values.
+    (old,) = (path / "region=default").glob("*.parquet")
+    base = pq.read_table(old)
+    column = base.schema.get_field_index("region")
+    values = {"a": None, "c": ""}
+    base = base.set_column(
+        column, base.schema.field(column), pa.array([values[k] for k in base["id"].to_pylist()], pa.string())
+    )
+    pq.write_table(base, old)
+    t = oxlake.Table(str(path))
+
+    def ids(where: str) -> list[str]:
+        return [r["id"] for r in rows(t.to_arrow(filter=where), key="id")]
+
+    assert ids("region IS NULL") == ["a"]
+    assert ids("region = ''") == ["c"]
+    assert ids("region = 'eu'") == ["b"]
+    assert ids("region = 'default'") == []
+    assert ids("region IS NOT NULL") == ["b", "c"]

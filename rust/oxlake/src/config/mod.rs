@@ -576,7 +576,8 @@ fn key_generator_of(name: &str) -> KeyGenerator {
 
 /// The partition field names and kinds of a table: Apache Hudi 1.x writes a custom key
 /// generator's fields typed (`ts:TIMESTAMP`), 0.x the names only (oxlake keeps the typed list in
-/// [`keys::WRITE_PARTITION_FIELDS`]). The timestamp key generator's one field is timestamp-based.
+/// [`keys::WRITE_PARTITION_FIELDS`]). The timestamp key generator's one field is timestamp-based;
+/// those of a key generator oxlake does not know are of unknown kind.
 fn partition_fields_of(
     listed: &[String],
     typed_beside: &[String],
@@ -603,7 +604,12 @@ fn partition_fields_of(
                 })
                 .collect()
         }
-        _ => vec![PartitionKind::Simple; names.len()],
+        KeyGenerator::Simple | KeyGenerator::Complex | KeyGenerator::NonPartitioned => {
+            vec![PartitionKind::Simple; names.len()]
+        }
+        // A class of the table's own: its path segments need not be the fields' values, so no
+        // filter is answered from them (nor is a field taken as the same in every version).
+        KeyGenerator::Other(_) => vec![PartitionKind::Unknown; names.len()],
     };
     Ok((names, kinds))
 }

@@ -37,13 +37,20 @@ pub const NULL_KEY: &str = "__null__";
 pub const EMPTY_KEY: &str = "__empty__";
 /// Partition path segment of a null or empty partition value.
 pub const DEFAULT_PARTITION: &str = "__HIVE_DEFAULT_PARTITION__";
+/// The segment Apache Hudi before 0.12 wrote for null and empty values (its readers still take it
+/// as null, `PartitionPathParser.DEPRECATED_DEFAULT_PARTITION_PATH`). oxlake never writes it for
+/// them, but reads a partition so named as one that may hold them.
+pub const DEPRECATED_DEFAULT_PARTITION: &str = "default";
 
-/// Whether a partition path has a default segment: it holds null and empty values alike, so
-/// versions of one record there may differ in that field.
+/// Whether a partition segment's value is a default partition's, old or new.
+fn is_default_value(v: &str) -> bool {
+    v == DEFAULT_PARTITION || v == DEPRECATED_DEFAULT_PARTITION
+}
+
+/// Whether a partition path has a default segment (either name): it holds null and empty values
+/// alike, so versions of one record there may differ in that field.
 pub fn has_default_segment(partition: &str) -> bool {
-    partition
-        .split('/')
-        .any(|s| s == DEFAULT_PARTITION || s.split_once('=').is_some_and(|(_, v)| v == DEFAULT_PARTITION))
+    partition.split('/').any(|s| is_default_value(s) || s.split_once('=').is_some_and(|(_, v)| is_default_value(v)))
 }
 
 /// The partitions of a batch: distinct paths, and the index of its path for every row.
@@ -364,8 +371,9 @@ impl KeySpec {
             .map(|(_, f)| f.as_str())
     }
 
-    /// Parses a partition path into one value per partition field (`None` for the default
-    /// partition, which holds null and empty values and the literal `__HIVE_DEFAULT_PARTITION__`).
+    /// Parses a partition path into one value per partition field (`None` for a default
+    /// partition, which holds null and empty values and the literal of its name: see
+    /// [`DEFAULT_PARTITION`] and [`DEPRECATED_DEFAULT_PARTITION`]).
     pub fn parse_partition_path(&self, path: &str) -> Option<Vec<Option<String>>> {
         if self.partition_fields.is_empty() {
             return Some(vec![]);
@@ -382,7 +390,7 @@ impl KeySpec {
         for (seg, name) in segments.iter().zip(&self.partition_fields) {
             let v = if self.hive_style { seg.strip_prefix(name.as_str())?.strip_prefix('=')? } else { seg };
             values.push(match v {
-                DEFAULT_PARTITION => None,
+                v if is_default_value(v) => None,
                 v if self.url_encode => Some(unescape_path_name(v)),
                 v => Some(v.to_string()),
             });
@@ -558,6 +566,10 @@ mod tests {
             Some(vec![Some("sf".into()), None])
         );
         assert_eq!(s.parse_partition_path("sf/x"), None);
+        // Apache Hudi before 0.12 named the default partition `default`.
+        assert_eq!(s.parse_partition_path("city=default/name=Bo"), Some(vec![None, Some("Bo".into())]));
+        assert!(has_default_segment("city=sf/name=default") && has_default_segment("default"));
+        assert!(!has_default_segment("city=defaults") && !has_default_segment("city=sf"));
     }
 
     fn strings<'a>(name: &'a str, v: Vec<Option<&str>>) -> (&'a str, ArrayRef) {

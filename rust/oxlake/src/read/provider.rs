@@ -108,9 +108,15 @@ impl HudiTableProvider {
         let paths: Vec<&str> = partitions.keys().copied().collect();
         let parsed: Vec<Option<Vec<Option<String>>>> =
             paths.iter().map(|p| self.keys.parse_partition_path(p)).collect();
-        // One row per value combination a partition can hold: the default partition holds null,
-        // empty and literal `__HIVE_DEFAULT_PARTITION__` values alike, so each is tried.
-        let default_values = [None, Some(String::new()), Some(crate::keys::DEFAULT_PARTITION.to_string())];
+        // One row per value combination a partition can hold: a default partition holds null,
+        // empty and the literal of its name alike (either name: old Apache Hudi wrote `default`),
+        // so each is tried.
+        let default_values = [
+            None,
+            Some(String::new()),
+            Some(crate::keys::DEFAULT_PARTITION.to_string()),
+            Some(crate::keys::DEPRECATED_DEFAULT_PARTITION.to_string()),
+        ];
         let mut rows: Vec<(usize, Vec<Option<String>>)> = Vec::new();
         for (i, values) in parsed.iter().enumerate() {
             let Some(values) = values else { continue };

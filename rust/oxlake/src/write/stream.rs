@@ -297,6 +297,9 @@ impl Table {
             let Some(incoming) = self.spilled_incoming(s, run).await? else { continue };
             parts.push(self.write_part(s, op, &incoming, instant, false, within.as_ref()).await?);
         }
+        // Spills of one attempt go once written, so that the disk holds about the input twice
+        // at most (its key files, kept for another attempt, and one of these steps' files).
+        held.into_iter().for_each(SpillFile::remove);
         s.keep_keys = keep_keys;
         // New keys into new file groups, a chunk at a time. Without a global index they are
         // written as an insert's (the same files, without looking keys known to be new up
@@ -314,6 +317,7 @@ impl Table {
                 parts.push(self.write_part(s, new_op, &incoming, instant, first, None).await?);
                 first = false;
             }
+            file.remove();
         }
         Ok(parts)
     }
