@@ -122,6 +122,10 @@ def test_history_reports_operations_metrics_and_extra_metadata(six: oxlake.Table
     assert (first.num_inserts, first.num_updates, first.num_deletes) == (6, 0, 0)
     assert (upsert.num_inserts, upsert.num_updates) == (1, 2)
     assert delete.num_deletes == 1
+    # (inserts, updates, deletes) per partition path
+    assert first.partitions == {f"city={c}": (2, 0, 0) for c in ["sf", "nyc", "chennai"]}
+    assert upsert.partitions == {"city=sf": (1, 0, 0), "city=nyc": (0, 1, 0), "city=chennai": (0, 1, 0)}
+    assert delete.partitions == {"city=sf": (0, 0, 1)}
     assert upsert.extra_metadata == {"job": "nightly"}, "the schema kept there is left out"
     assert all(c.files_written > 0 and c.bytes_written > 0 for c in history)
     assert [c.time for c in history] == [i.time for i in six.timeline() if i.state == "completed"][:3]

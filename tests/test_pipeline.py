@@ -325,6 +325,27 @@ def test_the_path_is_chosen_by_the_size_of_the_change(spark: SparkSession, tmp_p
         n: ("incremental", "driver") for n in ["Tiles", "Parents", "Sizes"]
     }
     assert report.tasks["Tiles"].path_reason == "a small change (the inputs' versions wrote 2 partitions)"
+    # A version writing 40 partitions of a layer no task reads (a name the path escapes), and 2
+    # of the one they read: the estimate counts the 2.
+    other = "élévation %2F=x"
+    before = inputs.latest()
+    inputs.table.upsert(
+        pa.table(
+            {
+                "layer": [other] * 40,
+                "partition": [f"p{i}" for i in range(40)],
+                "payload": pa.array([b"{}"] * 40, pa.binary()),
+                "checksum": [None] * 40,
+            }
+        )
+    )
+    publish(inputs, {t: roads.segments(rng, t, 2) for t in TILES[2:4]})
+    assert inputs.written(before, inputs.latest(), [other]) == 40
+    assert inputs.written(before, inputs.latest(), ["segments"]) == 2
+    assert inputs.written(before, inputs.latest()) == 42
+    report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=10).run()
+    assert {t.path for t in report.tasks.values()} == {"driver"}
+    assert report.tasks["Tiles"].path_reason == "a small change (the inputs' versions wrote 2 partitions)"
     # Estimated too large: on Spark, and so is every task reading its output.
     publish(inputs, {t: roads.segments(rng, t, 1) for t in TILES[5:20]})
     report = Driver(spark, incremental, {"roads": inputs}, tasks, keyed_limit=10).run()

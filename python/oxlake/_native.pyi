@@ -63,7 +63,16 @@ class Table:
     def commits(
         self, include_archived: bool
     ) -> list[
-        tuple[str, str, str | None, str | None, tuple[int, int, int], tuple[int, int, int], dict[str, str]]
+        tuple[
+            str,
+            str,
+            str | None,
+            str | None,
+            tuple[int, int, int],
+            tuple[int, int, int],
+            dict[str, str],
+            dict[str, tuple[int, int, int]],
+        ]
     ]: ...
     def scan(
         self,

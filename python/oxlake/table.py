@@ -91,8 +91,9 @@ class Instant(NamedTuple):
 class Commit(NamedTuple):
     """A completed commit as `Table.history` reports it: its instant, the operation recorded
     (`UPSERT`, `INSERT`, `DELETE`, `BULK_INSERT`, `COMPACT`, `CLUSTER`, ...), what it wrote
-    (records by kind, files and bytes, file groups replaced) and the `extra_metadata` it
-    recorded (the table's schema, kept there too, left out)."""
+    (records by kind, files and bytes, file groups replaced), the `extra_metadata` it
+    recorded (the table's schema, kept there too, left out) and, per partition path it wrote,
+    the records it inserted, updated and deleted there."""
 
     time: str
     action: str
@@ -105,6 +106,7 @@ class Commit(NamedTuple):
     bytes_written: int
     file_groups_replaced: int
     extra_metadata: dict[str, str]
+    partitions: dict[str, tuple[int, int, int]]  # partition path -> (inserts, updates, deletes)
 
 
 class FileGroup(NamedTuple):
@@ -978,8 +980,10 @@ class Table:
         their operation, what they wrote and the `extra_metadata` they recorded; with
         `include_archived=True` also those archival moved."""
         return [
-            Commit(time, action, completion, operation, *counts, *files, dict(extra))
-            for time, action, completion, operation, counts, files, extra in self._t.commits(include_archived)
+            Commit(time, action, completion, operation, *counts, *files, dict(extra), dict(partitions))
+            for time, action, completion, operation, counts, files, extra, partitions in self._t.commits(
+                include_archived
+            )
         ]
 
     # -- reads ------------------------------------------------------------------------------

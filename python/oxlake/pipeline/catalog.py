@@ -11,6 +11,7 @@ version at which that partition last changed (unchanged partitions keep their ve
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -147,18 +148,38 @@ class Catalog:
                 return i.completion or i.time
         raise _native.InvalidArgumentError(f"{instant} is not a version of {self.uri}")
 
-    def written(self, since: str | None, until: str | None) -> int:
+    def written(self, since: str | None, until: str | None, layers: Iterable[str] | None = None) -> int:
         """How many partitions the versions after `since` (None: from the start) up to `until`
-        wrote, added, changed or removed, by their commit metadata: an upper bound of what
-        `changes(since, until)` returns (a partition written twice counts twice), read without
-        reading any data."""
-        return sum(
-            c.num_inserts + c.num_updates + c.num_deletes
-            for c in self.table.history()
-            if c.action == "deltacommit"
-            and (since is None or c.time > since)
-            and (until is None or c.time <= until)
-        )
+        wrote, added, changed or removed in `layers` (None: in every layer), by their commit
+        metadata: an upper bound of what `changes(since, until, layers)` returns (a partition
+        written twice counts twice), read without reading any data."""
+        wanted = None if layers is None else set(layers)
+        total = 0
+        for c in self.table.history():
+            if c.action != "deltacommit" or (since is not None and c.time <= since):
+                continue
+            if until is not None and c.time > until:
+                continue
+            for path, counts in c.partitions.items():
+                # A path that names no layer (not this catalog's layout) is counted anyway.
+                layer = self._layer_of(path)
+                if wanted is None or layer is None or layer in wanted:
+                    total += sum(counts)
+        return total
+
+    def _layer_of(self, path: str) -> str | None:
+        """The layer a partition path of the catalog's table names (None: it names none)."""
+        props = self.table.properties
+        if props.get("hoodie.datasource.write.hive_style_partitioning", "").lower() == "true":
+            if not path.startswith("layer="):
+                return None
+            path = path[len("layer=") :]
+        if props.get("hoodie.datasource.write.partitionpath.urlencode", "").lower() == "true":
+            try:
+                path = urllib.parse.unquote(path, errors="strict")
+            except UnicodeDecodeError:
+                return None
+        return path
 
     def latest(self) -> str | None:
         instants = self.instants()

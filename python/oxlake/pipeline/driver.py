@@ -324,7 +324,7 @@ class _Run:
         estimate = 0
         for name, layers in task.inputs.items():
             if name != self.d.output_name:
-                estimate += self.d.inputs[name].written(recorded[name], self.requested[name])
+                estimate += self.d.inputs[name].written(recorded[name], self.requested[name], layers)
                 continue
             for layer in layers:
                 rows = self.layer_rows[layer]

@@ -96,7 +96,8 @@ pub fn create_table(
 /// An instant as Python's `Instant`: time, action, state, completion time (layout 2).
 type InstantTuple = (String, String, String, Option<String>);
 /// One commit of `Table.commits`: time, action, completion, operation, (inserts, updates,
-/// deletes), (files written, bytes written, file groups replaced), extra metadata.
+/// deletes), (files written, bytes written, file groups replaced), extra metadata, (inserts,
+/// updates, deletes) per partition path.
 type CommitTuple = (
     String,
     String,
@@ -105,6 +106,7 @@ type CommitTuple = (
     (i64, i64, i64),
     (usize, i64, usize),
     std::collections::BTreeMap<String, String>,
+    std::collections::BTreeMap<String, (i64, i64, i64)>,
 );
 
 #[pymethods]
@@ -362,6 +364,7 @@ impl PyTable {
                         (c.num_inserts, c.num_updates, c.num_deletes),
                         (c.files_written, c.bytes_written, c.files_replaced),
                         c.extra_metadata,
+                        c.partitions.into_iter().map(|(p, n)| (p, (n.inserts, n.updates, n.deletes))).collect(),
                     )
                 })
                 .collect())

@@ -36,6 +36,16 @@ pub struct CommitSummary {
     pub files_replaced: usize,
     /// Its `extraMetadata`, without the schema Apache Hudi and oxlake keep there.
     pub extra_metadata: std::collections::BTreeMap<String, String>,
+    /// Records inserted, updated and deleted per partition path it wrote.
+    pub partitions: std::collections::BTreeMap<String, RecordCounts>,
+}
+
+/// Records a commit wrote in one partition, as its write stats count them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordCounts {
+    pub inserts: i64,
+    pub updates: i64,
+    pub deletes: i64,
 }
 
 impl Table {
@@ -54,6 +64,13 @@ impl Table {
         futures::stream::iter(timeline.completed_data().cloned())
             .map(|instant| async move {
                 let meta = timeline.commit_metadata(table.storage(), &instant).await?;
+                let mut partitions = std::collections::BTreeMap::<String, RecordCounts>::new();
+                for (partition, s) in meta.write_stats() {
+                    let counts = partitions.entry(partition.to_string()).or_default();
+                    counts.inserts += s.num_inserts;
+                    counts.updates += s.num_update_writes;
+                    counts.deletes += s.num_deletes;
+                }
                 let stats: Vec<_> = meta.write_stats().map(|(_, s)| s).collect();
                 Ok::<_, Error>(CommitSummary {
                     operation: meta.operation_type.clone(),
@@ -69,6 +86,7 @@ impl Table {
                         .filter(|(k, _)| !crate::format::commit::CommitMetadata::SCHEMA_KEYS.contains(&k.as_str()))
                         .map(|(k, v)| (k.clone(), v.clone()))
                         .collect(),
+                    partitions,
                     instant,
                 })
             })
