@@ -348,7 +348,9 @@ def test_apache_hudi_timestamp_tables_take_writes_in_their_partitions(zip_path: 
 
 
 @pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
-def test_a_key_generator_of_its_own_never_answers_a_filter_from_the_path(tmp_path: Path, table_type: str) -> None:
+def test_a_key_generator_of_its_own_never_answers_a_filter_from_the_path(
+    tmp_path: Path, table_type: str
+) -> None:
     """A table whose key generator is a class of its own (which oxlake cannot run) reads whole:
     its partition path need not be the field's value, so a filter on the field reads every
     partition and is applied to the rows, never to the path."""
@@ -361,11 +363,17 @@ def test_a_key_generator_of_its_own_never_answers_a_filter_from_the_path(tmp_pat
         table_type=table_type,
         table_version=6,
         hive_style=False,
-        key_generator_options={TS + "timestamp.type": "EPOCHMILLISECONDS", TS + "output.dateformat": "yyyyMMdd"},
+        key_generator_options={
+            TS + "timestamp.type": "EPOCHMILLISECONDS",
+            TS + "output.dateformat": "yyyyMMdd",
+        },
     )
     t.insert(events([0, 1, 2]))
     t.upsert(events([1, 2], v=1))
-    assert sorted(p.name for p in path.iterdir() if p.is_dir() and p.name != ".hoodie") == ["19991231", "20240115"]
+    assert sorted(p.name for p in path.iterdir() if p.is_dir() and p.name != ".hoodie") == [
+        "19991231",
+        "20240115",
+    ]
     props = path / ".hoodie" / "hoodie.properties"
     text = props.read_text().replace(
         "org.apache.hudi.keygen.TimestampBasedKeyGenerator", "com.example.lake.DayKeyGenerator"
@@ -393,9 +401,15 @@ def test_a_partition_old_apache_hudi_named_default_holds_nulls(tmp_path: Path) -
     still take that segment as null): a filter on the column keeps such a partition for null,
     empty and `default` alike, and applies itself to the rows."""
     path = tmp_path / "t"
-    schema = pa.schema([pa.field("id", pa.string(), nullable=False), ("region", pa.string()), ("v", pa.int64())])
+    schema = pa.schema(
+        [pa.field("id", pa.string(), nullable=False), ("region", pa.string()), ("v", pa.int64())]
+    )
     t = oxlake.create_table(str(path), schema, record_key="id", partition_by=["region"], metadata=False)
-    t.insert(pa.table({"id": ["a", "b", "c"], "region": ["default", "eu", "default"], "v": [1, 2, 3]}, schema=schema))
+    t.insert(
+        pa.table(
+            {"id": ["a", "b", "c"], "region": ["default", "eu", "default"], "v": [1, 2, 3]}, schema=schema
+        )
+    )
     # What the old writer left: the rows of the `default` directory hold null and "" values.
     (old,) = (path / "region=default").glob("*.parquet")
     base = pq.read_table(old)
