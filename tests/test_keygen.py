@@ -347,9 +347,17 @@ def test_apache_hudi_timestamp_tables_take_writes_in_their_partitions(zip_path: 
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
-@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@pytest.mark.parametrize(
+    ("table_type", "class_name"),
+    [
+        ("copy_on_write", "com.example.lake.DayKeyGenerator"),
+        ("merge_on_read", "com.example.lake.DayKeyGenerator"),
+        # Named like Apache Hudi's, in a package of its own: not Hudi's.
+        ("copy_on_write", "com.example.keygen.SimpleKeyGenerator"),
+    ],
+)
 def test_a_key_generator_of_its_own_never_answers_a_filter_from_the_path(
-    tmp_path: Path, table_type: str
+    tmp_path: Path, table_type: str, class_name: str
 ) -> None:
     """A table whose key generator is a class of its own (which oxlake cannot run) reads whole:
     its partition path need not be the field's value, so a filter on the field reads every
@@ -375,12 +383,10 @@ def test_a_key_generator_of_its_own_never_answers_a_filter_from_the_path(
         "20240115",
     ]
     props = path / ".hoodie" / "hoodie.properties"
-    text = props.read_text().replace(
-        "org.apache.hudi.keygen.TimestampBasedKeyGenerator", "com.example.lake.DayKeyGenerator"
-    )
+    text = props.read_text().replace("org.apache.hudi.keygen.TimestampBasedKeyGenerator", class_name)
     props.write_text(text)
     own = oxlake.Table(str(path))
-    assert own.properties["hoodie.table.keygenerator.class"] == "com.example.lake.DayKeyGenerator"
+    assert own.properties["hoodie.table.keygenerator.class"] == class_name
     expected = {"k0": 0, "k1": 1, "k2": 1}
     assert {r["id"]: r["v"] for r in rows(own.scan(), key="id")} == expected
     for i in range(3):
@@ -391,9 +397,48 @@ def test_a_key_generator_of_its_own_never_answers_a_filter_from_the_path(
     # The path segment is not a value of `millis` either.
     assert rows(own.scan(filter=[("millis", "=", 20240115)]), key="id") == []
     before = snapshot(own)
-    with pytest.raises(oxlake.UnsupportedError, match="com.example.lake.DayKeyGenerator"):
+    with pytest.raises(oxlake.UnsupportedError, match=class_name):
         own.upsert(events([0], v=2))
+    # Its keys are not known to be the key field's text: no lookup by that field either.
+    with pytest.raises(
+        oxlake.UnsupportedError, match=f"looking records up by key with the key generator {class_name}"
+    ):
+        own.lookup(pa.table({"id": ["k0"]}))
     assert snapshot(oxlake.Table(str(path))) == before
+
+
+def test_a_key_generator_of_its_own_drops_no_base_row_by_a_key_field(tmp_path: Path) -> None:
+    """A class of the table's own may give two values of a key field one key (here it folds
+    case): a filter on the field is applied to the merged rows, never to base rows before the
+    merge, where it would drop the version that wins."""
+    path = tmp_path / "t"
+    schema = pa.schema([pa.field("id", pa.string(), nullable=False), ("v", pa.int64())])
+    t = oxlake.create_table(
+        str(path),
+        schema,
+        record_key="id",
+        ordering_field="v",
+        table_type="merge_on_read",
+        table_version=6,
+        metadata=False,
+    )
+    t.insert(pa.table({"id": ["abc"], "v": [10]}, schema=schema))
+    t.upsert(pa.table({"id": ["abc"], "v": [5]}, schema=schema))  # a log version that loses by `v`
+    (base,) = (p for p in path.rglob("*.parquet") if ".hoodie" not in p.parts)
+    stored = pq.read_table(base)
+    at = stored.schema.get_field_index("id")
+    pq.write_table(stored.set_column(at, stored.schema.field(at), pa.array(["ABC"], pa.string())), base)
+    props = path / ".hoodie" / "hoodie.properties"
+    lines = [
+        line for line in props.read_text().splitlines() if not line.startswith("hoodie.table.keygenerator.")
+    ]
+    props.write_text(
+        "\n".join([*lines, "hoodie.table.keygenerator.class=com.example.LowerCaseKeyGenerator", ""])
+    )
+    own = oxlake.Table(str(path))
+    assert [(r["id"], r["v"]) for r in rows(own.to_arrow(columns=["id", "v"]))] == [("ABC", 10)]
+    assert rows(own.to_arrow(columns=["id", "v"], filter=[("id", "=", "abc")])) == []
+    assert [r["v"] for r in rows(own.to_arrow(columns=["id", "v"], filter=[("id", "=", "ABC")]))] == [10]
 
 
 def test_a_partition_old_apache_hudi_named_default_holds_nulls(tmp_path: Path) -> None:

@@ -465,7 +465,11 @@ impl TableConfig {
         let mut key_generator = key_generator_of(keygen_name);
         let (partition_fields, partition_kinds) =
             partition_fields_of(&list(keys::PARTITION_FIELDS), &list(keys::WRITE_PARTITION_FIELDS), &key_generator)?;
-        if partition_fields.is_empty() && key_generator != KeyGenerator::NonPartitioned {
+        // Apache Hudi's key generators without partition fields make keys as its non-partitioned
+        // one does; a class of the table's own stays unknown.
+        if partition_fields.is_empty()
+            && !matches!(key_generator, KeyGenerator::NonPartitioned | KeyGenerator::Other(_))
+        {
             key_generator = KeyGenerator::NonPartitioned;
         }
         let record_key_fields = list(keys::RECORD_KEY_FIELDS);
@@ -560,15 +564,24 @@ impl TableConfig {
     }
 }
 
+/// The key generator a table's `hoodie.table.keygenerator.type` or `.class` names: Apache Hudi's
+/// types, its classes by their full name (a class of another package named like one of Hudi's is
+/// the user's own, of unknown behaviour), or the bare class name.
 fn key_generator_of(name: &str) -> KeyGenerator {
-    let short = name.rsplit('.').next().unwrap_or(name).to_ascii_uppercase();
-    match short.as_str() {
+    let short = match name.rsplit_once('.') {
+        Some(("org.apache.hudi.keygen", class)) => class,
+        Some(_) => return KeyGenerator::Other(name.to_string()),
+        None => name,
+    };
+    match short.to_ascii_uppercase().as_str() {
         "" | "SIMPLE" | "SIMPLEKEYGENERATOR" | "SIMPLE_AVRO" | "SIMPLEAVROKEYGENERATOR" => KeyGenerator::Simple,
         "COMPLEX" | "COMPLEXKEYGENERATOR" | "COMPLEX_AVRO" | "COMPLEXAVROKEYGENERATOR" => KeyGenerator::Complex,
         "NON_PARTITION" | "NON_PARTITION_AVRO" | "NONPARTITIONEDKEYGENERATOR" | "NONPARTITIONEDAVROKEYGENERATOR" => {
             KeyGenerator::NonPartitioned
         }
-        s if s.contains("TIMESTAMP") => KeyGenerator::Timestamp,
+        "TIMESTAMP" | "TIMESTAMP_AVRO" | "TIMESTAMPBASEDKEYGENERATOR" | "TIMESTAMPBASEDAVROKEYGENERATOR" => {
+            KeyGenerator::Timestamp
+        }
         "CUSTOM" | "CUSTOM_AVRO" | "CUSTOMKEYGENERATOR" | "CUSTOMAVROKEYGENERATOR" => KeyGenerator::Custom,
         _ => KeyGenerator::Other(name.to_string()),
     }
@@ -711,6 +724,34 @@ mod tests {
             meta_fields: true,
             keygen_options: Default::default(),
             url_encode: true,
+        }
+    }
+
+    #[test]
+    fn key_generators_are_apache_hudis_by_type_or_full_class_name_only() {
+        use KeyGenerator as K;
+        for (name, expected) in [
+            ("", K::Simple),
+            ("SIMPLE", K::Simple),
+            ("org.apache.hudi.keygen.SimpleKeyGenerator", K::Simple),
+            ("SimpleKeyGenerator", K::Simple),
+            ("org.apache.hudi.keygen.ComplexAvroKeyGenerator", K::Complex),
+            ("NON_PARTITION", K::NonPartitioned),
+            ("org.apache.hudi.keygen.TimestampBasedKeyGenerator", K::Timestamp),
+            ("TIMESTAMP_AVRO", K::Timestamp),
+            ("org.apache.hudi.keygen.CustomKeyGenerator", K::Custom),
+        ] {
+            assert_eq!(key_generator_of(name), expected, "{name}");
+        }
+        // A class of the user's own, even named like Apache Hudi's, or one oxlake does not run.
+        for name in [
+            "com.acme.keygen.SimpleKeyGenerator",
+            "com.acme.MyTimestampKeyGenerator",
+            "org.apache.hudi.keygen.GlobalDeleteKeyGenerator",
+            "org.apache.spark.sql.hudi.command.SqlKeyGenerator",
+            "MyTimestampThing",
+        ] {
+            assert_eq!(key_generator_of(name), K::Other(name.into()), "{name}");
         }
     }
 

@@ -346,8 +346,12 @@ impl Table {
         let Some(predicate) = PruningPredicateBuilder::new().with_file_schema(schema.clone()).build(physical) else {
             return Ok(slices);
         };
+        // Bloom filters hold record keys: a key field's values are keys only where the key is
+        // the field's text (not `field:value`, not a key generator of the table's own).
         let mut key_columns = vec![RECORD_KEY.to_string()];
-        if let [single] = self.config().record_key_fields.as_slice() {
+        if let [single] = self.config().record_key_fields.as_slice()
+            && !self.config().complex_keys()
+        {
             key_columns.push(single.clone());
         }
         let paths: Vec<&str> = slices

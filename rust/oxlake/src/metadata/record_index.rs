@@ -393,6 +393,12 @@ impl Table {
     pub async fn lookup(&self, keys: &RecordBatch, columns: Option<Vec<String>>) -> Result<SendableRecordBatchStream> {
         let cfg = self.config();
         cfg.check_record_key_fields()?;
+        if let crate::config::KeyGenerator::Other(class) = &cfg.key_generator {
+            return Err(Error::unsupported(format!(
+                "looking records up by key with the key generator {class}: oxlake cannot make its keys from the \
+                 key columns (filter a scan on `{RECORD_KEY}` instead)"
+            )));
+        }
         for name in &cfg.record_key_fields {
             if keys.column_by_name(name).is_none() {
                 return Err(Error::invalid_arg("keys", format!("the rows lack the record key column `{name}`")));

@@ -202,10 +202,11 @@ impl HudiTableProvider {
         // still win over its log version.
         // Without meta fields (virtual keys) the meta columns of base files are null.
         let meta: &[&str] = if merge.virtual_keys.is_some() { &[] } else { &[RECORD_KEY, PARTITION_PATH] };
+        // A key generator of the table's own may give two values of a key field one key.
         let key_columns: Vec<&str> = meta
             .iter()
             .copied()
-            .chain(self.keys.record_key_fields.iter().map(String::as_str))
+            .chain(self.keys.record_key_fields.iter().map(String::as_str).filter(|_| self.known_keys))
             .chain(self.keys.fixed_partition_fields())
             .collect();
         let on = |columns: &[&str]| -> Vec<Expr> {
