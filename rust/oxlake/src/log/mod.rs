@@ -326,6 +326,45 @@ async fn read_blocks(storage: &Storage, logs: &[LogFile], committed: Option<&Com
     Ok(out)
 }
 
+/// The instants of the log-compacted blocks among `blocks` that `admitted` admits: Apache Hudi's
+/// log compaction writes the merged records of a slice's blocks as blocks of its own instant,
+/// whose header `COMPACTED_BLOCK_TIMES` lists the instants merged, and leaves those blocks in
+/// place. Reads skip the compacted blocks and merge the originals, in commit order as every other
+/// block: a compacted block read after them would put its merged rows over a block it never saw
+/// (one whose instant completed after the log compaction was planned), where Apache Hudi puts it
+/// in the place of the newest block it merged. A compacted block whose originals are not all in
+/// the slice cannot be read so: an `UnsupportedError` naming its file, not a guess.
+fn log_compacted(blocks: &[Located], admitted: impl Fn(&str) -> bool) -> Result<HashSet<String>> {
+    let mut compacted: Vec<(&str, &str, Vec<&str>)> = Vec::new();
+    for Located { path, block } in blocks {
+        let (Some(instant), Some(times)) = (block.instant(), block.header.get(&HeaderKey::CompactedBlockTimes)) else {
+            continue;
+        };
+        if admitted(instant) {
+            compacted.push((path, instant, times.split(',').map(str::trim).filter(|t| !t.is_empty()).collect()));
+        }
+    }
+    let skipped: HashSet<String> = compacted.iter().map(|(_, instant, _)| instant.to_string()).collect();
+    if skipped.is_empty() {
+        return Ok(skipped);
+    }
+    let present: HashSet<&str> = blocks
+        .iter()
+        .filter(|b| matches!(b.block.block_type, BlockType::AvroData | BlockType::ParquetData | BlockType::Delete))
+        .filter_map(|b| b.block.instant())
+        .filter(|i| admitted(i))
+        .collect();
+    for (path, instant, times) in &compacted {
+        if let Some(missing) = times.iter().find(|t| !present.contains(**t)) {
+            return Err(Error::unsupported(format!(
+                "{path}: a log-compacted block of instant {instant} merges the blocks of {missing}, which are not \
+                 in its file slice (compacted or cleaned away): it cannot be read in their place"
+            )));
+        }
+    }
+    Ok(skipped)
+}
+
 /// Reads and decodes the admitted blocks of a slice's logs into `schema` (the full table schema).
 /// `columns`: how blocks of older schema versions name the columns (see [`ColumnHistory`]).
 pub async fn read_slice(
@@ -358,6 +397,7 @@ pub async fn for_each_in_slice(
     let blocks = read_blocks(storage, logs, Some(committed.as_ref())).await?;
     let rolled_back: HashSet<String> =
         blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
+    let compacted = log_compacted(&blocks, |i| admission.admits(i) && !rolled_back.contains(i))?;
     for Located { path, block } in blocks {
         let Some(instant) = block.instant().map(str::to_string) else {
             log::warn!("{path}: skipping a {:?} block without an instant time", block.block_type);
@@ -366,6 +406,7 @@ pub async fn for_each_in_slice(
         if !matches!(block.block_type, BlockType::AvroData | BlockType::ParquetData | BlockType::Delete)
             || !admission.admits(&instant)
             || rolled_back.contains(&instant)
+            || compacted.contains(&instant)
         {
             if matches!(block.block_type, BlockType::HFileData | BlockType::CdcData | BlockType::Corrupt) {
                 log::warn!("{path}: skipping a {:?} block (not a record block)", block.block_type);
@@ -502,7 +543,12 @@ pub async fn record_keys(
     committed: Option<&CommittedLogs>,
     stored: &crate::keys::StoredKeys,
 ) -> Result<HashMap<String, bool>> {
-    let keys = keys_of_blocks(read_blocks(storage, logs, committed).await?, stored)?;
+    let blocks = read_blocks(storage, logs, committed).await?;
+    // Any instant counts here. A compacted block whose originals are not all present is kept:
+    // its keys route writes to its group.
+    let compacted = log_compacted(&blocks, |_| true).unwrap_or_default();
+    let blocks = blocks.into_iter().filter(|b| b.block.instant().is_none_or(|i| !compacted.contains(i))).collect();
+    let keys = keys_of_blocks(blocks, stored)?;
     Ok(keys.into_iter().map(|(k, state)| (k, state == KeyState::Written)).collect())
 }
 
@@ -532,10 +578,10 @@ pub async fn committed_record_keys(
     let blocks = read_blocks(storage, logs, Some(committed)).await?;
     let rolled_back: HashSet<String> =
         blocks.iter().filter_map(|b| b.block.rollback_target().map(str::to_string)).collect();
-    let admitted = blocks
-        .into_iter()
-        .filter(|b| b.block.instant().is_some_and(|i| timeline.is_committed(i) && !rolled_back.contains(i)))
-        .collect();
+    let admits = |i: &str| timeline.is_committed(i) && !rolled_back.contains(i);
+    let compacted = log_compacted(&blocks, admits)?;
+    let admitted =
+        blocks.into_iter().filter(|b| b.block.instant().is_some_and(|i| admits(i) && !compacted.contains(i))).collect();
     keys_of_blocks(admitted, stored)
 }
 
@@ -714,6 +760,151 @@ mod tests {
         let fresh = Table::open(t.uri(), t.options().clone()).await.unwrap();
         assert_eq!(ids(&stale, &since_first).await, ids(&fresh, &since_first).await);
         assert_eq!(ids(&fresh, &since_first).await, vec![1, 2, 3, 4, 5]);
+    }
+
+    /// Apache Hudi's log compaction writes the merged records of some blocks as blocks of its own
+    /// instant listing theirs (`COMPACTED_BLOCK_TIMES`), and leaves them in place. A deltacommit
+    /// that completed after it was planned is not in its blocks but comes before them in the log:
+    /// read after it, the compacted rows would bring a deleted row back and an older version over
+    /// a newer one. Reads take the blocks it merged instead, in commit order.
+    #[tokio::test]
+    async fn a_log_compacted_block_is_read_as_the_blocks_it_merged() {
+        use arrow::array::{Array, Int64Array, StringArray};
+        use arrow::compute::concat_batches;
+        use futures::TryStreamExt;
+
+        use crate::config::TableType;
+        use crate::format::commit::CommitMetadata;
+        use crate::format::instant::{Action, Instant, State};
+        use crate::format::log_block::OrderingVal;
+        use crate::read::ScanOptions;
+        use crate::services::CompactionConfig;
+        use crate::table::{Table, TableOptions};
+        use crate::write::{WriteConfig, WriteOperation};
+
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("city", DataType::Utf8, true),
+            Field::new("v", DataType::Int64, true),
+        ]));
+        let rows = |r: &[(i64, i64)]| {
+            let ids: Vec<i64> = r.iter().map(|x| x.0).collect();
+            let vs: Vec<i64> = r.iter().map(|x| x.1).collect();
+            let columns: Vec<arrow::array::ArrayRef> = vec![
+                Arc::new(Int64Array::from(ids)),
+                Arc::new(StringArray::from(vec!["b"; r.len()])),
+                Arc::new(Int64Array::from(vs)),
+            ];
+            RecordBatch::try_new(schema.clone(), columns).unwrap()
+        };
+        async fn values(t: &Table, as_of: Option<&str>) -> crate::error::Result<Vec<(i64, i64)>> {
+            let opts = ScanOptions { as_of: as_of.map(str::to_string), ..Default::default() };
+            let batches: Vec<RecordBatch> = t.scan(&opts).await?.try_collect().await?;
+            let mut out: Vec<(i64, i64)> = batches
+                .iter()
+                .flat_map(|b| {
+                    let id = b.column_by_name("id").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
+                    let v = b.column_by_name("v").unwrap().as_any().downcast_ref::<Int64Array>().unwrap().clone();
+                    (0..id.len()).map(move |i| (id.value(i), v.value(i)))
+                })
+                .collect();
+            out.sort();
+            Ok(out)
+        }
+        /// Writes a log-compacted file of instant `time` merging `times` ((1, `v`) written, 3 deleted)
+        /// after the slice's last log file, and completes `time` as Apache Hudi does.
+        async fn log_compaction(t: &mut Table, time: &str, times: &str, merged: &RecordBatch, schema: &SchemaRef) {
+            let view = t.file_system_view().await.unwrap();
+            let latest = t.timeline().latest_completed_data().unwrap().time.clone();
+            let replaced = HashSet::new();
+            let (group, slice) = view.slices_as_of(&latest, &replaced).next().unwrap();
+            let mut data = parquet_block(time, merged, "t", &[]).unwrap();
+            let delete = DeleteRecord {
+                record_key: Some("3".into()),
+                partition_path: Some("city=b".into()),
+                ordering: OrderingVal::COMMIT_TIME,
+            };
+            let mut deletes = delete_block(time, &[delete], schema, "t").unwrap();
+            for block in [&mut data, &mut deletes] {
+                block.header.insert(HeaderKey::CompactedBlockTimes, times.to_string());
+            }
+            let last = slice.logs.last().unwrap().name.version;
+            write_new(
+                t.storage(),
+                &group.partition,
+                &group.file_id,
+                &slice.base_instant,
+                "1-0-1",
+                last,
+                &[data, deletes],
+            )
+            .await
+            .unwrap();
+            for state in [State::Requested, State::Inflight] {
+                let path = t.timeline().path_of(&Instant::new(time, Action::LogCompaction, state));
+                t.storage().put(&path, Bytes::new()).await.unwrap();
+            }
+            let meta = CommitMetadata { operation_type: Some("LOG_COMPACT".into()), ..Default::default() };
+            let path = t.timeline().path_of(&Instant::new(time, Action::DeltaCommit, State::Completed));
+            t.storage().put(&path, Bytes::from(meta.to_json().unwrap())).await.unwrap();
+            t.reload().await.unwrap();
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let options = TableOptions::default();
+        let mut t = crate::test_support::keyed_table(dir.path(), TableType::MergeOnRead, options, schema.clone()).await;
+        let config = WriteConfig::default();
+        t.write(WriteOperation::Insert, vec![rows(&[(1, 0), (3, 0)])], &config).await.unwrap();
+        let i1 = t.write(WriteOperation::Upsert, vec![rows(&[(1, 10)])], &config).await.unwrap().instant.unwrap();
+        let i2 = t.write(WriteOperation::Delete, vec![rows(&[(3, 0)])], &config).await.unwrap().instant.unwrap();
+        // What a log compaction planned here merges: the logs' records (id 1 at 10; 3 deleted).
+        let merged: Vec<RecordBatch> = t
+            .scan(&ScanOptions { as_of: Some(i2.clone()), ..Default::default() })
+            .await
+            .unwrap()
+            .try_collect()
+            .await
+            .unwrap();
+        let merged = concat_batches(&merged[0].schema(), &merged).unwrap();
+        assert_eq!(merged.num_rows(), 1, "id 1 only");
+        // A deltacommit completing before the log compaction writes: id 1 updated, 3 inserted again.
+        t.write(WriteOperation::Upsert, vec![rows(&[(1, 20), (3, 30)])], &config).await.unwrap();
+        let i3 = crate::format::instant::now();
+        log_compaction(&mut t, &i3, &format!("{i1},{i2}"), &merged, &schema).await;
+        assert_eq!(values(&t, None).await.unwrap(), vec![(1, 20), (3, 30)]);
+        assert_eq!(values(&t, Some(&i2)).await.unwrap(), vec![(1, 10)]);
+        t.compact(&CompactionConfig::default()).await.unwrap();
+        assert_eq!(values(&t, None).await.unwrap(), vec![(1, 20), (3, 30)]);
+
+        // A pending log compaction holds its group: no compaction is planned over it.
+        t.write(WriteOperation::Upsert, vec![rows(&[(1, 40)])], &config).await.unwrap();
+        let view = t.file_system_view().await.unwrap();
+        let group = view.groups().next().unwrap();
+        let op = crate::format::compaction_plan::CompactionOperation {
+            partition_path: group.partition.clone(),
+            file_id: group.file_id.clone(),
+            base_instant_time: String::new(),
+            data_file_path: None,
+            delta_file_paths: vec![],
+        };
+        let plan = crate::services::CompactionPlan { operations: vec![op], version: 2 };
+        let planned = crate::format::instant::now();
+        let path = t.timeline().path_of(&Instant::new(planned.as_str(), Action::LogCompaction, State::Requested));
+        t.storage().put(&path, Bytes::from(plan.to_avro().unwrap())).await.unwrap();
+        t.reload().await.unwrap();
+        assert_eq!(t.compact(&CompactionConfig::default()).await.unwrap().file_groups, 0);
+        t.storage().delete(&path).await.unwrap();
+        t.reload().await.unwrap();
+
+        // One whose merged blocks are not in its slice (here, never were) cannot stand for them.
+        let i4 = crate::format::instant::now();
+        log_compaction(&mut t, &i4, "19990101000000000", &merged, &schema).await;
+        match values(&t, None).await {
+            Err(Error::Unsupported { feature }) => {
+                assert!(feature.contains(".log.") && feature.contains("19990101000000000"), "{feature}")
+            }
+            other => panic!("expected an unsupported-feature error, got {other:?}"),
+        }
     }
 
     #[test]

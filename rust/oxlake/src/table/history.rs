@@ -43,8 +43,11 @@ pub struct CommitSummary {
 /// Records a commit wrote in one partition, as its write stats count them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecordCounts {
+    /// Records inserted.
     pub inserts: i64,
+    /// Records updated.
     pub updates: i64,
+    /// Records deleted.
     pub deletes: i64,
 }
 
