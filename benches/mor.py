@@ -8,7 +8,9 @@ deltacommits (`many`). Measured, each in its own process (peak memory is its own
 - the snapshot read of the merge-on-read table (every row, every column, streamed) against pyarrow
   reading the table's base files alone (the physical floor: the same rows without the merge);
 - hudi-rs reading the same tables;
-- the upsert itself against deltalake's merge of the same rows into the same 10,000,000-row table.
+- the upsert itself against deltalake's merge of the same rows into the same 10,000,000-row table;
+- a lookup: the rows of 2 updated keys, read with a filter on the record key field from the
+  `many` layout (its logs hold 100 deltacommits), against pyarrow filtering the base files alone.
 """
 
 from __future__ import annotations
@@ -110,6 +112,26 @@ def run_one(task: str, work: Path) -> dict[str, Any]:
         layout = task.rsplit("_", 1)[1]
         start = time.perf_counter()
         rows = sum(b.num_rows for b in oxlake.Table(str(work / layout)).scan())
+    elif task.startswith("lookup"):
+        # Two keys the logs update, each in one file group.
+        keys = pq.read_table(work / "updates.parquet", columns=["trip_id"])["trip_id"].to_pylist()[:2]
+        if task == "lookup_pyarrow_base":
+            import pyarrow.compute as pc
+            import pyarrow.dataset as ds
+
+            files = [str(p) for p in (work / "base").rglob("*.parquet")]
+            start = time.perf_counter()
+            rows = (
+                ds.dataset(files, format="parquet").to_table(filter=pc.field("trip_id").isin(keys)).num_rows
+            )
+        else:
+            import oxlake
+
+            layout = task.rsplit("_", 1)[1]
+            start = time.perf_counter()
+            rows = oxlake.Table(str(work / layout)).to_arrow(filter=[("trip_id", "in", keys)]).num_rows
+        if rows != len(keys):
+            raise SystemExit(f"{task}: {rows} rows for {len(keys)} keys")
     elif task.startswith("read_hudi_rs"):
         from hudi import HudiReadOptions, HudiTableBuilder
 
@@ -132,6 +154,8 @@ TASKS = [
     "read_hudi_rs_one",
     "read_oxlake_many",
     "read_hudi_rs_many",
+    "lookup_pyarrow_base",
+    "lookup_oxlake_many",
 ]
 
 
@@ -158,7 +182,11 @@ def main() -> int:
         print(f"{args.rows:,} rows, {args.updates:,} updates, best of {args.repeat}\n")
         print(f"{'task':<22}{'rows':>12}{'seconds':>10}{'peak MB':>10}{'ratio':>10}  against")
         for task, r in results.items():
-            floor_name = "merge_deltalake" if task.startswith(("upsert", "merge")) else "read_pyarrow_base"
+            floor_name = {
+                "upsert": "merge_deltalake",
+                "merge": "merge_deltalake",
+                "lookup": "lookup_pyarrow_base",
+            }.get(task.split("_", 1)[0], "read_pyarrow_base")
             floor = results.get(floor_name)
             ratio = f"{r['seconds'] / floor['seconds']:.2f}x" if floor else "-"
             peak = r["peak_bytes"] / 1e6
