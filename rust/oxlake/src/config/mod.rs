@@ -461,7 +461,8 @@ impl TableConfig {
             }
             fields.into_iter().next()
         };
-        let keygen_name = get(keys::KEYGEN_TYPE).or(get(keys::KEYGEN_CLASS)).unwrap_or("");
+        // The class first, as Apache Hudi reads them (a `USER_PROVIDED` type names its class).
+        let keygen_name = get(keys::KEYGEN_CLASS).or(get(keys::KEYGEN_TYPE)).unwrap_or("");
         let mut key_generator = key_generator_of(keygen_name);
         let (partition_fields, partition_kinds) =
             partition_fields_of(&list(keys::PARTITION_FIELDS), &list(keys::WRITE_PARTITION_FIELDS), &key_generator)?;

@@ -148,7 +148,6 @@ async fn schedule(table: &Table, config: &ClusteringConfig) -> Result<Clustering
         .await?
         .into_keys()
         .chain(pending_clustering_groups(table).await?)
-        .chain(crate::table::pending::pending_log_compaction_groups(table).await?)
         .collect();
     let view = table.file_system_view().await?;
     let replaced = table.replaced_file_groups(&latest).await?;

@@ -261,13 +261,11 @@ async fn schedule(table: &Table, config: &CompactionConfig) -> Result<Compaction
     };
     let pending = pending_compaction_groups(table).await?;
     let clustering = crate::services::pending_clustering_groups(table).await?;
-    let log_compacting = crate::table::pending::pending_log_compaction_groups(table).await?;
     let view = table.file_system_view().await?;
     let replaced = table.replaced_file_groups(&latest).await?;
     let mut operations = Vec::new();
     for (g, s) in view.slices_as_of(&latest, &replaced) {
-        let busy = pending.contains_key(&g.id()) || clustering.contains(&g.id()) || log_compacting.contains(&g.id());
-        if s.logs.len() < config.min_log_files.max(1) || busy {
+        if s.logs.len() < config.min_log_files.max(1) || pending.contains_key(&g.id()) || clustering.contains(&g.id()) {
             continue;
         }
         operations.push(CompactionOperation {

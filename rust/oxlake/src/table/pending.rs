@@ -37,24 +37,6 @@ pub async fn pending_compaction_groups(table: &Table) -> Result<HashMap<FileGrou
     Ok(out)
 }
 
-/// The file groups of every pending log compaction (Apache Hudi's `logcompaction`, whose plan is
-/// a compaction plan): it writes their merged logs into their current slices when it completes,
-/// so a compaction or clustering planned meanwhile would leave those logs over rows that already
-/// hold them. Writers still log to them (the slice stays the same).
-pub async fn pending_log_compaction_groups(table: &Table) -> Result<HashSet<FileGroupId>> {
-    let mut out = HashSet::new();
-    let pending: Vec<Instant> =
-        table.timeline().pending().filter(|i| i.action == Action::LogCompaction).cloned().collect();
-    for instant in pending {
-        let path = table.timeline().path_of(&instant.with_state(State::Requested));
-        let Some(bytes) = table.storage().get_opt(&path).await? else { continue };
-        out.extend(
-            CompactionPlan::parse(&path, &bytes)?.operations.into_iter().map(|op| (op.partition_path, op.file_id)),
-        );
-    }
-    Ok(out)
-}
-
 /// The file groups of every pending clustering (writers keep their inserts out of them).
 pub async fn pending_clustering_groups(table: &Table) -> Result<HashSet<FileGroupId>> {
     let mut out = HashSet::new();
