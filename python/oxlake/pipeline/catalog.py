@@ -154,6 +154,9 @@ class Catalog:
         metadata: an upper bound of what `changes(since, until, layers)` returns (a partition
         written twice counts twice), read without reading any data."""
         wanted = None if layers is None else set(layers)
+        props = self.table.properties
+        hive = props.get("hoodie.datasource.write.hive_style_partitioning", "").lower() == "true"
+        encoded = props.get("hoodie.datasource.write.partitionpath.urlencode", "").lower() == "true"
         total = 0
         for c in self.table.history():
             if c.action != "deltacommit" or (since is not None and c.time <= since):
@@ -162,24 +165,10 @@ class Catalog:
                 continue
             for path, counts in c.partitions.items():
                 # A path that names no layer (not this catalog's layout) is counted anyway.
-                layer = self._layer_of(path)
+                layer = None if wanted is None else _layer_of(path, hive, encoded)
                 if wanted is None or layer is None or layer in wanted:
                     total += sum(counts)
         return total
-
-    def _layer_of(self, path: str) -> str | None:
-        """The layer a partition path of the catalog's table names (None: it names none)."""
-        props = self.table.properties
-        if props.get("hoodie.datasource.write.hive_style_partitioning", "").lower() == "true":
-            if not path.startswith("layer="):
-                return None
-            path = path[len("layer=") :]
-        if props.get("hoodie.datasource.write.partitionpath.urlencode", "").lower() == "true":
-            try:
-                path = urllib.parse.unquote(path, errors="strict")
-            except UnicodeDecodeError:
-                return None
-        return path
 
     def latest(self) -> str | None:
         instants = self.instants()
@@ -475,3 +464,18 @@ def _grow(u: UpdateSchema, path: tuple[str, ...], old: pa.StructType, new: pa.St
             _grow(u, at, old.field(index).type, field.type)
         elif field.type != old.field(index).type:
             u.update_column(at, field.type)
+
+
+def _layer_of(path: str, hive: bool, encoded: bool) -> str | None:
+    """The layer a partition path of a catalog's table names (None: it names none), for a table
+    with hive-style and url-encoded paths as `hive` and `encoded` say."""
+    if hive:
+        if not path.startswith("layer="):
+            return None
+        path = path[len("layer=") :]
+    if encoded:
+        try:
+            path = urllib.parse.unquote(path, errors="strict")
+        except UnicodeDecodeError:
+            return None
+    return path
