@@ -364,6 +364,20 @@ def test_the_path_is_chosen_by_the_size_of_the_change(spark: SparkSession, tmp_p
     Driver(spark, full, {"roads": inputs}, tasks).run(full=True)
     assert checksums(incremental, layers) == checksums(full, layers)
     assert report.reasons == {}
+    # The empty layer's partitions sit in Apache Hudi's default partition: counted for it too.
+    empty = inputs.latest()
+    inputs.table.upsert(
+        pa.table(
+            {
+                "layer": [""] * 3,
+                "partition": ["e0", "e1", "e2"],
+                "payload": pa.array([b"{}"] * 3, pa.binary()),
+                "checksum": [None] * 3,
+            }
+        )
+    )
+    assert inputs.written(empty, inputs.latest(), [""]) == 3
+    assert inputs.written(empty, inputs.latest(), ["segments"]) == 3  # an upper bound
 
 
 def test_kept_pieces_past_the_limit_move_the_task_to_spark_before_they_are_decoded(

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
+from oxlake.merge import DEFAULT_PARTITION
 from oxlake.pipeline import _payload
 from oxlake.table import Table, UpdateSchema, create_table
 
@@ -467,12 +468,15 @@ def _grow(u: UpdateSchema, path: tuple[str, ...], old: pa.StructType, new: pa.St
 
 
 def _layer_of(path: str, hive: bool, encoded: bool) -> str | None:
-    """The layer a partition path of a catalog's table names (None: it names none), for a table
-    with hive-style and url-encoded paths as `hive` and `encoded` say."""
+    """The layer a partition path of a catalog's table names (None: it names none, or no one
+    layer), for a table with hive-style and url-encoded paths as `hive` and `encoded` say."""
     if hive:
         if not path.startswith("layer="):
             return None
         path = path[len("layer=") :]
+    if path == DEFAULT_PARTITION:
+        # Apache Hudi's default partition holds the empty layer and one named after it alike.
+        return None
     if encoded:
         try:
             path = urllib.parse.unquote(path, errors="strict")
