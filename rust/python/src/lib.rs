@@ -20,7 +20,7 @@ use pyo3::prelude::*;
 ///
 /// mimalloc is built without its transparent-huge-page advice (`no_thp` in Cargo.toml): with it,
 /// every first touch of its memory zeroed a 2 MiB page and every purge split one, which made an
-/// in-memory insert of 10,000,000 rows about 15% slower (benches/README.md, "Huge pages"). The
+/// in-memory insert of 10,000,000 rows 5–9% slower (benches/README.md, "Huge pages"). The
 /// process's own THP setting is left alone.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
