@@ -7,6 +7,7 @@ histories of both table types.
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import oxlake
@@ -172,3 +173,29 @@ def test_changes_turn_one_snapshot_into_another(
     for a, b in pairs:
         before = snapshots[a] if a else {}
         assert apply(before, t.to_arrow(query="changes", start=a, end=b)) == snapshots[b], (a, b)
+
+
+def test_a_change_of_keys_everywhere_in_a_large_table_stays_within_memory(table_path: str) -> None:
+    """A random change touches every file group, so both snapshots of the whole table are
+    compared: past half of `memory_limit` in files they are sorted by key (spilling) and merged,
+    where a hash table of one side failed with `Resources exhausted`. Same rows either way."""
+    n = 2_000_000
+    t = create(table_path, "copy_on_write")
+    a = t.insert(trips(list(range(n))))
+    rng = random.Random(3)
+    updated, deleted = rng.sample(range(n), 20_000), rng.sample(range(n), 2_000)
+    t.upsert(trips(updated, ts=2, name="u"))
+    t.delete(trips(deleted).select(["id", "city"]))
+    c = t.upsert(trips(list(range(n, n + 1_000)), ts=3, name="c"))
+    # The default limit (1 GiB) holds a hash table of these 210 MB of files; 150 MB does not.
+    by_hash = t.to_arrow(query="changes", start=a.instant, end=c.instant).sort_by("_hoodie_record_key")
+    by_sort = t.to_arrow(query="changes", start=a.instant, end=c.instant, memory_limit=150_000_000).sort_by(
+        "_hoodie_record_key"
+    )
+    assert by_sort.equals(by_hash)
+    kinds = dict(
+        zip(by_sort.column("id").to_pylist(), by_sort.column("_change_type").to_pylist(), strict=True)
+    )
+    expected = {k: "update" for k in set(updated) - set(deleted)}
+    expected |= {k: "delete" for k in deleted} | {k: "insert" for k in range(n, n + 1_000)}
+    assert kinds == expected

@@ -127,3 +127,22 @@ impl Table {
         Ok(joined.filter(changed)?.select(columns.chain([kind]))?)
     }
 }
+
+/// A change query's full outer join keeps one side in a hash table, which DataFusion cannot
+/// spill: a random change of a large table touches every file group, and the rows of both
+/// snapshots then pass the memory the query may hold (at 10,000,000 keys it failed with
+/// `Resources exhausted` at 1 GiB). Where the compared files alone come to half of
+/// `memory_limit`, both sides are sorted by key instead (sorts spill to disk) and merged. Each
+/// sort sets memory aside for merging its spills (10 MiB by default, one sort per side and
+/// partition): a 32nd of the limit at most, so a small limit is not taken by the set-asides.
+pub(crate) fn join_by_sort_when_large(ctx: &SessionContext, plan: &ChangePlan, memory_limit: usize) {
+    let bytes: u64 = plan.before.slices.iter().chain(&plan.after.slices).map(|s| s.size()).sum();
+    if bytes >= (memory_limit / 2) as u64 {
+        let state = ctx.state_ref();
+        let mut state = state.write();
+        let options = state.config_mut().options_mut();
+        options.optimizer.prefer_hash_join = false;
+        let set_aside = &mut options.execution.sort_spill_reservation_bytes;
+        *set_aside = (*set_aside).min(memory_limit / 32);
+    }
+}

@@ -469,6 +469,9 @@ impl Table {
     /// `opts` (its other fields went into the planning).
     pub async fn scan_split(&self, split: splits::Split, opts: &ScanOptions) -> Result<SendableRecordBatchStream> {
         let ctx = session(self, opts.batch_size, opts.memory_limit)?;
+        if let splits::Split::Changes(Some(plan)) = &split {
+            changes::join_by_sort_when_large(&ctx, plan, opts.memory_limit.unwrap_or(DEFAULT_MEMORY_LIMIT));
+        }
         // The base files read, to name the one behind a failure that does not say (see `named`).
         let bases: Vec<(String, u64)> = match &split {
             splits::Split::Changes(Some(plans)) => {
