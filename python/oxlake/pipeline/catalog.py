@@ -166,8 +166,8 @@ class Catalog:
                 continue
             for path, counts in c.partitions.items():
                 # A path that names no layer (not this catalog's layout) is counted anyway.
-                layer = None if wanted is None else _layer_of(path, hive, encoded)
-                if wanted is None or layer is None or layer in wanted:
+                held = None if wanted is None else _layers_of(path, hive, encoded)
+                if wanted is None or held is None or not held.isdisjoint(wanted):
                     total += sum(counts)
         return total
 
@@ -467,19 +467,19 @@ def _grow(u: UpdateSchema, path: tuple[str, ...], old: pa.StructType, new: pa.St
             u.update_column(at, field.type)
 
 
-def _layer_of(path: str, hive: bool, encoded: bool) -> str | None:
-    """The layer a partition path of a catalog's table names (None: it names none, or no one
-    layer), for a table with hive-style and url-encoded paths as `hive` and `encoded` say."""
+def _layers_of(path: str, hive: bool, encoded: bool) -> set[str] | None:
+    """The layers a partition path of a catalog's table may hold (None: it names no layer), for a
+    table with hive-style and url-encoded paths as `hive` and `encoded` say. Apache Hudi's default
+    partition holds the empty layer too (and before Hudi 0.12 it was named `default`)."""
     if hive:
         if not path.startswith("layer="):
             return None
         path = path[len("layer=") :]
-    if path == DEFAULT_PARTITION:
-        # Apache Hudi's default partition holds the empty layer and one named after it alike.
-        return None
     if encoded:
         try:
             path = urllib.parse.unquote(path, errors="strict")
         except UnicodeDecodeError:
             return None
-    return path
+    if path in (DEFAULT_PARTITION, "default"):
+        return {path, ""}
+    return {path}

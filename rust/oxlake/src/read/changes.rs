@@ -132,17 +132,24 @@ impl Table {
 /// spill: a random change of a large table touches every file group, and the rows of both
 /// snapshots then pass the memory the query may hold (at 10,000,000 keys it failed with
 /// `Resources exhausted` at 1 GiB). Where the compared files alone come to half of
-/// `memory_limit`, both sides are sorted by key instead (sorts spill to disk) and merged. Each
-/// sort sets memory aside for merging its spills (10 MiB by default, one sort per side and
-/// partition): a 32nd of the limit at most, so a small limit is not taken by the set-asides.
+/// `memory_limit`, both sides are sorted by key instead (sorts spill to disk) and merged.
+///
+/// DataFusion plans a sort-merge join only over at least two partitions with joins repartitioned
+/// (else it collects one side into a hash table whatever it is told), so both are asked for.
+/// Each sort (one per side and partition) sets memory aside for merging its spills, memory the
+/// scans cannot take back: 10 MiB by default, here at most an eighth of the limit in all.
 pub(crate) fn join_by_sort_when_large(ctx: &SessionContext, plan: &ChangePlan, memory_limit: usize) {
     let bytes: u64 = plan.before.slices.iter().chain(&plan.after.slices).map(|s| s.size()).sum();
-    if bytes >= (memory_limit / 2) as u64 {
-        let state = ctx.state_ref();
-        let mut state = state.write();
-        let options = state.config_mut().options_mut();
-        options.optimizer.prefer_hash_join = false;
-        let set_aside = &mut options.execution.sort_spill_reservation_bytes;
-        *set_aside = (*set_aside).min(memory_limit / 32);
+    if bytes < (memory_limit / 2) as u64 {
+        return;
     }
+    let state = ctx.state_ref();
+    let mut state = state.write();
+    let options = state.config_mut().options_mut();
+    options.optimizer.prefer_hash_join = false;
+    options.optimizer.repartition_joins = true;
+    options.execution.target_partitions = options.execution.target_partitions.max(2);
+    let sorts = 2 * options.execution.target_partitions;
+    let set_aside = &mut options.execution.sort_spill_reservation_bytes;
+    *set_aside = (*set_aside).min(memory_limit / (8 * sorts));
 }
