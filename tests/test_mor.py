@@ -3,11 +3,13 @@ hudi-rs reading what we write."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import oxlake
 import pyarrow as pa
@@ -369,3 +371,120 @@ def test_a_table_without_meta_fields_merges_its_logs_by_the_record_key(
     assert rows(got) == expected
     assert pc.count_distinct(got["id"]).as_py() == got.num_rows
     assert rows(virtual.to_arrow(columns=data, filter="id = 2")) == [r for r in expected if r["id"] == 2]
+
+
+# ---- A compaction spread over processes (the driver plans and commits, tasks write) -----------
+
+
+def mor_with_logs(path: str, **options: Any) -> oxlake.Table:
+    """A merge-on-read table of 30 trips in three partitions, each slice with a log."""
+    t = oxlake.create_table(
+        path,
+        SCHEMA,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+        **options,
+    )
+    t.insert(trips(list(range(30))))
+    t.upsert(trips(list(range(0, 30, 2)), ts=2, name="u"))
+    return t
+
+
+def base_files_at(path: str, instant: str) -> set[str]:
+    return {p.name for p in data_paths(path, "*.parquet") if p.name.endswith(f"_{instant}.parquet")}
+
+
+def test_a_compaction_written_by_tasks_commits_one_file_per_slice(table_path: str) -> None:
+    """The driver's plan, its slices written by tasks (an attempt that died after writing, then
+    its retries), the driver's commit of the retries' files: the dead attempt's files are
+    deleted, the rows are the table's. A commit missing a slice, or naming one twice, is refused
+    and rolled back with the plan kept, which the next compaction (here one in-process) takes up."""
+    t = mor_with_logs(table_path)
+    before = rows(t.to_arrow())
+    native = oxlake._native
+    pending = native.begin_compaction(t._t)
+    assert pending is not None and pending.is_new
+    instant, ops = pending.instant, list(enumerate(pending.operations))
+    assert len(ops) == 3  # one slice per city, each with a log
+    parts = [native.compact_slices(t._t, instant, pending.epoch, [op], (i, 1)) for i, op in enumerate(ops)]
+    with pytest.raises(oxlake.InvalidDataError, match="needs exactly one"):
+        pending.commit(parts[:2])
+    t = oxlake.Table(table_path)
+    assert rows(t.to_arrow()) == before
+    assert not base_files_at(table_path, instant)  # rolled back: the tasks' files are gone
+    assert [(i.action, i.state) for i in t.timeline() if i.time == instant] == [("compaction", "requested")]
+
+    again = native.begin_compaction(t._t)
+    assert again is not None and not again.is_new and again.instant == instant
+    assert list(enumerate(again.operations)) == ops
+    parts = [native.compact_slices(t._t, instant, again.epoch, [op], (i, 1)) for i, op in enumerate(ops)]
+    with pytest.raises(oxlake.InvalidDataError, match="2 new base files"):
+        again.commit([*parts, parts[0]])
+
+    last = native.begin_compaction(t._t)
+    assert last is not None and last.instant == instant
+    native.compact_slices(t._t, instant, last.epoch, ops, (0, 1))  # an attempt that died
+    dead = base_files_at(table_path, instant)
+    retries = [native.compact_slices(t._t, instant, last.epoch, [op], (i, 2)) for i, op in enumerate(ops)]
+    assert len(base_files_at(table_path, instant)) == 6
+    committed, groups, records = last.commit(retries)
+    assert (committed, groups, records) == (instant, 3, 30)
+    kept = base_files_at(table_path, instant)
+    assert len(kept) == 3 and not kept & dead
+    t = oxlake.Table(table_path)
+    assert [(i.action, i.state) for i in t.timeline() if i.time == instant] == [("commit", "completed")]
+    assert rows(t.to_arrow()) == before
+    assert rows(hudi_read(table_path)) == before
+    assert not [f for f in t.planned_files() if ".log." in f]
+    assert native.begin_compaction(t._t) is None
+    with pytest.raises(oxlake.InvalidArgumentError, match="already committed"):
+        last.commit(retries)
+    with pytest.raises(oxlake.InvalidArgumentError, match="not a pending compaction"):
+        native.compact_slices(t._t, instant, last.epoch, ops, (0, 3))
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_a_write_while_tasks_compact_lands_in_the_new_slice(table_path: str, version: int) -> None:
+    """A write that begins after the plan puts its logs in the compacted groups' new slices; the
+    commit's removal of files the tasks did not report leaves them be (version 6 names them with
+    the compaction's time, version 8 with their own)."""
+    t = mor_with_logs(table_path, table_version=version)
+    native = oxlake._native
+    pending = native.begin_compaction(t._t)
+    assert pending is not None
+    ops = list(enumerate(pending.operations))
+    parts = [native.compact_slices(t._t, pending.instant, pending.epoch, ops, (0, 1))]
+    written = oxlake.Table(table_path).upsert(trips([1, 2, 40], ts=3, name="w")).files
+    pending.commit(parts)
+    t = oxlake.Table(table_path)
+    expected = {r["id"]: r["name"] for r in rows(pa.concat_tables([trips(list(range(30))), trips([40])]))}
+    expected |= {i: f"u{i}" for i in range(0, 30, 2)} | {1: "w1", 2: "w2", 40: "w40"}
+    assert {r["id"]: r["name"] for r in rows(t.to_arrow())} == expected
+    assert {r["id"]: r["name"] for r in rows(hudi_read(table_path))} == expected
+    compacted = {json.loads(op)["fileId"] for _, op in ops}
+    logs = [f for f in written if ".log." in f and f.rsplit("/", 1)[-1][1:].split("_")[0] in compacted]
+    assert logs and all((Path(table_path) / f).exists() for f in logs), logs
+    assert set(logs) <= set(t.planned_files())
+
+
+def test_an_aborted_compaction_keeps_its_plan_and_a_compaction_on_cow_is_refused(table_path: str) -> None:
+    t = mor_with_logs(table_path)
+    before = rows(t.to_arrow())
+    native = oxlake._native
+    pending = native.begin_compaction(t._t)
+    assert pending is not None
+    native.compact_slices(t._t, pending.instant, pending.epoch, list(enumerate(pending.operations)), (0, 1))
+    pending.abort()
+    pending.abort()  # idempotent
+    assert not base_files_at(table_path, pending.instant)
+    t = oxlake.Table(table_path)
+    assert rows(t.to_arrow()) == before
+    done = t.compact()
+    assert done.instants == [pending.instant] and done.file_groups == 3
+    assert rows(t.to_arrow()) == before
+    cow = oxlake.create_table(table_path + "-cow", SCHEMA, record_key="id")
+    with pytest.raises(oxlake.InvalidArgumentError, match="merge-on-read"):
+        native.begin_compaction(cow._t)
+    assert native.compaction_due(cow._t) is None

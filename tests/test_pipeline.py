@@ -130,6 +130,27 @@ def test_the_example_pipeline_over_several_input_versions(spark: SparkSession, t
     assert versions[-1].dependencies["Tiles"] == {"roads": inputs.instants()[-2]}
 
 
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_the_output_catalog_is_compacted_by_tasks(spark: SparkSession, tmp_path: Path, path: str) -> None:
+    """The tenth version makes the output catalog's compaction due: Spark tasks write its base
+    files (their task attempt ids are in the files' names; a compaction in the driver's process
+    names attempt 1), after a run on either path; the content stays the oracle's."""
+    rng = random.Random(5)
+    inputs, output = Catalog.create(str(tmp_path / "roads")), Catalog.create(str(tmp_path / "out"))
+    publish(inputs, {t: roads.segments(rng, t, 2) for t in TILES})
+    tasks = [roads.Tiles(), roads.Classes()]
+    for step in range(10):
+        if step:
+            publish(inputs, {t: roads.segments(rng, t, 2) for t in rng.sample(TILES, 3)})
+        Driver(spark, output, {"roads": inputs}, tasks, incremental_path="driver" if step < 9 else path).run()
+    completed = [i for i in output.table.timeline() if i.state == "completed"]
+    assert [i.action for i in completed] == ["deltacommit"] * 10 + ["commit"]
+    assert [v.number for v in output.versions()] == list(range(1, 11))
+    files = [p.name for p in (tmp_path / "out").rglob(f"*_{completed[-1].time}.parquet")]
+    assert files and all(name.split("_")[1].split("-")[2] != "1" for name in files), files
+    assert published(output) == oracle(inputs)
+
+
 def checksums(catalog: Catalog, layers: list[str]) -> dict[tuple[str, str], str]:
     catalog.refresh()
     t = catalog.snapshot(layers=layers)

@@ -184,6 +184,25 @@ def test_distributed_writes_run_the_inline_services(spark: SparkSession, tmp_pat
     assert rows(hudi_read(path)) == rows(trips([1, 2, 3], ts=5))
 
 
+def test_spark_compacts_on_the_executors(spark: SparkSession, tmp_path: Path) -> None:
+    """`oxlake.spark.compact`: the plan left pending by an aborted compaction first, its slices
+    merged by Spark tasks, then nothing left to compact; the rows are the table's throughout."""
+    path = str(tmp_path / "t")
+    t, _ = three_commits(path, "merge_on_read")
+    before = rows(t.to_arrow())
+    left = oxlake._native.begin_compaction(t._t)
+    assert left is not None
+    left.abort()
+    done = oxlake.spark.compact(spark, path)
+    assert (done.instants, done.file_groups, done.records) == ([left.instant], 3, 297)
+    t = oxlake.Table(path)
+    assert [(i.action, i.state) for i in t.timeline() if i.time == left.instant] == [("commit", "completed")]
+    assert not [f for f in t.planned_files() if ".log." in f]
+    assert rows(t.to_arrow()) == before
+    assert rows(hudi_read(path)) == before
+    assert oxlake.spark.compact(spark, path).instants == []
+
+
 def key_ranges(path: str) -> dict[str, list[tuple[str, str]]]:
     """Per partition, the (first, last) record key of each base file, checking each is sorted."""
     out: dict[str, list[tuple[str, str]]] = {}

@@ -4,6 +4,7 @@ task ids files are named with, the table a first write creates. Shared by `oxlak
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -11,11 +12,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
-from oxlake.table import Table, create_table
+from oxlake._engine import native
+from oxlake.table import CompactionResult, Table, create_table
 
 if TYPE_CHECKING:
     from pyspark import TaskContext
+    from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
+
+_log = logging.getLogger("oxlake.spark")
 
 
 def spark_schema(schema: pa.Schema) -> StructType:
@@ -261,3 +266,73 @@ def open_or_create(
             return create_table(uri, schema, storage_options=storage_options, **create_options)
         except _native.TableExistsError:
             return Table(uri, storage_options)  # another writer created it meanwhile
+
+
+def compact_on_executors(
+    spark: SparkSession, uri: str, storage_options: dict[str, str] | None, min_log_files: int = 1
+) -> CompactionResult:
+    """Compacts the merge-on-read table at `uri` with the merging on Spark's executors: the
+    driver plans (plans left pending first, then one new plan over the slices with at least
+    `min_log_files` log files), tasks write one base file per planned slice, the driver commits
+    each plan, or rolls it back (its plan kept for the next run) when a task failed."""
+    table = Table(uri, storage_options)
+    instants: list[str] = []
+    groups = records = 0
+    while (pending := _native.begin_compaction(native(table), min_log_files)) is not None:
+        try:
+            instant, n, r = pending.commit(_compact_slices(spark, pending, uri, storage_options))
+        except BaseException:
+            pending.abort()
+            raise
+        instants.append(instant)
+        groups, records = groups + n, records + r
+        if pending.is_new:
+            break
+    return CompactionResult(instants, groups, records)
+
+
+def _compact_slices(
+    spark: SparkSession, pending: _native.PendingCompaction, uri: str, storage_options: dict[str, str] | None
+) -> list[bytes]:
+    """Every planned slice of `pending` compacted by a Spark task (up to
+    `spark.sql.shuffle.partitions` tasks, the slices dealt round robin); their results."""
+    operations = list(enumerate(pending.operations))
+    if not operations:
+        return []
+    instant, epoch = pending.instant, pending.epoch
+
+    def compact(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        mine = [
+            (index, operation)
+            for batch in batches
+            for index, operation in zip(
+                batch.column("index").to_pylist(), batch.column("operation").to_pylist(), strict=True
+            )
+        ]
+        if mine:
+            stats = _native.compact_slices(
+                native(Table(uri, storage_options)), instant, epoch, mine, task_id(TaskContext.get())
+            )
+            yield pa.RecordBatch.from_pydict({"stats": pa.array([stats], pa.binary())})
+
+    tasks = max(1, min(len(operations), int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)))
+    slices = spark.createDataFrame(operations, "index long, operation binary").repartition(tasks)
+    return [bytes(r["stats"]) for r in slices.mapInArrow(compact, "stats binary").collect()]
+
+
+def compact_if_due(spark: SparkSession, uri: str, storage_options: dict[str, str] | None) -> None:
+    """After a distributed write landed (committed with `compact_inline=False`): compacts on the
+    executors when the table's `inline_compaction` setting says a compaction is due. The write has
+    landed: a failed compaction is logged, not raised, and its plan runs next time, as an inline
+    compaction's would."""
+    table = Table(uri, storage_options)
+    since = _native.compaction_due(native(table))
+    if since is None:
+        return
+    try:
+        done = compact_on_executors(spark, uri, storage_options)
+        _log.info("compaction on the executors after %d deltacommits: %s", since, done.instants)
+    except Exception as e:  # the write landed; the plan stays for the next run
+        _log.warning("compaction after %d deltacommits failed (the write landed): %s", since, e)

@@ -28,6 +28,8 @@ from oxlake._spark_io import (
     arrow_schema_of,
     as_spark,
     check_sort_mode,
+    compact_if_due,
+    compact_on_executors,
     from_spark,
     open_or_create,
     task_id,
@@ -35,6 +37,7 @@ from oxlake._spark_io import (
 from oxlake._spark_io import spark_arrow_schema as spark_arrow_schema  # re-exported: public
 from oxlake._spark_io import spark_schema as spark_schema
 from oxlake.table import (
+    CompactionResult,
     FilterLike,
     Instant,
     Operation,
@@ -164,12 +167,14 @@ def write(
 
         parts = [r["written"] for r in data.mapInArrow(write_partition, "written binary").collect()]
         extra = dict(extra_metadata) if extra_metadata is not None else None
+        # A compaction that is due runs on the executors, below, not on the driver.
         landed, inserts, updates, deletes, files, completion = pending.commit(
-            [bytes(p) for p in parts], extra
+            [bytes(p) for p in parts], extra, compact_inline=False
         )
     except BaseException:
         pending.abort()
         raise
+    compact_if_due(df.sparkSession, uri, storage_options)
     return WriteResult(landed, inserts, updates, deletes, list(files), completion)
 
 
@@ -235,6 +240,22 @@ def write_batch(
     return write(
         df, uri, operation=operation, storage_options=storage_options, extra_metadata=checkpoint, **options
     )
+
+
+def compact(
+    spark: SparkSession,
+    uri: str,
+    *,
+    min_log_files: int = 1,
+    storage_options: dict[str, str] | None = None,
+) -> CompactionResult:
+    """Compacts a merge-on-read table as `Table.compact` does, with the merging on the
+    executors: the driver plans (and takes up plans left pending), one Spark task per group of
+    file slices writes their new base files natively, the driver commits each plan. Writers may
+    keep writing meanwhile. A failed task fails the job and rolls the compaction back; its plan
+    runs at the next compaction. `write` and `write_batch` compact this way when the table's
+    `inline_compaction` setting says a compaction is due."""
+    return compact_on_executors(spark, uri, storage_options, min_log_files)
 
 
 def committed_batch(table: Table, identifier: str = DEFAULT_CHECKPOINT_IDENTIFIER) -> int | None:

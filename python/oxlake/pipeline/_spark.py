@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 
 from oxlake import _native
 from oxlake._engine import native
+from oxlake._spark_io import compact_if_due
 from oxlake.pipeline import _payload, rules
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
 from oxlake.table import Table
@@ -410,17 +411,24 @@ def _write(
 
 
 def write_here(
-    rows: pa.Table, uri: str, storage_options: dict[str, str] | None, structured: OutputTypes
+    spark: SparkSession,
+    rows: pa.Table,
+    uri: str,
+    storage_options: dict[str, str] | None,
+    structured: OutputTypes,
 ) -> str | None:
     """Writes rows of WRITE held by the driver into the catalog at `uri` as ONE commit,
-    from the driver (an incremental run's few rows need no Spark job)."""
+    from the driver (an incremental run's few rows need no Spark job); a compaction that is
+    then due runs on the executors, as after `write_one_commit`."""
     table = Table(uri, storage_options)
     pending = _native.begin_write(native(table), "upsert")
     try:
-        landed, *_ = pending.commit(_write(table, pending.instant, rows, structured, None))
+        written = _write(table, pending.instant, rows, structured, None)
+        landed, *_ = pending.commit(written, compact_inline=False)
     except BaseException:
         pending.abort()
         raise
+    compact_if_due(spark, uri, storage_options)
     return landed
 
 
@@ -429,7 +437,8 @@ def write_one_commit(
 ) -> str | None:
     """Writes rows of WRITE (`op` upsert or delete) into the catalog at `uri` as ONE commit:
     the driver opens the instant, each Spark task writes whole layers (deletes, then upserts, as
-    log files of the pending instant), the driver commits every task's files, or aborts."""
+    log files of the pending instant), the driver commits every task's files, or aborts. A
+    compaction that is then due runs on the executors (`compact_if_due`), not on the driver."""
     from oxlake._spark_io import task_id
 
     table = Table(uri, storage_options)
@@ -449,8 +458,9 @@ def write_one_commit(
         parts = [
             r["written"] for r in rows.repartition("layer").mapInArrow(write, "written binary").collect()
         ]
-        landed, *_ = pending.commit([bytes(p) for p in parts])
+        landed, *_ = pending.commit([bytes(p) for p in parts], compact_inline=False)
     except BaseException:
         pending.abort()
         raise
+    compact_if_due(rows.sparkSession, uri, storage_options)
     return landed

@@ -372,7 +372,9 @@ class _Run:
                 columns = [c.split()[0] for c in _spark.WRITE.split(", ")]
                 uri, options = self.d.output.uri, self.d.output.storage_options
                 if rows is None:
-                    instant = _spark.write_here(writes.select(columns), uri, options, self.out_types)
+                    instant = _spark.write_here(
+                        self.spark, writes.select(columns), uri, options, self.out_types
+                    )
                 else:
                     both = rows.filter(F.col("op").isin(*rules.WRITES)).select(*columns)
                     if writes.num_rows:

@@ -4,6 +4,8 @@
 //! write travels as a token (`PendingWrite.token`, `resume_write`).
 
 use oxlake::commit::Transaction;
+use oxlake::services::PendingCompaction;
+use oxlake::services::compaction;
 use oxlake::write::{TaskId, WrittenFiles};
 use oxlake::{WriteConfig, WriteOperation};
 use pyo3::prelude::*;
@@ -128,13 +130,15 @@ impl PyPendingWrite {
 
     /// Completes the write with every task's result; base files several tasks wrote for one file
     /// group are merged and files of failed task attempts removed first. On a conflict the write
-    /// is rolled back and `CommitConflictError` raised.
-    #[pyo3(signature = (parts, extra_metadata=None))]
+    /// is rolled back and `CommitConflictError` raised. `compact_inline=False` leaves a
+    /// compaction that is due to the caller (a Spark driver runs it on its executors).
+    #[pyo3(signature = (parts, extra_metadata=None, compact_inline=true))]
     fn commit(
         &self,
         py: Python<'_>,
         parts: Vec<Vec<u8>>,
         extra_metadata: Option<std::collections::BTreeMap<String, String>>,
+        compact_inline: bool,
     ) -> PyResult<WriteSummary> {
         let parts =
             parts.iter().map(|p| WrittenFiles::from_json(p)).collect::<oxlake::Result<Vec<_>>>().map_err(to_py)?;
@@ -142,9 +146,14 @@ impl PyPendingWrite {
             return Err(InvalidArgumentError::new_err("the write was already committed or aborted"));
         };
         let (inner, op) = (self.table.inner.clone(), self.op);
+        let config = WriteConfig {
+            extra_metadata: extra_metadata.unwrap_or_default(),
+            compact_inline,
+            ..WriteConfig::default()
+        };
         let r = run(py, async move {
             let mut t = inner.lock().await;
-            t.commit_write_with(tx, op, parts, true, &extra_metadata.unwrap_or_default()).await
+            t.commit_write_with(tx, op, parts, true, &config).await
         })?;
         Ok((r.instant, r.num_inserts, r.num_updates, r.num_deletes, r.files, r.completion))
     }
@@ -185,4 +194,154 @@ pub fn route(
         .map_err(|e| to_py(e.into()))?;
     let stream = RecordBatchStreamAdapter::new(schema, futures::stream::iter([Ok(batch)]));
     PyRecordBatchStream::new(Box::pin(stream))
+}
+
+/// A compaction begun on the driver whose slices Spark tasks write (`compact_slices`): its
+/// instant is pending (with the driver's heartbeat) until `commit` or `abort`. Dropped without
+/// either, its heartbeat stops and the next writer rolls it back to its plan.
+#[pyclass(name = "PendingCompaction", module = "oxlake._native")]
+pub struct PyPendingCompaction {
+    table: PyTable,
+    instant: String,
+    epoch: u32,
+    is_new: bool,
+    operations: Vec<Vec<u8>>,
+    pending: std::sync::Mutex<Option<PendingCompaction>>,
+}
+
+/// Begins the next compaction of a merge-on-read table (a plan left pending, else a new one over
+/// the slices with at least `min_log_files` log files); `None` when there is nothing to compact.
+#[pyfunction]
+#[pyo3(signature = (table, min_log_files=1))]
+pub fn begin_compaction(
+    py: Python<'_>,
+    table: &PyTable,
+    min_log_files: usize,
+) -> PyResult<Option<PyPendingCompaction>> {
+    let inner = table.inner.clone();
+    let pending = run(py, async move { inner.lock().await.begin_compaction(min_log_files).await })?;
+    let Some(pending) = pending else { return Ok(None) };
+    let operations = pending
+        .operations()
+        .iter()
+        .map(compaction::operation_to_json)
+        .collect::<oxlake::Result<Vec<_>>>()
+        .map_err(to_py)?;
+    Ok(Some(PyPendingCompaction {
+        table: PyTable { inner: table.inner.clone() },
+        instant: pending.time().to_string(),
+        epoch: pending.epoch(),
+        is_new: pending.is_new(),
+        operations,
+        pending: std::sync::Mutex::new(Some(pending)),
+    }))
+}
+
+impl PyPendingCompaction {
+    /// The compaction, once: committing or aborting ends it.
+    fn take(&self) -> PyResult<Option<PendingCompaction>> {
+        let mut pending =
+            self.pending.lock().map_err(|_| crate::errors::OxlakeError::new_err("pending compaction lock poisoned"))?;
+        Ok(pending.take())
+    }
+}
+
+#[pymethods]
+impl PyPendingCompaction {
+    #[getter]
+    fn instant(&self) -> String {
+        self.instant.clone()
+    }
+
+    /// The attempt at the instant: `compact_slices` needs it.
+    #[getter]
+    fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Whether the plan is new (not one found pending).
+    #[getter]
+    fn is_new(&self) -> bool {
+        self.is_new
+    }
+
+    /// The planned slices, each as JSON, in plan order (a slice's index is its place here).
+    #[getter]
+    fn operations(&self) -> Vec<Vec<u8>> {
+        self.operations.clone()
+    }
+
+    /// Completes the compaction with every task's result (`compact_slices`); returns (instant,
+    /// file groups, records). Fails, rolled back, unless every planned slice has exactly one file.
+    fn commit(&self, py: Python<'_>, parts: Vec<Vec<u8>>) -> PyResult<(String, usize, u64)> {
+        let mut stats = Vec::new();
+        for part in &parts {
+            stats.append(&mut compaction::stats_from_json(part).map_err(to_py)?);
+        }
+        let Some(pending) = self.take()? else {
+            return Err(InvalidArgumentError::new_err("the compaction was already committed or aborted"));
+        };
+        let inner = self.table.inner.clone();
+        let r = run(py, async move {
+            let mut t = inner.lock().await;
+            pending.commit(&mut t, stats).await
+        })?;
+        Ok((r.instants.into_iter().next().unwrap_or_default(), r.file_groups, r.records))
+    }
+
+    /// Rolls the attempt back (its base files deleted, the plan kept for the next run). Idempotent.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        let Some(pending) = self.take()? else { return Ok(()) };
+        let inner = self.table.inner.clone();
+        run(py, async move {
+            let mut t = inner.lock().await;
+            pending.abort(&mut t).await
+        })
+    }
+}
+
+/// Writes the compacted base files of the slices `operations` (each `(index, JSON)` from
+/// `PendingCompaction.operations`) of the pending compaction `instant`; returns their stats, for
+/// the driver's `PendingCompaction.commit`. `task` is `(task number, attempt number)` (attempts
+/// from 1): the attempt goes into every file name.
+#[pyfunction]
+#[pyo3(signature = (table, instant, epoch, operations, task=None))]
+pub fn compact_slices(
+    py: Python<'_>,
+    table: &PyTable,
+    instant: String,
+    epoch: u32,
+    operations: Vec<(usize, Vec<u8>)>,
+    task: Option<(u32, u64)>,
+) -> PyResult<Vec<u8>> {
+    let operations = operations
+        .into_iter()
+        .map(|(index, op)| Ok((index, compaction::operation_from_json(&op)?)))
+        .collect::<oxlake::Result<Vec<_>>>()
+        .map_err(to_py)?;
+    let mut config = WriteConfig::default();
+    if let Some((task, attempt)) = task {
+        if attempt == 0 {
+            return Err(InvalidArgumentError::new_err("task attempts are numbered from 1"));
+        }
+        config.task = TaskId { task, attempt };
+    }
+    let inner = table.inner.clone();
+    let stats = run(py, async move {
+        let mut t = inner.lock().await;
+        t.compact_slices(&instant, epoch, &operations, &config).await
+    })?;
+    compaction::stats_to_json(&stats).map_err(to_py)
+}
+
+/// The deltacommits since the last compaction when a compaction is due (the table's
+/// `inline_compaction` setting reached), else `None`.
+#[pyfunction]
+pub fn compaction_due(py: Python<'_>, table: &PyTable) -> PyResult<Option<usize>> {
+    let inner = table.inner.clone();
+    run(py, async move {
+        let mut t = inner.lock().await;
+        t.reload().await?;
+        Ok(t.compaction_due())
+    })
 }

@@ -36,6 +36,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(distributed::write_files, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::resume_write, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::route, m)?)?;
+    m.add_class::<distributed::PyPendingCompaction>()?;
+    m.add_function(wrap_pyfunction!(distributed::begin_compaction, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::compact_slices, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::compaction_due, m)?)?;
     m.add_class::<arrow_ffi::PyRecordBatchStream>()?;
     m.add_class::<arrow_ffi::PySchema>()?;
     m.add_function(wrap_pyfunction!(table::create_table, m)?)?;

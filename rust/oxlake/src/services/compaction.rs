@@ -70,36 +70,57 @@ impl Table {
     }
 
     async fn compact_once(&mut self, config: &CompactionConfig) -> Result<CompactionResult> {
+        let mut result = CompactionResult::default();
+        // Plans not started, or left by a run that is gone, first; then at most one new plan.
+        while let Some(pending) = self.begin_compaction(config.min_log_files).await? {
+            let fresh = pending.fresh;
+            progress::plan(&config.progress, pending.plan.operations.len() as u64, "file groups");
+            let operations: Vec<_> = pending.plan.operations.iter().cloned().enumerate().collect();
+            let stats = match write_compacted(self, pending.time(), pending.epoch(), &operations, config).await {
+                Ok(stats) => stats,
+                Err(e) => return Err(pending.fail(self, e).await),
+            };
+            let done = pending.commit_in(self, stats, false).await?;
+            result.file_groups += done.file_groups;
+            result.records += done.records;
+            result.instants.extend(done.instants);
+            if fresh {
+                break;
+            }
+        }
+        Ok(result)
+    }
+
+    /// Begins the next compaction whose slices this process or others (the tasks of a Spark
+    /// job, [`Table::compact_slices`]) write: the oldest plan not started, or left by a run that
+    /// is gone (`rollback_failed` undid its files), else a new plan over the latest slice of
+    /// every file group with at least `min_log_files` log files that no other plan holds. `None`
+    /// when there is nothing to compact. The instant stays pending, with this process's
+    /// heartbeat, until [`PendingCompaction::commit`] or [`PendingCompaction::abort`].
+    pub async fn begin_compaction(&mut self, min_log_files: usize) -> Result<Option<PendingCompaction>> {
         if self.config().table_type != TableType::MergeOnRead {
             return Err(Error::invalid_arg("compact", "only merge-on-read tables have log files to compact"));
         }
         self.reload().await?;
         crate::commit::rollback_failed(self).await?;
-        let mut result = CompactionResult::default();
-        // Plans not started, or started by a run that is gone (`rollback_failed` undid its files);
-        // an inflight plan with a live heartbeat belongs to another compactor.
-        let pending: Vec<Instant> = self
-            .timeline()
-            .pending()
-            .filter(|i| i.action == Action::Compaction && i.state == State::Requested)
-            .cloned()
-            .collect();
-        for requested in pending {
-            // A plan closed by another compactor (its owner was gone before it wrote one, see
-            // `slice_claims`) is empty: it completes as an empty compaction, so that no plan stays
-            // pending for ever (holding archival back); its requested file stays, so the owner's
-            // late create still fails.
+        // An inflight plan with a live heartbeat belongs to another compactor. A plan closed by
+        // another compactor (its owner was gone before it wrote one, see `slice_claims`) is
+        // empty: it completes as an empty compaction, so that no plan stays pending for ever
+        // (holding archival back); its requested file stays, so the owner's late create still
+        // fails.
+        let requested =
+            self.timeline().pending().find(|i| i.action == Action::Compaction && i.state == State::Requested).cloned();
+        if let Some(requested) = requested {
             let plan = read_plan(self, &requested.time).await?;
             let tx = Transaction::resume(self, &requested.with_state(State::Requested)).await?;
-            let plan = match settle(self, &requested.time, plan).await {
-                Ok(plan) => plan,
-                Err(e) => return Err(tx.fail(self, e).await),
+            return match settle(self, &requested.time, plan).await {
+                Ok(plan) => Ok(Some(PendingCompaction { tx, plan, fresh: false })),
+                Err(e) => Err(tx.fail(self, e).await),
             };
-            execute(self, tx, plan, config, &mut result).await?;
         }
-        let plan = schedule(self, config).await?;
+        let plan = schedule(self, min_log_files).await?;
         if plan.operations.is_empty() {
-            return Ok(result);
+            return Ok(None);
         }
         // The plan keeps the slices this compaction takes once its time is claimed: no slice is in
         // two plans, however many compactors run at once (`slice_claims`).
@@ -123,7 +144,7 @@ impl Table {
             })
         })
         .await?;
-        let Some(tx) = planned else { return Ok(result) };
+        let Some(tx) = planned else { return Ok(None) };
         let plan = std::mem::take(
             &mut *taken.lock().map_err(|_| Error::invalid_data("a compaction plan's lock was poisoned"))?,
         );
@@ -131,12 +152,181 @@ impl Table {
         // new slice); one that missed the plan fails its commit with a conflict. Writes that began
         // before it may still add logs to the slices it compacts: wait for them, then take their
         // logs in.
-        let plan = match settle(self, tx.time(), plan).await {
-            Ok(plan) => plan,
-            Err(e) => return Err(tx.fail(self, e).await),
-        };
-        execute(self, tx, plan, config, &mut result).await?;
+        match settle(self, tx.time(), plan).await {
+            Ok(plan) => Ok(Some(PendingCompaction { tx, plan, fresh: true })),
+            Err(e) => Err(tx.fail(self, e).await),
+        }
+    }
+
+    /// The deltacommits since the last compaction, when they reach the table's `inline_compaction`
+    /// setting: a write that lands then compacts (inline, or on a Spark driver's executors).
+    pub fn compaction_due(&self) -> Option<usize> {
+        let every = self.config().inline_compaction?;
+        // On a merge-on-read table every completed `commit` is a compaction.
+        let since = self
+            .timeline()
+            .completed_data()
+            .rev()
+            .take_while(|i| i.action != Action::Commit)
+            .filter(|i| i.action == Action::DeltaCommit)
+            .count();
+        (since >= every as usize).then_some(since)
+    }
+
+    /// Writes the compacted base files of `operations` (each with its index in the plan) of the
+    /// pending compaction `time`, attempt `epoch` ([`PendingCompaction::epoch`]): the task side
+    /// of a compaction spread over processes. Commits nothing; the stats go to the driver's
+    /// [`PendingCompaction::commit`]. `config.task` names the attempt, so that two attempts at
+    /// one slice never write the same file.
+    pub async fn compact_slices(
+        &mut self,
+        time: &str,
+        epoch: u32,
+        operations: &[(usize, CompactionOperation)],
+        config: &WriteConfig,
+    ) -> Result<Vec<(String, WriteStat)>> {
+        self.reload().await?;
+        if !self.timeline().pending().any(|i| i.time == time && i.action == Action::Compaction) {
+            return Err(Error::invalid_arg("instant", format!("{time} is not a pending compaction of this table")));
+        }
+        let _beating = crate::commit::TaskHeartbeat::start(self, time).await?;
+        let config = CompactionConfig { write: config.clone(), ..CompactionConfig::default() };
+        write_compacted(self, time, epoch, operations, &config).await
+    }
+}
+
+/// A compaction begun by [`Table::begin_compaction`]: its plan is settled and its instant pending
+/// (inflight) until it is committed or aborted. Dropped without either, its heartbeat stops and
+/// the next writer rolls it back to its plan, which a later compaction runs.
+pub struct PendingCompaction {
+    tx: Transaction,
+    plan: CompactionPlan,
+    fresh: bool,
+}
+
+impl PendingCompaction {
+    /// The compaction's instant time.
+    pub fn time(&self) -> &str {
+        self.tx.time()
+    }
+
+    /// The attempt at the instant (see [`Transaction::epoch`]); goes into the names of the files.
+    pub fn epoch(&self) -> u32 {
+        self.tx.epoch()
+    }
+
+    /// The slices to compact: one new base file each.
+    pub fn operations(&self) -> &[CompactionOperation] {
+        &self.plan.operations
+    }
+
+    /// Whether the plan is new (not one found pending).
+    pub fn is_new(&self) -> bool {
+        self.fresh
+    }
+
+    /// Completes the compaction with the stats of the base files the tasks wrote, one per
+    /// planned slice; any other base file at this instant in those partitions (a failed or
+    /// duplicate task attempt's) is deleted first. A slice without its file, or with two, fails
+    /// the compaction (rolled back, the plan kept for the next run): completing it would leave
+    /// the file group's new slice without the records of the old one.
+    pub async fn commit(self, table: &mut Table, stats: Vec<(String, WriteStat)>) -> Result<CompactionResult> {
+        self.commit_in(table, stats, true).await
+    }
+
+    /// Rolls the attempt back: its base files are deleted, every log stays (they belong to
+    /// committed writes), and the plan waits for the next compaction.
+    pub async fn abort(self, table: &mut Table) -> Result<()> {
+        self.tx.abort(table).await.map(drop)
+    }
+
+    async fn fail(self, table: &mut Table, error: Error) -> Error {
+        // A planned log of a write rolled back since (its writer failed while this waited): a
+        // conflict, retried, not a storage failure.
+        let error = self.tx.lost_to_service(table, error).await;
+        self.tx.fail(table, error).await
+    }
+
+    async fn commit_in(
+        self,
+        table: &mut Table,
+        stats: Vec<(String, WriteStat)>,
+        reconcile: bool,
+    ) -> Result<CompactionResult> {
+        if let Err(e) = check_one_file_per_slice(&self.plan, &stats) {
+            return Err(self.tx.fail(table, e).await);
+        }
+        if reconcile {
+            let kept: std::collections::HashSet<&str> = stats.iter().filter_map(|(_, s)| s.path.as_deref()).collect();
+            let mut partitions: Vec<&str> = self.plan.operations.iter().map(|op| op.partition_path.as_str()).collect();
+            partitions.sort_unstable();
+            partitions.dedup();
+            let removed = crate::commit::remove_unreported_files(table.storage(), self.tx.time(), &partitions, &kept);
+            if let Err(e) = removed.await {
+                return Err(self.tx.fail(table, e).await);
+            }
+        }
+        let mut result = CompactionResult { file_groups: self.plan.operations.len(), ..Default::default() };
+        let mut metadata =
+            CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
+        if let Err(e) = metadata.set_schema(&table.data_schema(), &table.config().name) {
+            return Err(self.tx.fail(table, e).await);
+        }
+        for (partition, stat) in stats {
+            result.records += stat.num_writes as u64;
+            metadata.partition_to_write_stats.entry(partition).or_default().push(stat);
+        }
+        let instant = self.tx.commit(table, &metadata).await?;
+        if let Err(e) = crate::commit::slice_claims::forget(table, &instant.time, &self.plan).await {
+            log::warn!("{}: the claims of compaction {} stay until pruned: {e}", table.uri(), instant.time);
+        }
+        result.instants.push(instant.time);
         Ok(result)
+    }
+}
+
+/// A planned slice as it travels to the task that compacts it ([`Table::compact_slices`]).
+pub fn operation_to_json(op: &CompactionOperation) -> Result<Vec<u8>> {
+    serde_json::to_vec(op).map_err(Error::invalid_data)
+}
+
+/// [`operation_to_json`] read back.
+pub fn operation_from_json(bytes: &[u8]) -> Result<CompactionOperation> {
+    serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("compaction operation", e))
+}
+
+/// A task's compacted files as they travel to the driver ([`PendingCompaction::commit`]).
+pub fn stats_to_json(stats: &[(String, WriteStat)]) -> Result<Vec<u8>> {
+    serde_json::to_vec(stats).map_err(Error::invalid_data)
+}
+
+/// [`stats_to_json`] read back.
+pub fn stats_from_json(bytes: &[u8]) -> Result<Vec<(String, WriteStat)>> {
+    serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("compacted files", e))
+}
+
+/// Refuses stats that do not name exactly one new base file for every planned slice, and
+/// nothing else.
+fn check_one_file_per_slice(plan: &CompactionPlan, stats: &[(String, WriteStat)]) -> Result<()> {
+    let mut planned: std::collections::HashMap<(&str, &str), usize> =
+        plan.operations.iter().map(|op| ((op.partition_path.as_str(), op.file_id.as_str()), 0)).collect();
+    for (partition, stat) in stats {
+        match planned.get_mut(&(partition.as_str(), stat.file_id.as_str())) {
+            Some(count) => *count += 1,
+            None => {
+                return Err(Error::invalid_data(format!(
+                    "compaction stats name file group {} in partition `{partition}`, which the plan does not compact",
+                    stat.file_id
+                )));
+            }
+        }
+    }
+    match planned.iter().find(|(_, count)| **count != 1) {
+        Some(((partition, file_id), count)) => Err(Error::invalid_data(format!(
+            "compaction stats name {count} new base files for file group {file_id} in partition `{partition}`, \
+             which needs exactly one"
+        ))),
+        None => Ok(()),
     }
 }
 
@@ -255,7 +445,7 @@ async fn check_latest(table: &Table, time: &str, plan: &CompactionPlan) -> Resul
 }
 
 /// The latest slice of every file group with enough log files, not already in a pending plan.
-async fn schedule(table: &Table, config: &CompactionConfig) -> Result<CompactionPlan> {
+async fn schedule(table: &Table, min_log_files: usize) -> Result<CompactionPlan> {
     let Some(latest) = table.timeline().latest_completed_data().map(|i| i.time.clone()) else {
         return Ok(CompactionPlan::default());
     };
@@ -265,7 +455,7 @@ async fn schedule(table: &Table, config: &CompactionConfig) -> Result<Compaction
     let replaced = table.replaced_file_groups(&latest).await?;
     let mut operations = Vec::new();
     for (g, s) in view.slices_as_of(&latest, &replaced) {
-        if s.logs.len() < config.min_log_files.max(1) || pending.contains_key(&g.id()) || clustering.contains(&g.id()) {
+        if s.logs.len() < min_log_files.max(1) || pending.contains_key(&g.id()) || clustering.contains(&g.id()) {
             continue;
         }
         operations.push(CompactionOperation {
@@ -279,46 +469,12 @@ async fn schedule(table: &Table, config: &CompactionConfig) -> Result<Compaction
     Ok(CompactionPlan { operations, version: 1 })
 }
 
-/// Writes the compacted base files of a plan and completes its instant.
-async fn execute(
-    table: &mut Table,
-    tx: Transaction,
-    plan: CompactionPlan,
-    config: &CompactionConfig,
-    result: &mut CompactionResult,
-) -> Result<()> {
-    progress::plan(&config.progress, plan.operations.len() as u64, "file groups");
-    let outcome = write_compacted(table, tx.time(), tx.epoch(), &plan, config).await;
-    let stats = match outcome {
-        Ok(s) => s,
-        Err(e) => {
-            // A planned log of a write rolled back since (its writer failed while this waited):
-            // a conflict, retried, not a storage failure.
-            let e = tx.lost_to_service(table, e).await;
-            return Err(tx.fail(table, e).await);
-        }
-    };
-    let mut metadata = CommitMetadata { operation_type: Some("COMPACT".into()), compacted: true, ..Default::default() };
-    metadata.set_schema(&table.data_schema(), &table.config().name)?;
-    for (partition, stat) in stats {
-        result.records += stat.num_writes as u64;
-        metadata.partition_to_write_stats.entry(partition).or_default().push(stat);
-    }
-    result.file_groups += plan.operations.len();
-    let instant = tx.commit(table, &metadata).await?;
-    if let Err(e) = crate::commit::slice_claims::forget(table, &instant.time, &plan).await {
-        log::warn!("{}: the claims of compaction {} stay until pruned: {e}", table.uri(), instant.time);
-    }
-    result.instants.push(instant.time);
-    Ok(())
-}
-
 /// One merged base file per operation, `config.write.parallelism` at a time.
 async fn write_compacted(
     table: &Table,
     instant: &str,
     epoch: u32,
-    plan: &CompactionPlan,
+    operations: &[(usize, CompactionOperation)],
     config: &CompactionConfig,
 ) -> Result<Vec<(String, WriteStat)>> {
     // Every log block of a committed instant before the compaction belongs to the old slice.
@@ -326,7 +482,7 @@ async fn write_compacted(
     let ctx = Arc::new(ctx);
     let session = crate::read::session(table, None, None)?;
     let task = session.task_ctx();
-    let ops = plan.operations.iter().cloned().enumerate();
+    let ops = operations.iter().cloned();
     let storage = table.storage().clone();
     futures::stream::iter(ops)
         .map(|(index, op)| {
@@ -347,9 +503,10 @@ async fn write_compacted(
                 let stream = exec.execute(0, task)?;
                 let name = BaseFileName {
                     file_id: op.file_id.clone(),
-                    // Each attempt at the instant writes files of its own: a stale earlier attempt
-                    // (rolled back while paused) cleans up only what it wrote.
-                    write_token: format!("{index}-{epoch}-1"),
+                    // Each attempt at the instant, and each task attempt of a distributed one,
+                    // writes files of its own: a stale earlier attempt (rolled back while paused)
+                    // cleans up only what it wrote.
+                    write_token: format!("{index}-{epoch}-{}", config.write.task.attempt),
                     instant: instant.to_string(),
                 };
                 let rel = file_path(&op.partition_path, &name.name());

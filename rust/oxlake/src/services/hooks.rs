@@ -15,7 +15,6 @@ use super::{ArchiveConfig, CompactionConfig};
 use crate::commit::change::Change;
 use crate::commit::hook::CommitHook;
 use crate::error::Result;
-use crate::format::instant::Action;
 use crate::read::pruner::SlicePruner;
 use crate::read::{Filter, PlannedSlice};
 use crate::storage::FileInfo;
@@ -153,18 +152,7 @@ async fn archive_inline(table: &mut Table) {
 /// deltacommits landed since the last compaction. The write has landed by then, so a failed
 /// compaction does not fail it: it is logged, and its plan (if scheduled) runs next time.
 async fn compact_inline(table: &mut Table, config: &WriteConfig) {
-    let Some(every) = table.config().inline_compaction else { return };
-    // On a merge-on-read table every completed `commit` is a compaction.
-    let since = table
-        .timeline()
-        .completed_data()
-        .rev()
-        .take_while(|i| i.action != Action::Commit)
-        .filter(|i| i.action == Action::DeltaCommit)
-        .count();
-    if since < every as usize {
-        return;
-    }
+    let Some(since) = table.compaction_due() else { return };
     let compaction = CompactionConfig { min_log_files: 1, write: config.clone(), progress: None };
     match table.compact(&compaction).await {
         Ok(r) => log::info!("inline compaction after {since} deltacommits: {:?}", r.instants),

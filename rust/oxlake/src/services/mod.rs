@@ -16,7 +16,10 @@ pub mod upgrade;
 pub use archive::{ArchiveConfig, ArchiveResult};
 pub use clean::{CleanPlan, CleanPolicy, CleanResult, InlineClean};
 pub use clustering::{ClusteringConfig, ClusteringPlan, ClusteringResult, pending_clustering_groups};
-pub use compaction::{CompactionConfig, CompactionPlan, CompactionResult, pending_compaction_groups};
+pub use compaction::{
+    CompactionConfig, CompactionOperation, CompactionPlan, CompactionResult, PendingCompaction,
+    pending_compaction_groups,
+};
 pub use hooks::{Hooks, default_options};
 pub use progress::Progress;
 pub use upgrade::UpgradeResult;

@@ -617,24 +617,25 @@ impl Table {
         parts: Vec<WrittenFiles>,
         reconcile: bool,
     ) -> Result<WriteResult> {
-        self.commit_write_with(tx, op, parts, reconcile, &BTreeMap::new()).await
+        self.commit_write_with(tx, op, parts, reconcile, &WriteConfig::default()).await
     }
 
-    /// [`Table::commit_write`], recording `extra` in the commit's `extraMetadata`.
+    /// [`Table::commit_write`], recording `config.extra_metadata` in the commit's
+    /// `extraMetadata` and running a due compaction inline only if `config.compact_inline`.
     pub async fn commit_write_with(
         &mut self,
         tx: Transaction,
         op: WriteOperation,
         parts: Vec<WrittenFiles>,
         reconcile: bool,
-        extra: &BTreeMap<String, String>,
+        config: &WriteConfig,
     ) -> Result<WriteResult> {
-        self.commit_and_serve(tx, op, parts, reconcile, extra, &WriteConfig::default()).await
+        self.commit_and_serve(tx, op, parts, reconcile, &config.extra_metadata, config).await
     }
 
     /// Commits, then runs the table services due inline: cleaning and archival after every
-    /// commit, compaction (writing with `config`) after a deltacommit, whether the files were
-    /// written here or by the tasks of a distributed write.
+    /// commit, compaction (writing with `config`, unless `config.compact_inline` is off) after a
+    /// deltacommit, whether the files were written here or by the tasks of a distributed write.
     async fn commit_and_serve(
         &mut self,
         tx: Transaction,
@@ -647,7 +648,7 @@ impl Table {
         let result = self.commit_parts(tx, op, parts, reconcile, extra).await?;
         inline::clean(self).await;
         inline::archive(self).await;
-        if op.action(self.config().table_type) == Action::DeltaCommit {
+        if config.compact_inline && op.action(self.config().table_type) == Action::DeltaCommit {
             inline::compact(self, config).await;
         }
         Ok(result)

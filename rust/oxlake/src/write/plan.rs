@@ -63,6 +63,10 @@ pub struct WriteConfig {
     /// commit's check that no key was written by two tasks then has nothing to check, and a
     /// concurrent commit's keys are compared by reading back the files both wrote in a partition.
     pub own_partitions: bool,
+    /// Whether the commit runs a compaction that is due inline, in this process (the default).
+    /// A Spark driver turns it off and runs the compaction on its executors instead
+    /// ([`crate::table::Table::begin_compaction`], `oxlake.spark.compact`).
+    pub compact_inline: bool,
 }
 
 /// A task of a distributed write: its number and its attempt (Apache Hudi's write tokens are
@@ -103,6 +107,7 @@ impl Default for WriteConfig {
             read_from: None,
             spill_dir: None,
             own_partitions: false,
+            compact_inline: true,
         }
     }
 }
