@@ -14,7 +14,7 @@ from typing import Any
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, checkpoint, data_paths, hudi_read, rows, trips
+from conftest import SCHEMA, checkpoint, data_paths, hudi_read, rows, trips, trips_table
 
 
 @pytest.fixture
@@ -378,15 +378,7 @@ def test_a_table_without_meta_fields_merges_its_logs_by_the_record_key(
 
 def mor_with_logs(path: str, **options: Any) -> oxlake.Table:
     """A merge-on-read table of 30 trips in three partitions, each slice with a log."""
-    t = oxlake.create_table(
-        path,
-        SCHEMA,
-        record_key="id",
-        partition_by=["city"],
-        ordering_field="ts",
-        table_type="merge_on_read",
-        **options,
-    )
+    t = trips_table(path, table_type="merge_on_read", **options)
     t.insert(trips(list(range(30))))
     t.upsert(trips(list(range(0, 30, 2)), ts=2, name="u"))
     return t
