@@ -433,7 +433,7 @@ def test_a_compaction_written_by_tasks_commits_one_file_per_slice(table_path: st
     assert native.begin_compaction(t._t) is None
     with pytest.raises(oxlake.InvalidArgumentError, match="already committed"):
         last.commit(retries)
-    with pytest.raises(oxlake.InvalidArgumentError, match="not a pending compaction"):
+    with pytest.raises(oxlake.InvalidArgumentError, match="not a running compaction"):
         native.compact_slices(t._t, instant, last.epoch, ops, (0, 3))
 
 
@@ -462,6 +462,8 @@ def test_a_write_while_tasks_compact_lands_in_the_new_slice(table_path: str, ver
 
 
 def test_an_aborted_compaction_keeps_its_plan_and_a_compaction_on_cow_is_refused(table_path: str) -> None:
+    """An aborted attempt deletes its files and keeps its plan; a task of it that runs late is
+    refused; the next compaction (in-process) completes the plan."""
     t = mor_with_logs(table_path)
     before = rows(t.to_arrow())
     native = oxlake._native
@@ -471,6 +473,14 @@ def test_an_aborted_compaction_keeps_its_plan_and_a_compaction_on_cow_is_refused
     pending.abort()
     pending.abort()  # idempotent
     assert not base_files_at(table_path, pending.instant)
+    # The next attempt; a task of the aborted one (a straggler) is refused and writes nothing.
+    again = native.begin_compaction(t._t)
+    assert again is not None and again.instant == pending.instant and again.epoch == pending.epoch + 1
+    ops = list(enumerate(again.operations))
+    with pytest.raises(oxlake.CommitConflictError, match="was rolled back"):
+        native.compact_slices(t._t, again.instant, pending.epoch, ops, (0, 1))
+    assert not base_files_at(table_path, pending.instant)
+    again.abort()
     t = oxlake.Table(table_path)
     assert rows(t.to_arrow()) == before
     done = t.compact()

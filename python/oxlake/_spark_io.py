@@ -295,7 +295,8 @@ def _compact_slices(
     spark: SparkSession, pending: _native.PendingCompaction, uri: str, storage_options: dict[str, str] | None
 ) -> list[bytes]:
     """Every planned slice of `pending` compacted by a Spark task (up to
-    `spark.sql.shuffle.partitions` tasks, the slices dealt round robin); their results."""
+    `spark.sql.shuffle.partitions` tasks, 200 when it is not a number, the slices dealt round
+    robin); their results."""
     operations = list(enumerate(pending.operations))
     if not operations:
         return []
@@ -317,7 +318,8 @@ def _compact_slices(
             )
             yield pa.RecordBatch.from_pydict({"stats": pa.array([stats], pa.binary())})
 
-    tasks = max(1, min(len(operations), int(spark.conf.get("spark.sql.shuffle.partitions", "200") or 200)))
+    shuffle = str(spark.conf.get("spark.sql.shuffle.partitions", "200"))
+    tasks = max(1, min(len(operations), int(shuffle) if shuffle.isdigit() else 200))
     slices = spark.createDataFrame(operations, "index long, operation binary").repartition(tasks)
     return [bytes(r["stats"]) for r in slices.mapInArrow(compact, "stats binary").collect()]
 
@@ -327,12 +329,11 @@ def compact_if_due(spark: SparkSession, uri: str, storage_options: dict[str, str
     executors when the table's `inline_compaction` setting says a compaction is due. The write has
     landed: a failed compaction is logged, not raised, and its plan runs next time, as an inline
     compaction's would."""
-    table = Table(uri, storage_options)
-    since = _native.compaction_due(native(table))
-    if since is None:
-        return
     try:
+        since = _native.compaction_due(native(Table(uri, storage_options)))
+        if since is None:
+            return
         done = compact_on_executors(spark, uri, storage_options)
         _log.info("compaction on the executors after %d deltacommits: %s", since, done.instants)
-    except Exception as e:  # the write landed; the plan stays for the next run
-        _log.warning("compaction after %d deltacommits failed (the write landed): %s", since, e)
+    except Exception as e:  # the write landed; a plan made stays for the next run
+        _log.warning("compaction on the executors failed (the write landed): %s", e)

@@ -44,6 +44,7 @@ use std::time::Duration;
 pub use claims::PlanFn;
 pub(crate) use claims::{archival_marker, claim, prune_claims};
 pub(crate) use completion::complete;
+pub(crate) use fate::current_epoch;
 pub use heartbeat::TaskHeartbeat;
 pub(crate) use heartbeat::{HeartbeatWatch, beating, is_expired};
 pub(crate) use rollback::{remove_unreported_files, rollback_latest, rollback_pending, settle};

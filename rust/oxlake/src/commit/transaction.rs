@@ -171,13 +171,20 @@ impl Transaction {
     }
 
     /// Takes up a requested instant whose plan is already on the timeline (a compaction scheduled
-    /// earlier, or one whose failed run was rolled back): heartbeat, then inflight.
+    /// earlier, or one whose failed run was rolled back): heartbeat, then inflight. The inflight
+    /// file is a conditional create: a process that finds it made by another (both saw the plan
+    /// requested) has lost the plan to it, a [`Error::CommitConflict`].
     pub async fn resume(table: &mut Table, requested: &Instant) -> Result<Self> {
         let storage = table.storage().clone();
         write_heartbeat(&storage, &requested.time).await?;
         let epoch = fate::current_epoch(table, &requested.time).await?;
         let tx = Transaction::starting(table, requested.with_state(State::Requested), epoch);
-        table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await?;
+        if !table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await? {
+            return Err(Error::CommitConflict {
+                instant: requested.time.clone(),
+                detail: format!("{} was taken up by another process", requested.time),
+            });
+        }
         step_failpoint(table, "after-inflight");
         Ok(tx)
     }

@@ -108,11 +108,20 @@ impl Table {
         // empty: it completes as an empty compaction, so that no plan stays pending for ever
         // (holding archival back); its requested file stays, so the owner's late create still
         // fails.
-        let requested =
-            self.timeline().pending().find(|i| i.action == Action::Compaction && i.state == State::Requested).cloned();
-        if let Some(requested) = requested {
+        let requested: Vec<Instant> = self
+            .timeline()
+            .pending()
+            .filter(|i| i.action == Action::Compaction && i.state == State::Requested)
+            .cloned()
+            .collect();
+        for requested in requested {
             let plan = read_plan(self, &requested.time).await?;
-            let tx = Transaction::resume(self, &requested.with_state(State::Requested)).await?;
+            let tx = match Transaction::resume(self, &requested.with_state(State::Requested)).await {
+                Ok(tx) => tx,
+                // Another compactor took the plan up between our look and our inflight file.
+                Err(Error::CommitConflict { .. }) => continue,
+                Err(e) => return Err(e),
+            };
             return match settle(self, &requested.time, plan).await {
                 Ok(plan) => Ok(Some(PendingCompaction { tx, plan, fresh: false })),
                 Err(e) => Err(tx.fail(self, e).await),
@@ -185,13 +194,41 @@ impl Table {
         operations: &[(usize, CompactionOperation)],
         config: &WriteConfig,
     ) -> Result<Vec<(String, WriteStat)>> {
-        self.reload().await?;
-        if !self.timeline().pending().any(|i| i.time == time && i.action == Action::Compaction) {
-            return Err(Error::invalid_arg("instant", format!("{time} is not a pending compaction of this table")));
-        }
+        self.check_compacting(time, epoch).await?;
         let _beating = crate::commit::TaskHeartbeat::start(self, time).await?;
         let config = CompactionConfig { write: config.clone(), ..CompactionConfig::default() };
-        write_compacted(self, time, epoch, operations, &config).await
+        let stats = write_compacted(self, time, epoch, operations, &config).await?;
+        // A task that outlived its attempt (rolled back while it wrote: a slow task, a
+        // speculative copy) removes what it wrote: nobody else knows of those files.
+        if let Err(e) = self.check_compacting(time, epoch).await {
+            for path in stats.iter().filter_map(|(_, s)| s.path.as_deref()) {
+                if let Err(gone) = self.storage().delete(path).await {
+                    log::warn!("{}: {path} of a stale compaction attempt left behind: {gone}", self.uri());
+                }
+            }
+            return Err(e);
+        }
+        Ok(stats)
+    }
+
+    /// Fails unless the compaction `time` is running (inflight) at attempt `epoch`.
+    async fn check_compacting(&mut self, time: &str, epoch: u32) -> Result<()> {
+        self.reload().await?;
+        let running = self
+            .timeline()
+            .pending()
+            .any(|i| i.time == time && i.action == Action::Compaction && i.state == State::Inflight);
+        if !running {
+            return Err(Error::invalid_arg("instant", format!("{time} is not a running compaction of this table")));
+        }
+        let current = crate::commit::current_epoch(self, time).await?;
+        if current != epoch {
+            return Err(Error::CommitConflict {
+                instant: time.to_string(),
+                detail: format!("attempt {epoch} of compaction {time} was rolled back (now attempt {current})"),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -226,8 +263,8 @@ impl PendingCompaction {
     }
 
     /// Completes the compaction with the stats of the base files the tasks wrote, one per
-    /// planned slice; any other base file at this instant in those partitions (a failed or
-    /// duplicate task attempt's) is deleted first. A slice without its file, or with two, fails
+    /// planned slice; any other base file of this attempt in those partitions (a failed or
+    /// duplicate task's) is deleted first. A slice without its file, or with two, fails
     /// the compaction (rolled back, the plan kept for the next run): completing it would leave
     /// the file group's new slice without the records of the old one.
     pub async fn commit(self, table: &mut Table, stats: Vec<(String, WriteStat)>) -> Result<CompactionResult> {
@@ -256,15 +293,8 @@ impl PendingCompaction {
         if let Err(e) = check_one_file_per_slice(&self.plan, &stats) {
             return Err(self.tx.fail(table, e).await);
         }
-        if reconcile {
-            let kept: std::collections::HashSet<&str> = stats.iter().filter_map(|(_, s)| s.path.as_deref()).collect();
-            let mut partitions: Vec<&str> = self.plan.operations.iter().map(|op| op.partition_path.as_str()).collect();
-            partitions.sort_unstable();
-            partitions.dedup();
-            let removed = crate::commit::remove_unreported_files(table.storage(), self.tx.time(), &partitions, &kept);
-            if let Err(e) = removed.await {
-                return Err(self.tx.fail(table, e).await);
-            }
+        if reconcile && let Err(e) = self.remove_unreported(table, &stats).await {
+            return Err(self.tx.fail(table, e).await);
         }
         let mut result = CompactionResult { file_groups: self.plan.operations.len(), ..Default::default() };
         let mut metadata =
@@ -303,6 +333,35 @@ pub fn stats_to_json(stats: &[(String, WriteStat)]) -> Result<Vec<u8>> {
 /// [`stats_to_json`] read back.
 pub fn stats_from_json(bytes: &[u8]) -> Result<Vec<(String, WriteStat)>> {
     serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("compacted files", e))
+}
+
+impl PendingCompaction {
+    /// Deletes the base files this attempt's tasks wrote that `stats` does not report (tasks that
+    /// died, or lost to a speculative copy): base files in the planned partitions named with this
+    /// instant and this attempt's epoch. Another attempt's files (a stale driver's, after a
+    /// rollback) carry another epoch; logs are never a compaction's.
+    async fn remove_unreported(&self, table: &Table, stats: &[(String, WriteStat)]) -> Result<()> {
+        let kept: std::collections::HashSet<&str> = stats.iter().filter_map(|(_, s)| s.path.as_deref()).collect();
+        let partitions: std::collections::BTreeSet<&str> =
+            self.plan.operations.iter().map(|op| op.partition_path.as_str()).collect();
+        let (time, epoch) = (self.tx.time(), self.tx.epoch().to_string());
+        let mut removed = 0;
+        for partition in partitions {
+            for file in table.storage().list_dir(partition).await? {
+                let name = file.path.rsplit('/').next().unwrap_or(&file.path);
+                let ours = BaseFileName::parse(name)
+                    .is_some_and(|b| b.instant == time && b.write_token.split('-').nth(1) == Some(epoch.as_str()));
+                if ours && !kept.contains(file.path.as_str()) {
+                    table.storage().delete(&file.path).await?;
+                    removed += 1;
+                }
+            }
+        }
+        if removed > 0 {
+            log::info!("{}: compaction {time}: removed {removed} files of failed task attempts", table.uri());
+        }
+        Ok(())
+    }
 }
 
 /// Refuses stats that do not name exactly one new base file for every planned slice, and
