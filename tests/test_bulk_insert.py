@@ -198,6 +198,12 @@ def test_a_streamed_bulk_insert_equals_its_input_taken_whole(
     files = parquet_files(table_path)
     if chunk < 1 << 20:
         assert len(files) > 3, "each chunk writes files of its own"
+    # Each chunk numbers its files on from the last one's: no write token or record sequence
+    # number repeats (`<instant>_<task>-<file>_<record>`).
+    tokens = [f.name.split("_")[1] for f in files]
+    assert len(set(tokens)) == len(tokens)
+    seqnos = t.to_arrow().column("_hoodie_commit_seqno").to_pylist()
+    assert len(set(seqnos)) == len(seqnos) == rows_
     from conftest import hudi_read
 
     assert rows(hudi_read(table_path)) == rows(t.to_arrow())

@@ -14,8 +14,11 @@ from typing import Any
 
 import oxlake
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
-from conftest import SCHEMA, data_paths, hudi_read, rows, run_paused, snapshot, trips
+from conftest import SCHEMA, data_files, data_paths, hudi_read, rows, run_paused, snapshot, trips
+from oxlake import _native
+from oxlake._engine import native
 
 CHUNK = 2048  # Arrow bytes: a few dozen rows of `trips` per chunk
 
@@ -150,9 +153,9 @@ def test_a_streamed_write_evolves_the_schema(tmp_path: Path) -> None:
 
 
 def test_a_table_in_memory_is_written_whole_unless_a_chunk_size_is_given(tmp_path: Path) -> None:
-    """A pyarrow Table is in memory already: written whole (small files topped up, one task),
-    where the same rows streamed with a chunk size are spilled and written in parts, each a task
-    of its own (the task is the middle number of a file's write token)."""
+    """A pyarrow Table is in memory already: written whole (small files topped up), where the
+    same rows streamed with a chunk size are spilled and written in parts, each numbering its
+    files on from the last one's (the first number of a file's write token), all as one task."""
     s, w = twins(tmp_path)
     for t in (s, w):
         t.insert(trips(list(range(30))))
@@ -164,11 +167,9 @@ def test_a_table_in_memory_is_written_whole_unless_a_chunk_size_is_given(tmp_pat
     }
     assert old, "the whole write topped up the small files"
 
-    def tasks(files: list[str]) -> set[str]:
-        return {Path(f).name.split("_")[1].split("-")[1] for f in files}
-
-    assert tasks(whole.files) == {"0"}
-    assert "0" not in tasks(streamed.files) and len(tasks(streamed.files)) > 1
+    tokens = [Path(f).name.split("_")[1] for f in streamed.files]
+    assert len(tokens) > 1 and len(set(tokens)) == len(tokens), "no two parts write one name"
+    assert {t.split("-", 1)[1] for t in tokens} == {"0-1"}
 
 
 def test_a_streamed_write_of_bad_rows_fails_before_any_instant(tmp_path: Path) -> None:
@@ -390,3 +391,96 @@ def test_spilled_files_larger_than_two_chunks_are_split_again(tmp_path: Path) ->
     assert (a.num_inserts, a.num_updates) == (b.num_inserts, b.num_updates)
     assert rows(s.to_arrow()) == rows(w.to_arrow())
     assert s.validate().ok
+
+
+# ---- the task side of a distributed write -----------------------------------------------------
+
+
+def task_writes(table: oxlake.Table, op: str, tasks: list[pa.Table], **kw: Any) -> tuple[str, list[bytes]]:
+    """`op` as a distributed write: each of `tasks` written streamed (in `CHUNK`s) by a task of
+    its own under one pending instant, as Spark's tasks do; the instant and every task's parts."""
+    pending = _native.begin_write(native(table), op)
+    parts: list[bytes] = []
+    try:
+        for n, rows_of_task in enumerate(tasks, 1):
+            written = _native.write_files_stream(
+                native(table), op, pending.instant, stream(rows_of_task), CHUNK, task=(n, 1), **kw
+            )
+            parts += written
+    except BaseException:
+        pending.abort()
+        raise
+    pending.commit(parts)
+    return pending.instant, parts
+
+
+def by_city(data: pa.Table) -> list[pa.Table]:
+    """`data` split as a write repartitioned by the partition column hands it to its tasks."""
+    return [data.filter(pc.equal(data.column("city"), c)) for c in ("sf", "nyc", "chennai")]
+
+
+@pytest.mark.parametrize("table_type", ["copy_on_write", "merge_on_read"])
+@pytest.mark.parametrize("own_partitions", [False, True])
+def test_tasks_streamed_writes_equal_the_same_writes_taken_whole(
+    tmp_path: Path, table_type: str, own_partitions: bool
+) -> None:
+    """Each task's input is larger than a chunk: spilled, combined and written in parts, each
+    part's files named on from the last's. Insert, upsert with duplicates and flagged deletes,
+    delete and bulk insert through tasks equal the same writes taken whole in one process."""
+    s, w = twins(tmp_path, table_type=table_type)
+    kw = {"own_partitions": own_partitions}
+    first = pa.concat_tables([shuffled(list(range(300)), ts=1), shuffled(list(range(0, 300, 3)), ts=2)])
+    task_writes(s, "insert", by_city(first), **kw)
+    w.insert(first)
+    assert_same(s, w)
+    changes = pa.concat_tables(
+        [shuffled(list(range(0, 600, 2)), ts=5, name="late"), shuffled(list(range(0, 600, 4)), ts=3)]
+    )
+    flags = pa.array([i % 5 == 0 for i in range(changes.num_rows)])
+    changes = changes.append_column("_hoodie_is_deleted", flags)
+    _, parts = task_writes(s, "upsert", by_city(changes), **kw)
+    assert len(parts) > 3, "the tasks wrote in parts"
+    w.upsert(changes)
+    assert_same(s, w)
+    gone = shuffled(list(range(0, 700, 7)), ts=100).select(["id", "city", "ts"])
+    task_writes(s, "delete", by_city(gone), **kw)
+    w.delete(gone)
+    assert_same(s, w)
+    loaded = shuffled(list(range(1000, 1400)), ts=7)
+    instant, _ = task_writes(s, "bulk_insert", by_city(loaded), sort_mode="partition_sort", **kw)
+    w.bulk_insert(loaded, sort_mode="partition_sort")
+    assert_same(s, w)
+    names = [p.name for p in data_paths(s.uri, "*") if instant in p.name]
+    tokens = [n.split("_")[1] for n in names if n.endswith(".parquet")]
+    assert len(tokens) > 3 and len(set(tokens)) == len(tokens), "one name per file"
+
+
+@pytest.mark.parametrize("op", ["upsert", "bulk_insert"])
+def test_a_tasks_stream_failing_midway_leaves_the_table_as_it_was(tmp_path: Path, op: str) -> None:
+    """A task's source breaks after some chunks (a bulk insert has written files of them by
+    then): a typed error, and the aborted write (rolled back) leaves the table's rows and data
+    files as they were."""
+    s, _ = twins(tmp_path, table_type="merge_on_read")
+    s.insert(trips(list(range(100))))
+    before = (rows(s.to_arrow()), data_files(s))
+    pending = _native.begin_write(native(s), op)
+    with pytest.raises(oxlake.InvalidArgumentError, match="the source broke"):
+        _native.write_files_stream(
+            native(s), op, pending.instant, stream(trips(list(range(600)), ts=5), fail_after=40), CHUNK
+        )
+    if op == "bulk_insert":
+        assert any(pending.instant in f for f in data_files(s)), "chunks were written before the break"
+    pending.abort()
+    after = oxlake.Table(s.uri)
+    assert (rows(after.to_arrow()), data_files(after)) == before
+    assert [i.action for i in after.timeline()] == ["deltacommit", "rollback"]
+
+
+def test_a_tasks_streamed_write_refuses_an_instant_that_is_not_pending(tmp_path: Path) -> None:
+    s, _ = twins(tmp_path)
+    s.insert(trips(list(range(10))))
+    done = s.timeline()[-1].time
+    with pytest.raises(oxlake.InvalidArgumentError, match="not a pending write"):
+        _native.write_files_stream(native(s), "upsert", done, stream(trips(list(range(600)))), CHUNK)
+    with pytest.raises(oxlake.InvalidArgumentError, match="chunk_bytes"):
+        _native.write_files_stream(native(s), "upsert", done, stream(trips(list(range(60)))), 0)

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024
 #: Columns Apache Hudi adds to every record (`_hoodie_commit_time`, `_hoodie_record_key`, ...).
 META_PREFIX = "_hoodie_"
+#: The column of an upsert's input flagging rows that delete their key (Apache Hudi's
+#: `HoodieRecord.HOODIE_IS_DELETED_FIELD`).
+IS_DELETED = "_hoodie_is_deleted"
 #: The column a change query adds (`insert`, `update_before`, `update_after`, `delete`).
 CHANGE_TYPE = "_change_type"
 

@@ -221,5 +221,17 @@ def write_files(
     sort_mode: str | None = None,
     own_partitions: bool = False,
 ) -> bytes: ...
+def write_files_stream(
+    table: Table,
+    operation_name: str,
+    instant: str,
+    data: object,
+    chunk_bytes: int | None = None,
+    target_file_size: int | None = None,
+    task: tuple[int, int] | None = None,
+    schema_mode: str | None = None,
+    sort_mode: str | None = None,
+    own_partitions: bool = False,
+) -> list[bytes]: ...
 def inject_faults(spec: str) -> None: ...
 def fault_counts() -> dict[str, int]: ...

@@ -207,10 +207,20 @@ def arrow_schema_of(schema: StructType) -> pa.Schema:
 
 
 def from_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table:
-    """Spark's Arrow batches as one table of `schema` (from `arrow_schema_of`): the time zone of
-    timestamps is the session's, relabelled UTC (the same instants), and large types become
-    regular ones (`_normal`); nothing else changes."""
-    out = []
+    """Spark's Arrow batches as one table of `schema` (see `spark_batches`)."""
+    return pa.Table.from_batches(spark_batches(batches, schema), schema=schema)
+
+
+def spark_reader(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.RecordBatchReader:
+    """Spark's Arrow batches as a stream of `schema` (see `spark_batches`), read as it is asked
+    for: a task's write holds a bounded part of its rows."""
+    return pa.RecordBatchReader.from_batches(schema, spark_batches(batches, schema))
+
+
+def spark_batches(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Spark's Arrow batches in `schema` (from `arrow_schema_of`): the time zone of timestamps
+    is the session's, relabelled UTC (the same instants), and large types become regular ones
+    (`_normal`); nothing else changes."""
     for batch in batches:
         if batch.schema != schema:
             if [_normal(t) for t in batch.schema.types] != schema.types or batch.schema.names != schema.names:
@@ -219,8 +229,7 @@ def from_spark(batches: Iterable[pa.RecordBatch], schema: pa.Schema) -> pa.Table
                 [c.cast(t) if c.type != t else c for c, t in zip(batch.columns, schema.types, strict=True)],
                 schema=schema,
             )
-        out.append(batch)
-    return pa.Table.from_batches(out, schema=schema)
+        yield batch
 
 
 def _normal(t: pa.DataType) -> pa.DataType:

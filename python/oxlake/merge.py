@@ -16,10 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from oxlake import _native
+from oxlake._engine import IS_DELETED as _IS_DELETED
 from oxlake._engine import META_PREFIX as _META_PREFIX
-
-#: The column of an upsert's rows that delete their key (Apache Hudi's delete marker).
-_IS_DELETED = "_hoodie_is_deleted"
 
 if TYPE_CHECKING:
     import pyarrow.compute as pc

@@ -32,6 +32,7 @@ from oxlake._spark_io import (
     compact_on_executors,
     from_spark,
     open_or_create,
+    spark_reader,
     task_id,
 )
 from oxlake._spark_io import spark_arrow_schema as spark_arrow_schema  # re-exported: public
@@ -157,13 +158,15 @@ def write(
         def write_partition(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             from pyspark import TaskContext
 
-            rows = from_spark(batches, arrow_schema)
+            # Streamed: a task's rows past a chunk are spilled (or, bulk inserted, written a
+            # chunk at a time), never held whole.
+            rows = spark_reader(batches, arrow_schema)
             writer = Table(uri, storage_options)
             task = task_id(TaskContext.get())
-            written = _native.write_files(
-                native(writer), operation, instant, rows, target_file_size, task, schema_mode, sort_mode
+            written = _native.write_files_stream(
+                native(writer), operation, instant, rows, None, target_file_size, task, schema_mode, sort_mode
             )
-            yield pa.RecordBatch.from_pydict({"written": [written]})
+            yield pa.RecordBatch.from_pydict({"written": pa.array(written, pa.binary())})
 
         parts = [r["written"] for r in data.mapInArrow(write_partition, "written binary").collect()]
         extra = dict(extra_metadata) if extra_metadata is not None else None

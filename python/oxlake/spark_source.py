@@ -84,6 +84,7 @@ from oxlake._spark_io import (
     check_sort_mode,
     from_spark,
     open_or_create,
+    spark_reader,
     spark_schema,
     task_id,
 )
@@ -244,7 +245,7 @@ class OxlakeReader(DataSourceReader):
 
 @dataclass(frozen=True)
 class _Written(WriterCommitMessage):
-    files: bytes
+    files: list[bytes]
 
 
 class OxlakeWriter(DataSourceArrowWriter):
@@ -265,12 +266,12 @@ class OxlakeWriter(DataSourceArrowWriter):
         return _create_options(self.opts)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> _Written:
-        data = from_spark(iterator, self.arrow_schema)
-        files = _native.write_files(
+        files = _native.write_files_stream(
             native(self.opts.table()),
             self.operation,
             self.instant,
-            data,
+            spark_reader(iterator, self.arrow_schema),
+            None,
             self.opts.int("target_file_size", None),
             task_id(TaskContext.get()),
             self.opts.get("schema_mode"),
@@ -279,7 +280,7 @@ class OxlakeWriter(DataSourceArrowWriter):
         return _Written(files)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        parts = [m.files for m in messages if isinstance(m, _Written)]
+        parts = [part for m in messages if isinstance(m, _Written) for part in m.files]
         pending = _native.resume_write(native(self.opts.table()), self.operation, self.token)
         try:
             pending.commit(parts)

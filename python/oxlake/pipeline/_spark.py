@@ -4,15 +4,16 @@ one-commit writer of a catalog."""
 
 from __future__ import annotations
 
+import itertools
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from oxlake import _native
-from oxlake._engine import native
+from oxlake._engine import IS_DELETED, native
 from oxlake._spark_io import compact_if_due
 from oxlake.pipeline import _payload, rules
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
@@ -393,21 +394,35 @@ def _with_structs(upserts: pa.Table, structured: OutputTypes) -> pa.Table:
 
 
 def _write(
-    table: Table, instant: str, data: pa.Table, structured: OutputTypes, task: tuple[int, int] | None
+    table: Table,
+    instant: str,
+    batches: Iterable[pa.RecordBatch],
+    structured: OutputTypes,
+    task: tuple[int, int] | None,
 ) -> list[bytes]:
-    """Writes WRITE rows as files of the pending `instant` (deletes, then upserts); returns what
-    the commit needs of them: the layers written, not each key (a task writes whole layers, and
+    """Writes WRITE rows as files of the pending `instant`, as ONE upsert whose delete rows are
+    flagged `_hoodie_is_deleted`, streamed: the rows are shaped a batch at a time and the write
+    spills what is larger than a chunk, so a task never holds all of its rows. Returns what the
+    commit needs of the files: the layers written, not each key (a task writes whole layers, and
     the catalog is partitioned by layer; a catalog keeping a record index still lists them)."""
-    out = []
-    deletes = data.filter(pc.equal(data.column("op"), "delete")).select(["layer", "partition"])
-    upserts = data.filter(pc.equal(data.column("op"), "upsert")).select(
-        ["layer", "partition", "payload", "checksum"]
+    shaped = (_shaped(b, structured) for b in batches if b.num_rows)
+    first = next(shaped, None)
+    if first is None:
+        return []
+    reader = pa.RecordBatchReader.from_batches(first.schema, itertools.chain([first], shaped))
+    written = _native.write_files_stream(
+        native(table), "upsert", instant, reader, task=task, own_partitions=True
     )
-    for op, part in [("delete", deletes), ("upsert", _with_structs(upserts, structured))]:
-        if part.num_rows:
-            written = _native.write_files(native(table), op, instant, part, None, task, own_partitions=True)
-            out.append(bytes(written))
-    return out
+    return [bytes(w) for w in written]
+
+
+def _shaped(batch: pa.RecordBatch, structured: OutputTypes) -> pa.RecordBatch:
+    """Rows of WRITE as the catalog takes them: structured layers' payloads as their struct
+    columns, deletes flagged."""
+    rows = pa.Table.from_batches([batch]).select(["layer", "partition", "payload", "checksum"])
+    rows = _with_structs(rows, structured)
+    rows = rows.append_column(IS_DELETED, pc.equal(batch.column("op"), "delete"))
+    return rows.combine_chunks().to_batches()[0]
 
 
 def write_here(
@@ -423,7 +438,7 @@ def write_here(
     table = Table(uri, storage_options)
     pending = _native.begin_write(native(table), "upsert")
     try:
-        written = _write(table, pending.instant, rows, structured, None)
+        written = _write(table, pending.instant, rows.to_batches(), structured, None)
         landed, *_ = pending.commit(written, compact_inline=False)
     except BaseException:
         pending.abort()
@@ -448,11 +463,9 @@ def write_one_commit(
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
-        data = _rows(batches)
-        if data is None:
-            return
-        out = _write(Table(uri, storage_options), instant, data, structured, task_id(TaskContext.get()))
-        yield pa.RecordBatch.from_pydict({"written": pa.array(out, pa.binary())})
+        out = _write(Table(uri, storage_options), instant, batches, structured, task_id(TaskContext.get()))
+        if out:
+            yield pa.RecordBatch.from_pydict({"written": pa.array(out, pa.binary())})
 
     try:
         parts = [

@@ -94,6 +94,54 @@ pub fn write_files(
 ) -> PyResult<Vec<u8>> {
     let op = operation(operation_name)?;
     let batches = import_batches(&data)?;
+    let config = task_config(target_file_size, task, schema_mode, sort_mode, own_partitions)?;
+    let inner = table.inner.clone();
+    run(py, async move {
+        let mut t = inner.lock().await;
+        t.write_files(op, batches, &instant, &config).await?.to_json()
+    })
+}
+
+/// `write_files` of a stream (any `__arrow_c_stream__`), read as it is written: an input larger
+/// than `chunk_bytes` is spilled to disk (to combine its duplicate keys) or, for a bulk insert,
+/// written a chunk at a time, so that the task holds a bounded part of it. Returns what each part
+/// of the write wrote, all for the driver's `PendingWrite.commit`.
+#[pyfunction]
+#[pyo3(signature = (table, operation_name, instant, data, chunk_bytes=None, target_file_size=None, task=None, schema_mode=None, sort_mode=None, own_partitions=false))]
+#[allow(clippy::too_many_arguments)]
+pub fn write_files_stream(
+    py: Python<'_>,
+    table: &PyTable,
+    operation_name: &str,
+    instant: String,
+    data: Bound<'_, PyAny>,
+    chunk_bytes: Option<usize>,
+    target_file_size: Option<u64>,
+    task: Option<(u32, u64)>,
+    schema_mode: Option<&str>,
+    sort_mode: Option<&str>,
+    own_partitions: bool,
+) -> PyResult<Vec<Vec<u8>>> {
+    let op = operation(operation_name)?;
+    let config = task_config(target_file_size, task, schema_mode, sort_mode, own_partitions)?;
+    let mut input = crate::arrow_ffi::import_stream(&data)?;
+    let chunk = chunk_bytes.unwrap_or(oxlake::write::STREAM_CHUNK_BYTES);
+    let inner = table.inner.clone();
+    run(py, async move {
+        let mut t = inner.lock().await;
+        let parts = t.write_files_stream(op, input.as_mut(), &instant, chunk, &config).await?;
+        parts.iter().map(WrittenFiles::to_json).collect()
+    })
+}
+
+/// The configuration of a task's write (`write_files`, `write_files_stream`).
+fn task_config(
+    target_file_size: Option<u64>,
+    task: Option<(u32, u64)>,
+    schema_mode: Option<&str>,
+    sort_mode: Option<&str>,
+    own_partitions: bool,
+) -> PyResult<WriteConfig> {
     let mut config = WriteConfig::default().with_target_file_size(target_file_size);
     config.own_partitions = own_partitions;
     if let Some(mode) = schema_mode {
@@ -108,11 +156,7 @@ pub fn write_files(
         }
         config.task = TaskId { task, attempt };
     }
-    let inner = table.inner.clone();
-    run(py, async move {
-        let mut t = inner.lock().await;
-        t.write_files(op, batches, &instant, &config).await?.to_json()
-    })
+    Ok(config)
 }
 
 #[pymethods]

@@ -34,6 +34,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<distributed::PyPendingWrite>()?;
     m.add_function(wrap_pyfunction!(distributed::begin_write, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::write_files, m)?)?;
+    m.add_function(wrap_pyfunction!(distributed::write_files_stream, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::resume_write, m)?)?;
     m.add_function(wrap_pyfunction!(distributed::route, m)?)?;
     m.add_class::<distributed::PyPendingCompaction>()?;

@@ -103,7 +103,7 @@ pub(crate) async fn write_all(
     let permits = Arc::new(Semaphore::new(config.parallelism.max(1)));
     let mut tasks = tokio::task::JoinSet::new();
     let count = work.len();
-    for (index, work) in work.into_iter().enumerate() {
+    for (index, work) in (config.first_file..).zip(work) {
         let ctx = ctx.clone();
         let permits = permits.clone();
         tasks.spawn(async move {

@@ -333,33 +333,49 @@ impl Table {
             return Ok(WriteResult::default());
         };
         let tx = self.begin_write(op).await?;
-        // Read under the instant (see `write_stream`).
+        // Read under the instant (see `write_stream`). A bulk insert conflicts with no write
+        // (it looks no key up): its commit needs no partition listed where it keeps no keys.
         let keep_keys = crate::metadata::holds_record_index(self).await;
-        let mut incoming = match self.adopt_write_schema(op, Some(Arc::new(incoming))).await {
-            Ok(incoming) => incoming,
-            Err(e) => return Err(tx.fail(self, e).await),
-        };
-        let mut parts = Vec::new();
-        while let Some(chunk) = incoming.take() {
-            let mut files = match self.write_files_in(op, Some(&chunk), tx.time(), config).await {
-                Ok(files) => files,
-                Err(e) => {
-                    let e = tx.lost_to_service(self, e).await;
-                    return Err(tx.fail(self, e).await);
-                }
-            };
-            drop(chunk);
+        let strip = |files: &mut WrittenFiles| {
             if !keep_keys {
                 files.keys = crate::metadata::KeyChanges::default();
             }
-            parts.push(files);
-            let next = next_chunk(input, chunk_bytes).and_then(|b| prepare(self, op, b, config.schema_mode));
-            incoming = match next {
-                Ok(next) => next.map(Arc::new),
-                Err(e) => return Err(tx.fail(self, e).await),
-            };
-        }
+        };
+        let parts = match self.bulk_insert_chunks(input, incoming, tx.time(), chunk_bytes, config, strip).await {
+            Ok(parts) => parts,
+            Err(e) => {
+                let e = tx.lost_to_service(self, e).await;
+                return Err(tx.fail(self, e).await);
+            }
+        };
         self.commit_and_serve(tx, op, parts, false, &config.extra_metadata, config).await
+    }
+
+    /// A bulk insert's files of `instant`, a chunk at a time (`first` read and prepared
+    /// already): each chunk's files numbered on from the last one's (one name and sequence
+    /// number per file), its keys `strip`ped of what the commit need not hold.
+    pub(crate) async fn bulk_insert_chunks(
+        &mut self,
+        input: &mut (dyn Iterator<Item = Result<RecordBatch>> + Send),
+        first: Incoming,
+        instant: &str,
+        chunk_bytes: usize,
+        config: &WriteConfig,
+        strip: impl Fn(&mut WrittenFiles),
+    ) -> Result<Vec<WrittenFiles>> {
+        let op = WriteOperation::BulkInsert;
+        let mut config = config.clone();
+        let (mut parts, mut incoming) = (Vec::new(), Some(first));
+        while let Some(chunk) = incoming.take() {
+            let chunk = self.adopt_write_schema(op, Some(Arc::new(chunk))).await?;
+            let mut files = self.write_files_in(op, chunk.as_ref(), instant, &config).await?;
+            drop(chunk);
+            config.first_file += files.stats.len();
+            strip(&mut files);
+            parts.push(files);
+            incoming = prepare(self, op, next_chunk(input, chunk_bytes)?, config.schema_mode)?;
+        }
+        Ok(parts)
     }
 
     fn check_writable(&self) -> Result<()> {
@@ -482,9 +498,7 @@ impl Table {
     ) -> Result<WrittenFiles> {
         self.reload().await?;
         self.check_writable()?;
-        if !self.timeline().pending().any(|i| i.time == instant && i.action == op.action(self.config().table_type)) {
-            return Err(Error::invalid_arg("instant", format!("{instant} is not a pending write of this table")));
-        }
+        self.check_pending(op, instant)?;
         let incoming = prepare(self, op, batches, config.schema_mode)?.map(Arc::new);
         if incoming.is_none() && op != WriteOperation::InsertOverwriteTable {
             return Ok(WrittenFiles::default());
@@ -505,6 +519,14 @@ impl Table {
             written.keys.unlist();
         }
         Ok(written)
+    }
+
+    /// Refuses a task's write under `instant` unless it is a pending write of `op`'s action.
+    fn check_pending(&self, op: WriteOperation, instant: &str) -> Result<()> {
+        match self.timeline().pending().any(|i| i.time == instant && i.action == op.action(self.config().table_type)) {
+            true => Ok(()),
+            false => Err(Error::invalid_arg("instant", format!("{instant} is not a pending write of this table"))),
+        }
     }
 
     /// Where each input row goes in a distributed write (task side, before a shuffle by route):

@@ -34,6 +34,10 @@ pub struct WriteConfig {
     /// sequence number it writes, so that two tasks, or two attempts of one, never write the same
     /// name. One process writing alone is task 0, attempt 1.
     pub task: TaskId,
+    /// The number this call gives its first file (its files are numbered on from it): a task
+    /// that writes in several calls (a streamed write's parts) starts each where the last one
+    /// stopped, so that its file names and sequence numbers never repeat.
+    pub first_file: usize,
     /// How many times a write that lost a conflict (another writer committed the same file groups
     /// or keys first) is planned and written again against the table as it is then. Only for
     /// inserts, upserts and deletes; 0: the conflict is the caller's.
@@ -100,6 +104,7 @@ impl Default for WriteConfig {
             row_group_size: 128 * 1024,
             parallelism: std::thread::available_parallelism().map_or(2, |n| n.get()),
             task: TaskId::ALONE,
+            first_file: 0,
             conflict_retries: 0,
             schema_mode: crate::schema::evolve::SchemaMode::Strict,
             extra_metadata: std::collections::BTreeMap::new(),

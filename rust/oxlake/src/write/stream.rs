@@ -35,7 +35,7 @@ use arrow::compute::concat_batches;
 use arrow::datatypes::{DataType, Field};
 
 use super::held::{HeldKeys, KeyFilter};
-use super::plan::{self, TaskId, WriteConfig};
+use super::plan::{self, WriteConfig};
 use super::{IS_DELETED, Incoming, WriteOperation, WriteResult, WrittenFiles, keyed, next_chunk, prepare};
 use crate::error::{Error, Result};
 use crate::storage::spill::{self, Spill, SpillFile};
@@ -58,14 +58,15 @@ const MIN_SPLIT: usize = 64 << 10;
 const PARTS_PER_CHUNK: usize = 4;
 
 /// What a streamed write carries from one step to the next: the hash of rows' keys and groups,
-/// and the tasks (write tokens) handed out so far.
+/// and the files numbered so far (every part writes as the write's task, numbering its files
+/// on from the last part's, so that no two parts write one name).
 struct Streamed<'a> {
     op: WriteOperation,
     config: &'a WriteConfig,
     chunk_bytes: usize,
     dir: Arc<spill::SpillDir>,
     hasher: hashbrown::DefaultHashBuilder,
-    tasks: u32,
+    files: usize,
     keep_keys: bool,
     /// Whether a key of the input has copies in several file groups.
     copies: bool,
@@ -112,21 +113,7 @@ impl Table {
             return self.write(op, first, config).await;
         }
         self.check_writable()?;
-        let mut s = Streamed {
-            op,
-            config,
-            chunk_bytes,
-            dir: spill::directory(config.spill_dir.as_deref())?,
-            hasher: hashbrown::DefaultHashBuilder::default(),
-            tasks: 0,
-            keep_keys: true,
-            copies: false,
-            // Only writes that look keys up read the table's keys.
-            filter: (op != WriteOperation::Insert || self.config().global_index).then(KeyFilter::new),
-            partitions: BTreeSet::new(),
-            groups: HashMap::new(),
-            groups_clash: false,
-        };
+        let mut s = Streamed::new(self, op, config, chunk_bytes)?;
         let (by_key, only_deletes) = self.spill_by_key(&mut s, first, input)?;
         // Split once: the look-ahead for deletes and every attempt read the same parts.
         let by_key = s.leaves(by_key)?;
@@ -145,6 +132,75 @@ impl Table {
                 outcome => return outcome,
             }
         }
+    }
+
+    /// [`Table::write_files`] of a stream (the task side of a distributed write), in bounded
+    /// memory: the files [`Table::write_stream`] writes for `op`, as files of the pending
+    /// `instant`, committed by the driver. An input of one chunk is written as `write_files`
+    /// writes it; a larger one is spilled to combine its duplicate keys and find their file
+    /// groups, and written in parts, each of which the result lists (their files numbered on
+    /// under `config.task`). A bulk insert writes a chunk at a time; insert overwrites and
+    /// globally sorted bulk inserts hold the input. Nothing is written before the input has been read whole (a larger input) or
+    /// its first chunk (a bulk insert): a failing input leaves at most files the commit of
+    /// this instant never names, which its rollback removes.
+    pub async fn write_files_stream(
+        &mut self,
+        op: WriteOperation,
+        input: &mut (dyn Iterator<Item = Result<RecordBatch>> + Send),
+        instant: &str,
+        chunk_bytes: usize,
+        config: &WriteConfig,
+    ) -> Result<Vec<WrittenFiles>> {
+        if chunk_bytes == 0 {
+            return Err(Error::invalid_arg("chunk_bytes", "must be a positive number of bytes"));
+        }
+        // A bulk insert sorted globally orders all of its input: held, as insert overwrites are.
+        let streams = match op {
+            WriteOperation::Insert | WriteOperation::Upsert | WriteOperation::Delete => true,
+            WriteOperation::BulkInsert => config.bulk_sort != crate::BulkSort::GlobalSort,
+            _ => false,
+        };
+        let mut first = next_chunk(input, chunk_bytes)?;
+        if !streams || first.iter().map(RecordBatch::get_array_memory_size).sum::<usize>() < chunk_bytes {
+            if !streams {
+                for batch in input {
+                    first.push(batch?);
+                }
+            }
+            return Ok(vec![self.write_files(op, first, instant, config).await?]);
+        }
+        self.reload().await?;
+        self.check_writable()?;
+        self.check_pending(op, instant)?;
+        let before = self.data_schema();
+        let _beating = crate::commit::TaskHeartbeat::start(self, instant).await?;
+        // Keys are listed for the driver's check that no two tasks wrote one, unless the task
+        // vouches for its partitions (`own_partitions`), as `write_files` lists them.
+        let keep_keys =
+            !config.own_partitions || self.config().global_index || crate::metadata::holds_record_index(self).await;
+        let mut parts = match op {
+            WriteOperation::BulkInsert => {
+                let Some(first) = prepare(self, op, first, config.schema_mode)? else { return Ok(Vec::new()) };
+                let strip = |files: &mut WrittenFiles| {
+                    if !keep_keys {
+                        files.keys.unlist();
+                    }
+                };
+                self.bulk_insert_chunks(input, first, instant, chunk_bytes, config, strip).await?
+            }
+            _ => {
+                let mut s = Streamed::new(self, op, config, chunk_bytes)?;
+                let (by_key, _) = self.spill_by_key(&mut s, first, input)?;
+                let by_key = s.leaves(by_key)?;
+                s.keep_keys = keep_keys;
+                self.write_spilled_files(&mut s, &by_key, instant).await?
+            }
+        };
+        if self.data_schema() != before {
+            let schema = crate::schema::encode_arrow_schema(&self.data_schema());
+            parts.iter_mut().for_each(|p| p.schema = Some(schema.clone()));
+        }
+        Ok(parts)
     }
 
     /// Step 1: the whole input, checked, keyed and spilled by key; and whether every row of it
@@ -392,8 +448,10 @@ impl Table {
         within: Option<&HashSet<FileGroupId>>,
     ) -> Result<WrittenFiles> {
         let small_file_limit = if small_files { s.config.small_file_limit } else { 0 };
-        let config = WriteConfig { task: s.next_task(), small_file_limit, ..s.config.clone() };
+        let config = WriteConfig { first_file: s.files, small_file_limit, ..s.config.clone() };
         let mut files = self.write_files_within(op, Some(incoming), instant, &config, within).await?;
+        // One stat per file planned, written or not: the next part numbers its files on.
+        s.files += files.stats.len();
         if !s.keep_keys {
             files.keys.unlist();
         }
@@ -401,7 +459,25 @@ impl Table {
     }
 }
 
-impl Streamed<'_> {
+impl<'a> Streamed<'a> {
+    fn new(table: &Table, op: WriteOperation, config: &'a WriteConfig, chunk_bytes: usize) -> Result<Self> {
+        Ok(Streamed {
+            op,
+            config,
+            chunk_bytes,
+            dir: spill::directory(config.spill_dir.as_deref())?,
+            hasher: hashbrown::DefaultHashBuilder::default(),
+            files: config.first_file,
+            keep_keys: true,
+            copies: false,
+            // Only writes that look keys up read the table's keys.
+            filter: (op != WriteOperation::Insert || table.config().global_index).then(KeyFilter::new),
+            partitions: BTreeSet::new(),
+            groups: HashMap::new(),
+            groups_clash: false,
+        })
+    }
+
     /// The hash the rows of a file group's changes are spilled by; the group kept by it.
     fn group_hash(&mut self, group: &FileGroupId) -> u64 {
         let hash = self.hasher.hash_one((&group.0, &group.1));
@@ -426,11 +502,6 @@ impl Streamed<'_> {
             }
         }
         Ok(Some(groups))
-    }
-
-    fn next_task(&mut self) -> TaskId {
-        self.tasks += 1;
-        TaskId { task: self.tasks, attempt: 1 }
     }
 
     /// `files`, each split again (and its parts too) while it holds more than a part and more
