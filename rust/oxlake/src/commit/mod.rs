@@ -47,7 +47,7 @@ pub(crate) use completion::complete;
 pub(crate) use fate::current_epoch;
 pub use heartbeat::TaskHeartbeat;
 pub(crate) use heartbeat::{HeartbeatWatch, beating, is_expired};
-pub(crate) use rollback::{remove_unreported_files, rollback_latest, rollback_pending, settle};
+pub(crate) use rollback::{Leftovers, remove_unreported_files, rollback_latest, rollback_pending, settle};
 pub use rollback::{rollback_completed, rollback_failed, rollback_failed_completing_decided, rollbacks};
 pub use transaction::{ReadState, Transaction};
 

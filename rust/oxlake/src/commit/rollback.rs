@@ -415,31 +415,41 @@ pub(super) async fn undo(table: &Table, target: &Instant, r: &Instant, was_compl
     Ok(())
 }
 
-/// Undoes the data files of a failed instant; returns the paths deleted.
-///
-/// Base files named with the instant are deleted. Log files are named with their slice's base
-/// instant, so they are recognised by their blocks: a log holding only blocks of the instant is
-/// deleted; one that also holds other instants' blocks (written by another writer that appends) gets
-/// a rollback command block in a new log version. A failed compaction keeps every log: they belong
-/// to committed writes.
-/// Deletes the data files a write at `time` left in `partitions` that are not in `kept` (failed
-/// attempts of a distributed write's tasks): base files named with `time`, and log files of the
-/// file groups the write reported whose blocks are all of `time`.
+/// Whose files of an instant [`remove_unreported_files`] looks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Leftovers<'a> {
+    /// A write's: base files named with its instant, and logs of the file groups it reported
+    /// whose blocks are all of its instant.
+    Write,
+    /// One attempt of a compaction's: base files named with its instant whose write token
+    /// carries `epoch` (another attempt's, a stale driver's after a rollback, carry another);
+    /// logs are never a compaction's.
+    Compaction { epoch: &'a str },
+}
+
+/// Deletes the data files an instant at `time` left in `partitions` that are not in `kept`
+/// (files of failed task attempts, or of tasks that lost to a speculative copy); returns the
+/// paths deleted. `whose` says which files are the instant's.
 pub(crate) async fn remove_unreported_files(
     storage: &Storage,
     time: &str,
     partitions: &[&str],
     kept: &HashSet<&str>,
+    whose: Leftovers<'_>,
 ) -> Result<Vec<String>> {
-    let groups: HashSet<(&str, String)> = kept
-        .iter()
-        .filter_map(|path| {
-            let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
-            let file_id =
-                BaseFileName::parse(name).map(|b| b.file_id).or_else(|| LogFileName::parse(name).map(|l| l.file_id))?;
-            Some((dir, file_id))
-        })
-        .collect();
+    let groups: HashSet<(&str, String)> = match whose {
+        Leftovers::Compaction { .. } => HashSet::new(),
+        Leftovers::Write => kept
+            .iter()
+            .filter_map(|path| {
+                let (dir, name) = path.rsplit_once('/').unwrap_or(("", path));
+                let file_id = BaseFileName::parse(name)
+                    .map(|b| b.file_id)
+                    .or_else(|| LogFileName::parse(name).map(|l| l.file_id))?;
+                Some((dir, file_id))
+            })
+            .collect(),
+    };
     let mut deleted = Vec::new();
     for partition in partitions {
         for f in storage.list_dir(partition).await? {
@@ -449,6 +459,10 @@ pub(crate) async fn remove_unreported_files(
             let name = f.path.rsplit('/').next().unwrap_or(&f.path);
             let unreported = if let Some(b) = BaseFileName::parse(name) {
                 b.instant == time
+                    && match whose {
+                        Leftovers::Write => true,
+                        Leftovers::Compaction { epoch } => b.write_token.split('-').nth(1) == Some(epoch),
+                    }
             } else if LogFileName::parse(name).is_some_and(|l| groups.contains(&(*partition, l.file_id))) {
                 let instants = crate::log::block_instants(storage, &f.path).await?;
                 !instants.is_empty() && instants.iter().all(|i| i == time)
@@ -488,6 +502,13 @@ pub(super) async fn remove_reported_files(storage: &Storage, time: &str, metadat
     Ok(())
 }
 
+/// Undoes the data files of a failed instant; returns the paths deleted.
+///
+/// Base files named with the instant are deleted. Log files are named with their slice's base
+/// instant, so they are recognised by their blocks: a log holding only blocks of the instant is
+/// deleted; one that also holds other instants' blocks (written by another writer that appends) gets
+/// a rollback command block in a new log version. A failed compaction keeps every log: they belong
+/// to committed writes.
 pub(super) async fn undo_files_of(
     storage: &Storage,
     target: &Instant,

@@ -344,22 +344,10 @@ impl PendingCompaction {
         let kept: std::collections::HashSet<&str> = stats.iter().filter_map(|(_, s)| s.path.as_deref()).collect();
         let partitions: std::collections::BTreeSet<&str> =
             self.plan.operations.iter().map(|op| op.partition_path.as_str()).collect();
-        let (time, epoch) = (self.tx.time(), self.tx.epoch().to_string());
-        let mut removed = 0;
-        for partition in partitions {
-            for file in table.storage().list_dir(partition).await? {
-                let name = file.path.rsplit('/').next().unwrap_or(&file.path);
-                let ours = BaseFileName::parse(name)
-                    .is_some_and(|b| b.instant == time && b.write_token.split('-').nth(1) == Some(epoch.as_str()));
-                if ours && !kept.contains(file.path.as_str()) {
-                    table.storage().delete(&file.path).await?;
-                    removed += 1;
-                }
-            }
-        }
-        if removed > 0 {
-            log::info!("{}: compaction {time}: removed {removed} files of failed task attempts", table.uri());
-        }
+        let partitions: Vec<&str> = partitions.into_iter().collect();
+        let epoch = self.tx.epoch().to_string();
+        let whose = crate::commit::Leftovers::Compaction { epoch: &epoch };
+        crate::commit::remove_unreported_files(table.storage(), self.tx.time(), &partitions, &kept, whose).await?;
         Ok(())
     }
 }

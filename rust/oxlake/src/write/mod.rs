@@ -731,7 +731,9 @@ impl Table {
         if reconcile {
             let kept: std::collections::HashSet<&str> = result.files.iter().map(String::as_str).collect();
             let partitions: Vec<&str> = metadata.partition_to_write_stats.keys().map(String::as_str).collect();
-            if let Err(e) = crate::commit::remove_unreported_files(self.storage(), tx.time(), &partitions, &kept).await
+            let leftovers = crate::commit::Leftovers::Write;
+            if let Err(e) =
+                crate::commit::remove_unreported_files(self.storage(), tx.time(), &partitions, &kept, leftovers).await
             {
                 return Err(tx.fail(self, e).await);
             }
