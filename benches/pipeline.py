@@ -9,7 +9,8 @@ each level-12 area of 16 input tiles). After a full first run, for each `--chang
 change is compiled once incrementally (on the path `--path` forces, default chosen by size) and
 once in full into a copy of the output catalog taken before. Reported per run: seconds, bytes
 written, partitions compiled and written, the path each task took, and the driver process's peak
-resident memory above what it held before the run (sampled every 10 ms).
+resident memory above what it held before the run (sampled every 10 ms); and the peak of any one
+of Spark's Python workers over the whole bench (sampled every 0.5 s).
 """
 
 from __future__ import annotations
@@ -114,6 +115,7 @@ def main() -> int:
                 inputs.table.upsert(table)  # another version: only the first run reads them all
         inputs.refresh()
 
+    workers = WorkerPeak()
     start = time.perf_counter()
     publish(tiles)
     print(f"inputs written in {time.perf_counter() - start:.0f} s", flush=True)
@@ -123,7 +125,7 @@ def main() -> int:
     Driver(spark, out, {"roads": inputs}, tasks).run()
     first = time.perf_counter() - start
     republish = size(work / "out", set())
-    print(f"first run {first:.1f} s", flush=True)
+    print(f"first run {first:.1f} s; Python workers' peak so far {workers.mib:,.0f} MiB", flush=True)
 
     rows = []
     for spread in args.spread:
@@ -168,6 +170,7 @@ def main() -> int:
         )
     for name, task in rows[0][5].tasks.items():
         print(f"- {name}: {task.path_reason}")
+    print(f"- Spark's Python workers' peak resident memory over the bench: {workers.mib:,.0f} MiB")
     spark.stop()
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
@@ -196,6 +199,31 @@ class Peak:
     @property
     def mib(self) -> float:
         return (self.peak - self.base) / 2**20
+
+
+class WorkerPeak:
+    """The peak resident memory of any one of Spark's Python workers (its daemon and the workers
+    it forks), sampled every 0.5 s from `/proc` while the bench runs."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while True:
+            for proc in Path("/proc").iterdir():
+                try:
+                    cmdline = (proc / "cmdline").read_bytes() if proc.name.isdigit() else b""
+                    if b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
+                        pages = int((proc / "statm").read_text().split()[1])
+                        self.peak = max(self.peak, pages * os.sysconf("SC_PAGE_SIZE"))
+                except OSError:
+                    continue  # gone meanwhile
+            time.sleep(0.5)
+
+    @property
+    def mib(self) -> float:
+        return self.peak / 2**20
 
 
 def rss() -> int:
