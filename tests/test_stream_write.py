@@ -484,3 +484,38 @@ def test_a_tasks_streamed_write_refuses_an_instant_that_is_not_pending(tmp_path:
         _native.write_files_stream(native(s), "upsert", done, stream(trips(list(range(600)))), CHUNK)
     with pytest.raises(oxlake.InvalidArgumentError, match="chunk_bytes"):
         _native.write_files_stream(native(s), "upsert", done, stream(trips(list(range(60)))), 0)
+
+
+def test_a_task_whose_write_ended_while_it_streamed_removes_its_files(tmp_path: Path) -> None:
+    """The driver rolls the write back while a task still reads its input (a straggling or
+    speculative attempt): the task writes, finds its instant no longer pending, removes every
+    file it wrote and fails with a conflict; the table is as it was."""
+    import threading
+
+    s, _ = twins(tmp_path, table_type="merge_on_read")
+    s.insert(trips(list(range(100))))
+    before = (rows(s.to_arrow()), data_files(s))
+    driver = oxlake.Table(s.uri)  # the driver's own handle
+    pending = _native.begin_write(native(driver), "upsert")
+    midway, aborted = threading.Event(), threading.Event()
+
+    def source():  # type: ignore[no-untyped-def]
+        for n, batch in enumerate(trips(list(range(600)), ts=5).to_batches(max_chunksize=10)):
+            if n == 30:
+                midway.set()
+                assert aborted.wait(60)
+            yield batch
+
+    def abort() -> None:
+        assert midway.wait(60)
+        pending.abort()
+        aborted.set()
+
+    helper = threading.Thread(target=abort)
+    helper.start()
+    reader = pa.RecordBatchReader.from_batches(SCHEMA, source())
+    with pytest.raises(oxlake.CommitConflictError, match="ended while this task wrote"):
+        _native.write_files_stream(native(s), "upsert", pending.instant, reader, CHUNK, task=(1, 1))
+    helper.join()
+    after = oxlake.Table(s.uri)
+    assert (rows(after.to_arrow()), data_files(after)) == before

@@ -67,6 +67,10 @@ struct Streamed<'a> {
     dir: Arc<spill::SpillDir>,
     hasher: hashbrown::DefaultHashBuilder,
     files: usize,
+    /// Whether the table keeps a record index: each run looks its keys up in it (else the
+    /// table's keys are read once for all runs).
+    indexed: bool,
+    /// Whether the parts list every key they wrote (else only their partitions).
     keep_keys: bool,
     /// Whether a key of the input has copies in several file groups.
     copies: bool,
@@ -174,31 +178,60 @@ impl Table {
         self.check_pending(op, instant)?;
         let before = self.data_schema();
         let _beating = crate::commit::TaskHeartbeat::start(self, instant).await?;
-        // Keys are listed for the driver's check that no two tasks wrote one, unless the task
-        // vouches for its partitions (`own_partitions`), as `write_files` lists them.
-        let keep_keys =
-            !config.own_partitions || self.config().global_index || crate::metadata::holds_record_index(self).await;
-        let mut parts = match op {
-            WriteOperation::BulkInsert => {
-                let Some(first) = prepare(self, op, first, config.schema_mode)? else { return Ok(Vec::new()) };
-                let strip = |files: &mut WrittenFiles| {
-                    if !keep_keys {
-                        files.keys.unlist();
-                    }
-                };
-                self.bulk_insert_chunks(input, first, instant, chunk_bytes, config, strip).await?
-            }
+        let indexed = crate::metadata::holds_record_index(self).await;
+        let written = match op {
+            WriteOperation::BulkInsert => match prepare(self, op, first, config.schema_mode)? {
+                // A bulk insert's keys are for the record index only: the driver's check that
+                // no two tasks wrote one key passes bulk inserts by.
+                Some(first) => {
+                    let strip = |files: &mut WrittenFiles| {
+                        if !indexed {
+                            files.keys.unlist();
+                        }
+                    };
+                    self.bulk_insert_chunks(input, first, instant, chunk_bytes, config, strip).await
+                }
+                None => Ok(Vec::new()),
+            },
             _ => {
                 let mut s = Streamed::new(self, op, config, chunk_bytes)?;
                 let (by_key, _) = self.spill_by_key(&mut s, first, input)?;
                 let by_key = s.leaves(by_key)?;
-                s.keep_keys = keep_keys;
-                self.write_spilled_files(&mut s, &by_key, instant).await?
+                s.indexed = indexed;
+                // Listed for the driver's check that no two tasks wrote one key, unless the task
+                // vouches for its partitions (`own_partitions`), as `write_files` lists them.
+                s.keep_keys = !config.own_partitions || self.config().global_index || indexed;
+                self.write_spilled_files(&mut s, &by_key, instant).await
             }
         };
+        let mut parts = self.still_pending(op, instant, written).await?;
         if self.data_schema() != before {
             let schema = crate::schema::encode_arrow_schema(&self.data_schema());
             parts.iter_mut().for_each(|p| p.schema = Some(schema.clone()));
+        }
+        Ok(parts)
+    }
+
+    /// A task's files, once it has written them all, if their instant is still pending: a task
+    /// attempt that outlived its write (the driver committed without it, or rolled the write
+    /// back, while it streamed) removes what it wrote, which no commit names, and fails. Files
+    /// a failed write left are the rollback's (or the commit's removal of unreported files).
+    async fn still_pending(
+        &mut self,
+        op: WriteOperation,
+        instant: &str,
+        written: Result<Vec<WrittenFiles>>,
+    ) -> Result<Vec<WrittenFiles>> {
+        let parts = written?;
+        self.reload().await?;
+        if let Err(e) = self.check_pending(op, instant) {
+            for path in parts.iter().flat_map(|p| &p.stats).filter_map(|(_, stat)| stat.path.as_deref()) {
+                self.storage().delete(path).await?;
+            }
+            return Err(Error::CommitConflict {
+                instant: instant.to_string(),
+                detail: format!("the write ended while this task wrote its files ({e}); they are removed"),
+            });
         }
         Ok(parts)
     }
@@ -265,7 +298,8 @@ impl Table {
         let (op, config) = (s.op, s.config);
         let tx = self.begin_write(op).await?;
         // Read under the instant: an index built later fails the commit (`metadata::sync`).
-        s.keep_keys = crate::metadata::holds_record_index(self).await;
+        s.indexed = crate::metadata::holds_record_index(self).await;
+        s.keep_keys = s.indexed;
         s.copies = false;
         s.groups.clear();
         s.groups_clash = false;
@@ -298,7 +332,7 @@ impl Table {
         let runs = s.runs(by_key);
         // Without a record index, the table's keys are read once for all runs (a grace hash
         // join, `held`); with one, each run looks its keys up in it.
-        let stored = match looks_up && !s.keep_keys {
+        let stored = match looks_up && !s.indexed {
             true => {
                 let filter = s.filter.take();
                 let hasher = s.hasher;
@@ -468,6 +502,7 @@ impl<'a> Streamed<'a> {
             dir: spill::directory(config.spill_dir.as_deref())?,
             hasher: hashbrown::DefaultHashBuilder::default(),
             files: config.first_file,
+            indexed: false,
             keep_keys: true,
             copies: false,
             // Only writes that look keys up read the table's keys.
