@@ -144,9 +144,9 @@ impl Table {
     /// writes it; a larger one is spilled to combine its duplicate keys and find their file
     /// groups, and written in parts, each of which the result lists (their files numbered on
     /// under `config.task`). A bulk insert writes a chunk at a time; insert overwrites and
-    /// globally sorted bulk inserts hold the input. Nothing is written before the input has been read whole (a larger input) or
-    /// its first chunk (a bulk insert): a failing input leaves at most files the commit of
-    /// this instant never names, which its rollback removes.
+    /// globally sorted bulk inserts hold the input. Nothing is written before the input has
+    /// been read whole (a larger input) or its first chunk (a bulk insert): a failing input
+    /// leaves at most files the commit of this instant never names, which its rollback removes.
     pub async fn write_files_stream(
         &mut self,
         op: WriteOperation,
