@@ -73,6 +73,11 @@ def main() -> int:
     )
     parser.add_argument("--path", choices=["auto", "driver", "spark"], default="auto")
     parser.add_argument("--work", help="keep the tables here (default: a temporary directory, removed)")
+    parser.add_argument(
+        "--stages",
+        action="store_true",
+        help="after each run, its Spark stages: seconds and the plan operators each ran (event log)",
+    )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
@@ -81,15 +86,21 @@ def main() -> int:
     from oxlake.pipeline import Catalog, Driver
     from pyspark.sql import SparkSession
 
+    work = Path(args.work or tempfile.mkdtemp(prefix="oxlake-pipeline-bench-"))
+    events = work / "events"
+    builder = SparkSession.builder
+    if args.stages:
+        shutil.rmtree(events, ignore_errors=True)
+        events.mkdir(parents=True)
+        builder = builder.config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", str(events))
     spark = (
-        SparkSession.builder.master("local[2]")
+        builder.master("local[2]")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
         .config("spark.driver.memory", "6g")
         .getOrCreate()
     )
-    work = Path(args.work or tempfile.mkdtemp(prefix="oxlake-pipeline-bench-"))
     rng = random.Random(1)
     side = int(args.partitions**0.5) + 1
     tiles = [f"{i % side}_{i // side}" for i in range(args.partitions)]
@@ -128,6 +139,7 @@ def main() -> int:
     print(f"first run {first:.1f} s; Python workers' peak so far {workers.mib:,.0f} MiB", flush=True)
 
     rows = []
+    seen = print_stages(events, 0) if args.stages else 0
     for spread in args.spread:
         for change in args.change:
             shutil.rmtree(work / "full", ignore_errors=True)
@@ -149,6 +161,8 @@ def main() -> int:
                     secs = time.perf_counter() - start
                 rows.append((spread, change, name, secs, size(path, before), report, peak.mib))
                 print(rows[-1][:4], flush=True)
+                if args.stages:
+                    seen = print_stages(events, seen)
 
     print(
         f"\n{args.partitions:,} input partitions, Spark local[2]; "
@@ -175,6 +189,27 @@ def main() -> int:
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def print_stages(events: Path, seen: int) -> int:
+    """Prints the Spark stages completed since the first `seen` ones of the event log, longest
+    first: seconds, tasks and the plan operators of the stage's RDDs. Returns how many there are."""
+    import json
+
+    stages = []
+    for log in events.iterdir():
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("Event") == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                scopes = [json.loads(r["Scope"])["name"] for r in info["RDD Info"] if r.get("Scope")]
+                secs = (info["Completion Time"] - info["Submission Time"]) / 1000
+                stages.append((secs, info["Number of Tasks"], ", ".join(dict.fromkeys(reversed(scopes)))))
+    new = stages[seen:]
+    print(f"  {len(new)} stages, {sum(s for s, _, _ in new):.1f} s in all; the longest:")
+    for secs, tasks, scopes in sorted(new, reverse=True)[:12]:
+        print(f"  {secs:7.1f} s {tasks:4d} tasks  {scopes}")
+    return len(stages)
 
 
 class Peak:

@@ -234,27 +234,6 @@ def test_kept_pieces_without_a_value_round_trip() -> None:
     assert rules.unpacked(named).to_pylist() == table.to_pylist()
 
 
-def test_the_inverse_gives_an_edge_each_time_output_keys_names_the_output() -> None:
-    """As a full run passes an input to `compile` once per time `output_keys` names the output."""
-    from oxlake.pipeline import DirectCompiler
-
-    class Twice(DirectCompiler):
-        inputs = {"c": ["l"]}
-        outputs = ["o"]
-
-        def output_keys(self, catalog: str, layer: str, partition: str) -> list[tuple[str, str]]:
-            return [("o", "x"), ("o", "x"), ("o", partition)]
-
-        def input_keys(self, layer: str, partition: str) -> list[tuple[str, str, str]]:
-            return [("c", "l", "a"), ("c", "l", "a"), ("other", "l", "a"), ("c", "l", "b")]
-
-    fn = _spark.inverse_edges(Twice(), {("c", "l")})
-    batch = pa.record_batch({"layer": ["o", "o"], "partition": ["x", "a"]})
-    got = pa.Table.from_batches(list(fn(iter([batch])))).to_pylist()
-    edges = [(r["out_partition"], r["partition"]) for r in got]
-    assert edges == [("x", "a"), ("x", "a"), ("x", "b"), ("x", "b"), ("a", "a")]
-
-
 def test_graph_rows_of_no_pieces() -> None:
     for side in rules.SIDES:
         t = rules.graph_rows("T", side, pieces([]))
@@ -401,3 +380,80 @@ def test_pieces_at_most_bounds_the_pieces_kept_before_they_are_decoded(
     )
     assert rules.pieces_at_most(named) >= rules.unpacked(named).num_rows
     assert rules.pieces_at_most(named.slice(0, 0)) == 0
+
+
+def with_marks(rows: pa.Table, side: str, marked: list[tuple[str, ...]]) -> pa.Table:
+    """`rows` and marks of the `side` keys `marked`, as `_spark.marks` makes them on Spark: the
+    side's key columns set, every other column null."""
+    by, _ = rules.SIDES[side]
+    columns = {
+        f.name: pa.array([k[by.index(f.name)] for k in marked], f.type)
+        if f.name in by
+        else pa.nulls(len(marked), f.type)
+        for f in rows.schema
+    }
+    return pa.concat_tables([rows, pa.table(columns, schema=rows.schema)])
+
+
+def run_task(fn: object, table: pa.Table) -> pa.Table:
+    out = list(fn(iter(table.to_batches(max_chunksize=2))))  # type: ignore[operator]
+    return pa.Table.from_batches(out, rules.CANDIDATES).sort_by(
+        [("layer", "ascending"), ("partition", "ascending")]
+    )
+
+
+def test_a_marked_reduce_builds_the_marked_outputs_alone_and_empties_those_without_pieces() -> None:
+    from oxlake.pipeline import MapGroupCompiler
+
+    class Count(MapGroupCompiler):
+        inputs = {"c": ["l"]}
+        outputs = ["o"]
+
+        def reduce(self, layer: str, partition: str, values: list[bytes]) -> bytes:
+            return str(len(values)).encode()
+
+    table = with_marks(pieces(EDGES), "out", [("o", "1"), ("o", "1"), ("o", "gone")])
+    got = run_task(_spark.reduce_pieces(Count(), {}, graph=True, only_marked=True), table)
+    assert got.to_pylist() == [
+        {
+            "layer": STATE_LAYER,
+            "partition": "Count|out|o|1",
+            "payload": b'[["c","l","a",1,"dg=="],["c","l","a",2,"dg=="],["c","l","b",3,"dg=="]]',
+        },
+        {"layer": STATE_LAYER, "partition": "Count|out|o|gone", "payload": None},
+        {"layer": "o", "partition": "1", "payload": b"3"},
+        {"layer": "o", "partition": "gone", "payload": None},
+    ]
+    # Unmarked, the same rows give every output and its graph row, and nothing empty.
+    whole = run_task(_spark.reduce_pieces(Count(), {}, graph=True), pieces(EDGES))
+    assert [r["partition"] for r in whole.to_pylist()] == ["Count|out|o|1", "Count|out|o|2", "1", "2"]
+    assert None not in whole.column("payload").to_pylist()
+
+
+def test_marked_graph_rows_of_inputs_and_marked_compiles_of_outputs() -> None:
+    from oxlake.pipeline import DirectCompiler
+
+    table = with_marks(pieces(EDGES), "in", [("c", "l", "b"), ("c", "l", "ü|/%")])
+    got = run_task(_spark.graph_task("T", "in", only_marked=True), table)
+    assert got.to_pylist() == [
+        {"layer": STATE_LAYER, "partition": "T|in|c|l|b", "payload": b'[["o","1"]]'},
+        {"layer": STATE_LAYER, "partition": "T|in|c|l|ü|/%", "payload": None},
+    ]
+
+    class Names(DirectCompiler):
+        inputs = {"c": ["l"]}
+        outputs = ["o"]
+
+        def compile(self, layer: str, partition: str, inputs: list[object]) -> bytes:
+            return ",".join(i.partition for i in inputs).encode()  # type: ignore[attr-defined]
+
+    direct = pieces(EDGES).drop_columns(["seq", "value"])
+    direct = direct.append_column("payload", pa.array([b"p"] * direct.num_rows, pa.binary()))
+    got = run_task(
+        _spark.compile_direct(Names(), {}, {}, only_marked=True),
+        with_marks(direct, "out", [("o", "2"), ("o", "none")]),
+    )
+    assert got.to_pylist() == [
+        {"layer": "o", "partition": "2", "payload": b"a"},
+        {"layer": "o", "partition": "none", "payload": None},
+    ]

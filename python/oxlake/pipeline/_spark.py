@@ -16,6 +16,7 @@ from oxlake import _native
 from oxlake._engine import IS_DELETED, native
 from oxlake._spark_io import compact_if_due
 from oxlake.pipeline import _payload, rules
+from oxlake.pipeline.catalog import STATE_LAYER
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
 from oxlake.table import Table
 
@@ -253,60 +254,73 @@ def output_keys(
     return run
 
 
-def inverse_edges(
-    task: DirectCompiler, declared: set[tuple[str, str]]
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Output keys (layer, partition) → EDGE rows to the inputs feeding them: the compiler's
-    inverse `input_keys`, kept where the input is of a declared layer and `output_keys` of it
-    names the output (the inverse may name more); one edge each time it names it, as a full run
-    passes the input to `compile` each time."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            out: dict[str, list[Any]] = {c: [] for c in rules.OUT_KEYS + rules.IN_KEYS}
-            for layer, partition in zip(
-                batch.column("layer").to_pylist(), batch.column("partition").to_pylist(), strict=True
-            ):
-                for key in dict.fromkeys(task.input_keys(layer, partition)):
-                    if key[:2] not in declared:
-                        continue
-                    for _ in range(list(task.output_keys(*key)).count((layer, partition))):
-                        for c, v in zip(out, (layer, partition, *key), strict=True):
-                            out[c].append(v)
-            yield pa.RecordBatch.from_pydict({c: pa.array(v, pa.string()) for c, v in out.items()})
-
-    return run
-
-
 Build = Callable[[str, str, pa.Table], Any]
 
 
 def _per_output(
-    order: list[str], build: Build, out_types: OutputTypes
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Rows holding every row of each of their output keys → one CANDIDATE row per output key,
-    built by `build(layer, partition, rows sorted by order)`."""
+    order: list[str], build: Build, out_types: OutputTypes, rows: pa.Table, wanted: Keys
+) -> pa.Table:
+    """CANDIDATES rows of `rows` (holding every row of each of their output keys): one per
+    output key, built by `build(layer, partition, rows sorted by order)`, and an empty one for
+    each key of `wanted` without rows (`rules.vanished`: no input feeds it any more)."""
+    layers, parts, payloads = [], [], []
+    for (out_layer, out_part), group in groups(rows, rules.OUT_KEYS, order):
+        layers.append(out_layer)
+        parts.append(out_part)
+        payloads.append(build(out_layer, out_part, group))
+    for out_layer, out_part in sorted(wanted - set(zip(layers, parts, strict=True))):
+        layers.append(out_layer)
+        parts.append(out_part)
+        payloads.append(None)
+    return pa.Table.from_batches([_candidates(layers, parts, payloads, out_types)], rules.CANDIDATES)
 
-    def run(table: pa.Table) -> pa.Table:
-        layers, parts, payloads = [], [], []
-        for (out_layer, out_part), rows in groups(table, rules.OUT_KEYS, order):
-            layers.append(out_layer)
-            parts.append(out_part)
-            payloads.append(build(out_layer, out_part, rows))
-        return pa.Table.from_batches([_candidates(layers, parts, payloads, out_types)])
 
-    return per_task(run)
+#: Keys (of outputs, or of inputs) marked for a task to build.
+Keys = set[tuple[str, ...]]
+
+
+def marks(keys: DataFrame, side: str, columns: str) -> DataFrame:
+    """Marks of the `side` ("out": outputs, "in": inputs) `keys` (a DataFrame of that side's key
+    columns) as rows of `columns`, which hold both sides' key columns: every column but the keys
+    null. Sent with the rows they mark (repartitioned by the side's key), they ask the task
+    there to build those keys only (`marked`)."""
+    from pyspark.sql import functions as F
+
+    by, _ = rules.SIDES[side]
+    fields = [c.split() for c in columns.split(", ")]
+    return keys.select(
+        *(F.col(name) if name in by else F.lit(None).cast(kind).alias(name) for name, kind in fields)
+    )
+
+
+def marked(table: pa.Table, side: str) -> tuple[pa.Table, Keys]:
+    """The rows of `table` whose `side` key is marked (`marks`; the marks left out), and the
+    marked keys. A mark is the row whose first key column of the other side is null."""
+    by, other = rules.SIDES[side]
+    is_mark = pc.is_null(table.column(other[0]))
+    keys = table.filter(is_mark).select(by).group_by(by).aggregate([])
+    rows = table.filter(pc.invert(is_mark)).join(keys, by, join_type="left semi")
+    return rows, set(zip(*(keys.column(c).to_pylist() for c in by), strict=True))
+
+
+def _marked_or_all(table: pa.Table, side: str, only_marked: bool) -> tuple[pa.Table, Keys]:
+    return marked(table, side) if only_marked else (table, set())
 
 
 def compile_direct(
-    task: DirectCompiler, types: InputTypes, out_types: OutputTypes
+    task: DirectCompiler, types: InputTypes, out_types: OutputTypes, only_marked: bool = False
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """Rows of DIRECT_INPUT (all of an output key in one task) → compiled CANDIDATE rows."""
+    """Rows of DIRECT_INPUT (all of an output key in one task) → compiled CANDIDATE rows; with
+    `only_marked`, of the marked outputs only (`marks`), empty for those no input feeds."""
 
     def build(layer: str, partition: str, rows: pa.Table) -> Any:
         return task.compile(layer, partition, _inputs(rows, types))
 
-    return _per_output(rules.IN_KEYS, build, out_types)
+    def run(table: pa.Table) -> pa.Table:
+        rows, wanted = _marked_or_all(table, "out", only_marked)
+        return _per_output(rules.IN_KEYS, build, out_types, rows, wanted)
+
+    return per_task(run)
 
 
 def map_pieces(
@@ -331,14 +345,49 @@ def map_pieces(
 
 
 def reduce_pieces(
-    task: MapGroupCompiler, out_types: OutputTypes
+    task: MapGroupCompiler, out_types: OutputTypes, graph: bool = False, only_marked: bool = False
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """PIECE rows (all of an output key in one task) → CANDIDATE rows (`reduce`)."""
+    """PIECE rows (all of an output key in one task) → CANDIDATE rows: each output `reduce`d,
+    and with `graph` its "out" graph row too (its pieces, `rules.graph_rows`), built from the
+    same rows rather than after another shuffle of them. With `only_marked`, of the marked
+    outputs only (`marks`): those without pieces get empty rows (a published one is deleted)."""
 
     def build(layer: str, partition: str, rows: pa.Table) -> Any:
         return task.reduce(layer, partition, rows.column("value").to_pylist())
 
-    return _per_output([*rules.IN_KEYS, "seq"], build, out_types)
+    def run(table: pa.Table) -> pa.Table:
+        rows, wanted = _marked_or_all(table, "out", only_marked)
+        outputs = _per_output([*rules.IN_KEYS, "seq"], build, out_types, rows, wanted)
+        return pa.concat_tables([outputs, graph_side(task.name, "out", rows, wanted)]) if graph else outputs
+
+    return per_task(run)
+
+
+def graph_task(
+    task: str, side: str, only_marked: bool = False
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """PIECE rows (all of a `side` key in one task) → the graph's CANDIDATE rows of that side
+    (`graph_side`); with `only_marked`, of the marked keys only."""
+
+    def run(table: pa.Table) -> pa.Table:
+        return graph_side(task, side, *_marked_or_all(table, side, only_marked))
+
+    return per_task(run)
+
+
+def graph_side(task: str, side: str, pieces: pa.Table, wanted: Keys) -> pa.Table:
+    """`rules.graph_rows` of `pieces`, and an empty row for each key of `wanted` without pieces."""
+    rows = rules.graph_rows(task, side, pieces)
+    by, _ = rules.SIDES[side]
+    gone = wanted - set(zip(*(pieces.column(c).to_pylist() for c in by), strict=True))
+    names = sorted(rules.graph_name(task, side, key) for key in gone)
+    if not names:
+        return rows
+    keys = pa.table({"layer": [STATE_LAYER] * len(names), "partition": names}, schema=_KEY_SCHEMA)
+    return pa.concat_tables([rows, rules.vanished(keys)])
+
+
+_KEY_SCHEMA = pa.schema([("layer", pa.string()), ("partition", pa.string())])
 
 
 def _candidates(

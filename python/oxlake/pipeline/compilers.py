@@ -109,8 +109,9 @@ class DirectCompiler(Compiler):
     def input_keys(self, layer: str, partition: str) -> Iterable[tuple[str, str, str]]:
         """Optional, the inverse of `output_keys`: the `(catalog, layer, partition)` keys that
         may feed an output partition (more is fine: keys not published, or whose `output_keys`
-        do not name this output, are skipped). With it an incremental run reads only the inputs
-        of the outputs it recompiles; without it, it scans every input key."""
+        do not name this output, are skipped). With it a small change runs on the driver path,
+        which reads only the inputs of the outputs it recompiles; without it (or for a change
+        too large for the driver) the task runs on Spark, which scans every input."""
         raise NotImplementedError
 
     @property

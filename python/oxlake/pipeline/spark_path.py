@@ -70,7 +70,9 @@ class SparkPath:
         record = _spark.frame(self.spark, own, _spark.CANDIDATE)
         if graph is not None:
             record = record.unionByName(graph)
-        compiled = candidates.withColumn("compiled", F.lit(True)).unionByName(
+        # A map-group task's reduce gives its outputs' graph rows with them: state rows are not
+        # counted as compiled.
+        compiled = candidates.withColumn("compiled", F.col("layer") != F.lit(STATE_LAYER)).unionByName(
             record.withColumn("compiled", F.lit(False))
         )
         return _decide(task.name, compiled, self.published(task.outputs, task.name), full=changed is None)
@@ -176,58 +178,55 @@ class SparkPath:
     # ---- compiling ----------------------------------------------------------------------------
 
     def _direct_full(self, task: DirectCompiler, types: _spark.InputTypes) -> DataFrame:
-        pieces = self.snapshot(task).mapInArrow(_spark.output_keys(task, True), _spark.DIRECT_INPUT)
-        return pieces.repartition(*rules.OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task, types, self.out_types), _spark.CANDIDATE
+        return (
+            self._pieces(task)
+            .repartition(*rules.OUT_KEYS)
+            .mapInArrow(_spark.compile_direct(task, types, self.out_types), _spark.CANDIDATE)
         )
 
     def _direct(self, task: DirectCompiler, types: _spark.InputTypes, changed: DataFrame) -> DataFrame:
-        """Outputs of the changed inputs' keys, compiled from the inputs that feed them (named
-        by the compiler's inverse, else found by mapping every input key), and a
-        `rules.vanished` one for each of those outputs no input feeds any more."""
-        from pyspark.sql import functions as F
+        """Outputs of the changed inputs' keys, compiled as a full run compiles them, in its one
+        shuffle: every input goes to the outputs it feeds (`output_keys`), and so does a mark
+        for each output a changed input fed or feeds; the compile tasks build only the marked
+        outputs, and give a marked one no input feeds any more an empty candidate (a published
+        one is deleted).
 
-        affected = (
-            changed.select(*rules.IN_KEYS)
-            .mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
-            .select(F.col("out_layer").alias("layer"), F.col("out_partition").alias("partition"))
-            .distinct()
-            .localCheckpoint()  # read by the edges and the vanished
-        )
-        if task.invertible:
-            needed = affected.mapInArrow(_spark.inverse_edges(task, set(task.input_layers())), _spark.EDGE)
-        else:
-            edges = self.snapshot(task, keys_only=True).mapInArrow(
-                _spark.output_keys(task, False), _spark.EDGE
+        This plan scans and maps every input whatever the size of the change, and shuffles the
+        inputs once: the smaller plan for a small change (the inverse's edges of the affected
+        outputs joined to the inputs) shuffled the inputs just as well, for the join, then the
+        joined pieces again by output, and cost more than a full run once a change touched most
+        outputs (benches/README.md). Small changes run on the driver path, by key."""
+        affected = changed.select(*rules.IN_KEYS).mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
+        marks = _spark.marks(affected.select(*rules.OUT_KEYS), "out", _spark.DIRECT_INPUT)
+        return (
+            self._pieces(task)
+            .unionByName(marks)
+            .repartition(*rules.OUT_KEYS)
+            .mapInArrow(
+                _spark.compile_direct(task, types, self.out_types, only_marked=True), _spark.CANDIDATE
             )
-            needed = edges.join(
-                affected.select(F.col("layer").alias("out_layer"), F.col("partition").alias("out_partition")),
-                rules.OUT_KEYS,
-                "left_semi",
-            )
-        pieces = needed.join(self.snapshot(task), rules.IN_KEYS).select(
-            *rules.OUT_KEYS, *rules.IN_KEYS, "payload"
         )
-        compiled = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task, types, self.out_types), _spark.CANDIDATE
-        )
-        return _with_vanished(affected, compiled)
+
+    def _pieces(self, task: DirectCompiler) -> DataFrame:
+        """DIRECT_INPUT rows: every input partition, once for each output key it feeds."""
+        return self.snapshot(task).mapInArrow(_spark.output_keys(task, True), _spark.DIRECT_INPUT)
 
     def _map_group_changed(
         self, task: MapGroupCompiler, types: _spark.InputTypes, changed: DataFrame
     ) -> tuple[DataFrame, DataFrame]:
         """The outputs the changed inputs fed before (recorded graph) or feed now (mapped),
         reduced from the changed inputs' new pieces and the pieces the unchanged inputs gave
-        them before (kept in the outputs' graph rows); and the graph's state rows of those
-        inputs and outputs (vanished for those without pieces now)."""
+        them before (kept in the outputs' graph rows), with their "out" graph rows; and the "in"
+        graph rows of the changed inputs. An output or input without pieces now gets empty
+        rows (marked: `_spark.marks`), so its published ones are deleted."""
         from pyspark.sql import functions as F
 
-        changed = changed.localCheckpoint()  # mapped, joined twice, named
+        changed = changed.localCheckpoint()  # mapped, joined, marked
         keys = changed.select(*rules.IN_KEYS)
         new = (
             changed.filter(F.col("payload").isNotNull())
             .mapInArrow(_spark.map_pieces(task, types), _spark.PIECE)
-            .localCheckpoint()
+            .localCheckpoint()  # read for the affected outputs, their reduce and the graph
         )
         fed = self._graph_rows(task, "in", keys).mapInArrow(
             _spark.per_batch(rules.fed_outputs), _spark.OUT_KEY
@@ -238,21 +237,15 @@ class SparkPath:
             .mapInArrow(_spark.per_batch(rules.unpacked), _spark.PIECE)
             .join(keys, rules.IN_KEYS, "left_anti")
         )
-        pieces = new.unionByName(kept).localCheckpoint()  # read by the reduce and the graph
-        out = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
-            _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
+        pieces = new.unionByName(kept).unionByName(_spark.marks(affected, "out", _spark.PIECE))
+        outputs = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
+            _spark.reduce_pieces(task, self.out_types, graph=True, only_marked=True), _spark.CANDIDATE
         )
-        outputs = affected.select(
-            F.col("out_layer").alias("layer"), F.col("out_partition").alias("partition")
+        inputs = new.unionByName(_spark.marks(keys, "in", _spark.PIECE))
+        graph = inputs.repartition(*rules.IN_KEYS).mapInArrow(
+            _spark.graph_task(task.name, "in", only_marked=True), _spark.CANDIDATE
         )
-        graph = self._graph(task, new, pieces)
-        names = [
-            _graph_key(task.name, side, rows).select(
-                F.lit(STATE_LAYER).alias("layer"), F.col("name").alias("partition")
-            )
-            for side, rows in [("in", keys), ("out", affected)]
-        ]
-        return _with_vanished(outputs, out), _with_vanished(names[0].unionByName(names[1]), graph)
+        return outputs, graph
 
     def _graph_rows(self, task: Compiler, side: str, keys: DataFrame) -> DataFrame:
         """The recorded graph rows of a map-group task for the input ("in") or output ("out")
@@ -273,25 +266,18 @@ class SparkPath:
             .select(*by, "payload")
         )
 
-    def _graph(self, task: MapGroupCompiler, inputs: DataFrame, outputs: DataFrame) -> DataFrame:
-        """The graph's state rows: "in" of every input partition of the pieces `inputs`, "out"
-        of every output of the pieces `outputs` (each side's pieces repartitioned by its key:
-        all of a key in one task)."""
-        sides = []
-        for side, pieces in [("in", inputs), ("out", outputs)]:
-            by, _ = rules.SIDES[side]
-            fn = _spark.per_task(partial(rules.graph_rows, task.name, side))
-            sides.append(pieces.repartition(*by).mapInArrow(fn, _spark.CANDIDATE))
-        return sides[0].unionByName(sides[1])
-
     def _map_group(self, task: MapGroupCompiler, types: _spark.InputTypes) -> tuple[DataFrame, DataFrame]:
-        """The compiled outputs, and the graph's state rows of every input and output."""
+        """The compiled outputs with their "out" graph rows, and the "in" graph rows of every
+        input."""
         pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task, types), _spark.PIECE)
         pieces = pieces.localCheckpoint()  # computed once, read by the reduce and the graph
-        out = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
-            _spark.reduce_pieces(task, self.out_types), _spark.CANDIDATE
+        outputs = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
+            _spark.reduce_pieces(task, self.out_types, graph=True), _spark.CANDIDATE
         )
-        return out, self._graph(task, pieces, pieces)
+        graph = pieces.repartition(*rules.IN_KEYS).mapInArrow(
+            _spark.graph_task(task.name, "in"), _spark.CANDIDATE
+        )
+        return outputs, graph
 
     def _function(self, task: FunctionCompiler, types: _spark.InputTypes) -> DataFrame:
         from pyspark.sql import functions as F
@@ -327,15 +313,6 @@ class SparkPath:
         if not parts:
             return self.spark.createDataFrame([], _spark.CANDIDATE)
         return reduce(lambda a, b: a.unionByName(b), parts)
-
-
-def _with_vanished(affected: DataFrame, compiled: DataFrame) -> DataFrame:
-    """The `compiled` CANDIDATE rows, plus a `rules.vanished` one for each `affected` key
-    (layer, partition) none of them has (so that a published one is deleted). `compiled` is
-    computed once (checkpointed): the compilers' work is read by both sides."""
-    compiled = compiled.localCheckpoint()
-    gone = affected.join(compiled.select(*rules.KEYS), rules.KEYS, "left_anti")
-    return compiled.unionByName(gone.mapInArrow(_spark.per_batch(rules.vanished), _spark.CANDIDATE))
 
 
 def _graph_key(task: str, side: str, keys: DataFrame) -> DataFrame:
