@@ -92,7 +92,13 @@ def main() -> int:
     if args.stages:
         shutil.rmtree(events, ignore_errors=True)
         events.mkdir(parents=True)
-        builder = builder.config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", str(events))
+        for key, value in {
+            "enabled": "true",
+            "dir": str(events),
+            "compress": "false",
+            "rolling.enabled": "false",
+        }.items():
+            builder = builder.config(f"spark.eventLog.{key}", value)
     spark = (
         builder.master("local[2]")
         .config("spark.ui.enabled", "false")
@@ -197,7 +203,7 @@ def print_stages(events: Path, seen: int) -> int:
     import json
 
     stages = []
-    for log in events.iterdir():
+    for log in events.iterdir():  # one file: not rolled over, not compressed
         for line in log.read_text().splitlines():
             event = json.loads(line)
             if event.get("Event") == "SparkListenerStageCompleted":

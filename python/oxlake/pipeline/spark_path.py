@@ -41,6 +41,7 @@ class SparkPath:
         self.d, self.requested, self.layer_rows = driver, requested, layer_rows
         self.spark = driver.spark
         self.out_types = driver.output.structured
+        self._changes: dict[tuple[str, tuple[str, ...], str, str | None], DataFrame] = {}
 
     def rows(
         self, task: Compiler, types: _spark.InputTypes, own: pa.Table, state: Mapping[str, object] | None
@@ -94,11 +95,14 @@ class SparkPath:
                         )
                     )
             elif recorded[name] != self.requested[name]:
-                catalog = self.d.inputs[name]
-                df = catalog.changes(
-                    recorded[name], self.requested[name], layers, spark=self.spark, encoded=True
-                )
-                parts.append(df.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
+                key = (name, tuple(layers), recorded[name], self.requested[name])
+                if key not in self._changes:  # tasks reading the same range share one read
+                    df = self.d.inputs[name].changes(
+                        recorded[name], self.requested[name], layers, spark=self.spark, encoded=True
+                    )
+                    df = df.select(F.lit(name).alias("catalog"), "layer", "partition", "payload")
+                    self._changes[key] = df.localCheckpoint()
+                parts.append(self._changes[key])
         if not parts:
             return self.spark.createDataFrame([], _spark.INPUT)
         return reduce(lambda a, b: a.unionByName(b), parts)
@@ -151,10 +155,9 @@ class SparkPath:
 
     # ---- inputs -------------------------------------------------------------------------------
 
-    def snapshot(self, task: Compiler, keys_only: bool = False) -> DataFrame:
+    def snapshot(self, task: Compiler) -> DataFrame:
         """Every input partition of the task at the requested versions (INPUT rows, scanned);
-        one without a payload is not there (as in a change, where a null payload is a removal),
-        but `keys_only` keeps it (its key names no output that an input of content does not)."""
+        one without a payload is not there (as in a change, where a null payload is a removal)."""
         from pyspark.sql import functions as F
 
         parts = []
@@ -170,10 +173,7 @@ class SparkPath:
                 parts.append(snap.select(F.lit(name).alias("catalog"), "layer", "partition", "payload"))
         if not parts:
             return self.spark.createDataFrame([], _spark.INPUT)
-        df = reduce(lambda a, b: a.unionByName(b), parts)
-        if keys_only:
-            return df.select("catalog", "layer", "partition")
-        return df.filter(F.col("payload").isNotNull())
+        return reduce(lambda a, b: a.unionByName(b), parts).filter(F.col("payload").isNotNull())
 
     # ---- compiling ----------------------------------------------------------------------------
 
@@ -191,11 +191,10 @@ class SparkPath:
         outputs, and give a marked one no input feeds any more an empty candidate (a published
         one is deleted).
 
-        This plan scans and maps every input whatever the size of the change, and shuffles the
-        inputs once: the smaller plan for a small change (the inverse's edges of the affected
-        outputs joined to the inputs) shuffled the inputs just as well, for the join, then the
-        joined pieces again by output, and cost more than a full run once a change touched most
-        outputs (benches/README.md). Small changes run on the driver path, by key."""
+        This plan scans and maps every input whatever the size of the change, and shuffles
+        them once. A plan reading only the inputs the inverse names would shuffle every input
+        as well (to join them to the names), then the joined pieces again by output; small
+        changes run on the driver path, by key, instead."""
         affected = changed.select(*rules.IN_KEYS).mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
         marks = _spark.marks(affected.select(*rules.OUT_KEYS), "out", _spark.DIRECT_INPUT)
         return (
