@@ -423,11 +423,12 @@ def test_kept_pieces_past_the_limit_move_the_task_to_spark_before_they_are_decod
     assert graphs(incremental) == graphs(full)
 
 
-def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("path", ["auto", "spark"])
+def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path, path: str) -> None:
     rng = random.Random(5)
     inputs, output = Catalog.create(str(tmp_path / "roads")), Catalog.create(str(tmp_path / "out"))
     publish(inputs, {t: roads.segments(rng, t, 2) for t in TILES[:20]})
-    driver = Driver(spark, output, {"roads": inputs}, [roads.Tiles(), roads.Classes()])
+    driver = Driver(spark, output, {"roads": inputs}, [roads.Tiles(), roads.Classes()], incremental_path=path)
     first = driver.run()
     assert first.instant is not None
     files = sorted(p for p in Path(tmp_path / "out").rglob("*") if p.is_file())
@@ -707,6 +708,61 @@ def test_snapshots_by_partition_prefix_with_hostile_names(tmp_path: Path) -> Non
     for prefix in ["T|in|", "T|in", "ü|", "\ud7ff", "\U0010ffff", "%", "%|a", "T|out|a"]:
         got = catalog.snapshot(layers=["segments"], prefix=prefix).column("partition").to_pylist()
         assert sorted(got) == sorted(n for n in names if n.startswith(prefix)), prefix
+
+
+class Stray(DirectCompiler):
+    """Names an output it did not declare, `config["key"]`, for the input partition "stray"."""
+
+    inputs = {"roads": ["segments"]}
+    outputs = ["copy"]
+
+    def output_keys(self, catalog: str, layer: str, partition: str) -> list[tuple[str, str]]:
+        return [("copy", partition), *([tuple(self.config["key"])] if partition == "stray" else [])]
+
+    def input_keys(self, layer: str, partition: str) -> list[tuple[str, str, str]]:
+        return [("roads", "segments", partition)]
+
+    def compile(self, layer: str, partition: str, inputs: list[InputPartition]) -> bytes | None:
+        return inputs[0].payload
+
+
+class StrayPieces(MapGroupCompiler):
+    """Maps input tile 0_0 to `config["key"]`, every other tile to its own output."""
+
+    inputs = {"roads": ["segments"]}
+    outputs = ["sizes"]
+
+    def map(self, item: InputPartition) -> Iterator[tuple[object, object, bytes]]:
+        layer, partition = self.config["key"] if item.partition == "0_0" else ("sizes", item.partition)
+        yield layer, partition, str(len(item.payload)).encode()
+
+    def reduce(self, layer: str, partition: str, values: list[bytes]) -> bytes:
+        return values[0]
+
+
+@pytest.mark.parametrize("key", [["_state", "Stray"], ["tiles13", "12/1/1"], ["copy", 7], [None, "x"]])
+def test_an_output_key_outside_the_declared_outputs_fails_the_run(
+    spark: SparkSession, tmp_path: Path, key: list[object]
+) -> None:
+    """A key naming the state layer, another layer or a partition that is not a str would be
+    written where no task owns it: the run fails naming the task and the key, on either path,
+    and the output catalog is left as it was."""
+    inputs, output = Catalog.create(str(tmp_path / "roads")), Catalog.create(str(tmp_path / "out"))
+    publish(inputs, {t: roads.segments(random.Random(1), t, 1) for t in TILES[:6]})
+    tasks = [Stray(config={"key": key})]
+    Driver(spark, output, {"roads": inputs}, tasks).run()
+    instants = output.instants()
+    publish(inputs, {"stray": b"[]"})
+    message = r"named the output .* which is not a partition \(str\) of its declared outputs"
+    with pytest.raises(PipelineDefinitionError, match=message):  # raised on the driver
+        Driver(spark, output, {"roads": inputs}, tasks, incremental_path="driver").run()
+    with pytest.raises(Exception, match=message):  # raised in a Spark task
+        Driver(spark, output, {"roads": inputs}, tasks, incremental_path="spark").run()
+    with pytest.raises(Exception, match=message):
+        Driver(spark, output, {"roads": inputs}, [StrayPieces(config={"key": key})]).run()
+    output.refresh()
+    assert output.instants() == instants
+    assert not [i for i in output.table.timeline() if i.state != "completed"]
 
 
 def test_structured_layer_errors(spark: SparkSession, tmp_path: Path) -> None:

@@ -239,7 +239,8 @@ def output_keys(
             for i, (cat, layer, part) in enumerate(
                 zip(cols["catalog"], cols["layer"], cols["partition"], strict=True)
             ):
-                for out_layer, out_part in task.output_keys(cat, layer, part):
+                for key in task.output_keys(cat, layer, part):
+                    out_layer, out_part = task.output_key(*key)
                     out["out_layer"].append(out_layer)
                     out["out_partition"].append(out_part)
                     out["catalog"].append(cat)
@@ -332,7 +333,8 @@ def map_pieces(
         for batch in batches:
             out: dict[str, list[Any]] = {c: [] for c in [*rules.OUT_KEYS, *rules.IN_KEYS, "seq", "value"]}
             for item in _inputs(pa.Table.from_batches([batch]), types):
-                for seq, (out_layer, out_part, value) in enumerate(task.map(item)):
+                for seq, (layer, partition, value) in enumerate(task.map(item)):
+                    out_layer, out_part = task.output_key(layer, partition)
                     keys = (out_layer, out_part, item.catalog, item.layer, item.partition, seq, value)
                     for c, v in zip(out, keys, strict=True):
                         out[c].append(v)

@@ -75,6 +75,17 @@ class Compiler:
     def input_layers(self) -> list[tuple[str, str]]:
         return [(c, layer) for c, layers in self.inputs.items() for layer in layers]
 
+    def output_key(self, layer: object, partition: object) -> tuple[str, str]:
+        """An output key `output_keys` or `map` gave, checked: a partition (str) of one of the
+        declared `outputs`. Anything else would be written where no task owns it (another
+        task's layer, the state layer), so it is refused."""
+        if not isinstance(layer, str) or layer not in self.outputs or not isinstance(partition, str):
+            raise PipelineDefinitionError(
+                f"task {self.name!r} named the output ({layer!r}, {partition!r}), which is not a "
+                f"partition (str) of its declared outputs {list(self.outputs)}"
+            )
+        return layer, partition
+
     def code(self) -> str:
         """The source the fingerprint covers (falls back to the qualified name)."""
         try:

@@ -186,7 +186,7 @@ class DriverPath:
         """SUMMED rows of the outputs of the changed inputs' keys, compiled from the inputs the
         compiler's inverse names (read by key), and vanished ones of those no input feeds."""
         changed = self.changes(task, state)
-        affected = {out for key in _keys(changed) for out in task.output_keys(*key)}
+        affected = {task.output_key(*out) for key in _keys(changed) for out in task.output_keys(*key)}
         declared = set(task.input_layers())
         wanted = {key for out in affected for key in task.input_keys(*out) if key[:2] in declared}
         self._check_size(changed.num_rows + len(wanted))
@@ -194,7 +194,7 @@ class DriverPath:
         out: dict[str, list[str]] = {"out_layer": [], "out_partition": []}
         take: list[int] = []
         for i, key in enumerate(_keys(inputs)):
-            for layer, partition in task.output_keys(*key):
+            for layer, partition in (task.output_key(*out) for out in task.output_keys(*key)):
                 if (layer, partition) in affected:
                     out["out_layer"].append(layer)
                     out["out_partition"].append(partition)

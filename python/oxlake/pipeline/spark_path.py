@@ -52,7 +52,9 @@ class SparkPath:
 
         changed = None if state is None else self.changes(task, state)
         graph: DataFrame | None = None
-        if isinstance(task, DirectCompiler):
+        if state is not None and self._unchanged(task, state):
+            candidates = self.spark.createDataFrame([], _spark.CANDIDATE)  # no need to scan
+        elif isinstance(task, DirectCompiler):
             candidates = (
                 self._direct_full(task, types) if changed is None else self._direct(task, types, changed)
             )
@@ -77,6 +79,15 @@ class SparkPath:
             record.withColumn("compiled", F.lit(False))
         )
         return _decide(task.name, compiled, self.published(task.outputs, task.name), full=changed is None)
+
+    def _unchanged(self, task: Compiler, state: Mapping[str, object]) -> bool:
+        """Whether the task's inputs are known not to have changed since its `state` without
+        reading them: it reads no output layer of this run, and each input catalog is requested
+        at the version recorded."""
+        recorded: Mapping[str, str] = state["inputs"]  # type: ignore[assignment]
+        return self.d.output_name not in task.inputs and all(
+            recorded[name] == self.requested[name] for name in task.inputs
+        )
 
     def changes(self, task: Compiler, state: Mapping[str, object]) -> DataFrame:
         """The input partitions changed since the recorded versions (INPUT rows, payload null
