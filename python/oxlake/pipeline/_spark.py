@@ -258,6 +258,10 @@ def output_keys(
 Build = Callable[[str, str, pa.Table], Any]
 
 
+#: Keys (of outputs, or of inputs) marked for a task to build.
+Keys = set[tuple[str, ...]]
+
+
 def _per_output(
     order: list[str], build: Build, out_types: OutputTypes, rows: pa.Table, wanted: Keys
 ) -> pa.Table:
@@ -274,10 +278,6 @@ def _per_output(
         parts.append(out_part)
         payloads.append(None)
     return pa.Table.from_batches([_candidates(layers, parts, payloads, out_types)], rules.CANDIDATES)
-
-
-#: Keys (of outputs, or of inputs) marked for a task to build.
-Keys = set[tuple[str, ...]]
 
 
 def marks(keys: DataFrame, side: str, columns: str) -> DataFrame:
