@@ -28,8 +28,8 @@ def read(
 ) -> dd.DataFrame:
     """The table's snapshot (at `as_of` when given) as a Dask DataFrame with one partition per
     split of about `split_bytes` of files; partitions the filter rules out get no partition.
-    With `min_splits` (the cluster's workers, say), files read without logs are cut by rows
-    when there are fewer splits than that (`Table.splits`)."""
+    With `min_splits` (the cluster's workers, say), base files are cut by rows when there are
+    fewer splits than that (`Table.splits`)."""
     require("dask.dataframe", needed_by="oxlake.dask.read")
     require("pandas", needed_by="oxlake.dask.read")
     import dask.dataframe as dd

@@ -16,7 +16,7 @@ does that itself.
 
 Options (all strings): reading: `columns` (comma-separated), `filter` (SQL), `as_of`, `query`,
 `start`, `end`, `with_meta_columns`, `batch_size`, `split_bytes`, `min_splits` (a batch read
-has at least this many splits where files read without logs can be cut by rows; the planning
+has at least this many splits where base files can be cut by rows; the planning
 process's CPU count by default); writing: `operation` (mode
 `overwrite` means `insert_overwrite_table`), `sort_mode` of a `bulk_insert` (`none`,
 `global_sort`, `partition_sort`: here each task sorts the rows it holds; sort the frame first,

@@ -1108,9 +1108,10 @@ class Table:
         """Plans a query once and cuts it into `Split`s of about `target_bytes` (whole file
         slices; partitions the filter rules out are dropped) for workers to read with
         `scan_split`: every worker reads the table state planned here. When that gives fewer than
-        `min_splits` (the workers' cores, say) and some base files are read without logs, those
-        files are cut by rows so that each worker has a part (pieces of at least 1 MiB and
-        10,000 rows)."""
+        `min_splits` (the workers' cores, say), base files are cut by rows so that each worker
+        has a part (pieces of at least 10,000 rows). A part of a merge-on-read slice merges the
+        slice's logs over its rows, so such a slice is cut into no more parts than its logs fit
+        in its base file."""
         times = self._time(as_of, "as_of"), self._time(start, "start"), self._time(end, "end")
         planned = self._t.splits(
             _columns(columns), _filter(filter), times[0], query, *times[1:], target_bytes, min_splits

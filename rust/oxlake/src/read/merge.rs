@@ -291,6 +291,16 @@ impl LogSide {
         Ok(out)
     }
 
+    /// Claims the log versions of `keys` for base rows merged elsewhere (another part of a base
+    /// file cut by rows): [`LogSide::remaining`] leaves them out.
+    pub fn claim(&mut self, keys: &StringArray) {
+        for key in keys.iter().flatten() {
+            if let Some(entry) = self.entries.get_mut(key) {
+                entry.claimed = true;
+            }
+        }
+    }
+
     /// The log versions no base row claimed, in batches of at most `batch_size` rows.
     pub fn remaining(&self, batch_size: usize) -> Result<Vec<RecordBatch>> {
         let mut left: Vec<(u32, usize, usize)> = self

@@ -130,6 +130,30 @@ impl RowRange {
         ];
         parts.into_iter().filter(|s| s.row_count > 0).collect::<Vec<_>>().into()
     }
+
+    /// The other rows of the file, as a selection over the whole file.
+    pub fn outside(&self) -> parquet::arrow::arrow_reader::RowSelection {
+        use parquet::arrow::arrow_reader::RowSelector;
+        let (start, end) = (self.start.min(self.total), self.end.min(self.total));
+        let parts = [
+            RowSelector::select(start as usize),
+            RowSelector::skip(end.saturating_sub(start) as usize),
+            RowSelector::select((self.total - end.max(start)) as usize),
+        ];
+        parts.into_iter().filter(|s| s.row_count > 0).collect::<Vec<_>>().into()
+    }
+
+    /// Its rows' share of the file's `bytes`.
+    pub fn share_of(&self, bytes: u64) -> u64 {
+        let rows = self.end.min(self.total).saturating_sub(self.start);
+        (u128::from(bytes) * u128::from(rows) / u128::from(self.total.max(1))) as u64
+    }
+
+    /// Whether this part holds the rows of the slice's log that no row of its base file has
+    /// (inserts into logs): the first part of a cut file does.
+    pub fn owns_log_inserts(&self) -> bool {
+        self.start == 0
+    }
 }
 
 /// A file slice selected by planning: its base file and the log files read over it.
@@ -149,9 +173,7 @@ impl PlannedSlice {
     /// Bytes of the files the slice reads (of a base file cut by rows, its rows' share).
     pub fn size(&self) -> u64 {
         let base = self.base.as_ref().map_or(0, |b| match b.rows {
-            Some(r) => {
-                (u128::from(b.size) * u128::from(r.end.saturating_sub(r.start)) / u128::from(r.total.max(1))) as u64
-            }
+            Some(r) => r.share_of(b.size),
             None => b.size,
         });
         base + self.logs.iter().map(|l| l.size).sum::<u64>()

@@ -10,6 +10,11 @@
 //! log versions of its keys only and streams the base file again, so memory stays bounded by the pool
 //! whatever the size of the logs. The log and base files themselves are what is re-read; nothing is
 //! held for a later pass.
+//!
+//! A split may cut a slice's base file by rows ([`RowRange`]) so that several workers merge one
+//! large file group: each part merges the whole log over its rows, and the first part alone also
+//! returns the log's inserts. It learns which log keys the rest of the base holds by reading that
+//! rest's key column, so that no key is returned by two parts nor by none.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -19,6 +24,7 @@ use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::physical_plan::parquet::ParquetRowSelection;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
@@ -31,7 +37,8 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
 use futures::{FutureExt, StreamExt};
 
-use super::merge::{LogSide, MergeSpec};
+use super::RowRange;
+use super::merge::{LogSide, MergeSpec, VirtualKeys};
 use crate::error::{Error, Result};
 use crate::format::log_block::DeleteRecord;
 use crate::log::{self, Admission, LogContent};
@@ -48,14 +55,20 @@ pub struct SliceScan {
     pub file_id: String,
     /// `(path, size)` of the base file; `None` for a log-only slice.
     pub base: Option<(String, u64)>,
+    /// The part of the base file's rows merged, when a split cut it; all of them when `None`.
+    pub rows: Option<RowRange>,
     /// The slice's log files.
     pub logs: Vec<LogFile>,
 }
 
 impl SliceScan {
-    /// Bytes of the slice's files, for balancing.
+    /// Bytes of the slice's files, for balancing (of a base file cut by rows, its rows' share).
     pub fn size(&self) -> u64 {
-        self.base.as_ref().map_or(0, |b| b.1) + self.logs.iter().map(|l| l.size).sum::<u64>()
+        let base = self.base.as_ref().map_or(0, |b| match self.rows {
+            Some(r) => r.share_of(b.1),
+            None => b.1,
+        });
+        base + self.logs.iter().map(|l| l.size).sum::<u64>()
     }
 }
 
@@ -246,7 +259,15 @@ impl GroupState {
                 }
             }
             if cur.rest.is_none() {
-                cur.rest = Some(cur.log.remaining(self.task.session_config().batch_size())?.into());
+                let rest = match cur.slice.rows {
+                    Some(rows) if !rows.owns_log_inserts() => Vec::new(),
+                    Some(rows) => {
+                        claim_outside(&self.ctx, &self.task, &mut cur.log, &cur.slice, rows).await?;
+                        cur.log.remaining(self.task.session_config().batch_size())?
+                    }
+                    None => cur.log.remaining(self.task.session_config().batch_size())?,
+                };
+                cur.rest = Some(rest.into());
             }
             if let Some(batch) = cur.rest.as_mut().and_then(VecDeque::pop_front) {
                 return Ok(Some(batch.project(&self.ctx.output)?));
@@ -324,42 +345,99 @@ impl GroupState {
         )
         .await?;
         let base = match &slice.base {
-            Some((path, size)) => Some(self.base_stream(path, *size, filtered)?),
+            Some((path, size)) => {
+                let rows = slice.rows.map(|r| r.selection());
+                Some(base_stream(ctx, &self.task, path, *size, &ctx.scan_columns, rows, filtered)?)
+            }
             None => None,
         };
         Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None })
     }
+}
 
-    /// The Parquet scan of a base file: projected, with the key-only predicate pushed down when
-    /// `filtered`.
-    fn base_stream(&self, path: &str, size: u64, filtered: bool) -> Result<SendableRecordBatchStream> {
-        let ctx = &self.ctx;
-        // A file of an older schema version is read under its own column names (the key and
-        // partition columns the predicate uses keep theirs).
-        let view = ctx
-            .columns
-            .as_ref()
-            .and_then(|c| crate::format::file_name::base_file_instant(path).and_then(|t| c.columns_at(&t)));
-        let file_schema = view.as_ref().map_or_else(|| ctx.table_schema.clone(), |v| v.file_schema(&ctx.table_schema));
-        let mut source = ParquetSource::new(file_schema).with_table_parquet_options(ctx.parquet_options.clone());
-        if let Some(p) = ctx.base_predicate.as_ref().filter(|_| filtered) {
-            source = source.with_predicate(p.clone());
-        }
-        let config = FileScanConfigBuilder::new(ctx.store_url.clone(), Arc::new(source))
-            .with_file(super::provider::partitioned_file(&ctx.storage, path, size))
-            .with_projection_indices(Some(ctx.scan_columns.clone()))?
-            .with_expr_adapter(Some(Arc::new(super::adapter::EvolvedFiles)))
-            .build();
-        let exec = DataSourceExec::from_data_source(config);
-        let stream = exec.execute(0, self.task.clone())?;
-        if view.is_none() {
-            return Ok(stream);
-        }
-        let scanned = Arc::new(ctx.table_schema.project(&ctx.scan_columns)?);
-        let relabeled = scanned.clone();
-        let stream = stream.map(move |b| Ok(FileColumns::relabel(b?, &relabeled)?));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(scanned, stream)))
+/// Marks as claimed the log versions of the keys that the base file's rows outside `rows` hold
+/// (another part of the cut file merges them), reading only the key columns of those rows.
+async fn claim_outside(
+    ctx: &MergeContext,
+    task: &Arc<TaskContext>,
+    log: &mut LogSide,
+    slice: &SliceScan,
+    rows: RowRange,
+) -> Result<()> {
+    let Some((path, size)) = &slice.base else { return Ok(()) };
+    if log.is_empty() {
+        return Ok(());
     }
+    let spec = &ctx.spec;
+    // The key's columns among the scanned ones (the record key, or its fields without meta
+    // fields), read in that order: the keys of a batch of them are made as the merge makes them.
+    let key_columns: Vec<usize> = match &spec.virtual_keys {
+        Some(v) => v.fields.clone(),
+        None => vec![spec.key],
+    };
+    let columns = key_columns
+        .iter()
+        .map(|&i| ctx.scan_columns.get(i).copied())
+        .collect::<Option<Vec<usize>>>()
+        .ok_or_else(|| Error::invalid_data(format!("{path}: a key column is not among the merged columns")))?;
+    let keys_spec = MergeSpec {
+        key: 0,
+        ordering: None,
+        virtual_keys: spec
+            .virtual_keys
+            .as_ref()
+            .map(|v| VirtualKeys { keys: v.keys.clone(), fields: (0..v.fields.len()).collect() }),
+        ..spec.clone()
+    };
+    let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), false)?;
+    while let Some(batch) = crate::storage::decoding(path, stream.next().map(Ok)).await? {
+        let batch = batch.map_err(|e| Error::from(e).in_file(path))?;
+        log.claim(&keys_spec.keys(&batch)?);
+    }
+    Ok(())
+}
+
+/// The Parquet scan of a base file: the table's `columns` (indices into the table schema),
+/// `rows` of it (all when `None`), with the key-only predicate pushed down when `filtered`.
+fn base_stream(
+    ctx: &MergeContext,
+    task: &Arc<TaskContext>,
+    path: &str,
+    size: u64,
+    columns: &[usize],
+    rows: Option<parquet::arrow::arrow_reader::RowSelection>,
+    filtered: bool,
+) -> Result<SendableRecordBatchStream> {
+    // A file of an older schema version is read under its own column names (the key and
+    // partition columns the predicate uses keep theirs).
+    let view = ctx
+        .columns
+        .as_ref()
+        .and_then(|c| crate::format::file_name::base_file_instant(path).and_then(|t| c.columns_at(&t)));
+    let file_schema = view.as_ref().map_or_else(|| ctx.table_schema.clone(), |v| v.file_schema(&ctx.table_schema));
+    let mut source = ParquetSource::new(file_schema).with_table_parquet_options(ctx.parquet_options.clone());
+    if let Some(p) = ctx.base_predicate.as_ref().filter(|_| filtered) {
+        source = source.with_predicate(p.clone());
+    }
+    let file = super::provider::partitioned_file(&ctx.storage, path, size);
+    let file = match rows {
+        Some(rows) => file.with_extension(ParquetRowSelection::new(rows)),
+        None => file,
+    };
+    let config = FileScanConfigBuilder::new(ctx.store_url.clone(), Arc::new(source))
+        .with_file(file)
+        .with_projection_indices(Some(columns.to_vec()))?
+        .with_expr_adapter(Some(Arc::new(super::adapter::EvolvedFiles)))
+        .build();
+    let exec = DataSourceExec::from_data_source(config);
+    let stream = exec.execute(0, task.clone())?;
+    if view.is_none() {
+        return Ok(stream);
+    }
+    let scanned = Arc::new(ctx.table_schema.project(columns)?);
+    let relabeled = scanned.clone();
+    let stream = stream.map(move |b| Ok(FileColumns::relabel(b?, &relabeled)?));
+    Ok(Box::pin(RecordBatchStreamAdapter::new(scanned, stream)))
 }
 
 /// The rows of `batch` (in the table schema) that `predicate` does not find false. A row it cannot
@@ -404,6 +482,8 @@ mod tests {
 
     use datafusion::common::ToDFSchema;
     use datafusion::prelude::lit;
+
+    use std::collections::BTreeMap;
 
     use super::*;
     use crate::config::{CreateOptions, TableType};
@@ -469,9 +549,8 @@ mod tests {
             }
         }
         out.sort();
-        let mut ids: Vec<i64> = out.iter().map(|r| r.0).collect();
-        ids.dedup();
-        assert_eq!(ids.len(), out.len(), "a key returned twice: {out:?}");
+        let twice: Vec<&Row> = out.windows(2).filter(|w| w[0].0 == w[1].0).map(|w| &w[1]).collect();
+        assert!(twice.is_empty(), "keys returned twice: {:?}", &twice[..twice.len().min(5)]);
         out
     }
 
@@ -564,8 +643,13 @@ mod tests {
         let upper = t.plan_scan(&ScanOptions::default()).await.unwrap().upper;
         // The slice's logs alone, as a slice without a base file: keys that live only in the logs.
         let s = &slices[0];
-        let scan =
-            SliceScan { partition: s.partition.clone(), file_id: s.file_id.clone(), base: None, logs: s.logs.clone() };
+        let scan = SliceScan {
+            partition: s.partition.clone(),
+            file_id: s.file_id.clone(),
+            base: None,
+            rows: None,
+            logs: s.logs.clone(),
+        };
         let exec = MergeOnReadExec::try_new(vec![vec![scan]], MergeContext::all_columns(&t, &upper).unwrap()).unwrap();
         let session = crate::read::session(&t, Some(1), None).unwrap();
         let batches = datafusion::physical_plan::collect(Arc::new(exec), session.task_ctx()).await.unwrap();
@@ -641,6 +725,7 @@ mod tests {
             partition: slices[0].partition.clone(),
             file_id: slices[0].file_id.clone(),
             base: slices[0].base.as_ref().map(|b| (b.path.clone(), b.size)),
+            rows: None,
             logs: slices[0].logs.clone(),
         };
         let mut outputs = Vec::new();
@@ -679,5 +764,101 @@ mod tests {
         // Small batches too: the passes' base and log batches are split further.
         let small = ScanOptions { memory_limit: Some(BUDGET), batch_size: Some(100), ..ScanOptions::default() };
         assert_eq!(scan(&t, &small).await, expected);
+    }
+
+    /// A file group of one large base file and logs, read as the parts a split cuts it into (each
+    /// part merges the logs over its rows; the first also returns the logs' inserts): together the
+    /// same rows as the whole slice, every key once, with filters and in passes too.
+    #[tokio::test]
+    async fn parts_of_a_slice_cut_by_rows_merge_to_the_whole_slice() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = table(dir.path(), Some("ts")).await;
+        let n = 30_000i64;
+        let names: Vec<String> = (0..n + 40).map(|i| format!("base-{i}")).collect();
+        let base: Vec<(i64, Option<i64>, &str)> =
+            (0..n + 40).map(|i| (i, Some(10), names[i as usize].as_str())).collect();
+        // Two file groups: a large one, and a small one whose keys the large one's base lacks.
+        write(&mut t, WriteOperation::Insert, &base[..n as usize]).await;
+        write(&mut t, WriteOperation::Insert, &base[n as usize..]).await;
+        let mut expected: BTreeMap<i64, Row> = base.iter().map(|r| (r.0, (r.0, r.1, r.2.to_string()))).collect();
+        // Updates that win and lose (event time) over both halves of the large file and its first
+        // and last rows, and updates of the small group.
+        let mut logs: Vec<(i64, Option<i64>, String)> = Vec::new();
+        for i in (0..n + 40).filter(|i| i % 97 == 0 || *i == n - 1 || *i >= n) {
+            logs.push((i, Some(11), format!("won-{i}")));
+        }
+        for i in (0..n).filter(|i| i % 101 == 50) {
+            logs.push((i, Some(9), format!("lost-{i}")));
+        }
+        let upsert: Vec<(i64, Option<i64>, &str)> = logs.iter().map(|(a, b, c)| (*a, *b, c.as_str())).collect();
+        write(&mut t, WriteOperation::Upsert, &upsert).await;
+        for (i, ts, v) in logs.iter().filter(|r| r.1 >= Some(10)) {
+            expected.insert(*i, (*i, *ts, v.clone()));
+        }
+        let deleted: Vec<(i64, Option<i64>, &str)> =
+            (0..n).filter(|i| i % 89 == 3).chain([n + 7, 0]).map(|i| (i, None, "x")).collect();
+        write(&mut t, WriteOperation::Delete, &deleted).await;
+        for (i, _, _) in &deleted {
+            expected.remove(i);
+        }
+        let expected: Vec<Row> = expected.into_values().collect();
+        let slices = slices_with_logs(&t).await;
+        assert_eq!(slices.len(), 2, "both groups have logs");
+        assert_eq!(scan(&t, &ScanOptions::default()).await, expected);
+
+        // Splits: the large slice cut into parts, read by `scan_split` as a worker reads them.
+        let filter = crate::read::Filter::Sql("id >= 29000".into());
+        let filtered: Vec<Row> = expected.iter().filter(|r| r.0 >= 29_000).cloned().collect();
+        for pieces in [2usize, 3] {
+            let splits = t.plan_splits(&ScanOptions::default(), u64::MAX, pieces).await.unwrap();
+            assert!(splits.len() >= pieces, "the large slice cut: {} splits for {pieces}", splits.len());
+            for opts in [
+                ScanOptions::default(),
+                // Passes: the log side over a tiny budget.
+                ScanOptions { memory_limit: Some(16 << 10), batch_size: Some(1000), ..ScanOptions::default() },
+                ScanOptions { filter: Some(filter.clone()), ..ScanOptions::default() },
+            ] {
+                let mut batches = Vec::new();
+                for split in &splits {
+                    let stream = t.scan_split(split.clone(), &opts).await.unwrap();
+                    batches.extend(stream.try_collect::<Vec<_>>().await.unwrap());
+                }
+                let want = if opts.filter.is_some() { &filtered } else { &expected };
+                assert_eq!(&rows_of(&batches), want, "{pieces} parts, {opts:?}");
+            }
+        }
+
+        // The node: the large base with both groups' logs, so that the logs hold keys its base
+        // lacks (inserts, as Apache Hudi's writers put in logs); cut anywhere, the parts give the
+        // whole slice's rows.
+        let (large, small) = match slices[0].base.as_ref().unwrap().size > slices[1].base.as_ref().unwrap().size {
+            true => (&slices[0], &slices[1]),
+            false => (&slices[1], &slices[0]),
+        };
+        let upper = t.plan_scan(&ScanOptions::default()).await.unwrap().upper;
+        let ctx = MergeContext::all_columns(&t, &upper).unwrap();
+        let file = large.base.as_ref().unwrap();
+        let total = t.storage().parquet_rows(&file.path, file.size).await.unwrap();
+        let slice = |rows: Option<RowRange>| SliceScan {
+            partition: large.partition.clone(),
+            file_id: large.file_id.clone(),
+            base: Some((file.path.clone(), file.size)),
+            rows,
+            logs: large.logs.iter().chain(&small.logs).cloned().collect(),
+        };
+        let read = |slices: Vec<SliceScan>, limit: Option<usize>| {
+            let exec = MergeOnReadExec::try_new(vec![slices], ctx.clone()).unwrap();
+            let session = crate::read::session(&t, Some(1000), limit).unwrap();
+            async move { rows_of(&datafusion::physical_plan::collect(Arc::new(exec), session.task_ctx()).await.unwrap()) }
+        };
+        let whole = read(vec![slice(None)], None).await;
+        assert!(whole.iter().any(|r| r.0 == n + 1 && r.2 == format!("won-{}", n + 1)), "a log insert is returned");
+        assert!(!whole.iter().any(|r| r.0 == n + 7), "a deleted log insert is not");
+        for cuts in [vec![0, total], vec![0, 1, total], vec![0, 7_777, 15_000, total - 1, total]] {
+            let parts: Vec<SliceScan> =
+                cuts.windows(2).map(|w| slice(Some(RowRange { start: w[0], end: w[1], total }))).collect();
+            assert_eq!(read(parts.clone(), None).await, whole, "cut at {cuts:?}");
+            assert_eq!(read(parts, Some(16 << 10)).await, whole, "cut at {cuts:?}, in passes");
+        }
     }
 }

@@ -244,6 +244,7 @@ impl HudiTableProvider {
                 partition: s.partition.clone(),
                 file_id: s.file_id.clone(),
                 base: s.base.as_ref().map(|b| (b.path.clone(), b.size)),
+                rows: s.base.as_ref().and_then(|b| b.rows),
                 logs: s.logs.clone(),
             })
             .collect();

@@ -1,6 +1,6 @@
 //! Splits: a query planned once (on a driver) and cut into pieces read independently (by Spark or
-//! Dask workers). A split is a part of the query's plan — whole file slices, never a part of one —
-//! that serializes to JSON: a worker opens the table and reads the split with
+//! Dask workers). A split is a part of the query's plan (file slices, or parts of a slice's base
+//! file by rows with the slice's logs merged over each part) that serializes to JSON: a worker opens the table and reads the split with
 //! [`Table::scan_split`] without listing or planning anything again, so every worker reads the
 //! same table state, the one the driver planned.
 
@@ -58,9 +58,9 @@ impl Split {
 impl Table {
     /// Plans a query and cuts it into splits of about `target_bytes` each (a file slice larger
     /// than that is a split of its own). When that makes fewer than `min_splits` splits (a table
-    /// of a few large files, read by more workers than it has files), base files read without logs
-    /// are cut by rows ([`RowRange`]) into pieces of about the query's bytes over `min_splits`, so
-    /// that every worker has a part. Partitions the filter rules out are dropped here, so no worker
+    /// of a few large files, read by more workers than it has files), base files are cut by rows
+    /// ([`RowRange`]) into pieces of about the query's bytes over `min_splits`, so that every
+    /// worker has a part; each part of a slice with logs merges the logs over its rows. Partitions the filter rules out are dropped here, so no worker
     /// is started for them. A query with nothing to read gives one empty split, so that readers
     /// still learn the schema.
     pub async fn plan_splits(&self, opts: &ScanOptions, target_bytes: u64, min_splits: usize) -> Result<Vec<Split>> {
@@ -128,21 +128,24 @@ impl Table {
         Ok((schema, parts))
     }
 
-    /// `slices` with every base file read without logs cut by rows into its share of `pieces`
-    /// parts of the `total` bytes (its footer tells how many rows it has); parts of fewer than
-    /// [`MIN_PIECE_ROWS`] rows are not made.
+    /// `slices` with every base file cut by rows into its share of `pieces` parts of the `total`
+    /// bytes (its footer tells how many rows it has); parts of fewer than [`MIN_PIECE_ROWS`] rows
+    /// are not made. Every part of a slice with logs reads all of them (and its first part the
+    /// rest of the base file's keys, [`RowRange::owns_log_inserts`]), so such a file is cut into
+    /// no more parts than its logs fit in it: the logs are read again by each part.
     async fn cut_by_rows(&self, slices: Vec<PlannedSlice>, total: u64, pieces: u64) -> Result<Vec<PlannedSlice>> {
         let mut out = Vec::with_capacity(slices.len());
         for slice in slices {
             let share =
                 |b: &PlannedFile| (u128::from(b.size) * u128::from(pieces) * 2 / u128::from(total.max(1))).div_ceil(2);
-            let Some(base) = slice.base.as_ref().filter(|b| slice.logs.is_empty() && b.rows.is_none() && share(b) > 1)
-            else {
+            let logs: u64 = slice.logs.iter().map(|l| l.size).sum();
+            let most = |b: &PlannedFile| b.size.checked_div(logs).unwrap_or(u64::MAX);
+            let Some(base) = slice.base.as_ref().filter(|b| b.rows.is_none() && share(b) > 1 && most(b) > 1) else {
                 out.push(slice);
                 continue;
             };
             let rows = self.storage().parquet_rows(&base.path, base.size).await?;
-            let parts = (share(base) as u64).min(rows / MIN_PIECE_ROWS);
+            let parts = (share(base) as u64).min(rows / MIN_PIECE_ROWS).min(most(base));
             if parts <= 1 {
                 out.push(slice);
                 continue;

@@ -544,6 +544,7 @@ async fn write_compacted(
                         Some(p) => Some((p.clone(), planned_base_size(&storage, p).await?)),
                         None => None,
                     },
+                    rows: None,
                     logs: logs_of(&storage, &op).await?,
                 };
                 let exec = MergeOnReadExec::try_new(vec![vec![slice]], (*ctx).clone())?;
