@@ -284,3 +284,55 @@ def test_upserts_moving_keys_match_a_model(
             assert t.validate().ok
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.mark.parametrize("log_ts", [11, 9], ids=["log-wins", "base-wins"])
+def test_an_update_kept_in_its_old_file_group_is_merged_whatever_the_filter(
+    table_path: str, log_ts: int
+) -> None:
+    """Apache Hudi's global indexes without `update.partition.path` keep an update in the record's
+    old file group while its partition column names the new partition. Made here by moving the
+    log of partition b's group into partition a's large group: keys 20000..20099 then have a base
+    row with city 'a' and a log version with city 'b'. A filter naming the partition column with
+    the key (so partitions cannot be pruned by it) must not drop the base rows before the merge:
+    the winner is returned, or not, by the whole read and by splits cutting the group by rows."""
+    schema = pa.schema([("id", pa.int64()), ("city", pa.string()), ("ts", pa.int64()), ("v", pa.string())])
+
+    def data(ids: range, city: str, ts: int, tag: str) -> pa.Table:
+        n = len(ids)
+        values = {"id": list(ids), "city": [city] * n, "ts": [ts] * n, "v": [f"{tag}{i}" for i in ids]}
+        return pa.table(values, schema=schema)
+
+    # Version 8 names a log by the instant that wrote it; without the metadata table, the moved
+    # file is listed where it now is.
+    t = oxlake.create_table(
+        table_path,
+        schema,
+        record_key="id",
+        partition_by=["city"],
+        ordering_field="ts",
+        table_type="merge_on_read",
+        table_version=8,
+        metadata=False,
+    )
+    t.insert(data(range(30_000), "a", 10, "base"))
+    t.upsert(data(range(0, 30_000, 1000), "a", 11, "upd"))
+    (large,) = [g.file_id for g in t.file_groups() if g.partition == "city=a"]
+    t.insert(data(range(20_000, 20_100), "b", 10, "b"))
+    t.upsert(data(range(20_000, 20_100), "b", log_ts, "moved"))
+    (small,) = [g.file_id for g in t.file_groups() if g.partition == "city=b"]
+    for log in (Path(table_path) / "city=b").glob(f".{small}_*.log.*"):
+        instant, version, token = log.name.removeprefix(f".{small}_").replace(".log.", "_", 1).split("_", 2)
+        log.rename(Path(table_path) / "city=a" / f".{large}_{instant}.log.{int(version) + 1}_{token}")
+    t = oxlake.Table(table_path)
+    moved = sorted(f"moved{i}" for i in range(20_000, 20_100)) if log_ts > 10 else []
+    # A filter on the partition column alone prunes partition a by its path, as Apache Hudi's
+    # partition pruning does: the updates kept there are not read.
+    for flt, want in [("city = 'b' OR id = -1", moved), ("city = 'b'", [])]:
+        whole = sorted(t.to_arrow(filter=flt)["v"].to_pylist())
+        assert [v for v in whole if v.startswith("moved")] == want, flt
+        for pieces in (2, 3):
+            splits = t.splits(filter=flt, min_splits=pieces)
+            parts = pa.concat_tables([t.scan_split(s, filter=flt).to_arrow() for s in splits])
+            assert sorted(parts["v"].to_pylist()) == whole, (flt, pieces)
+    assert len(t.splits(min_splits=2)) >= 2, "the large group is cut"

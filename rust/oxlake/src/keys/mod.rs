@@ -359,18 +359,6 @@ impl KeySpec {
         Ok(segments.join("/"))
     }
 
-    /// The partition fields whose value is the same in every version of a record: simple fields,
-    /// whose path segment is made from the value alone. A timestamp-based field prints many
-    /// values as one segment (a record may move within its partition), so it is not one of them;
-    /// nor is any field in a partition with a default segment ([`has_default_segment`]).
-    pub fn fixed_partition_fields(&self) -> impl Iterator<Item = &str> {
-        self.partition_fields
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| self.kind(*i) == PartitionKind::Simple)
-            .map(|(_, f)| f.as_str())
-    }
-
     /// Parses a partition path into one value per partition field (`None` for a default
     /// partition, which holds null and empty values and the literal of its name: see
     /// [`DEFAULT_PARTITION`] and [`DEPRECATED_DEFAULT_PARTITION`]).

@@ -31,6 +31,7 @@ use super::{HudiTableProvider, ScanOptions, ScanPlan};
 use crate::error::{Error, Result};
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
+use crate::table::fs_view::FileGroupId;
 
 /// The column a change query adds.
 pub const CHANGE_TYPE: &str = "_change_type";
@@ -46,6 +47,10 @@ pub struct ChangePlan {
     pub start: String,
     /// End of the window, inclusive: an instant time (the latest completed commit when the query gives none).
     pub end: String,
+    /// File groups that a split must not part (the groups a commit of the window replaced, with
+    /// the groups it wrote in their partition: keys moved between them). Planning only.
+    #[serde(skip)]
+    pub together: Vec<Vec<FileGroupId>>,
 }
 
 impl Table {
@@ -58,7 +63,7 @@ impl Table {
         if self.reaches_archive(&start) {
             return Box::pin(self.with_archived_timeline().await?.plan_changes(opts)).await;
         }
-        let touched = self.touched_file_groups(&self.instants_between(&start, &end)).await?;
+        let (touched, together) = self.touched_and_rewritten(&self.instants_between(&start, &end)).await?;
         let before = ScanPlan {
             slices: self.slices_of(&touched, &start, "start").await?,
             upper: start.clone(),
@@ -66,7 +71,7 @@ impl Table {
         };
         let after =
             ScanPlan { slices: self.slices_of(&touched, &end, "end").await?, upper: end.clone(), commit_range: None };
-        Ok(Some(ChangePlan { before, after, start, end }))
+        Ok(Some(ChangePlan { before, after, start, end, together }))
     }
 
     /// Change queries need record keys.

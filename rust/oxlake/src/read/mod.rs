@@ -18,7 +18,7 @@ pub mod provider;
 pub mod pruner;
 pub mod splits;
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use datafusion::dataframe::DataFrame;
@@ -363,17 +363,38 @@ impl Table {
     /// The file groups the given commits wrote into or replaced. Compactions are skipped: they
     /// rewrite slices without changing a row.
     async fn touched_file_groups(&self, instants: &[Instant]) -> Result<HashSet<FileGroupId>> {
+        Ok(self.touched_and_rewritten(instants).await?.0)
+    }
+
+    /// The file groups `instants` wrote into or replaced, and, of those, the groups that a
+    /// commit replaced together with the groups it wrote in the same partition: a clustering or
+    /// an overwrite moves keys from the ones to the others, so a change query reads them together.
+    async fn touched_and_rewritten(
+        &self,
+        instants: &[Instant],
+    ) -> Result<(HashSet<FileGroupId>, Vec<Vec<FileGroupId>>)> {
         let timeline = self.timeline();
         let mut touched = HashSet::new();
+        let mut rewritten = Vec::new();
         for instant in instants {
             let meta = timeline.commit_metadata(self.storage(), instant).await?;
             if meta.compacted {
                 continue;
             }
+            let mut by_partition: BTreeMap<&str, Vec<FileGroupId>> = BTreeMap::new();
+            for (p, f) in meta.replaced_file_groups() {
+                by_partition.entry(p).or_default().push((p.to_string(), f.to_string()));
+            }
+            for (p, s) in meta.write_stats() {
+                if let Some(groups) = by_partition.get_mut(p) {
+                    groups.push((p.to_string(), s.file_id.clone()));
+                }
+            }
+            rewritten.extend(by_partition.into_values());
             touched.extend(meta.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone())));
             touched.extend(meta.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())));
         }
-        Ok(touched)
+        Ok((touched, rewritten))
     }
 
     /// The live slices, as of `as_of`, of the given file groups (with their log files); fails if a

@@ -389,7 +389,9 @@ async fn claim_outside(
             .map(|v| VirtualKeys { keys: v.keys.clone(), fields: (0..v.fields.len()).collect() }),
         ..spec.clone()
     };
-    let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), false)?;
+    // The rows the other parts merge: those their scans keep under the same predicate.
+    let filtered = !crate::keys::has_default_segment(&slice.partition);
+    let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), filtered)?;
     while let Some(batch) = crate::storage::decoding(path, stream.next().map(Ok)).await? {
         let batch = batch.map_err(|e| Error::from(e).in_file(path))?;
         log.claim(&keys_spec.keys(&batch)?);

@@ -196,10 +196,12 @@ impl HudiTableProvider {
         let position = |i: usize| scan_columns.iter().position(|&c| c == i).unwrap_or_default();
         let output: Vec<usize> = scan_projection.iter().map(|&i| position(i)).collect();
         let spec = merge.project(position);
-        // Only filters on columns that are the same in every version of a record (the key, the
-        // partition columns made from the value alone) may drop base rows before the merge
-        // (docs/ARCHITECTURE.md, "Merge-on-read reads"): a base row failing another filter may
-        // still win over its log version.
+        // Only filters on columns that are the same in every version of a record in one file group
+        // (the key, the partition path) may drop base rows before the merge (docs/ARCHITECTURE.md,
+        // "Merge-on-read reads"): a base row failing another filter may still win over its log
+        // version, which would then come out alone. Not the partition columns: Apache Hudi's
+        // global indexes keep an update in the record's old file group while its partition column
+        // names the new partition.
         // Without meta fields (virtual keys) the meta columns of base files are null.
         let meta: &[&str] = if merge.virtual_keys.is_some() { &[] } else { &[RECORD_KEY, PARTITION_PATH] };
         // A key generator of the table's own may give two values of a key field one key.
@@ -207,7 +209,6 @@ impl HudiTableProvider {
             .iter()
             .copied()
             .chain(self.keys.record_key_fields.iter().map(String::as_str).filter(|_| self.known_keys))
-            .chain(self.keys.fixed_partition_fields())
             .collect();
         let on = |columns: &[&str]| -> Vec<Expr> {
             filters

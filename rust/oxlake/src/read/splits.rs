@@ -4,7 +4,7 @@
 //! [`Table::scan_split`] without listing or planning anything again, so every worker reads the
 //! same table state, the one the driver planned.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::datatypes::SchemaRef;
@@ -176,17 +176,22 @@ impl Table {
 /// than its read.
 const MIN_PIECE_ROWS: u64 = 10_000;
 
-/// Both sides of each file group stay together: the join of a change query pairs them.
+/// Both sides of each file group stay together, since the join of a change query pairs them, and
+/// so do the groups of `plan.together`: a key a clustering or an overwrite moved from one group to
+/// another pairs across them (split apart, it would read as a delete in one split and an insert
+/// in another).
 fn cut_changes(plan: ChangePlan, target_bytes: u64) -> Vec<Split> {
-    let mut groups: BTreeMap<FileGroupId, (Vec<PlannedSlice>, Vec<PlannedSlice>)> = BTreeMap::new();
+    let root = joined_groups(&plan.together);
+    type Sides = (Vec<PlannedSlice>, Vec<PlannedSlice>);
+    let mut units: BTreeMap<FileGroupId, Sides> = BTreeMap::new();
     for s in plan.before.slices {
-        groups.entry(s.group_id()).or_default().0.push(s);
+        units.entry(root(s.group_id())).or_default().0.push(s);
     }
     for s in plan.after.slices {
-        groups.entry(s.group_id()).or_default().1.push(s);
+        units.entry(root(s.group_id())).or_default().1.push(s);
     }
-    let size = |(b, a): &(Vec<PlannedSlice>, Vec<PlannedSlice>)| b.iter().chain(a).map(PlannedSlice::size).sum();
-    let parts = pack(groups.into_values().collect(), target_bytes, size);
+    let size = |(b, a): &Sides| b.iter().chain(a).map(PlannedSlice::size).sum();
+    let parts = pack(units.into_values().collect(), target_bytes, size);
     let side =
         |slices: Vec<PlannedSlice>, upper: &str| ScanPlan { slices, upper: upper.to_string(), commit_range: None };
     let splits: Vec<Split> = parts
@@ -198,6 +203,7 @@ fn cut_changes(plan: ChangePlan, target_bytes: u64) -> Vec<Split> {
                 after: side(after.into_iter().flatten().collect(), &plan.end),
                 start: plan.start.clone(),
                 end: plan.end.clone(),
+                together: Vec::new(),
             }))
         })
         .collect();
@@ -206,6 +212,29 @@ fn cut_changes(plan: ChangePlan, target_bytes: u64) -> Vec<Split> {
         return vec![Split::Changes(Some(empty))];
     }
     splits
+}
+
+/// The sets of `together` joined where they share a group: a function naming, for every file
+/// group, one group of its joined set (itself when it is in none).
+fn joined_groups(together: &[Vec<FileGroupId>]) -> impl Fn(FileGroupId) -> FileGroupId + use<> {
+    let mut parent: HashMap<FileGroupId, FileGroupId> = HashMap::new();
+    fn find(parent: &HashMap<FileGroupId, FileGroupId>, mut g: FileGroupId) -> FileGroupId {
+        while let Some(p) = parent.get(&g).filter(|p| **p != g) {
+            g = p.clone();
+        }
+        g
+    }
+    for set in together {
+        let Some(first) = set.first() else { continue };
+        let first = find(&parent, first.clone());
+        for g in &set[1..] {
+            let r = find(&parent, g.clone());
+            if r != first {
+                parent.insert(r, first.clone());
+            }
+        }
+    }
+    move |g| find(&parent, g)
 }
 
 /// Packs items, in order, into consecutive runs of about `target` bytes.
@@ -232,6 +261,19 @@ fn pack<T>(items: Vec<T>, target: u64, size: impl Fn(&T) -> u64) -> Vec<Vec<T>> 
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn groups_moved_between_stay_together_through_chains() {
+        let g = |f: &str| (String::from("p"), f.to_string());
+        // a→b (one clustering), c→d (another), then b and c clustered again: a..d are one set.
+        let root = joined_groups(&[vec![g("a"), g("b")], vec![g("c"), g("d")], vec![g("b"), g("c"), g("e")]]);
+        let a = root(g("a"));
+        for f in ["b", "c", "d", "e"] {
+            assert_eq!(root(g(f)), a, "{f}");
+        }
+        assert_eq!(root(g("z")), g("z"), "a group in no set is its own");
+        assert_eq!(joined_groups(&[vec![]])(g("a")), g("a"));
+    }
 
     proptest! {
         /// Packing keeps every item once, in order, and a run passes the target only by its
