@@ -179,6 +179,12 @@ impl PlannedSlice {
         base + self.logs.iter().map(|l| l.size).sum::<u64>()
     }
 
+    /// The slice with `rows` of its base file read.
+    pub fn with_rows(&self, rows: RowRange) -> Self {
+        let base = self.base.as_ref().map(|b| PlannedFile { rows: Some(rows), ..b.clone() });
+        PlannedSlice { base, ..self.clone() }
+    }
+
     /// Its file group.
     pub fn group_id(&self) -> FileGroupId {
         (self.partition.clone(), self.file_id.clone())

@@ -60,14 +60,15 @@ impl Table {
     /// than that is a split of its own). When that makes fewer than `min_splits` splits (a table
     /// of a few large files, read by more workers than it has files), base files are cut by rows
     /// ([`RowRange`]) into pieces of about the query's bytes over `min_splits`, so that every
-    /// worker has a part; each part of a slice with logs merges the logs over its rows. Partitions the filter rules out are dropped here, so no worker
-    /// is started for them. A query with nothing to read gives one empty split, so that readers
-    /// still learn the schema.
+    /// worker has a part; each part of a slice with logs merges the logs over its rows (a change
+    /// query's file group is cut so where both its snapshots read the same base file). Partitions
+    /// the filter rules out are dropped here, so no worker is started for them. A query with
+    /// nothing to read gives one empty split, so that readers still learn the schema.
     pub async fn plan_splits(&self, opts: &ScanOptions, target_bytes: u64, min_splits: usize) -> Result<Vec<Split>> {
         if opts.query == QueryType::Changes {
             self.check_changes_readable()?;
             let Some(plan) = self.plan_changes(opts).await? else { return Ok(vec![Split::Changes(None)]) };
-            return Ok(cut_changes(plan, target_bytes));
+            return self.cut_changes(plan, target_bytes, min_splits).await;
         }
         let plan = self.plan_scan_pruned(opts).await?;
         let slices = match &opts.filter {
@@ -136,27 +137,105 @@ impl Table {
     async fn cut_by_rows(&self, slices: Vec<PlannedSlice>, total: u64, pieces: u64) -> Result<Vec<PlannedSlice>> {
         let mut out = Vec::with_capacity(slices.len());
         for slice in slices {
-            let share =
-                |b: &PlannedFile| (u128::from(b.size) * u128::from(pieces) * 2 / u128::from(total.max(1))).div_ceil(2);
-            let logs: u64 = slice.logs.iter().map(|l| l.size).sum();
-            let most = |b: &PlannedFile| b.size.checked_div(logs).unwrap_or(u64::MAX);
-            let Some(base) = slice.base.as_ref().filter(|b| b.rows.is_none() && share(b) > 1 && most(b) > 1) else {
-                out.push(slice);
-                continue;
+            let logs = slice.logs.iter().map(|l| l.size).sum();
+            let share = share_of(slice.size(), total, pieces);
+            let ranges = match &slice.base {
+                Some(base) => self.row_ranges(base, logs, share).await?,
+                None => Vec::new(),
             };
-            let rows = self.storage().parquet_rows(&base.path, base.size).await?;
-            let parts = (share(base) as u64).min(rows / MIN_PIECE_ROWS).min(most(base));
-            if parts <= 1 {
-                out.push(slice);
-                continue;
-            }
-            for k in 0..parts {
-                let range = RowRange { start: rows * k / parts, end: rows * (k + 1) / parts, total: rows };
-                let file = PlannedFile { rows: Some(range), ..base.clone() };
-                out.push(PlannedSlice { base: Some(file), ..slice.clone() });
+            match ranges.is_empty() {
+                true => out.push(slice),
+                false => out.extend(ranges.into_iter().map(|r| slice.with_rows(r))),
             }
         }
         Ok(out)
+    }
+
+    /// The parts `base` is cut into, at most `share`, each read with `logs` bytes of log files;
+    /// none when it stays whole. Every part reads the logs again, so a base file is cut into no
+    /// more parts than twice the times its logs fit in it: a slice whose logs outweigh its base
+    /// twice over is read whole.
+    async fn row_ranges(&self, base: &PlannedFile, logs: u64, share: u64) -> Result<Vec<RowRange>> {
+        let most = base.size.saturating_mul(2).checked_div(logs).unwrap_or(u64::MAX);
+        if base.rows.is_some() || share <= 1 || most <= 1 {
+            return Ok(Vec::new());
+        }
+        let rows = self.storage().parquet_rows(&base.path, base.size).await?;
+        let parts = share.min(rows / MIN_PIECE_ROWS).min(most);
+        if parts <= 1 {
+            return Ok(Vec::new());
+        }
+        Ok((0..parts).map(|k| RowRange { start: rows * k / parts, end: rows * (k + 1) / parts, total: rows }).collect())
+    }
+
+    /// A change query's splits. Both sides of each file group stay together, since the join of a
+    /// change query pairs them, and so do the groups of `plan.together`: a key a clustering or an
+    /// overwrite moved from one group to another pairs across them (split apart, it would read
+    /// as a delete in one split and an insert in another). With fewer than `min_splits` groups,
+    /// a group whose two snapshots read the same base file (only logs written in the window) is
+    /// cut by rows, both sides alike: a key of the base is then in the same part on both sides,
+    /// and a key only in logs in the first part of both.
+    async fn cut_changes(&self, plan: ChangePlan, target_bytes: u64, min_splits: usize) -> Result<Vec<Split>> {
+        let root = joined_groups(&plan.together);
+        let mut units: BTreeMap<FileGroupId, Sides> = BTreeMap::new();
+        for s in plan.before.slices {
+            units.entry(root(s.group_id())).or_default().0.push(s);
+        }
+        for s in plan.after.slices {
+            units.entry(root(s.group_id())).or_default().1.push(s);
+        }
+        let size = |(b, a): &Sides| b.iter().chain(a).map(PlannedSlice::size).sum::<u64>();
+        let mut units: Vec<Sides> = units.into_values().collect();
+        let mut target = target_bytes;
+        if units.len() < min_splits {
+            let total: u64 = units.iter().map(size).sum();
+            let mut cut = Vec::with_capacity(units.len());
+            for (before, after) in units {
+                let base = match (&before[..], &after[..]) {
+                    ([], [a]) => a.base.as_ref(),
+                    ([b], [a]) => a.base.as_ref().filter(|f| b.base.as_ref().is_some_and(|g| g.path == f.path)),
+                    _ => None,
+                };
+                let logs = before.iter().chain(&after).flat_map(|s| &s.logs).map(|l| l.size).sum();
+                let bytes = before.iter().chain(&after).map(PlannedSlice::size).sum();
+                let share = share_of(bytes, total, min_splits as u64);
+                let ranges = match base {
+                    Some(base) => self.row_ranges(base, logs, share).await?,
+                    None => Vec::new(),
+                };
+                if ranges.is_empty() {
+                    cut.push((before, after));
+                    continue;
+                }
+                for r in ranges {
+                    let part = |side: &[PlannedSlice]| side.iter().map(|s| s.with_rows(r)).collect::<Vec<_>>();
+                    cut.push((part(&before), part(&after)));
+                }
+            }
+            units = cut;
+            target = (total / min_splits as u64).max(1);
+        }
+        let parts = pack(units, target, size);
+        let side =
+            |slices: Vec<PlannedSlice>, upper: &str| ScanPlan { slices, upper: upper.to_string(), commit_range: None };
+        let splits: Vec<Split> = parts
+            .into_iter()
+            .map(|part| {
+                let (before, after): (Vec<_>, Vec<_>) = part.into_iter().unzip();
+                Split::Changes(Some(ChangePlan {
+                    before: side(before.into_iter().flatten().collect(), &plan.start),
+                    after: side(after.into_iter().flatten().collect(), &plan.end),
+                    start: plan.start.clone(),
+                    end: plan.end.clone(),
+                    together: Vec::new(),
+                }))
+            })
+            .collect();
+        if splits.is_empty() {
+            let (before, after) = (side(Vec::new(), &plan.start), side(Vec::new(), &plan.end));
+            return Ok(vec![Split::Changes(Some(ChangePlan { before, after, ..plan }))]);
+        }
+        Ok(splits)
     }
 
     /// The slices of `plan` in partitions that can satisfy `filter`.
@@ -176,43 +255,14 @@ impl Table {
 /// than its read.
 const MIN_PIECE_ROWS: u64 = 10_000;
 
-/// Both sides of each file group stay together, since the join of a change query pairs them, and
-/// so do the groups of `plan.together`: a key a clustering or an overwrite moved from one group to
-/// another pairs across them (split apart, it would read as a delete in one split and an insert
-/// in another).
-fn cut_changes(plan: ChangePlan, target_bytes: u64) -> Vec<Split> {
-    let root = joined_groups(&plan.together);
-    type Sides = (Vec<PlannedSlice>, Vec<PlannedSlice>);
-    let mut units: BTreeMap<FileGroupId, Sides> = BTreeMap::new();
-    for s in plan.before.slices {
-        units.entry(root(s.group_id())).or_default().0.push(s);
-    }
-    for s in plan.after.slices {
-        units.entry(root(s.group_id())).or_default().1.push(s);
-    }
-    let size = |(b, a): &Sides| b.iter().chain(a).map(PlannedSlice::size).sum();
-    let parts = pack(units.into_values().collect(), target_bytes, size);
-    let side =
-        |slices: Vec<PlannedSlice>, upper: &str| ScanPlan { slices, upper: upper.to_string(), commit_range: None };
-    let splits: Vec<Split> = parts
-        .into_iter()
-        .map(|part| {
-            let (before, after): (Vec<_>, Vec<_>) = part.into_iter().unzip();
-            Split::Changes(Some(ChangePlan {
-                before: side(before.into_iter().flatten().collect(), &plan.start),
-                after: side(after.into_iter().flatten().collect(), &plan.end),
-                start: plan.start.clone(),
-                end: plan.end.clone(),
-                together: Vec::new(),
-            }))
-        })
-        .collect();
-    if splits.is_empty() {
-        let empty = ChangePlan { before: side(Vec::new(), &plan.start), after: side(Vec::new(), &plan.end), ..plan };
-        return vec![Split::Changes(Some(empty))];
-    }
-    splits
+/// The parts, of `pieces` parts of `total` bytes, that `bytes` of them come to (rounded).
+fn share_of(bytes: u64, total: u64, pieces: u64) -> u64 {
+    let share = (u128::from(bytes) * u128::from(pieces) * 2 / u128::from(total.max(1))).div_ceil(2);
+    u64::try_from(share).unwrap_or(u64::MAX)
 }
+
+/// The before and after slices of one or more file groups read together by a change query.
+type Sides = (Vec<PlannedSlice>, Vec<PlannedSlice>);
 
 /// The sets of `together` joined where they share a group: a function naming, for every file
 /// group, one group of its joined set (itself when it is in none).
