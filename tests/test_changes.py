@@ -228,7 +228,11 @@ def test_a_change_of_one_large_file_group_is_read_in_parts(table_path: str, tabl
     whole query's. A copy-on-write group, rewritten in the window, stays whole."""
     n = 60_000
     t = oxlake.create_table(
-        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type=table_type  # type: ignore[arg-type]
+        table_path,
+        SCHEMA,
+        record_key="id",
+        ordering_field="ts",
+        table_type=table_type,  # type: ignore[arg-type]
     )
     a = t.insert(trips(list(range(n))))
     rng = random.Random(5)
