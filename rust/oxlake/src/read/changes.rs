@@ -47,8 +47,9 @@ pub struct ChangePlan {
     pub start: String,
     /// End of the window, inclusive: an instant time (the latest completed commit when the query gives none).
     pub end: String,
-    /// File groups that a split must not part (the groups a commit of the window replaced, with
-    /// the groups it wrote in their partition: keys moved between them). Planning only.
+    /// File groups that a split must not part: those of a partition where a commit of the
+    /// window deleted records or replaced groups (a key may have moved between them). Planning
+    /// only.
     #[serde(skip)]
     pub together: Vec<Vec<FileGroupId>>,
 }

@@ -372,35 +372,33 @@ impl Table {
         Ok(self.touched_and_rewritten(instants).await?.0)
     }
 
-    /// The file groups `instants` wrote into or replaced, and, of those, the groups that a
-    /// commit replaced together with the groups it wrote in the same partition: a clustering or
-    /// an overwrite moves keys from the ones to the others, so a change query reads them together.
+    /// The file groups `instants` wrote into or replaced, and sets of them between which a key
+    /// may have moved, so that a change query reads each set together: every touched group of a
+    /// partition where a commit deleted records or replaced file groups (a key deleted from one
+    /// group, or rewritten by a clustering or an overwrite, may be in another at the end).
     async fn touched_and_rewritten(
         &self,
         instants: &[Instant],
     ) -> Result<(HashSet<FileGroupId>, Vec<Vec<FileGroupId>>)> {
         let timeline = self.timeline();
         let mut touched = HashSet::new();
-        let mut rewritten = Vec::new();
+        let mut emptied: HashSet<String> = HashSet::new();
         for instant in instants {
             let meta = timeline.commit_metadata(self.storage(), instant).await?;
             if meta.compacted {
                 continue;
             }
-            let mut by_partition: BTreeMap<&str, Vec<FileGroupId>> = BTreeMap::new();
-            for (p, f) in meta.replaced_file_groups() {
-                by_partition.entry(p).or_default().push((p.to_string(), f.to_string()));
-            }
-            for (p, s) in meta.write_stats() {
-                if let Some(groups) = by_partition.get_mut(p) {
-                    groups.push((p.to_string(), s.file_id.clone()));
-                }
-            }
-            rewritten.extend(by_partition.into_values());
+            emptied.extend(meta.write_stats().filter(|(_, s)| s.num_deletes > 0).map(|(p, _)| p.to_string()));
+            emptied.extend(meta.replaced_file_groups().map(|(p, _)| p.to_string()));
             touched.extend(meta.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone())));
             touched.extend(meta.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())));
         }
-        Ok((touched, rewritten))
+        let mut together: BTreeMap<&str, Vec<FileGroupId>> = BTreeMap::new();
+        for group in touched.iter().filter(|(p, _)| emptied.contains(p)) {
+            together.entry(group.0.as_str()).or_default().push(group.clone());
+        }
+        let together = together.into_values().collect();
+        Ok((touched, together))
     }
 
     /// The live slices, as of `as_of`, of the given file groups (with their log files); fails if a
