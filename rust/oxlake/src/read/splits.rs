@@ -171,10 +171,10 @@ impl Table {
     /// A change query's splits. Both sides of each file group stay together, since the join of a
     /// change query pairs them, and so do the groups of `plan.together`: a key that a delete and
     /// a later insert, a clustering or an overwrite moved from one group to another pairs across
-    /// them (split apart, it would read as a delete in one split and an insert in another). With fewer than `min_splits` groups,
-    /// a group whose two snapshots read the same base file (only logs written in the window) is
-    /// cut by rows, both sides alike: a key of the base is then in the same part on both sides,
-    /// and a key only in logs in the first part of both.
+    /// them (split apart, it would read as a delete in one split and an insert in another).
+    /// With fewer than `min_splits` groups, a group whose two snapshots read the same base file
+    /// (only logs written in the window) is cut by rows, both sides alike: a key of the base is
+    /// then in the same part on both sides, and a key only in logs in the first part of both.
     async fn cut_changes(&self, plan: ChangePlan, target_bytes: u64, min_splits: usize) -> Result<Vec<Split>> {
         let root = joined_groups(&plan.together);
         let mut units: BTreeMap<FileGroupId, Sides> = BTreeMap::new();
