@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import oxlake
 import oxlake.dask
 import pyarrow as pa
@@ -71,6 +73,13 @@ def test_a_table_of_one_large_file_is_cut_by_rows_into_as_many_splits_as_asked(
         assert all(p.num_rows > 0 for p in parts)
         assert sum(p.num_rows for p in parts) == n
         assert rows(pa.concat_tables(parts)) == whole
+    # A split whose rows were altered on the way to a worker is refused, not read as other rows.
+    cut = t.splits(min_splits=2)[1]
+    for bad in (rb'"start":199999999', rb'"end":200001'):
+        field = bad.split(b":")[0]
+        altered = oxlake.Split(re.sub(field + rb":\d+", bad, cut.data, count=1), cut.size, cut.files)
+        with pytest.raises(oxlake.InvalidArgumentError, match="of a file of 200000 rows"):
+            t.scan_split(altered).to_arrow()
     # Filters and columns apply inside each part.
     splits = t.splits(columns=["id"], filter="fare >= 150000", min_splits=4)
     got = sorted(

@@ -1110,8 +1110,8 @@ class Table:
         `scan_split`: every worker reads the table state planned here. When that gives fewer than
         `min_splits` (the workers' cores, say), base files are cut by rows so that each worker
         has a part (pieces of at least 10,000 rows). A part of a merge-on-read slice merges the
-        slice's logs over its rows, so such a slice is cut into no more parts than its logs fit
-        in its base file."""
+        slice's logs over its rows, so such a slice is cut into no more parts than twice the
+        times its logs fit in its base file."""
         times = self._time(as_of, "as_of"), self._time(start, "start"), self._time(end, "end")
         planned = self._t.splits(
             _columns(columns), _filter(filter), times[0], query, *times[1:], target_bytes, min_splits

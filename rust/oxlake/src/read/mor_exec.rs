@@ -389,6 +389,9 @@ async fn claim_outside(
             .map(|v| VirtualKeys { keys: v.keys.clone(), fields: (0..v.fields.len()).collect() }),
         ..spec.clone()
     };
+    if rows.start == 0 && rows.end >= rows.total {
+        return Ok(()); // no other rows
+    }
     // The rows the other parts merge: those their scans keep under the same predicate.
     let filtered = !crate::keys::has_default_segment(&slice.partition);
     let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), filtered)?;

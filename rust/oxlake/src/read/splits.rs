@@ -1,8 +1,8 @@
 //! Splits: a query planned once (on a driver) and cut into pieces read independently (by Spark or
 //! Dask workers). A split is a part of the query's plan (file slices, or parts of a slice's base
-//! file by rows with the slice's logs merged over each part) that serializes to JSON: a worker opens the table and reads the split with
-//! [`Table::scan_split`] without listing or planning anything again, so every worker reads the
-//! same table state, the one the driver planned.
+//! file by rows with the slice's logs merged over each part) that serializes to JSON: a worker
+//! opens the table and reads the split with [`Table::scan_split`] without listing or planning
+//! anything again, so every worker reads the same table state, the one the driver planned.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -51,7 +51,14 @@ impl Split {
 
     /// Parses a split serialized with [`Split::to_json`].
     pub fn from_json(bytes: &[u8]) -> Result<Self> {
-        serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("split", e))
+        let split: Split = serde_json::from_slice(bytes).map_err(|e| Error::invalid_arg("split", e))?;
+        if let Some(rows) =
+            split.slices().find_map(|s| s.base.as_ref()?.rows.filter(|r| r.start >= r.end || r.end > r.total))
+        {
+            let (start, end, total) = (rows.start, rows.end, rows.total);
+            return Err(Error::invalid_arg("split", format!("rows {start}..{end} of a file of {total} rows")));
+        }
+        Ok(split)
     }
 }
 
