@@ -300,12 +300,6 @@ def compact_on_executors(
     return CompactionResult(instants, groups, records)
 
 
-def shuffle_partitions(spark: SparkSession) -> int:
-    """`spark.sql.shuffle.partitions`, 200 (Spark's default) when it is not a positive number."""
-    shuffle = str(spark.conf.get("spark.sql.shuffle.partitions", "200"))
-    return int(shuffle) if shuffle.isdigit() and int(shuffle) > 0 else 200
-
-
 def _compact_slices(
     spark: SparkSession, pending: _native.PendingCompaction, uri: str, storage_options: dict[str, str] | None
 ) -> list[bytes]:
@@ -333,7 +327,8 @@ def _compact_slices(
             )
             yield pa.RecordBatch.from_pydict({"stats": pa.array([stats], pa.binary())})
 
-    tasks = max(1, min(len(operations), shuffle_partitions(spark)))
+    shuffle = str(spark.conf.get("spark.sql.shuffle.partitions", "200"))
+    tasks = max(1, min(len(operations), int(shuffle) if shuffle.isdigit() else 200))
     slices = spark.createDataFrame(operations, "index long, operation binary").repartition(tasks)
     return [bytes(r["stats"]) for r in slices.mapInArrow(compact, "stats binary").collect()]
 

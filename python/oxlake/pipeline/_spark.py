@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from oxlake import _native
 from oxlake._engine import IS_DELETED, native
-from oxlake._spark_io import compact_if_due, shuffle_partitions
+from oxlake._spark_io import compact_if_due
 from oxlake.pipeline import _payload, rules
 from oxlake.pipeline.catalog import STATE_LAYER
 from oxlake.pipeline.compilers import Compiler, DirectCompiler, InputPartition, MapGroupCompiler
@@ -40,14 +40,6 @@ PIECES = rules.PIECES
 #: Struct types of structured layers: of a task's inputs by (catalog, layer), of the output by layer.
 InputTypes = Mapping[tuple[str, str], pa.StructType]
 OutputTypes = Mapping[str, pa.StructType]
-
-
-def by_key(df: DataFrame, *keys: str) -> DataFrame:
-    """`df`'s rows grouped by `keys` over `spark.sql.shuffle.partitions` tasks, a number given so
-    that adaptive execution keeps it: the work after this shuffle is Python per row (compiling,
-    reducing), and a shuffle of few bytes, such as a small change's, would otherwise be coalesced
-    into one task on one core."""
-    return df.repartition(shuffle_partitions(df.sparkSession), *keys)
 
 
 def ship(task: Compiler) -> None:

@@ -189,8 +189,10 @@ class SparkPath:
     # ---- compiling ----------------------------------------------------------------------------
 
     def _direct_full(self, task: DirectCompiler, types: _spark.InputTypes) -> DataFrame:
-        return _spark.by_key(self._pieces(task), *rules.OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task, types, self.out_types), _spark.CANDIDATE
+        return (
+            self._pieces(task)
+            .repartition(*rules.OUT_KEYS)
+            .mapInArrow(_spark.compile_direct(task, types, self.out_types), _spark.CANDIDATE)
         )
 
     def _direct(self, task: DirectCompiler, types: _spark.InputTypes, changed: DataFrame) -> DataFrame:
@@ -206,8 +208,13 @@ class SparkPath:
         changes run on the driver path, by key, instead."""
         affected = changed.select(*rules.IN_KEYS).mapInArrow(_spark.output_keys(task, False), _spark.EDGE)
         marks = _spark.marks(affected.select(*rules.OUT_KEYS), "out", _spark.DIRECT_INPUT)
-        return _spark.by_key(self._pieces(task).unionByName(marks), *rules.OUT_KEYS).mapInArrow(
-            _spark.compile_direct(task, types, self.out_types, only_marked=True), _spark.CANDIDATE
+        return (
+            self._pieces(task)
+            .unionByName(marks)
+            .repartition(*rules.OUT_KEYS)
+            .mapInArrow(
+                _spark.compile_direct(task, types, self.out_types, only_marked=True), _spark.CANDIDATE
+            )
         )
 
     def _pieces(self, task: DirectCompiler) -> DataFrame:
@@ -241,11 +248,11 @@ class SparkPath:
             .join(keys, rules.IN_KEYS, "left_anti")
         )
         pieces = new.unionByName(kept).unionByName(_spark.marks(affected, "out", _spark.PIECE))
-        outputs = _spark.by_key(pieces, *rules.OUT_KEYS).mapInArrow(
+        outputs = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
             _spark.reduce_pieces(task, self.out_types, graph=True, only_marked=True), _spark.CANDIDATE
         )
         inputs = new.unionByName(_spark.marks(keys, "in", _spark.PIECE))
-        graph = _spark.by_key(inputs, *rules.IN_KEYS).mapInArrow(
+        graph = inputs.repartition(*rules.IN_KEYS).mapInArrow(
             _spark.graph_task(task.name, "in", only_marked=True), _spark.CANDIDATE
         )
         return outputs, graph
@@ -274,10 +281,10 @@ class SparkPath:
         input."""
         pieces = self.snapshot(task).mapInArrow(_spark.map_pieces(task, types), _spark.PIECE)
         pieces = pieces.localCheckpoint()  # computed once, read by the reduce and the graph
-        outputs = _spark.by_key(pieces, *rules.OUT_KEYS).mapInArrow(
+        outputs = pieces.repartition(*rules.OUT_KEYS).mapInArrow(
             _spark.reduce_pieces(task, self.out_types, graph=True), _spark.CANDIDATE
         )
-        graph = _spark.by_key(pieces, *rules.IN_KEYS).mapInArrow(
+        graph = pieces.repartition(*rules.IN_KEYS).mapInArrow(
             _spark.graph_task(task.name, "in"), _spark.CANDIDATE
         )
         return outputs, graph
