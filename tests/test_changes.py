@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 TABLE_TYPES = ["copy_on_write", "merge_on_read"]
 
 
-def create(path: str, table_type: str) -> oxlake.Table:
+def create(path: str, table_type: str, partitioned: bool = True) -> oxlake.Table:
     return oxlake.create_table(
         path,
         SCHEMA,
         record_key="id",
-        partition_by=["city"],
+        partition_by=["city"] if partitioned else None,
         ordering_field="ts",
         table_type=table_type,
     )
@@ -227,13 +227,7 @@ def test_a_change_of_one_large_file_group_is_read_in_parts(table_path: str, tabl
     same base file, so the group is cut by rows, both sides alike; the parts' changes are the
     whole query's. A copy-on-write group, rewritten in the window, stays whole."""
     n = 60_000
-    t = oxlake.create_table(
-        table_path,
-        SCHEMA,
-        record_key="id",
-        ordering_field="ts",
-        table_type=table_type,  # type: ignore[arg-type]
-    )
+    t = create(table_path, table_type, partitioned=False)
     a = t.insert(trips(list(range(n))))
     rng = random.Random(5)
     t.upsert(trips(rng.sample(range(n), 300), ts=2, name="u"))
@@ -260,13 +254,7 @@ def test_a_key_back_in_another_file_group_is_one_update_in_splits(
     """A key deleted (or overwritten away) and inserted again inside the window lands in another
     file group: the whole query calls it an update, and so must the splits (split apart, the
     groups gave a delete and an insert, which applied in the other order lose the row)."""
-    t = oxlake.create_table(
-        table_path,
-        SCHEMA,
-        record_key="id",
-        ordering_field="ts",
-        table_type=table_type,  # type: ignore[arg-type]
-    )
+    t = create(table_path, table_type, partitioned=False)
     a = t.insert(trips([1, 2]), target_file_size=1)
     if removal == "delete":
         t.delete(trips([1]).select(["id", "city"]))
