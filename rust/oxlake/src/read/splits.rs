@@ -140,7 +140,7 @@ impl Table {
     /// bytes (its footer tells how many rows it has); parts of fewer than [`MIN_PIECE_ROWS`] rows
     /// are not made. Every part of a slice with logs reads all of them (and its first part the
     /// rest of the base file's keys, [`RowRange::owns_log_inserts`]), so such a file is cut into
-    /// no more parts than its logs fit in it: the logs are read again by each part.
+    /// no more parts than twice the times its logs fit in it ([`Table::row_ranges`]).
     async fn cut_by_rows(&self, slices: Vec<PlannedSlice>, total: u64, pieces: u64) -> Result<Vec<PlannedSlice>> {
         let mut out = Vec::with_capacity(slices.len());
         for slice in slices {
