@@ -121,24 +121,26 @@ pub struct RowRange {
 impl RowRange {
     /// The rows as a selection over the whole file.
     pub fn selection(&self) -> parquet::arrow::arrow_reader::RowSelection {
-        use parquet::arrow::arrow_reader::RowSelector;
-        let (start, end) = (self.start.min(self.total), self.end.min(self.total));
-        let parts = [
-            RowSelector::skip(start as usize),
-            RowSelector::select(end.saturating_sub(start) as usize),
-            RowSelector::skip((self.total - end.max(start)) as usize),
-        ];
-        parts.into_iter().filter(|s| s.row_count > 0).collect::<Vec<_>>().into()
+        self.over_file(true)
     }
 
     /// The other rows of the file, as a selection over the whole file.
     pub fn outside(&self) -> parquet::arrow::arrow_reader::RowSelection {
+        self.over_file(false)
+    }
+
+    /// The rows before, inside and after the range, the inside ones selected or the others.
+    fn over_file(&self, inside: bool) -> parquet::arrow::arrow_reader::RowSelection {
         use parquet::arrow::arrow_reader::RowSelector;
         let (start, end) = (self.start.min(self.total), self.end.min(self.total));
+        let piece = |rows: u64, selected: bool| match selected {
+            true => RowSelector::select(rows as usize),
+            false => RowSelector::skip(rows as usize),
+        };
         let parts = [
-            RowSelector::select(start as usize),
-            RowSelector::skip(end.saturating_sub(start) as usize),
-            RowSelector::select((self.total - end.max(start)) as usize),
+            piece(start, !inside),
+            piece(end.saturating_sub(start), inside),
+            piece(self.total - end.max(start), !inside),
         ];
         parts.into_iter().filter(|s| s.row_count > 0).collect::<Vec<_>>().into()
     }
