@@ -199,7 +199,8 @@ def main() -> int:
 
 def print_stages(events: Path, seen: int) -> int:
     """Prints the Spark stages completed since the first `seen` ones of the event log, longest
-    first: seconds, tasks and the plan operators of the stage's RDDs. Returns how many there are."""
+    first: seconds, tasks, the stage's call site and the plan operators of its RDDs. Returns how
+    many there are."""
     import json
 
     stages = []
@@ -210,11 +211,12 @@ def print_stages(events: Path, seen: int) -> int:
                 info = event["Stage Info"]
                 scopes = [json.loads(r["Scope"])["name"] for r in info["RDD Info"] if r.get("Scope")]
                 secs = (info["Completion Time"] - info["Submission Time"]) / 1000
-                stages.append((secs, info["Number of Tasks"], ", ".join(dict.fromkeys(reversed(scopes)))))
+                operators = ", ".join(dict.fromkeys(reversed(scopes)))
+                stages.append((secs, info["Number of Tasks"], info["Stage Name"], operators))
     new = stages[seen:]
-    print(f"  {len(new)} stages, {sum(s for s, _, _ in new):.1f} s in all; the longest:")
-    for secs, tasks, scopes in sorted(new, reverse=True)[:12]:
-        print(f"  {secs:7.1f} s {tasks:4d} tasks  {scopes}")
+    print(f"  {len(new)} stages, {sum(s[0] for s in new):.1f} s in all; the longest:")
+    for secs, tasks, name, operators in sorted(new, reverse=True)[:12]:
+        print(f"  {secs:7.1f} s {tasks:4d} tasks  {name}: {operators}")
     return len(stages)
 
 

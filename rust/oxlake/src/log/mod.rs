@@ -557,6 +557,14 @@ pub async fn record_keys(
     Ok(keys.into_iter().map(|(k, state)| (k, state == KeyState::Written)).collect())
 }
 
+/// The record keys of every data and delete block of some log files, of any instant, committed,
+/// rolled back or compacted alike: every key a merge over those files may return or hide
+/// (tables with meta fields; damaged blocks are skipped, as [`record_keys`] does).
+pub async fn every_record_key(storage: &Storage, logs: &[LogFile]) -> Result<HashSet<String>> {
+    let blocks = read_blocks(storage, logs, None).await?;
+    Ok(keys_of_blocks(blocks, &crate::keys::StoredKeys::Meta)?.into_keys().collect())
+}
+
 /// What the last block of a slice's logs holding a key did to it. Ordered from the state a write
 /// finds most to its liking: a key written beats one held deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

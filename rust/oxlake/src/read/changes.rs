@@ -27,7 +27,7 @@ use datafusion::execution::context::SessionContext;
 use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::logical_expr::{Expr, lit, when};
 
-use super::{HudiTableProvider, ScanOptions, ScanPlan};
+use super::{HudiTableProvider, PlannedSlice, ScanOptions, ScanPlan};
 use crate::error::{Error, Result};
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
@@ -65,13 +65,16 @@ impl Table {
             return Box::pin(self.with_archived_timeline().await?.plan_changes(opts)).await;
         }
         let (touched, together) = self.touched_and_rewritten(&self.instants_between(&start, &end)).await?;
-        let before = ScanPlan {
+        let mut before = ScanPlan {
             slices: self.slices_of(&touched, &start, "start").await?,
             upper: start.clone(),
             commit_range: None,
         };
-        let after =
+        let mut after =
             ScanPlan { slices: self.slices_of(&touched, &end, "end").await?, upper: end.clone(), commit_range: None };
+        if self.config().populate_meta_fields {
+            read_by_logged_keys(&mut before, &mut after);
+        }
         Ok(Some(ChangePlan { before, after, start, end, together }))
     }
 
@@ -131,6 +134,26 @@ impl Table {
             value.alias(name)
         });
         Ok(joined.filter(changed)?.select(columns.chain([kind]))?)
+    }
+}
+
+/// Marks the file groups whose two snapshots share their base file, the logs read at `start`
+/// being among those read at `end`, to be read by the keys of the latter logs on both sides
+/// ([`PlannedSlice::keys_of`]): the same base rows under the same log blocks merge alike, so only
+/// a key some block of those logs holds (of any instant, rolled back or not) can differ. A
+/// change of 1% of a large file group then reads that 1% of its base file, not all of it. Other
+/// groups (a new base file in the window, logs gone since `start`) are read whole.
+fn read_by_logged_keys(before: &mut ScanPlan, after: &mut ScanPlan) {
+    let mut at_start: std::collections::HashMap<FileGroupId, &mut PlannedSlice> =
+        before.slices.iter_mut().map(|s| (s.group_id(), s)).collect();
+    for end in after.slices.iter_mut().filter(|s| !s.logs.is_empty()) {
+        let Some(start) = at_start.remove(&end.group_id()) else { continue };
+        let base = |s: &PlannedSlice| s.base.as_ref().map(|b| (b.path.clone(), b.rows));
+        let later: HashSet<&str> = end.logs.iter().map(|l| l.path.as_str()).collect();
+        if base(start) == base(end) && start.logs.iter().all(|l| later.contains(l.path.as_str())) {
+            start.keys_of = Some(end.logs.clone());
+            end.keys_of = Some(end.logs.clone());
+        }
     }
 }
 

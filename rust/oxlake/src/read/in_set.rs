@@ -10,8 +10,8 @@
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, BooleanArray};
-use arrow::compute::cast;
+use arrow::array::{Array, ArrayRef, BooleanArray, StringArray};
+use arrow::compute::{cast, max_string, min_string};
 use arrow::datatypes::DataType;
 use arrow::row::{RowConverter, SortField};
 use datafusion::common::{Result as DfResult, ScalarValue};
@@ -28,8 +28,13 @@ pub(crate) const LONG_LIST: usize = 20;
 /// whose coercion reports the error).
 pub(crate) fn in_set(col: Expr, data_type: &DataType, values: &[ScalarValue], negated: bool) -> Option<Expr> {
     let array = ScalarValue::iter_to_array(values.iter().cloned()).ok()?;
-    let array = cast(&array, data_type).ok()?;
-    let set = ValueSet::new(&array).ok()?;
+    in_array(col, &cast(&array, data_type).ok()?, negated)
+}
+
+/// [`in_set`] of the values of an array of the column's type; `None`, unless negated, when no
+/// value bounds the column (none, or every one null).
+pub(crate) fn in_array(col: Expr, array: &ArrayRef, negated: bool) -> Option<Expr> {
+    let set = ValueSet::new(array).ok()?;
     let has_null = array.null_count() > 0;
     let udf = ScalarUDF::new_from_impl(InSet {
         set: Arc::new(set),
@@ -41,13 +46,18 @@ pub(crate) fn in_set(col: Expr, data_type: &DataType, values: &[ScalarValue], ne
     if negated {
         return Some(lookup);
     }
-    let (low, high) = bounds(&array)?;
+    let (low, high) = bounds(array)?;
     Some(col.clone().gt_eq(lit(low)).and(col.lt_eq(lit(high))).and(lookup))
 }
 
 /// The smallest and largest non-null value; `None` when every value is null or they do not
 /// compare.
 fn bounds(array: &ArrayRef) -> Option<(ScalarValue, ScalarValue)> {
+    // Strings, the usual keys, by arrow's kernels: a scalar per value costs an allocation each.
+    if let Some(strings) = array.as_any().downcast_ref::<StringArray>() {
+        let (low, high) = (min_string(strings)?, max_string(strings)?);
+        return Some((ScalarValue::Utf8(Some(low.to_string())), ScalarValue::Utf8(Some(high.to_string()))));
+    }
     let mut range: Option<(ScalarValue, ScalarValue)> = None;
     for i in 0..array.len() {
         if array.is_null(i) {

@@ -169,9 +169,20 @@ pub struct PlannedSlice {
     pub base: Option<PlannedFile>,
     /// The log files merged over the base, oldest first.
     pub logs: Vec<LogFile>,
+    /// When set, only the rows whose record key a data or delete block of these log files holds
+    /// are read: a change query reads so the two snapshots of a file group that share their base
+    /// file, since no other key can differ between them ([`changes`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys_of: Option<Vec<LogFile>>,
 }
 
 impl PlannedSlice {
+    /// Whether the slice is read by the merge-on-read node: it has log files, or its rows are
+    /// chosen by their keys.
+    pub fn merged(&self) -> bool {
+        !self.logs.is_empty() || self.keys_of.is_some()
+    }
+
     /// Bytes of the files the slice reads (of a base file cut by rows, its rows' share).
     pub fn size(&self) -> u64 {
         let base = self.base.as_ref().map_or(0, |b| match b.rows {
@@ -205,6 +216,7 @@ impl PlannedSlice {
             file_id: g.file_id.clone(),
             base,
             logs,
+            keys_of: None,
         })
     }
 }

@@ -20,7 +20,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 
-use arrow::array::{Array, BooleanArray, RecordBatch};
+use arrow::array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -31,6 +31,8 @@ use datafusion::error::Result as DfResult;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::expressions::BinaryExpr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -42,6 +44,7 @@ use super::merge::{LogSide, MergeSpec, VirtualKeys};
 use crate::error::{Error, Result};
 use crate::format::log_block::DeleteRecord;
 use crate::log::{self, Admission, LogContent};
+use crate::schema::RECORD_KEY;
 use crate::schema::internal::{ColumnHistory, FileColumns};
 use crate::storage::Storage;
 use crate::table::fs_view::LogFile;
@@ -59,6 +62,9 @@ pub struct SliceScan {
     pub rows: Option<RowRange>,
     /// The slice's log files.
     pub logs: Vec<LogFile>,
+    /// When set, only the rows whose record key these log files hold are merged
+    /// ([`super::PlannedSlice::keys_of`]).
+    pub keys_of: Option<Vec<LogFile>>,
 }
 
 impl SliceScan {
@@ -225,6 +231,8 @@ struct SliceState {
     /// Merged batches of the last base batch not yet returned.
     merged: VecDeque<RecordBatch>,
     rest: Option<VecDeque<RecordBatch>>,
+    /// The slice's [`keys_predicate`].
+    keyed: Option<Option<Arc<dyn PhysicalExpr>>>,
 }
 
 impl GroupState {
@@ -262,7 +270,8 @@ impl GroupState {
                 let rest = match cur.slice.rows {
                     Some(rows) if !rows.owns_log_inserts() => Vec::new(),
                     Some(rows) => {
-                        claim_outside(&self.ctx, &self.task, &mut cur.log, &cur.slice, rows).await?;
+                        let keys = cur.keyed.clone().flatten();
+                        claim_outside(&self.ctx, &self.task, &mut cur.log, &cur.slice, rows, keys).await?;
                         cur.log.remaining(self.task.session_config().batch_size())?
                     }
                     None => cur.log.remaining(self.task.session_config().batch_size())?,
@@ -344,25 +353,54 @@ impl GroupState {
             each,
         )
         .await?;
-        let base = match &slice.base {
-            Some((path, size)) => {
+        let keyed = keys_predicate(ctx, &slice).await?;
+        let base = match (&slice.base, &keyed) {
+            (Some(_), Some(None)) => None, // no key is asked for
+            (Some((path, size)), keyed) => {
                 let rows = slice.rows.map(|r| r.selection());
-                Some(base_stream(ctx, &self.task, path, *size, &ctx.scan_columns, rows, filtered)?)
+                let keys = keyed.clone().flatten();
+                Some(base_stream(ctx, &self.task, path, *size, &ctx.scan_columns, rows, filtered, keys)?)
             }
-            None => None,
+            (None, _) => None,
         };
-        Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None })
+        Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None, keyed })
     }
 }
 
+/// For a slice read by its logs' keys ([`SliceScan::keys_of`]), the predicate that keeps the base
+/// file's rows of those keys: `Some(None)` when the logs hold no key (no base row is read);
+/// `None` for a slice read whole.
+async fn keys_predicate(ctx: &MergeContext, slice: &SliceScan) -> Result<Option<Option<Arc<dyn PhysicalExpr>>>> {
+    let Some(logs) = &slice.keys_of else { return Ok(None) };
+    if ctx.spec.virtual_keys.is_some() {
+        return Err(Error::unsupported(format!(
+            "file group {}: rows chosen by record key in a table without meta fields (no record keys)",
+            slice.file_id
+        )));
+    }
+    let keys = log::every_record_key(&ctx.storage, logs).await?;
+    let keys: ArrayRef = Arc::new(StringArray::from_iter_values(keys.iter()));
+    let column = ctx.table_schema.field_with_name(RECORD_KEY)?;
+    let keys = arrow::compute::cast(&keys, column.data_type())?;
+    let Some(expr) = super::in_set::in_array(datafusion::prelude::col(RECORD_KEY), &keys, false) else {
+        return Ok(Some(None));
+    };
+    let schema = datafusion::common::DFSchema::try_from(ctx.table_schema.as_ref().clone())?;
+    let props = datafusion::execution::context::ExecutionProps::new();
+    let planning = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
+    Ok(Some(Some(datafusion::physical_expr::create_physical_expr(&expr, &schema, &props, &planning)?)))
+}
+
 /// Marks as claimed the log versions of the keys that the base file's rows outside `rows` hold
-/// (another part of the cut file merges them), reading only the key columns of those rows.
+/// (another part of the cut file merges them), reading only the key columns of those rows (those
+/// of `keys` only, when the slice is read by keys).
 async fn claim_outside(
     ctx: &MergeContext,
     task: &Arc<TaskContext>,
     log: &mut LogSide,
     slice: &SliceScan,
     rows: RowRange,
+    keys: Option<Arc<dyn PhysicalExpr>>,
 ) -> Result<()> {
     let Some((path, size)) = &slice.base else { return Ok(()) };
     if log.is_empty() {
@@ -394,7 +432,7 @@ async fn claim_outside(
     }
     // The rows the other parts merge: those their scans keep under the same predicate.
     let filtered = !crate::keys::has_default_segment(&slice.partition);
-    let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), filtered)?;
+    let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), filtered, keys)?;
     while let Some(batch) = crate::storage::decoding(path, stream.next().map(Ok)).await? {
         let batch = batch.map_err(|e| Error::from(e).in_file(path))?;
         log.claim(&keys_spec.keys(&batch)?);
@@ -403,7 +441,9 @@ async fn claim_outside(
 }
 
 /// The Parquet scan of a base file: the table's `columns` (indices into the table schema),
-/// `rows` of it (all when `None`), with the key-only predicate pushed down when `filtered`.
+/// `rows` of it (all when `None`), with the key-only predicate pushed down when `filtered`, and
+/// the rows of `keys` only when given (a predicate on the record key).
+#[allow(clippy::too_many_arguments)]
 fn base_stream(
     ctx: &MergeContext,
     task: &Arc<TaskContext>,
@@ -412,6 +452,7 @@ fn base_stream(
     columns: &[usize],
     rows: Option<parquet::arrow::arrow_reader::RowSelection>,
     filtered: bool,
+    keys: Option<Arc<dyn PhysicalExpr>>,
 ) -> Result<SendableRecordBatchStream> {
     // A file of an older schema version is read under its own column names (the key and
     // partition columns the predicate uses keep theirs).
@@ -421,8 +462,12 @@ fn base_stream(
         .and_then(|c| crate::format::file_name::base_file_instant(path).and_then(|t| c.columns_at(&t)));
     let file_schema = view.as_ref().map_or_else(|| ctx.table_schema.clone(), |v| v.file_schema(&ctx.table_schema));
     let mut source = ParquetSource::new(file_schema).with_table_parquet_options(ctx.parquet_options.clone());
-    if let Some(p) = ctx.base_predicate.as_ref().filter(|_| filtered) {
-        source = source.with_predicate(p.clone());
+    let predicate = match (ctx.base_predicate.clone().filter(|_| filtered), keys) {
+        (Some(p), Some(k)) => Some(Arc::new(BinaryExpr::new(p, Operator::And, k)) as Arc<dyn PhysicalExpr>),
+        (p, k) => p.or(k),
+    };
+    if let Some(p) = predicate {
+        source = source.with_predicate(p);
     }
     let file = super::provider::partitioned_file(&ctx.storage, path, size);
     let file = match rows {
@@ -654,6 +699,7 @@ mod tests {
             base: None,
             rows: None,
             logs: s.logs.clone(),
+            keys_of: None,
         };
         let exec = MergeOnReadExec::try_new(vec![vec![scan]], MergeContext::all_columns(&t, &upper).unwrap()).unwrap();
         let session = crate::read::session(&t, Some(1), None).unwrap();
@@ -732,6 +778,7 @@ mod tests {
             base: slices[0].base.as_ref().map(|b| (b.path.clone(), b.size)),
             rows: None,
             logs: slices[0].logs.clone(),
+            keys_of: None,
         };
         let mut outputs = Vec::new();
         for limit in [None, Some(BUDGET)] {
@@ -850,6 +897,7 @@ mod tests {
             base: Some((file.path.clone(), file.size)),
             rows,
             logs: large.logs.iter().chain(&small.logs).cloned().collect(),
+            keys_of: None,
         };
         let read = |slices: Vec<SliceScan>, limit: Option<usize>| {
             let exec = MergeOnReadExec::try_new(vec![slices], ctx.clone()).unwrap();

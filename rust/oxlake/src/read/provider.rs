@@ -66,7 +66,7 @@ impl HudiTableProvider {
         let cfg = table.config();
         let schema = table.schema();
         Ok(HudiTableProvider {
-            merge: match plan.slices.iter().any(|s| !s.logs.is_empty()) {
+            merge: match plan.slices.iter().any(PlannedSlice::merged) {
                 true => Some(MergeSpec::of_table(cfg, &schema)?),
                 false => None,
             },
@@ -247,6 +247,7 @@ impl HudiTableProvider {
                 base: s.base.as_ref().map(|b| (b.path.clone(), b.size)),
                 rows: s.base.as_ref().and_then(|b| b.rows),
                 logs: s.logs.clone(),
+                keys_of: s.keys_of.clone(),
             })
             .collect();
         let groups = balance_slices(scans, state.config().target_partitions());
@@ -370,8 +371,7 @@ impl TableProvider for HudiTableProvider {
         if extra {
             scan_projection.push(commit_idx);
         }
-        let (merged, plain): (Vec<&PlannedSlice>, Vec<&PlannedSlice>) =
-            slices.into_iter().partition(|s| !s.logs.is_empty());
+        let (merged, plain): (Vec<&PlannedSlice>, Vec<&PlannedSlice>) = slices.into_iter().partition(|s| s.merged());
         let limit = if self.commit_range.is_some() || !merged.is_empty() { None } else { limit };
         let mut plans: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
         // Files of one schema version are read together, under their own column names.

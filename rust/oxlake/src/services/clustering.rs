@@ -263,6 +263,7 @@ async fn planned_slices(storage: &Storage, group: &ClusteringGroup) -> Result<Ve
                 rows: None,
             }),
             logs,
+            keys_of: None,
         });
     }
     Ok(slices)

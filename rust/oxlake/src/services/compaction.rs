@@ -546,6 +546,7 @@ async fn write_compacted(
                     },
                     rows: None,
                     logs: logs_of(&storage, &op).await?,
+                    keys_of: None,
                 };
                 let exec = MergeOnReadExec::try_new(vec![vec![slice]], (*ctx).clone())?;
                 let stream = exec.execute(0, task)?;
