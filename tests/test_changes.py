@@ -8,7 +8,11 @@ histories of both table types, for the whole query and for the splits workers re
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +300,39 @@ def test_a_group_whose_base_the_window_kept_is_read_by_its_logs_keys(table_path:
     assert keyed_groups(t, a.instant)[large] == (False, False)  # a new base file in the window
     law(a.instant)
     law(b.instant)
+
+
+def test_splits_read_by_logs_keys_survive_a_rollback_deleting_a_listed_log(table_path: str) -> None:
+    """Splits planned while a killed writer's log file is listed, read after its rollback deleted
+    that file: the keys of the group's logs are read without it (the merge skips a log no
+    completed instant wrote; the keys' lookup failed on it), and the changes are the window's."""
+    t = oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        ordering_field="ts",
+        table_type="merge_on_read",
+        metadata=False,  # files listed from storage: the killed write's log is among them
+        heartbeat_interval=0.2,
+    )
+    a = t.insert(trips(list(range(10))))
+    b = t.upsert(trips([1, 2], ts=2, name="b"))
+    writer = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import oxlake; "
+        "from conftest import trips; "
+        f"oxlake.Table({table_path!r}, heartbeat_interval=0.2).upsert(trips([3, 4], ts=5, name='killed'))"
+    )
+    env = dict(os.environ, OXLAKE_FAILPOINT="before-commit")
+    assert subprocess.run([sys.executable, "-c", writer], env=env, capture_output=True).returncode != 0
+    splits = t.splits(query="changes", start=a.instant, end=b.instant, target_bytes=1)
+    assert set(keyed_groups(t, a.instant).values()) == {(True, True)}
+    time.sleep(1)  # the killed writer's heartbeat expires
+    assert len(t.rollback_failed()) == 1
+    changes = pa.concat_tables([t.scan_split(s).to_arrow() for s in splits])
+    assert sorted(zip(changes["id"].to_pylist(), changes["name"].to_pylist(), strict=True)) == [
+        (1, "b1"),
+        (2, "b2"),
+    ]
 
 
 @pytest.mark.parametrize("table_type", TABLE_TYPES)

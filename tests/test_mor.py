@@ -490,3 +490,52 @@ def test_an_aborted_compaction_keeps_its_plan_and_a_compaction_on_cow_is_refused
     with pytest.raises(oxlake.InvalidArgumentError, match="merge-on-read"):
         native.begin_compaction(cow._t)
     assert native.compaction_due(cow._t) is None
+
+
+@pytest.mark.parametrize("version", [6, 8])
+def test_an_incremental_read_of_logs_over_an_older_base_file_reads_their_keys(
+    table_path: str, version: int
+) -> None:
+    """A slice whose base file was written before an incremental window holds none of its rows
+    there: it is read by the keys its logs hold (the plan's `keys_of`), not merged whole. The
+    window's rows are the same: updates, a version that loses to the base (not in the window),
+    new keys; read whole and in splits cut by rows. A window reaching the base file's commit, or
+    a compaction's, reads the slice whole."""
+    n = 30_000
+    t = oxlake.create_table(
+        table_path,
+        SCHEMA,
+        record_key="id",
+        ordering_field="ts",
+        table_type="merge_on_read",
+        table_version=version,
+    )
+    a = t.insert(trips(list(range(n))))
+    b = t.upsert(trips(list(range(0, n, 300)), ts=2, name="b"))  # 100 keys
+    c = t.upsert(trips([*range(1, n, 600), n, n + 1], ts=0, name="c"))  # 50 lose to the base
+
+    def keyed(start: oxlake.WriteResult | None) -> set[bool]:
+        window = {"query": "incremental", "start": checkpoint(start) if start else None}
+        plans = [json.loads(s.data)["Scan"] for s in t.splits(**window)]
+        return {s.get("keys_of") is not None for p in plans for s in p["slices"] if s["logs"]}
+
+    def window(start: oxlake.WriteResult | None) -> dict[int, str]:
+        args = {"query": "incremental", "start": checkpoint(start) if start else None}
+        whole = {r["id"]: r["name"] for r in rows(t.to_arrow(**args))}
+        parts = [t.scan_split(s).to_arrow() for s in t.splits(**args, min_splits=3)]
+        assert {r["id"]: r["name"] for r in rows(pa.concat_tables(parts))} == whole
+        return whole
+
+    assert keyed(a) == {True} and keyed(None) == {False}
+    updated = {i: f"b{i}" for i in range(0, n, 300)}
+    assert window(a) == {**updated, n: f"c{n}", n + 1: f"c{n + 1}"}
+    assert window(b) == {n: f"c{n}", n + 1: f"c{n + 1}"}
+    assert len(window(None)) == n + 2
+    t.compact()
+    d = t.upsert(trips([7, n + 2], ts=3, name="d"))
+    assert keyed(c) == {False}  # the compaction's base file is inside the window
+    assert window(c) == {7: "d7", n + 2: f"d{n + 2}"}
+    t.upsert(trips([8, 9], ts=0, name="e"))  # 8 and 9 lose to the compacted base
+    t.upsert(trips([10], ts=4, name="f"))
+    assert keyed(d) == {True}  # the compaction's base file is before it
+    assert window(d) == {10: "f10"}

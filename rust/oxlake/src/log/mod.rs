@@ -559,9 +559,17 @@ pub async fn record_keys(
 
 /// The record keys of every data and delete block of some log files, of any instant, committed,
 /// rolled back or compacted alike: every key a merge over those files may return or hide
-/// (tables with meta fields; damaged blocks are skipped, as [`record_keys`] does).
+/// (tables with meta fields). Damaged blocks are skipped, as [`record_keys`] does, and so is a
+/// file gone since it was listed (a rolled-back write's): a merge finds nothing there either, or
+/// fails on it.
 pub async fn every_record_key(storage: &Storage, logs: &[LogFile]) -> Result<HashSet<String>> {
-    let blocks = read_blocks(storage, logs, None).await?;
+    let mut blocks = Vec::new();
+    for log in logs {
+        let Some(data) = storage.get_opt(&log.path).await? else { continue };
+        let path = &log.path;
+        blocks
+            .extend(checked_blocks(path, &data, None)?.into_iter().map(|block| Located { path: path.clone(), block }));
+    }
     Ok(keys_of_blocks(blocks, &crate::keys::StoredKeys::Meta)?.into_keys().collect())
 }
 

@@ -253,6 +253,24 @@ impl ScanPlan {
     }
 }
 
+/// Marks the slices of an incremental read whose base file holds no row of the `window` to be read
+/// by the keys of their logs ([`PlannedSlice::keys_of`]): a row of the window is then a log's, and
+/// a key no log holds merges to its base row, which the window's filter drops anyway. A row's
+/// commit time is at most the instant that wrote its base file (compactions and clusterings keep
+/// earlier ones), so a base file written before every instant of the window holds none of its rows.
+fn read_by_logged_keys(slices: &mut [PlannedSlice], window: &CommitWindow) {
+    let before_window = |written: &str| match window {
+        CommitWindow::Range(start, _) => written <= start.as_str(),
+        CommitWindow::Instants(times) => times.iter().all(|t| written < t.as_str()),
+    };
+    for slice in slices.iter_mut().filter(|s| !s.logs.is_empty()) {
+        let written = slice.base.as_ref().and_then(|b| crate::format::file_name::base_file_instant(&b.path));
+        if written.is_some_and(|w| before_window(&w)) {
+            slice.keys_of = Some(slice.logs.clone());
+        }
+    }
+}
+
 impl Table {
     /// Chooses the file slices a query reads; no data file is opened.
     pub async fn plan_scan(&self, opts: &ScanOptions) -> Result<ScanPlan> {
@@ -346,13 +364,16 @@ impl Table {
                     return Ok(ScanPlan::default());
                 };
                 let touched = self.touched_file_groups(&admitted).await?;
-                let slices = self.slices_of(&touched, &upper, "end").await?;
+                let mut slices = self.slices_of(&touched, &upper, "end").await?;
                 let window = match by_completion {
                     true => CommitWindow::Instants(admitted.iter().map(|i| i.time.clone()).collect()),
                     false => CommitWindow::Range(start, end),
                 };
                 // Without meta fields rows carry no commit time: whole files of the window are read.
                 let commit_range = self.config().populate_meta_fields.then_some(window);
+                if let Some(window) = &commit_range {
+                    read_by_logged_keys(&mut slices, window);
+                }
                 Ok(ScanPlan { slices, upper, commit_range })
             }
         }

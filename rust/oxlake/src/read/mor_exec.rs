@@ -379,12 +379,15 @@ async fn keys_predicate(ctx: &MergeContext, slice: &SliceScan) -> Result<Option<
         )));
     }
     let keys = log::every_record_key(&ctx.storage, logs).await?;
+    if keys.is_empty() {
+        return Ok(Some(None));
+    }
     let keys: ArrayRef = Arc::new(StringArray::from_iter_values(keys.iter()));
     let column = ctx.table_schema.field_with_name(RECORD_KEY)?;
     let keys = arrow::compute::cast(&keys, column.data_type())?;
-    let Some(expr) = super::in_set::in_array(datafusion::prelude::col(RECORD_KEY), &keys, false) else {
-        return Ok(Some(None));
-    };
+    let expr = super::in_set::in_array(datafusion::prelude::col(RECORD_KEY), &keys, false).ok_or_else(|| {
+        Error::invalid_data(format!("file group {}: its logs' keys do not make a set of record keys", slice.file_id))
+    })?;
     let schema = datafusion::common::DFSchema::try_from(ctx.table_schema.as_ref().clone())?;
     let props = datafusion::execution::context::ExecutionProps::new();
     let planning = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
