@@ -336,6 +336,25 @@ def test_splits_read_by_logs_keys_survive_a_rollback_deleting_a_listed_log(table
 
 
 @pytest.mark.parametrize("table_type", TABLE_TYPES)
+def test_an_update_in_the_default_partition_carries_its_null_partition_value(
+    table_path: str, table_type: str
+) -> None:
+    """ "" and null name the same default partition, so a key may go from one to the other in
+    place: its update carries the end's null, not the start's "" (partition columns were filled
+    from the start where the end's value was null). A delete still carries the start's."""
+    t = create(table_path, table_type)
+    a = t.insert(trips([1, 2], city=""))
+    t.upsert(trips([1], ts=3, name="b").set_column(2, "city", pa.array([None], pa.string())))
+    t.delete(trips([2], city="").select(["id", "city"]))
+    changes = {r["id"]: r for r in t.to_arrow(query="changes", start=a.instant).to_pylist()}
+    assert (changes[1]["_change_type"], changes[1]["city"], changes[1]["name"]) == ("update", None, "b1")
+    assert (changes[2]["_change_type"], changes[2]["city"]) == ("delete", "")
+    assert apply(state(t.to_arrow(as_of=a.instant)), t.to_arrow(query="changes", start=a.instant)) == state(
+        t.to_arrow()
+    )
+
+
+@pytest.mark.parametrize("table_type", TABLE_TYPES)
 @pytest.mark.parametrize("removal", ["delete", "overwrite_table"])
 def test_a_key_back_in_another_file_group_is_one_update_in_splits(
     table_path: str, table_type: str, removal: str

@@ -24,7 +24,6 @@ use std::sync::Arc;
 use datafusion::common::{Column, JoinType};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
-use datafusion::functions::core::expr_fn::coalesce;
 use datafusion::logical_expr::{Expr, lit, when};
 
 use super::{HudiTableProvider, PlannedSlice, ScanOptions, ScanPlan};
@@ -128,12 +127,22 @@ impl Table {
             .when(e(RECORD_KEY).is_null(), lit("delete"))
             .otherwise(lit("update"))?
             .alias(CHANGE_TYPE);
-        let columns = schema.fields().iter().map(|f| {
-            let name = f.name().as_str();
-            let value = if carried_set.contains(name) { coalesce(vec![e(name), s(name)]) } else { e(name) };
-            value.alias(name)
-        });
-        Ok(joined.filter(changed)?.select(columns.chain([kind]))?)
+        // A row present at the end carries its values there, nulls included (a partition column
+        // null at the end and "" at the start names the same default partition); a deleted row,
+        // the start's identifying ones.
+        let columns = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let name = f.name().as_str();
+                let value = match carried_set.contains(name) {
+                    true => when(e(RECORD_KEY).is_null(), s(name)).otherwise(e(name))?,
+                    false => e(name),
+                };
+                Ok(value.alias(name))
+            })
+            .collect::<datafusion::error::Result<Vec<Expr>>>()?;
+        Ok(joined.filter(changed)?.select(columns.into_iter().chain([kind]))?)
     }
 }
 

@@ -532,7 +532,8 @@ impl Table {
     /// latest snapshot, or a window of commits).
     pub(crate) async fn read_as(&self, plan: &ScanPlan) -> Result<Option<Table>> {
         let earlier = self.timeline().latest_completed_data().is_some_and(|l| plan.upper < l.time);
-        if plan.commit_range.is_some() || !earlier {
+        // An incremental window that admits no instant plans nothing, as of no instant.
+        if plan.commit_range.is_some() || plan.upper.is_empty() || !earlier {
             return Ok(None);
         }
         self.with_schema_as_of(&plan.upper).await
