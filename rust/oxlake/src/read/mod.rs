@@ -258,7 +258,7 @@ impl ScanPlan {
 /// a key no log holds merges to its base row, which the window's filter drops anyway. A row's
 /// commit time is at most the instant that wrote its base file (compactions and clusterings keep
 /// earlier ones), so a base file written before every instant of the window holds none of its rows.
-fn read_by_logged_keys(slices: &mut [PlannedSlice], window: &CommitWindow) {
+fn read_older_bases_by_logged_keys(slices: &mut [PlannedSlice], window: &CommitWindow) {
     let before_window = |written: &str| match window {
         CommitWindow::Range(start, _) => written <= start.as_str(),
         CommitWindow::Instants(times) => times.iter().all(|t| written < t.as_str()),
@@ -372,7 +372,7 @@ impl Table {
                 // Without meta fields rows carry no commit time: whole files of the window are read.
                 let commit_range = self.config().populate_meta_fields.then_some(window);
                 if let Some(window) = &commit_range {
-                    read_by_logged_keys(&mut slices, window);
+                    read_older_bases_by_logged_keys(&mut slices, window);
                 }
                 Ok(ScanPlan { slices, upper, commit_range })
             }

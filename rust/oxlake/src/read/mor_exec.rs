@@ -231,8 +231,8 @@ struct SliceState {
     /// Merged batches of the last base batch not yet returned.
     merged: VecDeque<RecordBatch>,
     rest: Option<VecDeque<RecordBatch>>,
-    /// The slice's [`keys_predicate`].
-    keyed: Option<Option<Arc<dyn PhysicalExpr>>>,
+    /// Which of its base file's rows the slice reads ([`base_rows`]).
+    rows_read: BaseRows,
 }
 
 impl GroupState {
@@ -270,7 +270,7 @@ impl GroupState {
                 let rest = match cur.slice.rows {
                     Some(rows) if !rows.owns_log_inserts() => Vec::new(),
                     Some(rows) => {
-                        let keys = cur.keyed.clone().flatten();
+                        let keys = cur.rows_read.predicate();
                         claim_outside(&self.ctx, &self.task, &mut cur.log, &cur.slice, rows, keys).await?;
                         cur.log.remaining(self.task.session_config().batch_size())?
                     }
@@ -353,25 +353,43 @@ impl GroupState {
             each,
         )
         .await?;
-        let keyed = keys_predicate(ctx, &slice).await?;
-        let base = match (&slice.base, &keyed) {
-            (Some(_), Some(None)) => None, // no key is asked for
-            (Some((path, size)), keyed) => {
+        let rows_read = base_rows(ctx, &slice).await?;
+        let base = match (&slice.base, &rows_read) {
+            (Some((path, size)), BaseRows::All | BaseRows::OfKeys(_)) => {
                 let rows = slice.rows.map(|r| r.selection());
-                let keys = keyed.clone().flatten();
+                let keys = rows_read.predicate();
                 Some(base_stream(ctx, &self.task, path, *size, &ctx.scan_columns, rows, filtered, keys)?)
             }
-            (None, _) => None,
+            (Some(_), BaseRows::None) | (None, _) => None,
         };
-        Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None, keyed })
+        Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None, rows_read })
     }
 }
 
-/// For a slice read by its logs' keys ([`SliceScan::keys_of`]), the predicate that keeps the base
-/// file's rows of those keys: `Some(None)` when the logs hold no key (no base row is read);
-/// `None` for a slice read whole.
-async fn keys_predicate(ctx: &MergeContext, slice: &SliceScan) -> Result<Option<Option<Arc<dyn PhysicalExpr>>>> {
-    let Some(logs) = &slice.keys_of else { return Ok(None) };
+/// Which of its base file's rows a slice reads.
+enum BaseRows {
+    /// Every row (of its row range).
+    All,
+    /// None: the slice is read by its logs' keys, and they hold none.
+    None,
+    /// Those whose record key the predicate keeps (the keys of [`SliceScan::keys_of`]).
+    OfKeys(Arc<dyn PhysicalExpr>),
+}
+
+impl BaseRows {
+    /// The predicate choosing the rows by key, if any.
+    fn predicate(&self) -> Option<Arc<dyn PhysicalExpr>> {
+        match self {
+            BaseRows::OfKeys(p) => Some(p.clone()),
+            BaseRows::All | BaseRows::None => None,
+        }
+    }
+}
+
+/// Which of its base file's rows a slice reads: all, or for a slice read by its logs' keys
+/// ([`SliceScan::keys_of`]) those of the keys.
+async fn base_rows(ctx: &MergeContext, slice: &SliceScan) -> Result<BaseRows> {
+    let Some(logs) = &slice.keys_of else { return Ok(BaseRows::All) };
     if ctx.spec.virtual_keys.is_some() {
         return Err(Error::unsupported(format!(
             "file group {}: rows chosen by record key in a table without meta fields (no record keys)",
@@ -380,7 +398,7 @@ async fn keys_predicate(ctx: &MergeContext, slice: &SliceScan) -> Result<Option<
     }
     let keys = log::every_record_key(&ctx.storage, logs).await?;
     if keys.is_empty() {
-        return Ok(Some(None));
+        return Ok(BaseRows::None);
     }
     let keys: ArrayRef = Arc::new(StringArray::from_iter_values(keys.iter()));
     let column = ctx.table_schema.field_with_name(RECORD_KEY)?;
@@ -391,7 +409,7 @@ async fn keys_predicate(ctx: &MergeContext, slice: &SliceScan) -> Result<Option<
     let schema = datafusion::common::DFSchema::try_from(ctx.table_schema.as_ref().clone())?;
     let props = datafusion::execution::context::ExecutionProps::new();
     let planning = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
-    Ok(Some(Some(datafusion::physical_expr::create_physical_expr(&expr, &schema, &props, &planning)?)))
+    Ok(BaseRows::OfKeys(datafusion::physical_expr::create_physical_expr(&expr, &schema, &props, &planning)?))
 }
 
 /// Marks as claimed the log versions of the keys that the base file's rows outside `rows` hold
