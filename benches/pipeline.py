@@ -71,6 +71,13 @@ def main() -> int:
         default=["random"],
         help="changed input tiles anywhere, or in one contiguous band of rows (as edits of one region)",
     )
+    parser.add_argument(
+        "--case",
+        nargs="+",
+        metavar="CHANGE:SPREAD",
+        help="run these changes only, in this order (e.g. 0.1:random 0.01:clustered), "
+        "instead of every --change for every --spread",
+    )
     parser.add_argument("--path", choices=["auto", "driver", "spark"], default="auto")
     parser.add_argument("--work", help="keep the tables here (default: a temporary directory, removed)")
     parser.add_argument(
@@ -146,29 +153,31 @@ def main() -> int:
 
     rows = []
     seen = print_stages(events, 0) if args.stages else 0
-    for spread in args.spread:
-        for change in args.change:
-            shutil.rmtree(work / "full", ignore_errors=True)
-            shutil.copytree(work / "out", work / "full")
-            n = int(args.partitions * change)
-            if spread == "random":
-                publish(rng.sample(tiles, n))
-            else:
-                band = rng.randrange(len(tiles) - n)
-                publish(tiles[band : band + n])
-            for name, path in [("incremental", work / "out"), ("full", work / "full")]:
-                before = {p for p in path.rglob("*") if p.is_file()}
-                driver = Driver(
-                    spark, Catalog(str(path)), {"roads": inputs}, tasks, incremental_path=args.path
-                )
-                with Peak() as peak:
-                    start = time.perf_counter()
-                    report = driver.run(full=name == "full")
-                    secs = time.perf_counter() - start
-                rows.append((spread, change, name, secs, size(path, before), report, peak.mib))
-                print(rows[-1][:4], flush=True)
-                if args.stages:
-                    seen = print_stages(events, seen)
+    cases = [(s, c) for s in args.spread for c in args.change]
+    if args.case:
+        cases = [(spread, float(change)) for change, spread in (c.split(":") for c in args.case)]
+        if unknown := {s for s, _ in cases} - {"random", "clustered"}:
+            parser.error(f"--case: unknown spread {sorted(unknown)}")
+    for spread, change in cases:
+        shutil.rmtree(work / "full", ignore_errors=True)
+        shutil.copytree(work / "out", work / "full")
+        n = int(args.partitions * change)
+        if spread == "random":
+            publish(rng.sample(tiles, n))
+        else:
+            band = rng.randrange(len(tiles) - n)
+            publish(tiles[band : band + n])
+        for name, path in [("incremental", work / "out"), ("full", work / "full")]:
+            before = {p for p in path.rglob("*") if p.is_file()}
+            driver = Driver(spark, Catalog(str(path)), {"roads": inputs}, tasks, incremental_path=args.path)
+            with Peak() as peak:
+                start = time.perf_counter()
+                report = driver.run(full=name == "full")
+                secs = time.perf_counter() - start
+            rows.append((spread, change, name, secs, size(path, before), report, peak.mib))
+            print(rows[-1][:4], flush=True)
+            if args.stages:
+                seen = print_stages(events, seen)
 
     print(
         f"\n{args.partitions:,} input partitions, Spark local[2]; "
