@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import random
 import subprocess
 import sys
@@ -43,6 +44,9 @@ def state(data: pa.Table) -> dict[int, tuple[Any, ...]]:
 
 
 def apply(before: dict[int, tuple[Any, ...]], changes: pa.Table) -> dict[int, tuple[Any, ...]]:
+    """`before` with `changes` applied, each key changed at most once."""
+    ids = changes["id"].to_pylist()
+    assert len(ids) == len(set(ids)), "a key changed twice"
     out = dict(before)
     for r in changes.to_pylist():
         if r["_change_type"] == "delete":
@@ -302,11 +306,33 @@ def test_a_group_whose_base_the_window_kept_is_read_by_its_logs_keys(table_path:
     law(b.instant)
 
 
-def test_splits_read_by_logs_keys_survive_a_rollback_deleting_a_listed_log(table_path: str) -> None:
-    """Splits planned while a killed writer's log file is listed, read after its rollback deleted
-    that file: the keys of the group's logs are read without it (the merge skips a log no
-    completed instant wrote; the keys' lookup failed on it), and the changes are the window's."""
-    t = oxlake.create_table(
+def killed_upsert(table_path: str, ids: list[int], city: str | None = None) -> None:
+    """An upsert of `ids` killed before it commits: its log file stays, listed, until a rollback."""
+    writer = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import oxlake; "
+        "from conftest import trips; "
+        f"oxlake.Table({table_path!r}, heartbeat_interval=0.2)"
+        f".upsert(trips({ids!r}, ts=5, name='killed', city={city!r}))"
+    )
+    env = dict(os.environ, OXLAKE_FAILPOINT="before-commit")
+    assert subprocess.run([sys.executable, "-c", writer], env=env, capture_output=True).returncode != 0
+
+
+def roll_back_the_killed_write(t: oxlake.Table) -> None:
+    """Rolls the killed write back once its heartbeat (0.2 s) has expired."""
+    deadline = time.monotonic() + 30
+    while not (rolled := t.rollback_failed()):
+        assert time.monotonic() < deadline, "the killed writer's heartbeat never expired"
+        time.sleep(0.1)
+    assert len(rolled) == 1
+
+
+def log_files(table_path: str) -> set[Path]:
+    return {f for f in Path(table_path).rglob("*.log.*") if ".hoodie" not in f.parts}
+
+
+def mor_with_a_killed_write(table_path: str, **options: Any) -> oxlake.Table:
+    return oxlake.create_table(
         table_path,
         SCHEMA,
         record_key="id",
@@ -314,25 +340,89 @@ def test_splits_read_by_logs_keys_survive_a_rollback_deleting_a_listed_log(table
         table_type="merge_on_read",
         metadata=False,  # files listed from storage: the killed write's log is among them
         heartbeat_interval=0.2,
+        **options,
     )
+
+
+def test_splits_read_by_logs_keys_survive_a_rollback_deleting_a_listed_log(table_path: str) -> None:
+    """Splits planned while a killed writer's log file is listed, read after its rollback deleted
+    that file: the keys of the group's logs are read without it (no completed instant wrote it),
+    and the changes are the window's."""
+    t = mor_with_a_killed_write(table_path)
     a = t.insert(trips(list(range(10))))
     b = t.upsert(trips([1, 2], ts=2, name="b"))
-    writer = (
-        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import oxlake; "
-        "from conftest import trips; "
-        f"oxlake.Table({table_path!r}, heartbeat_interval=0.2).upsert(trips([3, 4], ts=5, name='killed'))"
-    )
-    env = dict(os.environ, OXLAKE_FAILPOINT="before-commit")
-    assert subprocess.run([sys.executable, "-c", writer], env=env, capture_output=True).returncode != 0
+    killed_upsert(table_path, [3, 4])
     splits = t.splits(query="changes", start=a.instant, end=b.instant, target_bytes=1)
     assert set(keyed_groups(t, a.instant).values()) == {(True, True)}
-    time.sleep(1)  # the killed writer's heartbeat expires
-    assert len(t.rollback_failed()) == 1
+    roll_back_the_killed_write(t)
     changes = pa.concat_tables([t.scan_split(s).to_arrow() for s in splits])
     assert sorted(zip(changes["id"].to_pylist(), changes["name"].to_pylist(), strict=True)) == [
         (1, "b1"),
         (2, "b2"),
     ]
+
+
+def test_both_sides_read_the_same_keys_when_a_rollback_deletes_a_log_between_them(
+    table_path: str, tmp_path: Path
+) -> None:
+    """A rollback deleting a killed writer's log file after one side of a keyed group has read its
+    keys and before the other has: both sides take the keys of what completed by the end, so
+    they read the same base rows. (When each took every block of the files as it found them,
+    one side read rows 3 and 4 and the other did not, and the query reported them changed.)"""
+    t = mor_with_a_killed_write(table_path)
+    a = t.insert(trips(list(range(10))))
+    b = t.upsert(trips([1, 2], ts=2, name="b"))
+    killed_upsert(table_path, [3, 4])
+    assert set(keyed_groups(t, a.instant).values()) == {(True, True)}
+    (tmp_path / "splits").write_bytes(pickle.dumps(t.splits(query="changes", start=a.instant, end=b.instant)))
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    reader = (
+        "import pickle, oxlake; "
+        f"t = oxlake.Table({table_path!r}); "
+        f"splits = pickle.loads(open({str(tmp_path / 'splits')!r}, 'rb').read()); "
+        "print(sorted((r['id'], r['name'], r['_change_type']) "
+        "for s in splits for r in t.scan_split(s).to_arrow().to_pylist()))"
+    )
+    env = dict(os.environ, OXLAKE_PAUSEPOINT="read-after-logged-keys", OXLAKE_PAUSE_DIR=str(pause))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", reader], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (pause / "reached").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the reader never read a group's keys"
+            time.sleep(0.02)
+        listed = log_files(table_path)
+        roll_back_the_killed_write(t)
+        assert len(log_files(table_path)) == len(listed) - 1  # the killed write's log is gone
+    finally:
+        (pause / "resume").touch()
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert out.strip() == str([(1, "b1", "update"), (2, "b2", "update")])
+
+
+def test_a_group_whose_logs_hold_no_completed_key_reads_none_of_its_base_rows(table_path: str) -> None:
+    """A file group whose only log in the window is a killed write's is read by its logs' keys on
+    both sides, and they hold none that completed: neither side reads a row of its base file,
+    and the window's changes are the other group's."""
+    t = mor_with_a_killed_write(table_path, partition_by=["city"])
+    a = t.insert(trips(list(range(10)), city="x"))
+    [kept] = [g.file_id for g in t.file_groups()]
+    killed_upsert(table_path, [3, 4], city="x")
+    b = t.insert(trips([20, 21], city="y"))
+    assert keyed_groups(t, a.instant)[kept] == (True, True)
+    for changes in [
+        t.to_arrow(query="changes", start=a.instant, end=b.instant),
+        pa.concat_tables(
+            [t.scan_split(s).to_arrow() for s in t.splits(query="changes", start=a.instant, target_bytes=1)]
+        ),
+    ]:
+        assert sorted(zip(changes["id"].to_pylist(), changes["_change_type"].to_pylist(), strict=True)) == [
+            (20, "insert"),
+            (21, "insert"),
+        ]
 
 
 @pytest.mark.parametrize("table_type", TABLE_TYPES)

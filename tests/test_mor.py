@@ -167,6 +167,20 @@ def test_large_slices_merge_in_passes_under_a_small_memory_budget(mor: oxlake.Ta
     assert sum(1 for r in expected if r["name"].startswith("u")) == 10_000
 
 
+def test_a_read_by_logs_keys_merges_in_passes_under_a_small_memory_budget(mor: oxlake.Table) -> None:
+    """A slice read by its logs' keys (an incremental window after its base file) whose keys do
+    not fit a small memory budget: each pass holds the keys of its own share of them, and the
+    window's rows are those read without a budget."""
+    first = mor.insert(trips(list(range(20_000)), city="sf"))
+    mor.upsert(trips(list(range(0, 20_000, 2)), ts=2, name="u", city="sf"))
+    window = {"query": "incremental", "start": checkpoint(first)}
+    [plan] = [json.loads(s.data)["Scan"] for s in mor.splits(**window)]
+    assert [s.get("keys_of") is not None for s in plan["slices"]] == [True]
+    expected = rows(mor.to_arrow(**window))
+    assert [r["name"] for r in expected] == [f"u{i}" for i in range(0, 20_000, 2)]
+    assert rows(mor.to_arrow(**window, memory_limit=256 * 1024)) == expected
+
+
 def test_schema_of_log_blocks_is_the_table_schema(mor: oxlake.Table) -> None:
     mor.insert(trips([1]))
     mor.upsert(

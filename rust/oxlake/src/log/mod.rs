@@ -57,6 +57,11 @@ impl Admission {
         Admission { upper: upper.into(), timeline, committed: Arc::default() }
     }
 
+    /// The same admission up to another instant (the write stats it loaded are shared).
+    pub fn up_to(&self, upper: impl Into<String>) -> Self {
+        Admission { upper: upper.into(), timeline: self.timeline.clone(), committed: self.committed.clone() }
+    }
+
     fn admits(&self, instant: &str) -> bool {
         instant <= self.upper.as_str() && self.timeline.is_committed(instant)
     }
@@ -553,24 +558,26 @@ pub async fn record_keys(
     // keys route writes to its group).
     let compacted = log_compacted(&blocks, |_| true, false)?;
     let blocks = blocks.into_iter().filter(|b| b.block.instant().is_none_or(|i| !compacted.contains(i))).collect();
-    let keys = keys_of_blocks(blocks, stored)?;
+    let keys = keys_of_blocks(blocks, stored, |_| true)?;
     Ok(keys.into_iter().map(|(k, state)| (k, state == KeyState::Written)).collect())
 }
 
-/// The record keys of every data and delete block of some log files, of any instant, committed,
-/// rolled back or compacted alike: every key a merge over those files may return or hide
-/// (tables with meta fields). Damaged blocks are skipped, as [`record_keys`] does, and so is a
-/// file gone since it was listed (a rolled-back write's): a merge finds nothing there either, or
-/// fails on it.
-pub async fn every_record_key(storage: &Storage, logs: &[LogFile]) -> Result<HashSet<String>> {
-    let mut blocks = Vec::new();
-    for log in logs {
-        let Some(data) = storage.get_opt(&log.path).await? else { continue };
-        let path = &log.path;
-        blocks
-            .extend(checked_blocks(path, &data, None)?.into_iter().map(|block| Located { path: path.clone(), block }));
-    }
-    Ok(keys_of_blocks(blocks, &crate::keys::StoredKeys::Meta)?.into_keys().collect())
+/// The record keys of the data and delete blocks of some log files that `admission` admits
+/// (instants up to its upper that its timeline shows completed), rolled back or compacted alike:
+/// every key a merge of those files up to that instant, or up to an earlier one, may return or
+/// hide (tables with meta fields), those `keep` keeps. What completed instants wrote must be there
+/// and whole, as for a merge; a file no completed instant wrote is not needed, so a rollback
+/// deleting a failed write's file while a read runs leaves the keys as they were.
+pub async fn admitted_record_keys(
+    storage: &Storage,
+    logs: &[LogFile],
+    admission: &Admission,
+    keep: impl Fn(&str) -> bool,
+) -> Result<HashSet<String>> {
+    let committed = admission.committed(storage).await?;
+    let blocks = read_blocks(storage, logs, Some(committed.as_ref())).await?;
+    let admitted = blocks.into_iter().filter(|b| b.block.instant().is_some_and(|i| admission.admits(i))).collect();
+    Ok(keys_of_blocks(admitted, &crate::keys::StoredKeys::Meta, keep)?.into_keys().collect())
 }
 
 /// What the last block of a slice's logs holding a key did to it. Ordered from the state a write
@@ -603,12 +610,16 @@ pub async fn committed_record_keys(
     let compacted = log_compacted(&blocks, admits, true)?;
     let admitted =
         blocks.into_iter().filter(|b| b.block.instant().is_some_and(|i| admits(i) && !compacted.contains(i))).collect();
-    keys_of_blocks(admitted, stored)
+    keys_of_blocks(admitted, stored, |_| true)
 }
 
-/// The keys of the data and delete blocks among `blocks` (in log order), each with what the last
-/// of them did to it.
-fn keys_of_blocks(blocks: Vec<Located>, stored: &crate::keys::StoredKeys) -> Result<HashMap<String, KeyState>> {
+/// The keys of the data and delete blocks among `blocks` (in log order) that `keep` keeps, each
+/// with what the last of them did to it.
+fn keys_of_blocks(
+    blocks: Vec<Located>,
+    stored: &crate::keys::StoredKeys,
+    keep: impl Fn(&str) -> bool,
+) -> Result<HashMap<String, KeyState>> {
     let mut keys = HashMap::new();
     for Located { path, block } in blocks {
         let batches: Vec<RecordBatch> = match block.block_type {
@@ -616,18 +627,20 @@ fn keys_of_blocks(blocks: Vec<Located>, stored: &crate::keys::StoredKeys) -> Res
                 let deletes = log_block::decode_deletes(&block.content).map_err(|e| Error::corrupt(&path, e))?;
                 keys.extend(deletes.into_iter().filter_map(|d| {
                     let state = if d.ordering.is_commit_time() { KeyState::Deleted } else { KeyState::DeletedByOrder };
-                    d.record_key.map(|k| (k, state))
+                    d.record_key.filter(|k| keep(k)).map(|k| (k, state))
                 }));
                 continue;
             }
             BlockType::ParquetData => {
-                let builder = parquet_block_reader(&path, &block.content)?;
-                let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), stored.columns());
-                builder
-                    .with_projection(mask)
-                    .build()
-                    .map_err(|e| Error::corrupt(&path, e))?
-                    .collect::<std::result::Result<_, _>>()?
+                // As in `decode_records`: a damaged block must not panic the decoder.
+                let decode = || -> Result<Vec<RecordBatch>> {
+                    let builder = parquet_block_reader(&path, &block.content)?;
+                    let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), stored.columns());
+                    let reader = builder.with_projection(mask).build().map_err(|e| Error::corrupt(&path, e))?;
+                    reader.map(|batch| batch.map_err(|e| Error::corrupt(&path, e))).collect()
+                };
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
+                    .map_err(|_| Error::corrupt(&path, "the Parquet decoder failed on a damaged log block"))??
             }
             BlockType::AvroData => {
                 let Some(writer_schema) = block.header.get(&HeaderKey::Schema) else { continue };
@@ -639,7 +652,7 @@ fn keys_of_blocks(blocks: Vec<Located>, stored: &crate::keys::StoredKeys) -> Res
         };
         for b in batches {
             let written = stored.keys_in(&b, &path)?;
-            keys.extend(written.iter().flatten().map(|k| (k.to_string(), KeyState::Written)));
+            keys.extend(written.iter().flatten().filter(|k| keep(k)).map(|k| (k.to_string(), KeyState::Written)));
         }
     }
     Ok(keys)

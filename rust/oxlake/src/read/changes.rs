@@ -18,7 +18,7 @@
 //! `end`; deleted rows carry their key and partition (the meta columns and the record-key and
 //! partition fields), other columns null.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use datafusion::common::{Column, JoinType};
@@ -26,11 +26,11 @@ use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{Expr, lit, when};
 
-use super::{HudiTableProvider, PlannedSlice, ScanOptions, ScanPlan};
+use super::{HudiTableProvider, KeysOf, PlannedSlice, ScanOptions, ScanPlan};
 use crate::error::{Error, Result};
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
-use crate::table::fs_view::FileGroupId;
+use crate::table::fs_view::{FileGroupId, LogFile};
 
 /// The column a change query adds.
 pub const CHANGE_TYPE: &str = "_change_type";
@@ -149,27 +149,43 @@ impl Table {
 /// Marks the file groups whose two snapshots share their base file, the logs read at `start`
 /// being among those read at `end`, to be read by the keys of the latter logs on both sides
 /// ([`PlannedSlice::keys_of`]): the same base rows under the same log blocks merge alike, so only
-/// a key some block of those logs holds (of any instant, rolled back or not) can differ. A
-/// change of 1% of a large file group then reads that 1% of its base file, not all of it. Other
-/// groups (a new base file in the window, logs gone since `start`) are read whole.
+/// a key some block of those logs holds (of an instant completed by `end`, rolled back or not)
+/// can differ. Both sides take the keys as of `end`, so that they read the same base rows
+/// whatever a rollback removes meanwhile. A change of 1% of a large file group then reads that 1%
+/// of its base file, not all of it. Other groups (a new base file in the window, logs gone since
+/// `start`) are read whole.
 fn read_by_logged_keys(before: &mut ScanPlan, after: &mut ScanPlan) {
-    let mut at_start: std::collections::HashMap<FileGroupId, &mut PlannedSlice> =
+    let mut at_start: HashMap<FileGroupId, &mut PlannedSlice> =
         before.slices.iter_mut().map(|s| (s.group_id(), s)).collect();
+    let base = |s: &PlannedSlice| s.base.as_ref().map(|b| (b.path.clone(), b.rows));
     for end in after.slices.iter_mut().filter(|s| !s.logs.is_empty()) {
         let Some(start) = at_start.remove(&end.group_id()) else { continue };
-        let base = |s: &PlannedSlice| s.base.as_ref().map(|b| (b.path.clone(), b.rows));
         let later: HashSet<&str> = end.logs.iter().map(|l| l.path.as_str()).collect();
         if base(start) == base(end) && start.logs.iter().all(|l| later.contains(l.path.as_str())) {
-            start.keys_of = Some(end.logs.clone());
-            end.keys_of = Some(end.logs.clone());
+            let keys = KeysOf { logs: end.logs.clone(), upper: after.upper.clone() };
+            start.keys_of = Some(keys.clone());
+            end.keys_of = Some(keys);
         }
+    }
+}
+
+/// About the bytes of a slice's rows a change query joins: of a slice read by keys, as many base
+/// rows as its keys' logs hold records, so at most those logs' bytes of its base file.
+fn joined_bytes(slice: &PlannedSlice) -> u64 {
+    match &slice.keys_of {
+        Some(keys) => {
+            let logs = |l: &[LogFile]| l.iter().map(|l| l.size).sum::<u64>();
+            let base = slice.base.as_ref().map_or(0, |b| b.rows.map_or(b.size, |r| r.share_of(b.size)));
+            base.min(logs(&keys.logs)) + logs(&slice.logs)
+        }
+        None => slice.size(),
     }
 }
 
 /// A change query's full outer join keeps one side in a hash table, which DataFusion cannot
 /// spill: a random change of a large table touches every file group, and the rows of both
 /// snapshots then pass the memory the query may hold (at 10,000,000 keys it failed with
-/// `Resources exhausted` at 1 GiB). Where the compared files alone come to half of
+/// `Resources exhausted` at 1 GiB). Where the compared rows' files alone come to half of
 /// `memory_limit`, both sides are sorted by key instead (sorts spill to disk) and merged.
 ///
 /// DataFusion plans a sort-merge join only over at least two partitions with joins repartitioned
@@ -177,7 +193,7 @@ fn read_by_logged_keys(before: &mut ScanPlan, after: &mut ScanPlan) {
 /// Each sort (one per side and partition) sets memory aside for merging its spills, memory the
 /// scans cannot take back: 10 MiB by default, here at most an eighth of the limit in all.
 pub(crate) fn join_by_sort_when_large(ctx: &SessionContext, plan: &ChangePlan, memory_limit: usize) {
-    let bytes: u64 = plan.before.slices.iter().chain(&plan.after.slices).map(|s| s.size()).sum();
+    let bytes: u64 = plan.before.slices.iter().chain(&plan.after.slices).map(joined_bytes).sum();
     if bytes < (memory_limit / 2) as u64 {
         return;
     }

@@ -169,11 +169,24 @@ pub struct PlannedSlice {
     pub base: Option<PlannedFile>,
     /// The log files merged over the base, oldest first.
     pub logs: Vec<LogFile>,
-    /// When set, only the rows whose record key a data or delete block of these log files holds
-    /// are read: a change query reads so the two snapshots of a file group that share their base
-    /// file, since no other key can differ between them ([`changes`]).
+    /// When set, only the base file's rows whose record key some log holds are read
+    /// ([`KeysOf`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub keys_of: Option<Vec<LogFile>>,
+    pub keys_of: Option<KeysOf>,
+}
+
+/// The keys a slice reads of its base file: those of the data and delete blocks of `logs` whose
+/// instants completed up to `upper` (rolled back or compacted alike). A change query reads so
+/// both snapshots of a file group that share their base file (no other key can differ between
+/// them: [`changes`]), with the later snapshot's logs and instant on both sides, so that the two
+/// read the same rows; an incremental read, a slice whose base file holds no row of its window
+/// (`read_older_bases_by_logged_keys`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysOf {
+    /// The log files whose blocks name the keys.
+    pub logs: Vec<LogFile>,
+    /// Blocks of later instants are not read.
+    pub upper: String,
 }
 
 impl PlannedSlice {
@@ -258,7 +271,7 @@ impl ScanPlan {
 /// a key no log holds merges to its base row, which the window's filter drops anyway. A row's
 /// commit time is at most the instant that wrote its base file (compactions and clusterings keep
 /// earlier ones), so a base file written before every instant of the window holds none of its rows.
-fn read_older_bases_by_logged_keys(slices: &mut [PlannedSlice], window: &CommitWindow) {
+fn read_older_bases_by_logged_keys(slices: &mut [PlannedSlice], window: &CommitWindow, upper: &str) {
     let before_window = |written: &str| match window {
         CommitWindow::Range(start, _) => written <= start.as_str(),
         CommitWindow::Instants(times) => times.iter().all(|t| written < t.as_str()),
@@ -266,7 +279,7 @@ fn read_older_bases_by_logged_keys(slices: &mut [PlannedSlice], window: &CommitW
     for slice in slices.iter_mut().filter(|s| !s.logs.is_empty()) {
         let written = slice.base.as_ref().and_then(|b| crate::format::file_name::base_file_instant(&b.path));
         if written.is_some_and(|w| before_window(&w)) {
-            slice.keys_of = Some(slice.logs.clone());
+            slice.keys_of = Some(KeysOf { logs: slice.logs.clone(), upper: upper.to_string() });
         }
     }
 }
@@ -372,7 +385,7 @@ impl Table {
                 // Without meta fields rows carry no commit time: whole files of the window are read.
                 let commit_range = self.config().populate_meta_fields.then_some(window);
                 if let Some(window) = &commit_range {
-                    read_older_bases_by_logged_keys(&mut slices, window);
+                    read_older_bases_by_logged_keys(&mut slices, window, &upper);
                 }
                 Ok(ScanPlan { slices, upper, commit_range })
             }

@@ -62,9 +62,9 @@ pub struct SliceScan {
     pub rows: Option<RowRange>,
     /// The slice's log files.
     pub logs: Vec<LogFile>,
-    /// When set, only the rows whose record key these log files hold are merged
+    /// When set, only the base file's rows of these keys are merged
     /// ([`super::PlannedSlice::keys_of`]).
-    pub keys_of: Option<Vec<LogFile>>,
+    pub keys_of: Option<super::KeysOf>,
 }
 
 impl SliceScan {
@@ -218,6 +218,7 @@ struct GroupState {
     current: Option<SliceState>,
     ctx: Arc<MergeContext>,
     task: Arc<TaskContext>,
+    /// What the pass being read holds: its log side, and the keys it reads base rows of.
     reservation: MemoryReservation,
 }
 
@@ -270,8 +271,7 @@ impl GroupState {
                 let rest = match cur.slice.rows {
                     Some(rows) if !rows.owns_log_inserts() => Vec::new(),
                     Some(rows) => {
-                        let keys = cur.rows_read.predicate();
-                        claim_outside(&self.ctx, &self.task, &mut cur.log, &cur.slice, rows, keys).await?;
+                        claim_outside(&self.ctx, &self.task, &mut cur.log, &cur.slice, rows, &cur.rows_read).await?;
                         cur.log.remaining(self.task.session_config().batch_size())?
                     }
                     None => cur.log.remaining(self.task.session_config().batch_size())?,
@@ -292,7 +292,7 @@ impl GroupState {
         }
     }
 
-    /// Opens a slice with `passes` passes, doubling them while the pool refuses the log side.
+    /// Opens a slice with `passes` passes, doubling them while the pool refuses what a pass holds.
     async fn open(&mut self, slice: SliceScan, passes: u32) -> Result<SliceState> {
         let mut passes = passes;
         loop {
@@ -313,6 +313,7 @@ impl GroupState {
     }
 
     async fn open_pass(&mut self, slice: SliceScan, pass: (u32, u32)) -> Result<SliceState> {
+        let rows_read = self.base_rows(&slice, pass).await?;
         let ctx = &self.ctx;
         let scanned = Arc::new(ctx.table_schema.project(&ctx.scan_columns)?);
         let mut log = LogSide::new(ctx.spec.clone(), &scanned)?;
@@ -353,14 +354,13 @@ impl GroupState {
             each,
         )
         .await?;
-        let rows_read = base_rows(ctx, &slice).await?;
         let base = match (&slice.base, &rows_read) {
             (Some((path, size)), BaseRows::All | BaseRows::OfKeys(_)) => {
                 let rows = slice.rows.map(|r| r.selection());
-                let keys = rows_read.predicate();
-                Some(base_stream(ctx, &self.task, path, *size, &ctx.scan_columns, rows, filtered, keys)?)
+                let predicate = scan_predicate(ctx, filtered, &rows_read);
+                Some(base_stream(ctx, &self.task, path, *size, &ctx.scan_columns, rows, predicate)?)
             }
-            (Some(_), BaseRows::None) | (None, _) => None,
+            (Some(_), BaseRows::NoRows) | (None, _) => None,
         };
         Ok(SliceState { slice, pass, log, base, merged: VecDeque::new(), rest: None, rows_read })
     }
@@ -371,60 +371,78 @@ enum BaseRows {
     /// Every row (of its row range).
     All,
     /// None: the slice is read by its logs' keys, and they hold none.
-    None,
+    NoRows,
     /// Those whose record key the predicate keeps (the keys of [`SliceScan::keys_of`]).
     OfKeys(Arc<dyn PhysicalExpr>),
 }
 
-impl BaseRows {
-    /// The predicate choosing the rows by key, if any.
-    fn predicate(&self) -> Option<Arc<dyn PhysicalExpr>> {
-        match self {
-            BaseRows::OfKeys(p) => Some(p.clone()),
-            BaseRows::All | BaseRows::None => None,
+impl GroupState {
+    /// Which of its base file's rows a pass of a slice reads: all, or for a slice read by its
+    /// logs' keys ([`SliceScan::keys_of`]) those of the keys of the pass. The keys are held in the
+    /// pass's memory: past what the pool grants, more passes (never a whole read of the base
+    /// file, which the other side of a change query would not make).
+    async fn base_rows(&mut self, slice: &SliceScan, pass: (u32, u32)) -> Result<BaseRows> {
+        let ctx = &self.ctx;
+        let Some(keys_of) = &slice.keys_of else { return Ok(BaseRows::All) };
+        if ctx.spec.virtual_keys.is_some() {
+            return Err(Error::unsupported(format!(
+                "file group {}: rows chosen by record key in a table without meta fields (no record keys)",
+                slice.file_id
+            )));
         }
+        let admission = ctx.admission.up_to(&keys_of.upper);
+        let in_pass = |key: &str| pass.1 == 1 || key_pass(key, pass.1) == pass.0;
+        let keys = log::admitted_record_keys(&ctx.storage, &keys_of.logs, &admission, in_pass).await?;
+        crate::commit::failpoint("read-after-logged-keys");
+        if keys.is_empty() {
+            return Ok(BaseRows::NoRows);
+        }
+        // The set, its array and the lookup's row encoding of it, held together for a moment.
+        let bytes = 3 * keys.iter().map(|k| k.len() + 32).sum::<usize>();
+        self.reservation.try_grow(bytes)?;
+        let keys: ArrayRef = Arc::new(StringArray::from_iter_values(keys.iter()));
+        let column = ctx.table_schema.field_with_name(RECORD_KEY)?;
+        let keys = arrow::compute::cast(&keys, column.data_type())?;
+        let expr = super::in_set::in_array(datafusion::prelude::col(RECORD_KEY), &keys, false).ok_or_else(|| {
+            Error::invalid_data(format!(
+                "file group {}: its logs' keys do not make a set of record keys",
+                slice.file_id
+            ))
+        })?;
+        let schema = datafusion::common::DFSchema::try_from(ctx.table_schema.as_ref().clone())?;
+        let props = datafusion::execution::context::ExecutionProps::new();
+        let planning = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
+        Ok(BaseRows::OfKeys(datafusion::physical_expr::create_physical_expr(&expr, &schema, &props, &planning)?))
     }
 }
 
-/// Which of its base file's rows a slice reads: all, or for a slice read by its logs' keys
-/// ([`SliceScan::keys_of`]) those of the keys.
-async fn base_rows(ctx: &MergeContext, slice: &SliceScan) -> Result<BaseRows> {
-    let Some(logs) = &slice.keys_of else { return Ok(BaseRows::All) };
-    if ctx.spec.virtual_keys.is_some() {
-        return Err(Error::unsupported(format!(
-            "file group {}: rows chosen by record key in a table without meta fields (no record keys)",
-            slice.file_id
-        )));
+/// The predicate of a base file's scan: the query's key-only predicate when `filtered`, and the
+/// keys the slice reads, if any.
+fn scan_predicate(ctx: &MergeContext, filtered: bool, rows_read: &BaseRows) -> Option<Arc<dyn PhysicalExpr>> {
+    let query = ctx.base_predicate.clone().filter(|_| filtered);
+    let keys = match rows_read {
+        BaseRows::OfKeys(p) => Some(p.clone()),
+        BaseRows::All | BaseRows::NoRows => None,
+    };
+    match (query, keys) {
+        (Some(q), Some(k)) => Some(Arc::new(BinaryExpr::new(q, Operator::And, k))),
+        (q, k) => q.or(k),
     }
-    let keys = log::every_record_key(&ctx.storage, logs).await?;
-    if keys.is_empty() {
-        return Ok(BaseRows::None);
-    }
-    let keys: ArrayRef = Arc::new(StringArray::from_iter_values(keys.iter()));
-    let column = ctx.table_schema.field_with_name(RECORD_KEY)?;
-    let keys = arrow::compute::cast(&keys, column.data_type())?;
-    let expr = super::in_set::in_array(datafusion::prelude::col(RECORD_KEY), &keys, false).ok_or_else(|| {
-        Error::invalid_data(format!("file group {}: its logs' keys do not make a set of record keys", slice.file_id))
-    })?;
-    let schema = datafusion::common::DFSchema::try_from(ctx.table_schema.as_ref().clone())?;
-    let props = datafusion::execution::context::ExecutionProps::new();
-    let planning = datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext::default();
-    Ok(BaseRows::OfKeys(datafusion::physical_expr::create_physical_expr(&expr, &schema, &props, &planning)?))
 }
 
 /// Marks as claimed the log versions of the keys that the base file's rows outside `rows` hold
-/// (another part of the cut file merges them), reading only the key columns of those rows (those
-/// of `keys` only, when the slice is read by keys).
+/// (another part of the cut file merges them), reading only the key columns of those rows (of
+/// those `rows_read` reads).
 async fn claim_outside(
     ctx: &MergeContext,
     task: &Arc<TaskContext>,
     log: &mut LogSide,
     slice: &SliceScan,
     rows: RowRange,
-    keys: Option<Arc<dyn PhysicalExpr>>,
+    rows_read: &BaseRows,
 ) -> Result<()> {
     let Some((path, size)) = &slice.base else { return Ok(()) };
-    if log.is_empty() {
+    if log.is_empty() || matches!(rows_read, BaseRows::NoRows) {
         return Ok(());
     }
     let spec = &ctx.spec;
@@ -453,7 +471,8 @@ async fn claim_outside(
     }
     // The rows the other parts merge: those their scans keep under the same predicate.
     let filtered = !crate::keys::has_default_segment(&slice.partition);
-    let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), filtered, keys)?;
+    let predicate = scan_predicate(ctx, filtered, rows_read);
+    let mut stream = base_stream(ctx, task, path, *size, &columns, Some(rows.outside()), predicate)?;
     while let Some(batch) = crate::storage::decoding(path, stream.next().map(Ok)).await? {
         let batch = batch.map_err(|e| Error::from(e).in_file(path))?;
         log.claim(&keys_spec.keys(&batch)?);
@@ -462,9 +481,7 @@ async fn claim_outside(
 }
 
 /// The Parquet scan of a base file: the table's `columns` (indices into the table schema),
-/// `rows` of it (all when `None`), with the key-only predicate pushed down when `filtered`, and
-/// the rows of `keys` only when given (a predicate on the record key).
-#[allow(clippy::too_many_arguments)]
+/// `rows` of it (all when `None`), under `predicate` ([`scan_predicate`]).
 fn base_stream(
     ctx: &MergeContext,
     task: &Arc<TaskContext>,
@@ -472,8 +489,7 @@ fn base_stream(
     size: u64,
     columns: &[usize],
     rows: Option<parquet::arrow::arrow_reader::RowSelection>,
-    filtered: bool,
-    keys: Option<Arc<dyn PhysicalExpr>>,
+    predicate: Option<Arc<dyn PhysicalExpr>>,
 ) -> Result<SendableRecordBatchStream> {
     // A file of an older schema version is read under its own column names (the key and
     // partition columns the predicate uses keep theirs).
@@ -483,10 +499,6 @@ fn base_stream(
         .and_then(|c| crate::format::file_name::base_file_instant(path).and_then(|t| c.columns_at(&t)));
     let file_schema = view.as_ref().map_or_else(|| ctx.table_schema.clone(), |v| v.file_schema(&ctx.table_schema));
     let mut source = ParquetSource::new(file_schema).with_table_parquet_options(ctx.parquet_options.clone());
-    let predicate = match (ctx.base_predicate.clone().filter(|_| filtered), keys) {
-        (Some(p), Some(k)) => Some(Arc::new(BinaryExpr::new(p, Operator::And, k)) as Arc<dyn PhysicalExpr>),
-        (p, k) => p.or(k),
-    };
     if let Some(p) = predicate {
         source = source.with_predicate(p);
     }
