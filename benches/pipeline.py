@@ -79,6 +79,9 @@ def main() -> int:
         "instead of every --change for every --spread",
     )
     parser.add_argument("--path", choices=["auto", "driver", "spark"], default="auto")
+    parser.add_argument(
+        "--driver-memory", default="6g", help="spark.driver.memory (under local[2], the executors' too)"
+    )
     parser.add_argument("--work", help="keep the tables here (default: a temporary directory, removed)")
     parser.add_argument(
         "--stages",
@@ -111,7 +114,7 @@ def main() -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "8")
-        .config("spark.driver.memory", "6g")
+        .config("spark.driver.memory", args.driver_memory)
         .getOrCreate()
     )
     rng = random.Random(1)
