@@ -199,3 +199,35 @@ def test_keys_to_delete_given_as_datetimes_take_the_columns_time_zone(tmp_path: 
     assert snapshot(t) == before
     assert t.delete([dt.datetime(2026, 1, 2, 3, 4, 5)]).num_deletes == 1
     assert t.to_arrow()["v"].to_pylist() == [2]
+
+
+def test_a_failure_inside_a_change_or_incremental_query_keeps_its_class(table_path: str) -> None:
+    """A store failure or a damaged log met while a change or incremental query runs is the
+    `StorageError` or `CorruptTableError` a snapshot read raises, not the base class: the
+    change query's join shares its first side's error between its partitions (behind an `Arc`
+    in DataFusion), which hid the class. The same holds across the Arrow stream of a scan."""
+    from oxlake.testing import faults
+
+    t = oxlake.create_table(
+        table_path, SCHEMA, record_key="id", ordering_field="ts", table_type="merge_on_read"
+    )
+    a = t.insert(trips(list(range(100))))
+    t.upsert(trips([1, 2], ts=2, name="u"))
+    queries: list[dict[str, Any]] = [
+        {},
+        {"query": "changes", "start": a.instant},
+        {"query": "incremental", "start": a.completion or a.instant},
+    ]
+    for query in queries:  # planned before the store fails, read while it does
+        scan = t.scan(**query)
+        with faults("get:always,backoff=1"), pytest.raises(oxlake.StorageError):
+            scan.to_arrow()
+        stream = pa.RecordBatchReader.from_stream(t.scan(**query))
+        tagged = r"\[oxlake\.StorageError\]"
+        with faults("get:always,backoff=1"), pytest.raises(pa.ArrowException, match=tagged):
+            stream.read_all()
+    [log] = [p for p in Path(table_path).rglob("*.log.*") if ".hoodie" not in p.parts]
+    log.write_bytes(log.read_bytes()[: log.stat().st_size // 2])
+    for query in queries:
+        with pytest.raises(oxlake.CorruptTableError, match=re.escape(log.name)):
+            t.to_arrow(**query)

@@ -2,6 +2,7 @@
 //! conversions to DataFusion and Python errors happen only at the edges.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Result alias used across the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -118,6 +119,28 @@ impl Error {
         Error::Storage { path: path.to_string(), source }
     }
 
+    /// The oxlake error a query's error carries, wherever DataFusion wrapped it; `self` when it
+    /// carries none. An error of a join's build side reaches every partition of the join behind
+    /// one `Arc` (`DataFusionError::Shared`), so it cannot always be taken out by value.
+    pub fn root(&self) -> &Error {
+        use datafusion::error::DataFusionError as D;
+        fn carried(e: &D) -> Option<&Error> {
+            match e {
+                D::External(inner) => match inner.downcast_ref::<Error>() {
+                    Some(ours) => Some(ours.root()),
+                    None => inner.downcast_ref::<D>().and_then(carried),
+                },
+                D::Shared(inner) => carried(inner),
+                D::Context(_, inner) => carried(inner),
+                _ => None,
+            }
+        }
+        match self {
+            Error::DataFusion(e) => carried(e).unwrap_or(self),
+            other => other,
+        }
+    }
+
     /// This error as one of reading the file at `path`: the Parquet and Arrow decoders do not
     /// know which file they decode, so their failures become [`Error::CorruptTable`] naming it,
     /// and a store failure reported without a path gets this one.
@@ -184,6 +207,10 @@ impl From<datafusion::error::DataFusionError> for Error {
             D::ObjectStore(store) => Error::storage(UNNAMED_DATA, *store),
             D::ParquetError(p) => Error::from(*p),
             D::Context(_, inner) => Error::from(*inner),
+            D::Shared(shared) => match Arc::try_unwrap(shared) {
+                Ok(inner) => Error::from(inner),
+                Err(shared) => Error::DataFusion(Box::new(D::Shared(shared))),
+            },
             other => Error::DataFusion(Box::new(other)),
         }
     }

@@ -35,10 +35,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-/// The name of the Python exception class of an oxlake error.
+/// The name of the Python exception class of an oxlake error (of the one a query's error
+/// carries: `Error::root`).
 pub fn class_name(e: &oxlake::Error) -> &'static str {
     use oxlake::Error as E;
-    match e {
+    match e.root() {
         E::TableNotFound { .. } => "TableNotFoundError",
         E::TableExists { .. } => "TableExistsError",
         E::SchemaMismatch { .. } => "SchemaMismatchError",
@@ -56,12 +57,13 @@ pub fn class_name(e: &oxlake::Error) -> &'static str {
 /// `[oxlake.<class>] <message>`. `oxlake.table` raises the class again from the tag; other
 /// consumers (pandas, Polars, DuckDB) show it in their own error.
 pub fn tagged(e: &oxlake::Error) -> String {
-    format!("[oxlake.{}] {e}", class_name(e))
+    format!("[oxlake.{}] {}", class_name(e), e.root())
 }
 
-/// Maps an oxlake error to its Python exception.
+/// Maps an oxlake error (the one a query's error carries: `Error::root`) to its Python exception.
 pub fn to_py(e: oxlake::Error) -> PyErr {
     use oxlake::Error as E;
+    let e = e.root();
     let msg = e.to_string();
     match e {
         E::TableNotFound { .. } => TableNotFoundError::new_err(msg),
@@ -73,7 +75,7 @@ pub fn to_py(e: oxlake::Error) -> PyErr {
             let err = CommitConflictError::new_err(msg);
             // The instant that won, for callers that retry or report.
             Python::attach(|py| {
-                if let Err(e) = err.value(py).setattr("instant", instant) {
+                if let Err(e) = err.value(py).setattr("instant", instant.as_str()) {
                     e.print(py);
                 }
             });
