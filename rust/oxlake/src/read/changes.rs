@@ -207,3 +207,64 @@ pub(crate) fn join_by_sort_when_large(ctx: &SessionContext, plan: &ChangePlan, m
     let set_aside = &mut options.execution.sort_spill_reservation_bytes;
     *set_aside = (*set_aside).min(memory_limit / (8 * sorts));
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::file_name::LogFileName;
+    use crate::read::PlannedFile;
+
+    /// A log file of `group` of version `version`.
+    fn log(group: &str, version: &str) -> LogFile {
+        let name = format!(".{group}_20260101000000000.log.{version}_0-1-1");
+        LogFile { name: LogFileName::parse(&name).unwrap(), path: format!("p/{name}"), size: 10 }
+    }
+
+    fn slice(group: &str, base: Option<&str>, logs: Vec<LogFile>) -> PlannedSlice {
+        let base = base.map(|b| PlannedFile { partition: "p".into(), path: format!("p/{b}"), size: 100, rows: None });
+        PlannedSlice { partition: "p".into(), file_id: group.into(), base, logs, keys_of: None }
+    }
+
+    fn plan(upper: &str, slices: Vec<PlannedSlice>) -> ScanPlan {
+        ScanPlan { slices, upper: upper.into(), commit_range: None }
+    }
+
+    /// A group whose two slices share their base file, the start's logs among the end's, is read
+    /// on both sides by the keys of the end's logs as of the end; no other group is.
+    #[test]
+    fn groups_sharing_their_base_file_with_the_starts_logs_kept_are_read_by_the_ends_logs_keys() {
+        let (a1, a2, c1, c2) = (log("a", "1"), log("a", "2"), log("c", "1"), log("c", "2"));
+        let mut before = plan(
+            "01",
+            vec![
+                slice("a", Some("a_1.parquet"), vec![a1.clone()]),
+                slice("b", Some("b_1.parquet"), vec![]),
+                slice("c", Some("c_1.parquet"), vec![c1]),
+                slice("e", Some("e_1.parquet"), vec![]),
+            ],
+        );
+        let mut after = plan(
+            "02",
+            vec![
+                slice("a", Some("a_1.parquet"), vec![a1, a2]),
+                slice("b", Some("b_2.parquet"), vec![log("b", "1")]), // a new base file
+                slice("c", Some("c_1.parquet"), vec![c2]),            // the start's log is gone
+                slice("d", None, vec![log("d", "1")]),                // at the end only
+                slice("e", Some("e_1.parquet"), vec![]),              // no log
+            ],
+        );
+        read_by_logged_keys(&mut before, &mut after);
+        let keyed = |p: &ScanPlan| -> Vec<(String, Option<KeysOf>)> {
+            p.slices.iter().map(|s| (s.file_id.clone(), s.keys_of.clone())).collect()
+        };
+        let a = KeysOf { logs: after.slices[0].logs.clone(), upper: "02".into() };
+        assert_eq!(
+            keyed(&before),
+            vec![("a".into(), Some(a.clone())), ("b".into(), None), ("c".into(), None), ("e".into(), None)]
+        );
+        assert_eq!(
+            keyed(&after),
+            vec![("a".into(), Some(a)), ("b".into(), None), ("c".into(), None), ("d".into(), None), ("e".into(), None)]
+        );
+    }
+}

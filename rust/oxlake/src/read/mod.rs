@@ -709,3 +709,58 @@ pub fn session(table: &Table, batch_size: Option<usize>, memory_limit: Option<us
     ctx.register_object_store(table.storage().store_url(), table.storage().object_store());
     Ok(ctx)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::file_name::LogFileName;
+
+    /// An instant time: the `n`th of a day.
+    fn at(n: u32) -> String {
+        format!("20260101000000{n:03}")
+    }
+
+    fn slice(base_instant: u32, logs: &[&str]) -> PlannedSlice {
+        let base_instant = at(base_instant);
+        let base = PlannedFile {
+            partition: "p".into(),
+            path: format!("p/g_0-1-1_{base_instant}.parquet"),
+            size: 100,
+            rows: None,
+        };
+        let logs = logs
+            .iter()
+            .map(|i| {
+                let name = format!(".g_{base_instant}.log.{i}_0-1-1");
+                LogFile { name: LogFileName::parse(&name).unwrap(), path: format!("p/{name}"), size: 10 }
+            })
+            .collect();
+        PlannedSlice { partition: "p".into(), file_id: "g".into(), base: Some(base), logs, keys_of: None }
+    }
+
+    fn keyed(slice: PlannedSlice, window: &CommitWindow) -> bool {
+        let mut slices = [slice];
+        read_older_bases_by_logged_keys(&mut slices, window, "30");
+        let [slice] = slices;
+        slice
+            .keys_of
+            .inspect(|k| assert_eq!((k.logs.as_slice(), k.upper.as_str()), (slice.logs.as_slice(), "30")))
+            .is_some()
+    }
+
+    /// A slice with logs is read by their keys when its base file was written before every
+    /// instant of the window: at or before the start of a range of requested times (whose start is
+    /// outside it), strictly before each instant listed.
+    #[test]
+    fn a_slice_is_read_by_its_logs_keys_when_its_base_file_precedes_the_window() {
+        let range = |start: u32| CommitWindow::Range(at(start), at(30));
+        assert!(keyed(slice(10, &["1"]), &range(10)));
+        assert!(keyed(slice(10, &["1"]), &range(20)));
+        assert!(!keyed(slice(20, &["1"]), &range(10)));
+        assert!(!keyed(slice(10, &[]), &range(20))); // no logs: read as a base file
+        let listed = |times: &[u32]| CommitWindow::Instants(times.iter().map(|&t| at(t)).collect());
+        assert!(keyed(slice(10, &["1"]), &listed(&[20, 30])));
+        assert!(!keyed(slice(20, &["1"]), &listed(&[20, 30])));
+        assert!(!keyed(slice(25, &["1"]), &listed(&[20, 30])));
+    }
+}
