@@ -17,7 +17,7 @@ from pathlib import Path
 
 # Lowest first: a module may use only those before it. A new module takes its place here.
 LAYERS = [
-    "error", "config", "schema", "format", "storage", "keys", "timeline",
+    "error", "failpoints", "config", "schema", "format", "storage", "keys", "timeline",
     "table", "log", "read", "commit", "metadata", "write", "services",
 ]  # fmt: skip
 # The crate root re-exports and documents; nothing uses it.

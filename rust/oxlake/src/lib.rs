@@ -4,6 +4,7 @@
 //! before it (`make lint` checks it with `rust/tools/module_graph.py`).
 //!
 //! - [`error`]: the typed errors every layer returns.
+//! - `failpoints`: crash and pause points at steps of writes and reads, for the tests.
 //! - [`config`]: `hoodie.properties`, parsed and validated ([`config::TableConfig`]).
 //! - [`schema`]: Arrow schemas, Hudi's meta fields, schema evolution.
 //! - [`format`]: on-disk models, free of IO: instants, file names, commit metadata, the Avro
@@ -37,6 +38,7 @@
 pub mod commit;
 pub mod config;
 pub mod error;
+mod failpoints;
 pub mod format;
 pub mod keys;
 pub mod log;

@@ -39,8 +39,6 @@ mod rollback;
 pub(crate) mod slice_claims;
 mod transaction;
 
-use std::time::Duration;
-
 pub use claims::PlanFn;
 pub(crate) use claims::{archival_marker, claim, prune_claims};
 pub(crate) use completion::complete;
@@ -51,20 +49,8 @@ pub(crate) use rollback::{Leftovers, remove_unreported_files, rollback_latest, r
 pub use rollback::{rollback_completed, rollback_failed, rollback_failed_completing_decided, rollbacks};
 pub use transaction::{ReadState, Transaction};
 
-/// Crash and interleaving points for the tests. With `OXLAKE_FAILPOINT=<name>` in the environment
-/// the process aborts at that step, as a `kill -9` would stop it there. With
-/// `OXLAKE_PAUSEPOINT=<name>` and `OXLAKE_PAUSE_DIR=<dir>` it creates `<dir>/reached` there and
-/// waits until `<dir>/resume` exists, so that a test can run another writer in between.
-pub(crate) fn failpoint(name: &str) {
-    if armed() {
-        stop_at(name);
-    }
-}
-
-/// Whether a failpoint or a pausepoint is set at all.
-fn armed() -> bool {
-    std::env::var_os("OXLAKE_FAILPOINT").is_some() || std::env::var_os("OXLAKE_PAUSEPOINT").is_some()
-}
+pub(crate) use crate::failpoints::failpoint;
+use crate::failpoints::{armed, stop_at};
 
 /// [`failpoint`] at a step of the commit protocol of `table`. The metadata table commits inside
 /// each data commit, through the same steps: there a step is named `metadata-<step>`, so that a
@@ -74,24 +60,5 @@ pub(crate) fn step_failpoint(table: &crate::table::Table, name: &str) {
         (false, _) => {}
         (true, true) => stop_at(&format!("metadata-{name}")),
         (true, false) => stop_at(name),
-    }
-}
-
-fn stop_at(name: &str) {
-    if std::env::var("OXLAKE_FAILPOINT").is_ok_and(|v| v == name) {
-        log::error!("failpoint {name}: aborting the process");
-        std::process::abort();
-    }
-    if std::env::var("OXLAKE_PAUSEPOINT").is_ok_and(|v| v == name)
-        && let Ok(dir) = std::env::var("OXLAKE_PAUSE_DIR")
-    {
-        let dir = std::path::Path::new(&dir);
-        if let Err(e) = std::fs::write(dir.join("reached"), name) {
-            log::error!("pausepoint {name}: {e}");
-            return;
-        }
-        while !dir.join("resume").exists() {
-            std::thread::sleep(Duration::from_millis(20));
-        }
     }
 }

@@ -393,7 +393,7 @@ impl GroupState {
         let admission = ctx.admission.up_to(&keys_of.upper);
         let in_pass = |key: &str| pass.1 == 1 || key_pass(key, pass.1) == pass.0;
         let keys = log::admitted_record_keys(&ctx.storage, &keys_of.logs, &admission, in_pass).await?;
-        crate::commit::failpoint("read-after-logged-keys");
+        crate::failpoints::failpoint("read-after-logged-keys");
         if keys.is_empty() {
             return Ok(BaseRows::NoRows);
         }
