@@ -403,28 +403,6 @@ def test_both_sides_read_the_same_keys_when_a_rollback_deletes_a_log_between_the
     assert out.strip() == str([(1, "b1", "update"), (2, "b2", "update")])
 
 
-def test_a_group_whose_logs_hold_no_completed_key_reads_none_of_its_base_rows(table_path: str) -> None:
-    """A file group whose only log in the window is a killed write's is read by its logs' keys on
-    both sides, and they hold none that completed: neither side reads a row of its base file,
-    and the window's changes are the other group's."""
-    t = mor_with_a_killed_write(table_path, partition_by=["city"])
-    a = t.insert(trips(list(range(10)), city="x"))
-    [kept] = [g.file_id for g in t.file_groups()]
-    killed_upsert(table_path, [3, 4], city="x")
-    b = t.insert(trips([20, 21], city="y"))
-    assert keyed_groups(t, a.instant)[kept] == (True, True)
-    for changes in [
-        t.to_arrow(query="changes", start=a.instant, end=b.instant),
-        pa.concat_tables(
-            [t.scan_split(s).to_arrow() for s in t.splits(query="changes", start=a.instant, target_bytes=1)]
-        ),
-    ]:
-        assert sorted(zip(changes["id"].to_pylist(), changes["_change_type"].to_pylist(), strict=True)) == [
-            (20, "insert"),
-            (21, "insert"),
-        ]
-
-
 @pytest.mark.parametrize("table_type", TABLE_TYPES)
 def test_an_update_in_the_default_partition_carries_its_null_partition_value(
     table_path: str, table_type: str
