@@ -492,23 +492,26 @@ fn parquet_block_reader(path: &str, content: &Bytes) -> Result<ParquetRecordBatc
     Ok(builder)
 }
 
+/// What `decode` makes of a Parquet data block of the log file at `path`. A damaged block can make
+/// the Parquet decoder panic (arrow's bounds checks on definition levels): that is an error
+/// naming the file, never a crash.
+fn parquet_block_decoded(path: &str, decode: impl FnOnce() -> Result<Vec<RecordBatch>>) -> Result<Vec<RecordBatch>> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
+        .map_err(|_| Error::corrupt(path, "the Parquet decoder failed on a damaged log block"))?
+}
+
 /// The records of a data block (Parquet or Avro) decoded into `schema`; none for other blocks.
 fn decode_records(path: &str, block: &LogBlock, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     let mut out = Vec::new();
     match block.block_type {
         BlockType::ParquetData => {
-            // A damaged block can make the Parquet decoder panic (arrow's bounds checks on
-            // definition levels): that is an error naming the file, never a crash.
-            let decode = || -> Result<Vec<RecordBatch>> {
+            out = parquet_block_decoded(path, || {
                 let reader = parquet_block_reader(path, &block.content)?
                     .with_batch_size(DECODE_BATCH)
                     .build()
                     .map_err(|e| Error::corrupt(path, e))?;
                 reader.map(|batch| schema::align(&batch.map_err(|e| Error::corrupt(path, e))?, schema)).collect()
-            };
-            let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
-                .map_err(|_| Error::corrupt(path, "the Parquet decoder failed on a damaged log block"))?;
-            out = decoded?;
+            })?;
         }
         BlockType::AvroData => {
             let writer_schema = block
@@ -631,17 +634,12 @@ fn keys_of_blocks(
                 }));
                 continue;
             }
-            BlockType::ParquetData => {
-                // As in `decode_records`: a damaged block must not panic the decoder.
-                let decode = || -> Result<Vec<RecordBatch>> {
-                    let builder = parquet_block_reader(&path, &block.content)?;
-                    let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), stored.columns());
-                    let reader = builder.with_projection(mask).build().map_err(|e| Error::corrupt(&path, e))?;
-                    reader.map(|batch| batch.map_err(|e| Error::corrupt(&path, e))).collect()
-                };
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(decode))
-                    .map_err(|_| Error::corrupt(&path, "the Parquet decoder failed on a damaged log block"))??
-            }
+            BlockType::ParquetData => parquet_block_decoded(&path, || {
+                let builder = parquet_block_reader(&path, &block.content)?;
+                let mask = parquet::arrow::ProjectionMask::columns(builder.parquet_schema(), stored.columns());
+                let reader = builder.with_projection(mask).build().map_err(|e| Error::corrupt(&path, e))?;
+                reader.map(|batch| batch.map_err(|e| Error::corrupt(&path, e))).collect()
+            })?,
             BlockType::AvroData => {
                 let Some(writer_schema) = block.header.get(&HeaderKey::Schema) else { continue };
                 let reader = DatumReader::new(writer_schema, stored.schema()).map_err(|e| Error::corrupt(&path, e))?;

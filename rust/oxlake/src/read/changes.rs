@@ -175,8 +175,7 @@ fn joined_bytes(slice: &PlannedSlice) -> u64 {
     match &slice.keys_of {
         Some(keys) => {
             let logs = |l: &[LogFile]| l.iter().map(|l| l.size).sum::<u64>();
-            let base = slice.base.as_ref().map_or(0, |b| b.rows.map_or(b.size, |r| r.share_of(b.size)));
-            base.min(logs(&keys.logs)) + logs(&slice.logs)
+            slice.base_size().min(logs(&keys.logs)) + logs(&slice.logs)
         }
         None => slice.size(),
     }

@@ -198,11 +198,15 @@ impl PlannedSlice {
 
     /// Bytes of the files the slice reads (of a base file cut by rows, its rows' share).
     pub fn size(&self) -> u64 {
-        let base = self.base.as_ref().map_or(0, |b| match b.rows {
+        self.base_size() + self.logs.iter().map(|l| l.size).sum::<u64>()
+    }
+
+    /// Bytes of its base file it reads (of a file cut by rows, its rows' share).
+    pub fn base_size(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| match b.rows {
             Some(r) => r.share_of(b.size),
             None => b.size,
-        });
-        base + self.logs.iter().map(|l| l.size).sum::<u64>()
+        })
     }
 
     /// The slice with `rows` of its base file read.
