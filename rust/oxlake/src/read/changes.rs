@@ -18,7 +18,7 @@
 //! `end`; deleted rows carry their key and partition (the meta columns and the record-key and
 //! partition fields), other columns null.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::common::{Column, JoinType};
@@ -26,11 +26,11 @@ use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{Expr, lit, when};
 
-use super::{HudiTableProvider, KeysOf, PlannedSlice, ScanOptions, ScanPlan};
+use super::{HudiTableProvider, ScanOptions, ScanPlan, keyed};
 use crate::error::{Error, Result};
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
-use crate::table::fs_view::{FileGroupId, LogFile};
+use crate::table::fs_view::FileGroupId;
 
 /// The column a change query adds.
 pub const CHANGE_TYPE: &str = "_change_type";
@@ -72,7 +72,7 @@ impl Table {
         let mut after =
             ScanPlan { slices: self.slices_of(&touched, &end, "end").await?, upper: end.clone(), commit_range: None };
         if self.config().populate_meta_fields {
-            read_by_logged_keys(&mut before, &mut after);
+            keyed::read_shared_bases_by_logged_keys(&mut before, &mut after);
         }
         Ok(Some(ChangePlan { before, after, start, end, together }))
     }
@@ -146,41 +146,6 @@ impl Table {
     }
 }
 
-/// Marks the file groups whose two snapshots share their base file, the logs read at `start`
-/// being among those read at `end`, to be read by the keys of the latter logs on both sides
-/// ([`PlannedSlice::keys_of`]): the same base rows under the same log blocks merge alike, so only
-/// a key some block of those logs holds (of an instant completed by `end`, rolled back or not)
-/// can differ. Both sides take the keys as of `end`, so that they read the same base rows
-/// whatever a rollback removes meanwhile. A change of 1% of a large file group then reads that 1%
-/// of its base file, not all of it. Other groups (a new base file in the window, logs gone since
-/// `start`) are read whole.
-fn read_by_logged_keys(before: &mut ScanPlan, after: &mut ScanPlan) {
-    let mut at_start: HashMap<FileGroupId, &mut PlannedSlice> =
-        before.slices.iter_mut().map(|s| (s.group_id(), s)).collect();
-    let base = |s: &PlannedSlice| s.base.as_ref().map(|b| (b.path.clone(), b.rows));
-    for end in after.slices.iter_mut().filter(|s| !s.logs.is_empty()) {
-        let Some(start) = at_start.remove(&end.group_id()) else { continue };
-        let later: HashSet<&str> = end.logs.iter().map(|l| l.path.as_str()).collect();
-        if base(start) == base(end) && start.logs.iter().all(|l| later.contains(l.path.as_str())) {
-            let keys = KeysOf { logs: end.logs.clone(), upper: after.upper.clone() };
-            start.keys_of = Some(keys.clone());
-            end.keys_of = Some(keys);
-        }
-    }
-}
-
-/// About the bytes of a slice's rows a change query joins: of a slice read by keys, as many base
-/// rows as its keys' logs hold records, so at most those logs' bytes of its base file.
-fn joined_bytes(slice: &PlannedSlice) -> u64 {
-    match &slice.keys_of {
-        Some(keys) => {
-            let logs = |l: &[LogFile]| l.iter().map(|l| l.size).sum::<u64>();
-            slice.base_size().min(logs(&keys.logs)) + logs(&slice.logs)
-        }
-        None => slice.size(),
-    }
-}
-
 /// A change query's full outer join keeps one side in a hash table, which DataFusion cannot
 /// spill: a random change of a large table touches every file group, and the rows of both
 /// snapshots then pass the memory the query may hold (at 10,000,000 keys it failed with
@@ -192,7 +157,7 @@ fn joined_bytes(slice: &PlannedSlice) -> u64 {
 /// Each sort (one per side and partition) sets memory aside for merging its spills, memory the
 /// scans cannot take back: 10 MiB by default, here at most an eighth of the limit in all.
 pub(crate) fn join_by_sort_when_large(ctx: &SessionContext, plan: &ChangePlan, memory_limit: usize) {
-    let bytes: u64 = plan.before.slices.iter().chain(&plan.after.slices).map(joined_bytes).sum();
+    let bytes: u64 = plan.before.slices.iter().chain(&plan.after.slices).map(keyed::joined_bytes).sum();
     if bytes < (memory_limit / 2) as u64 {
         return;
     }
@@ -205,65 +170,4 @@ pub(crate) fn join_by_sort_when_large(ctx: &SessionContext, plan: &ChangePlan, m
     let sorts = 2 * options.execution.target_partitions;
     let set_aside = &mut options.execution.sort_spill_reservation_bytes;
     *set_aside = (*set_aside).min(memory_limit / (8 * sorts));
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::format::file_name::LogFileName;
-    use crate::read::PlannedFile;
-
-    /// A log file of `group` of version `version`.
-    fn log(group: &str, version: &str) -> LogFile {
-        let name = format!(".{group}_20260101000000000.log.{version}_0-1-1");
-        LogFile { name: LogFileName::parse(&name).unwrap(), path: format!("p/{name}"), size: 10 }
-    }
-
-    fn slice(group: &str, base: Option<&str>, logs: Vec<LogFile>) -> PlannedSlice {
-        let base = base.map(|b| PlannedFile { partition: "p".into(), path: format!("p/{b}"), size: 100, rows: None });
-        PlannedSlice { partition: "p".into(), file_id: group.into(), base, logs, keys_of: None }
-    }
-
-    fn plan(upper: &str, slices: Vec<PlannedSlice>) -> ScanPlan {
-        ScanPlan { slices, upper: upper.into(), commit_range: None }
-    }
-
-    /// A group whose two slices share their base file, the start's logs among the end's, is read
-    /// on both sides by the keys of the end's logs as of the end; no other group is.
-    #[test]
-    fn groups_sharing_their_base_file_with_the_starts_logs_kept_are_read_by_the_ends_logs_keys() {
-        let (a1, a2, c1, c2) = (log("a", "1"), log("a", "2"), log("c", "1"), log("c", "2"));
-        let mut before = plan(
-            "01",
-            vec![
-                slice("a", Some("a_1.parquet"), vec![a1.clone()]),
-                slice("b", Some("b_1.parquet"), vec![]),
-                slice("c", Some("c_1.parquet"), vec![c1]),
-                slice("e", Some("e_1.parquet"), vec![]),
-            ],
-        );
-        let mut after = plan(
-            "02",
-            vec![
-                slice("a", Some("a_1.parquet"), vec![a1, a2]),
-                slice("b", Some("b_2.parquet"), vec![log("b", "1")]), // a new base file
-                slice("c", Some("c_1.parquet"), vec![c2]),            // the start's log is gone
-                slice("d", None, vec![log("d", "1")]),                // at the end only
-                slice("e", Some("e_1.parquet"), vec![]),              // no log
-            ],
-        );
-        read_by_logged_keys(&mut before, &mut after);
-        let keyed = |p: &ScanPlan| -> Vec<(String, Option<KeysOf>)> {
-            p.slices.iter().map(|s| (s.file_id.clone(), s.keys_of.clone())).collect()
-        };
-        let a = KeysOf { logs: after.slices[0].logs.clone(), upper: "02".into() };
-        assert_eq!(
-            keyed(&before),
-            vec![("a".into(), Some(a.clone())), ("b".into(), None), ("c".into(), None), ("e".into(), None)]
-        );
-        assert_eq!(
-            keyed(&after),
-            vec![("a".into(), Some(a)), ("b".into(), None), ("c".into(), None), ("d".into(), None), ("e".into(), None)]
-        );
-    }
 }

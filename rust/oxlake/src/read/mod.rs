@@ -11,6 +11,7 @@ pub mod changes;
 pub mod filter;
 pub mod foreign;
 mod in_set;
+mod keyed;
 pub mod merge;
 pub mod mor_exec;
 mod named;
@@ -34,6 +35,7 @@ use crate::format::instant::{Instant, normalize_time};
 use crate::table::Table;
 use crate::table::fs_view::{FileGroup, FileGroupId, FileSlice, LogFile};
 pub use filter::{Filter, Op, Predicate};
+pub use keyed::KeysOf;
 pub use provider::HudiTableProvider;
 
 /// Which rows a scan returns.
@@ -175,20 +177,6 @@ pub struct PlannedSlice {
     pub keys_of: Option<KeysOf>,
 }
 
-/// The keys a slice reads of its base file: those of the data and delete blocks of `logs` whose
-/// instants completed up to `upper` (rolled back or compacted alike). A change query reads so
-/// both snapshots of a file group that share their base file (no other key can differ between
-/// them: [`changes`]), with the later snapshot's logs and instant on both sides, so that the two
-/// read the same rows; an incremental read, a slice whose base file holds no row of its window
-/// (`read_older_bases_by_logged_keys`).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct KeysOf {
-    /// The log files whose blocks name the keys.
-    pub logs: Vec<LogFile>,
-    /// Blocks of later instants are not read.
-    pub upper: String,
-}
-
 impl PlannedSlice {
     /// Whether the slice is read by the merge-on-read node: it has log files, or its rows are
     /// chosen by their keys.
@@ -267,24 +255,6 @@ impl ScanPlan {
             .iter()
             .flat_map(|s| s.base.iter().map(|b| b.path.clone()).chain(s.logs.iter().map(|l| l.path.clone())))
             .collect()
-    }
-}
-
-/// Marks the slices of an incremental read whose base file holds no row of the `window` to be read
-/// by the keys of their logs ([`PlannedSlice::keys_of`]): a row of the window is then a log's, and
-/// a key no log holds merges to its base row, which the window's filter drops anyway. A row's
-/// commit time is at most the instant that wrote its base file (compactions and clusterings keep
-/// earlier ones), so a base file written before every instant of the window holds none of its rows.
-fn read_older_bases_by_logged_keys(slices: &mut [PlannedSlice], window: &CommitWindow, upper: &str) {
-    let before_window = |written: &str| match window {
-        CommitWindow::Range(start, _) => written <= start.as_str(),
-        CommitWindow::Instants(times) => times.iter().all(|t| written < t.as_str()),
-    };
-    for slice in slices.iter_mut().filter(|s| !s.logs.is_empty()) {
-        let written = slice.base.as_ref().and_then(|b| crate::format::file_name::base_file_instant(&b.path));
-        if written.is_some_and(|w| before_window(&w)) {
-            slice.keys_of = Some(KeysOf { logs: slice.logs.clone(), upper: upper.to_string() });
-        }
     }
 }
 
@@ -389,7 +359,7 @@ impl Table {
                 // Without meta fields rows carry no commit time: whole files of the window are read.
                 let commit_range = self.config().populate_meta_fields.then_some(window);
                 if let Some(window) = &commit_range {
-                    read_older_bases_by_logged_keys(&mut slices, window, &upper);
+                    keyed::read_older_bases_by_logged_keys(&mut slices, window, &upper);
                 }
                 Ok(ScanPlan { slices, upper, commit_range })
             }
@@ -712,59 +682,4 @@ pub fn session(table: &Table, batch_size: Option<usize>, memory_limit: Option<us
     let ctx = SessionContext::new_with_config_rt(config, runtime);
     ctx.register_object_store(table.storage().store_url(), table.storage().object_store());
     Ok(ctx)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::format::file_name::LogFileName;
-
-    /// An instant time: the `n`th of a day.
-    fn at(n: u32) -> String {
-        format!("20260101000000{n:03}")
-    }
-
-    fn slice(base_instant: u32, logs: &[&str]) -> PlannedSlice {
-        let base_instant = at(base_instant);
-        let base = PlannedFile {
-            partition: "p".into(),
-            path: format!("p/g_0-1-1_{base_instant}.parquet"),
-            size: 100,
-            rows: None,
-        };
-        let logs = logs
-            .iter()
-            .map(|i| {
-                let name = format!(".g_{base_instant}.log.{i}_0-1-1");
-                LogFile { name: LogFileName::parse(&name).unwrap(), path: format!("p/{name}"), size: 10 }
-            })
-            .collect();
-        PlannedSlice { partition: "p".into(), file_id: "g".into(), base: Some(base), logs, keys_of: None }
-    }
-
-    fn keyed(slice: PlannedSlice, window: &CommitWindow) -> bool {
-        let mut slices = [slice];
-        read_older_bases_by_logged_keys(&mut slices, window, "30");
-        let [slice] = slices;
-        slice
-            .keys_of
-            .inspect(|k| assert_eq!((k.logs.as_slice(), k.upper.as_str()), (slice.logs.as_slice(), "30")))
-            .is_some()
-    }
-
-    /// A slice with logs is read by their keys when its base file was written before every
-    /// instant of the window: at or before the start of a range of requested times (whose start is
-    /// outside it), strictly before each instant listed.
-    #[test]
-    fn a_slice_is_read_by_its_logs_keys_when_its_base_file_precedes_the_window() {
-        let range = |start: u32| CommitWindow::Range(at(start), at(30));
-        assert!(keyed(slice(10, &["1"]), &range(10)));
-        assert!(keyed(slice(10, &["1"]), &range(20)));
-        assert!(!keyed(slice(20, &["1"]), &range(10)));
-        assert!(!keyed(slice(10, &[]), &range(20))); // no logs: read as a base file
-        let listed = |times: &[u32]| CommitWindow::Instants(times.iter().map(|&t| at(t)).collect());
-        assert!(keyed(slice(10, &["1"]), &listed(&[20, 30])));
-        assert!(!keyed(slice(20, &["1"]), &listed(&[20, 30])));
-        assert!(!keyed(slice(25, &["1"]), &listed(&[20, 30])));
-    }
 }
