@@ -8,9 +8,12 @@ import datetime
 import json
 import os
 import random
+import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -18,7 +21,7 @@ import pytest
 pytest.importorskip("pyspark")
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from oxlake import InvalidArgumentError, SchemaMismatchError  # noqa: E402
+from oxlake import CommitConflictError, InvalidArgumentError, SchemaMismatchError  # noqa: E402
 from oxlake.pipeline import (  # noqa: E402
     ADDED,
     CHANGED,
@@ -30,6 +33,7 @@ from oxlake.pipeline import (  # noqa: E402
     InputPartition,
     MapGroupCompiler,
     PipelineDefinitionError,
+    _spark,
     compiler,
 )
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
@@ -447,6 +451,83 @@ def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path, 
     assert published(output, ["tiles13", "classes"]) == published(
         Catalog(str(tmp_path / "out")), ["tiles13", "classes"]
     )
+
+
+def run_held_before_commit(out: str, inputs: str, path: str, pause: Path) -> subprocess.Popen[str]:
+    """`Driver.run` of the example's tasks over `inputs` into `out` in another process (its own
+    Spark session), held at the pause point `before-commit` of its publish (`pause/resume` lets
+    it commit)."""
+    code = "\n".join(
+        [
+            "import sys",
+            f"sys.path.insert(0, {str(Path(__file__).resolve().parent.parent / 'examples')!r})",
+            "import roads",
+            "from oxlake.pipeline import Catalog, Driver",
+            "from pyspark.sql import SparkSession",
+            'spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")'
+            '.config("spark.ui.showConsoleProgress", "false").config("spark.sql.shuffle.partitions", "2")'
+            '.config("spark.driver.memory", "512m").getOrCreate()',
+            "tasks = [roads.Tiles(), roads.Classes()]",
+            f"output, roads_in = Catalog({out!r}), Catalog({inputs!r})",
+            f"Driver(spark, output, {{'roads': roads_in}}, tasks, incremental_path={path!r}).run()",
+        ]
+    )
+    pause.mkdir()
+    env = dict(os.environ, OXLAKE_PAUSEPOINT="before-commit", OXLAKE_PAUSE_DIR=str(pause))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 300
+    while not (pause / "reached").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the other run never reached its commit"
+        time.sleep(0.05)
+    return proc
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_two_runs_at_once_never_both_land_decisions_made_against_each_others_reads(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Run O compiles a change and commits after run L has read the catalog (states, published
+    checksums) and before L commits. L compiled the inputs after the change was undone: its
+    outputs equal what it read, so it writes only its state, recording the undone version.
+    Both landing would leave O's outputs under L's state, and no later run would look at them
+    again (what happened: both commits landed). L's commit conflicts instead; the next run
+    ends equal to a full run."""
+    rng = random.Random(11)
+    inputs, out = Catalog.create(str(tmp_path / "roads")), Catalog.create(str(tmp_path / "out"))
+    live = rng.sample(TILES, 40)
+    first = {t: roads.segments(rng, t, 2) for t in live}
+    publish(inputs, first)
+    driver = Driver(spark, out, {"roads": inputs}, [roads.Tiles(), roads.Classes()], incremental_path=path)
+    driver.run()
+    changed = rng.sample(live, 5)
+    publish(inputs, {t: roads.segments(rng, t, 3) for t in changed})
+    other = run_held_before_commit(str(tmp_path / "out"), str(tmp_path / "roads"), path, tmp_path / "pause")
+    publish(inputs, {t: first[t] for t in changed})  # the change undone
+
+    def once_the_other_run_landed(write: Any) -> Any:
+        def held(*args: Any, **kwargs: Any) -> Any:
+            (tmp_path / "pause" / "resume").touch()
+            _, err = other.communicate(timeout=300)
+            assert other.returncode == 0, err
+            return write(*args, **kwargs)
+
+        return held
+
+    for name in ["write_here", "write_one_commit"]:
+        monkeypatch.setattr(_spark, name, once_the_other_run_landed(getattr(_spark, name)))
+    with pytest.raises(CommitConflictError):
+        driver.run()
+    monkeypatch.undo()
+    assert other.returncode == 0
+    driver.run()
+    full = Catalog.create(str(tmp_path / "full"))
+    Driver(spark, full, {"roads": inputs}, [roads.Tiles(), roads.Classes()]).run(full=True)
+    layers = ["tiles13", "classes"]
+    assert checksums(out, layers) == checksums(full, layers)
+    assert graphs(out) == graphs(full)
 
 
 class Empty(DirectCompiler):

@@ -37,6 +37,9 @@ ROWS = f"task string, {WRITE}, compiled boolean"
 #: The Arrow schema of PIECE rows.
 PIECES = rules.PIECES
 
+#: A catalog's timeline as listed: (time, action, state) of each instant.
+Listed = list[tuple[str, str, str]]
+
 #: Struct types of structured layers: of a task's inputs by (catalog, layer), of the output by layer.
 InputTypes = Mapping[tuple[str, str], pa.StructType]
 OutputTypes = Mapping[str, pa.StructType]
@@ -482,12 +485,14 @@ def write_here(
     uri: str,
     storage_options: dict[str, str] | None,
     structured: OutputTypes,
+    read_from: Listed,
 ) -> str | None:
     """Writes rows of WRITE held by the driver into the catalog at `uri` as ONE commit,
     from the driver (an incremental run's few rows need no Spark job); a compaction that is
-    then due runs on the executors, as after `write_one_commit`."""
+    then due runs on the executors, as after `write_one_commit`. `read_from`: the catalog's
+    timeline listed before the rows were compiled from it (see `write_one_commit`)."""
     table = Table(uri, storage_options)
-    pending = _native.begin_write(native(table), "upsert")
+    pending = _native.begin_write(native(table), "upsert", read_from)
     try:
         written = _write(table, pending.instant, rows.to_batches(), structured, None)
         landed, *_ = pending.commit(written, compact_inline=False)
@@ -499,16 +504,26 @@ def write_here(
 
 
 def write_one_commit(
-    rows: DataFrame, uri: str, storage_options: dict[str, str] | None, structured: OutputTypes
+    rows: DataFrame,
+    uri: str,
+    storage_options: dict[str, str] | None,
+    structured: OutputTypes,
+    read_from: Listed,
 ) -> str | None:
     """Writes rows of WRITE (`op` upsert or delete) into the catalog at `uri` as ONE commit:
     the driver opens the instant, each Spark task writes whole layers (deletes, then upserts, as
     log files of the pending instant), the driver commits every task's files, or aborts. A
-    compaction that is then due runs on the executors (`compact_if_due`), not on the driver."""
+    compaction that is then due runs on the executors (`compact_if_due`), not on the driver.
+
+    `read_from` is the catalog's timeline `(time, action, state)` listed before the rows were
+    compiled from what it held (states, graph rows, published checksums): a commit completed
+    since (another run of the pipeline) is checked for conflicts, so that the two runs'
+    decisions, each made against what the other overwrites, cannot both land
+    (`CommitConflictError`; run again)."""
     from oxlake._spark_io import task_id
 
     table = Table(uri, storage_options)
-    pending = _native.begin_write(native(table), "upsert")
+    pending = _native.begin_write(native(table), "upsert", read_from)
     instant = pending.instant
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -121,6 +121,10 @@ class Driver:
         full; the report says which. `dry_run` plans and counts without writing.
         """
         self.output.refresh()
+        # Everything the run reads of the output catalog (states, graph rows, published checksums)
+        # is read after this listing: its commit conflicts with any commit completed since (another
+        # run publishing meanwhile), where it would otherwise overwrite it unseen.
+        listed = [(i.time, i.action, i.state) for i in self.output.table.timeline()]
         for c in self.inputs.values():
             c.refresh()
         requested = {
@@ -128,7 +132,7 @@ class Driver:
             for name, c in self.inputs.items()
         }
         states = self._states()
-        run = _Run(self, requested)
+        run = _Run(self, requested, listed)
         for task in self.tasks:
             _spark.ship(task)
             reason = self._full_reason(task, states.get(task.name), requested, since, full, reprocess, run)
@@ -270,8 +274,11 @@ class _Run:
     (`SparkPath`). The decided rows of the driver path are Arrow tables: a run of only those
     writes its commit from the driver, without a Spark job."""
 
-    def __init__(self, driver: Driver, requested: dict[str, str | None]) -> None:
+    def __init__(
+        self, driver: Driver, requested: dict[str, str | None], listed: list[tuple[str, str, str]]
+    ) -> None:
         self.d, self.requested = driver, requested
+        self.listed = listed  # the output catalog's timeline before the run read it
         self.spark = driver.spark
         self.out_types = driver.output.structured
         self.rows: list[DataFrame | pa.Table] = []  # ROWS of each task (Arrow: from the driver path)
@@ -373,7 +380,7 @@ class _Run:
                 uri, options = self.d.output.uri, self.d.output.storage_options
                 if rows is None:
                     instant = _spark.write_here(
-                        self.spark, writes.select(columns), uri, options, self.out_types
+                        self.spark, writes.select(columns), uri, options, self.out_types, self.listed
                     )
                 else:
                     both = rows.filter(F.col("op").isin(*rules.WRITES)).select(*columns)
@@ -381,7 +388,7 @@ class _Run:
                         both = both.unionByName(
                             _spark.frame(self.spark, writes.select(columns), _spark.WRITE)
                         )
-                    instant = _spark.write_one_commit(both, uri, options, self.out_types)
+                    instant = _spark.write_one_commit(both, uri, options, self.out_types, self.listed)
         finally:
             if rows is not None:
                 rows.unpersist()

@@ -48,14 +48,27 @@ impl PyPendingWrite {
     }
 }
 
-/// Begins a write whose files other processes write (see `write_files`).
+/// Begins a write whose files other processes write (see `write_files`). `read_from`: the
+/// timeline `(time, action, state)` listed before the write's input was read from this table
+/// (a job compiling it from what the table held): the commits completed since are checked for
+/// conflicts at commit (`oxlake::ReadState`).
 #[pyfunction]
-pub fn begin_write(py: Python<'_>, table: &PyTable, operation_name: &str) -> PyResult<PyPendingWrite> {
+#[pyo3(signature = (table, operation_name, read_from=None))]
+pub fn begin_write(
+    py: Python<'_>,
+    table: &PyTable,
+    operation_name: &str,
+    read_from: Option<Vec<(String, String, String)>>,
+) -> PyResult<PyPendingWrite> {
     let op = operation(operation_name)?;
+    let read = read_from.map(|listed| crate::table::read_state(&listed)).transpose()?;
     let inner = table.inner.clone();
     let tx = run(py, async move {
         let mut t = inner.lock().await;
-        t.begin_write(op).await
+        match &read {
+            Some(read) => t.begin_write_read_from(op, read).await,
+            None => t.begin_write(op).await,
+        }
     })?;
     PyPendingWrite::new(table, op, tx)
 }

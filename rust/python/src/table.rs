@@ -623,7 +623,7 @@ fn scalar(v: &Bound<'_, PyAny>) -> PyResult<ScalarValue> {
 }
 
 /// The [`oxlake::ReadState`] of a timeline as `Table.timeline` gives it: `(time, action, state)`.
-fn read_state(listed: &[(String, String, String)]) -> PyResult<oxlake::ReadState> {
+pub(crate) fn read_state(listed: &[(String, String, String)]) -> PyResult<oxlake::ReadState> {
     use oxlake::format::instant::{Action, Instant, State};
     let instants = listed
         .iter()

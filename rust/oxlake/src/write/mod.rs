@@ -24,7 +24,7 @@ use arrow::array::make_comparator;
 use arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt32Array};
 use arrow::compute::{SortOptions, concat_batches, take_record_batch};
 
-use crate::commit::Transaction;
+use crate::commit::{ReadState, Transaction};
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
 use crate::format::instant::Action;
@@ -418,12 +418,10 @@ impl Table {
         incoming: Option<Arc<Incoming>>,
         config: &WriteConfig,
     ) -> Result<WriteResult> {
-        let mut tx = self.begin_write(op).await?;
-        if let Some(read) = &config.read_from
-            && let Err(e) = tx.read_from(self, read)
-        {
-            return Err(tx.fail(self, e).await);
-        }
+        let tx = match &config.read_from {
+            Some(read) => self.begin_write_read_from(op, read).await?,
+            None => self.begin_write(op).await?,
+        };
         let incoming = match self.adopt_write_schema(op, incoming).await {
             Ok(incoming) => incoming,
             Err(e) => return Err(tx.fail(self, e).await),
@@ -485,6 +483,18 @@ impl Table {
     pub async fn begin_write(&mut self, op: WriteOperation) -> Result<Transaction> {
         self.check_writable()?;
         Transaction::begin(self, op.action(self.config().table_type)).await
+    }
+
+    /// [`Table::begin_write`] of a write whose input was read from the table in the state `read`
+    /// (what a process listed before it read): the commits completed since are checked for
+    /// conflicts at its commit as those completed during the write are
+    /// ([`Transaction::read_from`]). A conflict found already rolls the instant back.
+    pub async fn begin_write_read_from(&mut self, op: WriteOperation, read: &ReadState) -> Result<Transaction> {
+        let mut tx = self.begin_write(op).await?;
+        match tx.read_from(self, read) {
+            Ok(()) => Ok(tx),
+            Err(e) => Err(tx.fail(self, e).await),
+        }
     }
 
     /// Writes the files of `batches` for the pending instant `instant` (task side), commits
