@@ -453,10 +453,9 @@ def test_an_unchanged_rerun_writes_nothing(spark: SparkSession, tmp_path: Path, 
     )
 
 
-def run_held_before_commit(out: str, inputs: str, path: str, pause: Path) -> subprocess.Popen[str]:
+def run_elsewhere(out: str, inputs: str, path: str, **env: str) -> subprocess.Popen[str]:
     """`Driver.run` of the example's tasks over `inputs` into `out` in another process (its own
-    Spark session), held at the pause point `before-commit` of its publish (`pause/resume` lets
-    it commit)."""
+    Spark session), with `env` (a fail or pause point)."""
     code = "\n".join(
         [
             "import sys",
@@ -472,11 +471,20 @@ def run_held_before_commit(out: str, inputs: str, path: str, pause: Path) -> sub
             f"Driver(spark, output, {{'roads': roads_in}}, tasks, incremental_path={path!r}).run()",
         ]
     )
-    pause.mkdir()
-    env = dict(os.environ, OXLAKE_PAUSEPOINT="before-commit", OXLAKE_PAUSE_DIR=str(pause))
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    return subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+
+
+def run_held_before_commit(out: str, inputs: str, path: str, pause: Path) -> subprocess.Popen[str]:
+    """`run_elsewhere`, held at the pause point `before-commit` of its publish (`pause/resume`
+    lets it commit)."""
+    pause.mkdir()
+    proc = run_elsewhere(out, inputs, path, OXLAKE_PAUSEPOINT="before-commit", OXLAKE_PAUSE_DIR=str(pause))
     deadline = time.monotonic() + 300
     while not (pause / "reached").exists():
         assert proc.poll() is None, proc.communicate()
@@ -523,6 +531,36 @@ def test_two_runs_at_once_never_both_land_decisions_made_against_each_others_rea
     monkeypatch.undo()
     assert other.returncode == 0
     driver.run()
+    full = Catalog.create(str(tmp_path / "full"))
+    Driver(spark, full, {"roads": inputs}, [roads.Tiles(), roads.Classes()]).run(full=True)
+    layers = ["tiles13", "classes"]
+    assert checksums(out, layers) == checksums(full, layers)
+    assert graphs(out) == graphs(full)
+
+
+@pytest.mark.parametrize("path", ["driver", "spark"])
+def test_the_first_run_after_a_killed_run_lands(spark: SparkSession, tmp_path: Path, path: str) -> None:
+    """A run killed before its commit leaves its instant pending. The next run lists it when it
+    starts, and its write's beginning rolls it back (its heartbeat expired): a write no read saw
+    anything of is no conflict, so that run lands, equal to a full run."""
+    rng = random.Random(12)
+    inputs, out = Catalog.create(str(tmp_path / "roads")), Catalog.create(str(tmp_path / "out"))
+    live = rng.sample(TILES, 40)
+    publish(inputs, {t: roads.segments(rng, t, 2) for t in live})
+    driver = Driver(spark, out, {"roads": inputs}, [roads.Tiles(), roads.Classes()], incremental_path=path)
+    driver.run()
+    publish(inputs, {t: roads.segments(rng, t, 3) for t in rng.sample(live, 5)})
+    killed = run_elsewhere(
+        str(tmp_path / "out"), str(tmp_path / "roads"), path, OXLAKE_FAILPOINT="before-commit"
+    )
+    _, err = killed.communicate(timeout=300)
+    assert killed.returncode != 0, err
+    out.refresh()
+    [pending] = [i for i in out.table.timeline() if i.state != "completed"]
+    (tmp_path / "out" / ".hoodie" / ".heartbeat" / pending.time).write_text("0")  # long expired
+    report = driver.run()
+    assert report.instant is not None and report.mode == "incremental"
+    assert all(i.time != pending.time for i in out.table.timeline())
     full = Catalog.create(str(tmp_path / "full"))
     Driver(spark, full, {"roads": inputs}, [roads.Tiles(), roads.Classes()]).run(full=True)
     layers = ["tiles13", "classes"]

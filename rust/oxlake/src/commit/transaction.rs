@@ -69,6 +69,8 @@ pub struct Transaction {
     /// The table version when the write began: an upgrade that switched it meanwhile moved the
     /// timeline this write would complete on (see `services::upgrade`).
     version: u32,
+    /// The crashed writes its beginning rolled back: pending, so no read saw anything of them.
+    undone_at_begin: HashSet<String>,
 }
 
 #[derive(Serialize)]
@@ -106,7 +108,7 @@ impl Transaction {
     /// [`claim_with`]); `None` when the plan came out empty (no instant is created).
     pub async fn begin_planned(table: &mut Table, action: Action, plan: impl PlanFn) -> Result<Option<Self>> {
         table.reload().await?;
-        rollback_failed(table).await?;
+        let undone = rollback_failed(table).await?;
         if action != Action::Indexing {
             hook::catch_up(table).await?;
         }
@@ -123,7 +125,8 @@ impl Transaction {
         write_heartbeat(&storage, &time).await?;
         step_failpoint(table, "after-requested");
         let epoch = fate::current_epoch(table, &time).await?;
-        let tx = Transaction::starting(table, requested, epoch);
+        let mut tx = Transaction::starting(table, requested, epoch);
+        tx.undone_at_begin = undone.into_iter().collect();
         let inflight = tx.instant.with_state(State::Inflight);
         let marker = CommitMetadata { operation_type: None, ..Default::default() }
             .to_timeline_bytes(table.timeline().layout(), action)?;
@@ -144,6 +147,7 @@ impl Transaction {
             ids_at_begin: begin_ids(table),
             heartbeat: Some(beat),
             version: table.config().version,
+            undone_at_begin: HashSet::new(),
             instant,
         }
     }
@@ -236,9 +240,13 @@ impl Transaction {
     /// completed since are checked for conflicts as commits completed during the write are (see
     /// `WriteConfig::read_from`). A conflict when an instant the read listed has left the active
     /// timeline (archived or rolled back since): what completed after the read may have been
-    /// archived with it, out of this write's sight.
+    /// archived with it, out of this write's sight. A crashed write the read listed pending and
+    /// this write's beginning rolled back is not one: the read saw nothing of it (the first write
+    /// after a crash would otherwise always conflict).
     pub fn read_from(&mut self, table: &Table, read: &ReadState) -> Result<()> {
-        if let Some(gone) = read.listed.iter().find(|time| table.timeline().instants_at(time).is_empty()) {
+        let undone = |time: &str| self.undone_at_begin.contains(time) && !read.completed.contains(time);
+        let gone = |time: &&String| table.timeline().instants_at(time).is_empty() && !undone(time);
+        if let Some(gone) = read.listed.iter().find(gone) {
             return Err(Error::CommitConflict {
                 instant: gone.clone(),
                 detail: format!("the instant {gone} left the active timeline since this write's input was read"),
@@ -983,6 +991,61 @@ mod tests {
         super::super::rollback::undo(&t, &target, &r_done.with_state(State::Requested), false).await.unwrap();
         t.reload().await.unwrap();
         assert_eq!(t.timeline().instants().iter().filter(|i| i.time == r.time).count(), 1);
+    }
+
+    /// A write whose input was read while a crashed write was pending: its own beginning rolls
+    /// the crashed one back, which the read saw nothing of, so it is no conflict. A pending write
+    /// the read listed and that another process rolled back is one (what completed after the
+    /// read cannot be told apart from it then), and so is a commit completed since the read.
+    #[tokio::test]
+    async fn a_write_read_beside_a_crashed_write_conflicts_only_with_what_completed_since() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = TableOptions { heartbeat_interval: std::time::Duration::from_millis(20), ..Default::default() };
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, options.clone()).await;
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let crash = |t: &mut Table| {
+            let mut t = t.clone();
+            async move {
+                let tx = t.begin_write(WriteOperation::Upsert).await.unwrap();
+                let time = tx.time().to_string();
+                t.write_files(WriteOperation::Upsert, vec![by_parity(&[1])], &time, &WriteConfig::default())
+                    .await
+                    .unwrap();
+                drop(tx);
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                time
+            }
+        };
+        let crashed = crash(&mut t).await;
+        t.reload().await.unwrap();
+        let read = ReadState::of(t.timeline().instants());
+        assert!(read.listed.contains(&crashed) && !read.completed.contains(&crashed));
+        let tx = t.begin_write_read_from(WriteOperation::Upsert, &read).await.unwrap();
+        assert!(t.timeline().instants_at(&crashed).is_empty(), "the beginning rolled it back");
+        drop(tx);
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        crate::commit::rollback_failed(&mut t).await.unwrap();
+
+        // Rolled back by another process after the read: a conflict.
+        let crashed = crash(&mut t).await;
+        t.reload().await.unwrap();
+        let read = ReadState::of(t.timeline().instants());
+        let mut other = Table::open(t.uri(), options).await.unwrap();
+        assert_eq!(crate::commit::rollback_failed(&mut other).await.unwrap(), vec![crashed]);
+        let e = t.begin_write_read_from(WriteOperation::Upsert, &read).await.unwrap_err();
+        assert!(matches!(e, Error::CommitConflict { .. }), "{e}");
+
+        // A commit completed since the read: a conflict at commit.
+        t.reload().await.unwrap();
+        let read = ReadState::of(t.timeline().instants());
+        other.reload().await.unwrap();
+        other.write(WriteOperation::Upsert, vec![by_parity(&[2])], &WriteConfig::default()).await.unwrap();
+        let tx = t.begin_write_read_from(WriteOperation::Upsert, &read).await.unwrap();
+        let time = tx.time().to_string();
+        let files =
+            t.write_files(WriteOperation::Upsert, vec![by_parity(&[2])], &time, &WriteConfig::default()).await.unwrap();
+        let e = t.commit_write(tx, WriteOperation::Upsert, vec![files], false).await.unwrap_err();
+        assert!(matches!(e, Error::CommitConflict { .. }), "{e}");
     }
 
     /// The steps of a write a process may die after (a dropped transaction stops its heartbeat
