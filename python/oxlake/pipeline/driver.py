@@ -120,11 +120,16 @@ class Driver:
         `since` names input versions other than the recorded ones, or an upstream task ran in
         full; the report says which. `dry_run` plans and counts without writing.
         """
-        self.output.refresh()
-        # Everything the run reads of the output catalog (states, graph rows, published checksums)
-        # is read after this listing: its commit conflicts with any commit completed since (another
-        # run publishing meanwhile), where it would otherwise overwrite it unseen.
+        if not dry_run:
+            # A crashed run's write goes before the listing below, not after it: gone after it
+            # (another process rolling it back), it would be a conflict.
+            self.output.table.rollback_failed()
+        # Everything the run reads of the output catalog (its struct types, states, graph rows,
+        # published checksums) is read after this listing: its commit conflicts with any commit
+        # completed since (another run publishing meanwhile), where it would otherwise overwrite
+        # it unseen.
         listed = [(i.time, i.action, i.state) for i in self.output.table.timeline()]
+        self.output.refresh()
         for c in self.inputs.values():
             c.refresh()
         requested = {

@@ -24,7 +24,19 @@ use crate::timeline::Timeline;
 /// tables oxlake cannot change are refused, and Apache Hudi's metadata table is retired (see
 /// `Table::retire_apache_hudi_metadata_table`).
 pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
-    settle_failed(table, false).await
+    Ok(settle_failed(table, false).await?.into_iter().map(|(time, _)| time).collect())
+}
+
+/// [`rollback_failed`], returning only the pending writes whose writer was gone and that it
+/// rolled back (not the targets of interrupted rollbacks it finished, which may have completed
+/// before): writes that no reader ever saw anything of.
+pub(crate) async fn rollback_failed_writes(table: &mut Table) -> Result<Vec<String>> {
+    Ok(settle_failed(table, false)
+        .await?
+        .into_iter()
+        .filter(|(_, failed_write)| *failed_write)
+        .map(|(t, _)| t)
+        .collect())
 }
 
 /// [`rollback_failed`], and completes the pending writes whose writers decided to commit them
@@ -33,10 +45,12 @@ pub async fn rollback_failed(table: &mut Table) -> Result<Vec<String>> {
 /// killed after that decision committed its batch, and its heartbeat has not expired yet when
 /// the query restarts; the batch must be seen, not written again.
 pub async fn rollback_failed_completing_decided(table: &mut Table) -> Result<Vec<String>> {
-    settle_failed(table, true).await
+    Ok(settle_failed(table, true).await?.into_iter().map(|(time, _)| time).collect())
 }
 
-async fn settle_failed(table: &mut Table, complete_decided_writes: bool) -> Result<Vec<String>> {
+/// The instants rolled back, each with whether it was a pending write whose writer was gone
+/// (`false`: the target of an interrupted rollback, finished here).
+async fn settle_failed(table: &mut Table, complete_decided_writes: bool) -> Result<Vec<(String, bool)>> {
     table.check_changeable()?;
     table.retire_apache_hudi_metadata_table().await?;
     let mut done = Vec::new();
@@ -65,7 +79,7 @@ async fn settle_failed(table: &mut Table, complete_decided_writes: bool) -> Resu
                 let how =
                     if plan.oxlake_was_completed { Undo::Deliberate { was_completed: true } } else { Undo::Failed };
                 if rollback(table, &Instant::new(target.clone(), action, State::Inflight), Some(r), how).await? {
-                    done.push(target);
+                    done.push((target, false));
                 }
             }
             None => table.timeline().remove_pending(table.storage(), &r).await?,
@@ -90,7 +104,7 @@ async fn settle_failed(table: &mut Table, complete_decided_writes: bool) -> Resu
         }
         if is_expired(table, &instant).await? {
             if rollback(table, &instant, None, Undo::Failed).await? {
-                done.push(instant.time.clone());
+                done.push((instant.time.clone(), true));
             }
             table.reload().await?;
         } else if complete_decided_writes && complete_decided(table, &instant).await? {

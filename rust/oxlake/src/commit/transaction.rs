@@ -9,7 +9,7 @@ use tokio::task::JoinHandle;
 
 use super::claims::{PlanFn, claim_checked, ready};
 use super::heartbeat::{HeartbeatWatch, heartbeat_path, spawn_heartbeat, write_heartbeat};
-use super::rollback::{Undo, is_gone, remove_reported_files, rollback, rollback_at, rollback_failed};
+use super::rollback::{Undo, is_gone, remove_reported_files, rollback, rollback_at, rollback_failed_writes};
 use super::{change, conflicts, failpoint, fate, hook, step_failpoint};
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
@@ -69,7 +69,9 @@ pub struct Transaction {
     /// The table version when the write began: an upgrade that switched it meanwhile moved the
     /// timeline this write would complete on (see `services::upgrade`).
     version: u32,
-    /// The crashed writes its beginning rolled back: pending, so no read saw anything of them.
+    /// The crashed writes its beginning rolled back (pending writes whose writer was gone, not
+    /// the targets of interrupted rollbacks, which may have completed): no read saw anything of
+    /// them.
     undone_at_begin: HashSet<String>,
 }
 
@@ -108,7 +110,7 @@ impl Transaction {
     /// [`claim_with`]); `None` when the plan came out empty (no instant is created).
     pub async fn begin_planned(table: &mut Table, action: Action, plan: impl PlanFn) -> Result<Option<Self>> {
         table.reload().await?;
-        let undone = rollback_failed(table).await?;
+        let undone = rollback_failed_writes(table).await?;
         if action != Action::Indexing {
             hook::catch_up(table).await?;
         }
