@@ -279,9 +279,7 @@ class _Run:
     (`SparkPath`). The decided rows of the driver path are Arrow tables: a run of only those
     writes its commit from the driver, without a Spark job."""
 
-    def __init__(
-        self, driver: Driver, requested: dict[str, str | None], listed: list[tuple[str, str, str]]
-    ) -> None:
+    def __init__(self, driver: Driver, requested: dict[str, str | None], listed: _spark.Listed) -> None:
         self.d, self.requested = driver, requested
         self.listed = listed  # the output catalog's timeline before the run read it
         self.spark = driver.spark
