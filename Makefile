@@ -30,7 +30,7 @@ rust-test:
 	cargo test --release -p oxlake
 
 py-test: develop
-	$(PY) -m pytest -q -rs --durations=25 tests
+	$(PY) -m pytest -q -rfEs --durations=25 tests
 
 test: develop rust-test py-test
 

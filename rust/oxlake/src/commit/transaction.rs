@@ -185,10 +185,27 @@ impl Transaction {
         write_heartbeat(&storage, &requested.time).await?;
         let epoch = fate::current_epoch(table, &requested.time).await?;
         let tx = Transaction::starting(table, requested.with_state(State::Requested), epoch);
+        let inflight = table.timeline().path_of(&tx.instant.with_state(State::Inflight));
         if !table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await? {
             return Err(Error::CommitConflict {
                 instant: requested.time.clone(),
                 detail: format!("{} was taken up by another process", requested.time),
+            });
+        }
+        // Another process may have run the plan to completion and an archival taken the instant
+        // since the plan was listed. Archival deletes an instant's requested file before its
+        // inflight file, so a create that found no inflight file and no requested file after it
+        // made the only state file of an archived instant. Going on would complete the instant a
+        // second time, active after the archived commits, whose files would then read as
+        // uncommitted: the inflight file goes again, with the heartbeat.
+        let requested_path = table.timeline().path_of(&tx.instant.with_state(State::Requested));
+        if storage.head(&requested_path).await?.is_none() {
+            drop(tx);
+            storage.delete(&inflight).await?;
+            storage.delete(&heartbeat_path(&requested.time)).await?;
+            return Err(Error::CommitConflict {
+                instant: requested.time.clone(),
+                detail: format!("{} completed and was archived since its plan was listed", requested.time),
             });
         }
         step_failpoint(table, "after-inflight");

@@ -118,7 +118,8 @@ impl Table {
             let plan = read_plan(self, &requested.time).await?;
             let tx = match Transaction::resume(self, &requested.with_state(State::Requested)).await {
                 Ok(tx) => tx,
-                // Another compactor took the plan up between our look and our inflight file.
+                // Another compactor took the plan up between our look and our inflight file (or ran
+                // it to completion, and an archival took it).
                 Err(Error::CommitConflict { .. }) => continue,
                 Err(e) => return Err(e),
             };
@@ -633,7 +634,58 @@ pub(crate) async fn write_stream(
 mod tests {
     use super::*;
     use crate::format::avro;
-    use crate::test_support::corpus_file;
+    use crate::services::ArchiveConfig;
+    use crate::table::TableOptions;
+    use crate::test_support::{corpus_file, id_city_rows, id_city_table};
+    use crate::write::WriteOperation;
+
+    /// Found by the stress suite: a compactor listed a plan pending; another ran it, and an
+    /// archival took it; the first then took the plan up, made an inflight file and completed
+    /// the instant again. Active again, it was older than every commit archived with it, whose
+    /// files then read as uncommitted: their rows vanished from reads.
+    #[tokio::test]
+    async fn a_plan_completed_and_archived_since_it_was_listed_is_not_taken_up_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::MergeOnRead, TableOptions::default()).await;
+        let config = WriteConfig::default();
+        let write = |rows: &[(i64, &str)]| vec![id_city_rows(rows)];
+        t.write(WriteOperation::Insert, write(&[(1, "sf"), (2, "nyc")]), &config).await.unwrap();
+        t.write(WriteOperation::Upsert, write(&[(1, "sf")]), &config).await.unwrap();
+        let first = t.compact(&CompactionConfig::default()).await.unwrap().instants.remove(0);
+        t.write(WriteOperation::Upsert, write(&[(2, "nyc"), (3, "la")]), &config).await.unwrap();
+        t.compact(&CompactionConfig::default()).await.unwrap();
+        t.write(WriteOperation::Upsert, write(&[(4, "sf")]), &config).await.unwrap();
+        let archived = t.archive(ArchiveConfig::new(1, 2).unwrap()).await.unwrap().archived;
+        assert!(archived.iter().any(|i| i.time == first), "{archived:?}");
+        let rows = id_and_city(&t).await;
+        assert_eq!(rows.len(), 4);
+
+        let listed = Instant::new(first.clone(), Action::Compaction, State::Requested);
+        let taken = Transaction::resume(&mut t, &listed).await;
+        assert!(matches!(taken, Err(Error::CommitConflict { .. })), "{:?}", taken.map(|_| ()));
+        t.reload().await.unwrap();
+        assert!(t.timeline().instants_at(&first).is_empty(), "the archived instant stays archived");
+        let names: Vec<String> = t.storage().list_dir(".hoodie").await.unwrap().into_iter().map(|f| f.path).collect();
+        assert!(!names.iter().any(|n| n.contains(first.as_str())), "{names:?}");
+        assert_eq!(id_and_city(&t).await, rows, "every committed row still reads");
+    }
+
+    async fn id_and_city(table: &Table) -> Vec<(i64, String)> {
+        use arrow::array::{AsArray, RecordBatch};
+        use arrow::datatypes::Int64Type;
+        let scan = table.scan(&crate::read::ScanOptions::default()).await.unwrap();
+        let batches: Vec<RecordBatch> = scan.try_collect().await.unwrap();
+        let mut rows: Vec<(i64, String)> = batches
+            .iter()
+            .flat_map(|b| {
+                let ids = b.column_by_name("id").unwrap().as_primitive::<Int64Type>().clone();
+                let cities = b.column_by_name("city").unwrap().as_string::<i32>().clone();
+                (0..b.num_rows()).map(move |i| (ids.value(i), cities.value(i).to_string()))
+            })
+            .collect();
+        rows.sort();
+        rows
+    }
 
     #[test]
     #[cfg_attr(
