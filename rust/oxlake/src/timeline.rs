@@ -102,9 +102,13 @@ impl Timeline {
         // One instant per time and kind of action (see [`kind`]); a savepoint shares the time of
         // the commit it keeps.
         let mut by_time: BTreeMap<(String, Action), Instant> = BTreeMap::new();
+        let mut planned = std::collections::HashSet::new();
         for name in names {
             let Some(instant) = Instant::parse_file_name(name, layout) else { continue };
             let key = (instant.time.clone(), kind(instant.action));
+            if instant.state == State::Requested {
+                planned.insert(key.clone());
+            }
             match by_time.get(&key) {
                 Some(seen) if seen.state >= instant.state => {}
                 _ => {
@@ -112,6 +116,13 @@ impl Timeline {
                 }
             }
         }
+        // A compaction's inflight file without its plan is not an instant: it is what a compactor
+        // that took up a plan already completed and archived left when it died before deleting
+        // the inflight file it made (`Transaction::resume`). As a pending instant it would move
+        // the write timeline's start back before the commits archived with it, and their files
+        // would read as uncommitted. A running compaction always has its requested file.
+        let lone = |i: &Instant| i.action == Action::Compaction && i.state == State::Inflight;
+        by_time.retain(|key, i| !lone(i) || planned.contains(key));
         Timeline {
             instants: by_time.into_values().collect(),
             dir,
@@ -322,6 +333,24 @@ impl Timeline {
             return Err(Error::invalid_data(format!("completing {instant} without a completion time")));
         }
         storage.put_if_absent(&self.path_of(instant), content).await
+    }
+
+    /// Creates the inflight file of `instant`, a plan listed requested, and says what it found:
+    /// `Some(true)` made now, `Some(false)` there already (another process took the plan up, or
+    /// this one's earlier attempt), `None` the plan is gone: completed and archived (archival
+    /// deletes the requested file before the inflight file) or removed since it was listed. Then
+    /// the inflight file just made is deleted again: left, it would be the only file of an
+    /// instant older than the commits archived with it.
+    pub async fn start(&self, storage: &Storage, instant: &Instant, content: Bytes) -> Result<Option<bool>> {
+        let inflight = instant.with_state(State::Inflight);
+        if !self.create(storage, &inflight, content).await? {
+            return Ok(Some(false));
+        }
+        if storage.head(&self.path_of(&instant.with_state(State::Requested))).await?.is_some() {
+            return Ok(Some(true));
+        }
+        storage.delete(&self.path_of(&inflight)).await?;
+        Ok(None)
     }
 
     /// The timeline layout: 1 (`.hoodie/<t>.<action>`, JSON commit metadata) or 2

@@ -123,7 +123,7 @@ fn archival_cutoff(marker: &Marker) -> Option<&str> {
 }
 
 /// The latest cutoff at or after `time` of an archival marked in [`ARCHIVING`], if any.
-pub(super) async fn archival_past(table: &Table, time: &str) -> Result<Option<String>> {
+pub(crate) async fn archival_past(table: &Table, time: &str) -> Result<Option<String>> {
     // A marker's name starts with its cutoff, or (flat) with when it was made, which is later.
     let markers = ARCHIVING.list_after(table.storage(), time.get(..17).unwrap_or(time)).await?;
     Ok(markers.iter().filter_map(archival_cutoff).filter(|cutoff| *cutoff >= time).map(str::to_string).max())

@@ -40,7 +40,7 @@ pub(crate) mod slice_claims;
 mod transaction;
 
 pub use claims::PlanFn;
-pub(crate) use claims::{archival_marker, claim, prune_claims};
+pub(crate) use claims::{archival_marker, archival_past, claim, prune_claims};
 pub(crate) use completion::complete;
 pub(crate) use fate::current_epoch;
 pub use heartbeat::TaskHeartbeat;
@@ -51,6 +51,11 @@ pub use transaction::{ReadState, Transaction};
 
 pub(crate) use crate::failpoints::failpoint;
 use crate::failpoints::{armed, stop_at};
+
+/// Whether a fate (commit or rollback) is recorded for attempt `epoch` at `time`.
+pub(crate) async fn fate_recorded(table: &crate::table::Table, time: &str, epoch: u32) -> crate::error::Result<bool> {
+    Ok(fate::recorded(table.storage(), time, epoch).await?.is_some())
+}
 
 /// [`failpoint`] at a step of the commit protocol of `table`. The metadata table commits inside
 /// each data commit, through the same steps: there a step is named `metadata-<step>`, so that a

@@ -397,7 +397,12 @@ pub(super) async fn undo(table: &Table, target: &Instant, r: &Instant, was_compl
     let started = std::time::Instant::now();
     let storage = table.storage();
     let timeline = table.timeline();
-    timeline.create(storage, &r.with_state(State::Inflight), Bytes::new()).await?;
+    // A rollback taken up from a process gone may have finished after all, and been archived
+    // since it was listed: its inflight file made again would read as pending once more.
+    if timeline.start(storage, r, Bytes::new()).await?.is_none() {
+        log::info!("{}: rollback {} of {} finished and was archived meanwhile", table.uri(), r.time, target.time);
+        return Ok(());
+    }
     step_failpoint(table, "rollback-after-inflight");
     let (deleted, added) = undo_files_of(storage, target, &r.time).await?;
     super::completion::release_claims(table, &target.time).await?;

@@ -126,13 +126,24 @@ impl Transaction {
         // (see `is_expired`).
         write_heartbeat(&storage, &time).await?;
         step_failpoint(table, "after-requested");
-        let epoch = fate::current_epoch(table, &time).await?;
-        let mut tx = Transaction::starting(table, requested, epoch);
+        // A time just claimed has no fate, unless this writer paused between its claim and its
+        // heartbeat for longer than a heartbeat lasts: then another process rolled the instant
+        // back (the requested file's age stands in for the heartbeat until it exists), and
+        // archival may have passed its time since. It must not start at a later attempt.
+        let rolled_back = || Error::CommitConflict {
+            instant: time.clone(),
+            detail: format!("{time} was taken for a failed write and rolled back before this write started"),
+        };
+        if fate::recorded(&storage, &time, 0).await?.is_some() {
+            return Err(rolled_back());
+        }
+        let mut tx = Transaction::starting(table, requested, 0);
         tx.undone_at_begin = undone.into_iter().collect();
-        let inflight = tx.instant.with_state(State::Inflight);
         let marker = CommitMetadata { operation_type: None, ..Default::default() }
             .to_timeline_bytes(table.timeline().layout(), action)?;
-        table.timeline().create(&storage, &inflight, Bytes::from(marker)).await?;
+        if table.timeline().start(&storage, &tx.instant, Bytes::from(marker)).await?.is_none() {
+            return Err(rolled_back());
+        }
         step_failpoint(table, "after-inflight");
         Ok(Some(tx))
     }
@@ -185,28 +196,25 @@ impl Transaction {
         write_heartbeat(&storage, &requested.time).await?;
         let epoch = fate::current_epoch(table, &requested.time).await?;
         let tx = Transaction::starting(table, requested.with_state(State::Requested), epoch);
-        let inflight = table.timeline().path_of(&tx.instant.with_state(State::Inflight));
-        if !table.timeline().create(&storage, &tx.instant.with_state(State::Inflight), Bytes::new()).await? {
-            return Err(Error::CommitConflict {
-                instant: requested.time.clone(),
-                detail: format!("{} was taken up by another process", requested.time),
-            });
-        }
-        // Another process may have run the plan to completion and an archival taken the instant
-        // since the plan was listed. Archival deletes an instant's requested file before its
-        // inflight file, so a create that found no inflight file and no requested file after it
-        // made the only state file of an archived instant. Going on would complete the instant a
-        // second time, active after the archived commits, whose files would then read as
-        // uncommitted: the inflight file goes again, with the heartbeat.
-        let requested_path = table.timeline().path_of(&tx.instant.with_state(State::Requested));
-        if storage.head(&requested_path).await?.is_none() {
-            drop(tx);
-            storage.delete(&inflight).await?;
-            storage.delete(&heartbeat_path(&requested.time)).await?;
-            return Err(Error::CommitConflict {
-                instant: requested.time.clone(),
-                detail: format!("{} completed and was archived since its plan was listed", requested.time),
-            });
+        match table.timeline().start(&storage, &tx.instant, Bytes::new()).await? {
+            Some(true) => {}
+            Some(false) => {
+                return Err(Error::CommitConflict {
+                    instant: requested.time.clone(),
+                    detail: format!("{} was taken up by another process", requested.time),
+                });
+            }
+            // Another process ran the plan to completion and an archival took it since it was
+            // listed. Going on would complete the instant a second time, active after the
+            // commits archived with it, whose files would then read as uncommitted.
+            None => {
+                drop(tx);
+                storage.delete(&heartbeat_path(&requested.time)).await?;
+                return Err(Error::CommitConflict {
+                    instant: requested.time.clone(),
+                    detail: format!("{} completed and was archived since its plan was listed", requested.time),
+                });
+            }
         }
         step_failpoint(table, "after-inflight");
         Ok(tx)
@@ -1010,6 +1018,41 @@ mod tests {
         super::super::rollback::undo(&t, &target, &r_done.with_state(State::Requested), false).await.unwrap();
         t.reload().await.unwrap();
         assert_eq!(t.timeline().instants().iter().filter(|i| i.time == r.time).count(), 1);
+        // Archived since (its requested, inflight and completed files deleted, in that order):
+        // the slow process's undo makes no file of it again.
+        for state in [State::Requested, State::Inflight, State::Completed] {
+            t.storage().delete(&t.timeline().path_of(&r_done.with_state(state))).await.unwrap();
+        }
+        super::super::rollback::undo(&t, &target, &r_done.with_state(State::Requested), false).await.unwrap();
+        t.reload().await.unwrap();
+        assert!(t.timeline().instants_at(&r.time).is_empty(), "{:?}", t.timeline().instants());
+    }
+
+    /// A writer paused between its claim and its heartbeat for longer than a heartbeat lasts was
+    /// taken for failed and rolled back: it gives its time up instead of starting at a later
+    /// attempt (archival may have passed the time since).
+    #[tokio::test]
+    async fn a_claim_rolled_back_before_its_write_started_is_given_up() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        t.write(WriteOperation::Insert, vec![by_parity(&[1, 2])], &WriteConfig::default()).await.unwrap();
+        let plan = CommitMetadata::default().to_timeline_bytes(t.timeline().layout(), Action::Commit).unwrap();
+        let begun = Transaction::begin_planned(&mut t, Action::Commit, move |table, time| {
+            let plan = Bytes::from(plan.clone());
+            Box::pin(async move {
+                // Another process's rollback decides while this writer is paused.
+                let by = fate::Fate::RolledBack { by: format!("{time}9") };
+                fate::decide(table.storage(), time, 0, by).await?;
+                Ok(Some(plan))
+            })
+        })
+        .await;
+        let time = match begun {
+            Err(Error::CommitConflict { instant, .. }) => instant,
+            other => panic!("{:?}", other.map(|tx| tx.map(|tx| tx.time().to_string()))),
+        };
+        let inflight = Instant::new(time.clone(), Action::Commit, State::Inflight);
+        assert!(t.storage().head(&t.timeline().path_of(&inflight)).await.unwrap().is_none(), "no inflight file");
     }
 
     /// A write whose input was read while a crashed write was pending: its own beginning rolls

@@ -340,8 +340,13 @@ async fn execute(
 ) -> Result<Vec<String>> {
     let started = std::time::Instant::now();
     let storage = table.storage();
-    // Java's inflight holds the plan too (`transitionCleanRequestedToInflight`).
-    table.timeline().create(storage, &requested.with_state(State::Inflight), inflight).await?;
+    // Java's inflight holds the plan too (`transitionCleanRequestedToInflight`). A clean taken
+    // up from a cleaner gone (its heartbeat expired) may have finished after all, and been
+    // archived since it was listed: then nothing is left to do.
+    if table.timeline().start(storage, requested, inflight).await?.is_none() {
+        log::info!("{}: clean {} completed and was archived since it was listed", table.uri(), requested.time);
+        return Ok(Vec::new());
+    }
     progress::plan(progress, plan.files_to_delete.len() as u64, "files");
     for f in &plan.files_to_delete {
         storage.delete(f).await?;

@@ -123,7 +123,7 @@ impl Table {
                 Err(Error::CommitConflict { .. }) => continue,
                 Err(e) => return Err(e),
             };
-            return match settle(self, &requested.time, plan).await {
+            return match settle(self, &requested.time, tx.epoch(), plan).await {
                 Ok(plan) => Ok(Some(PendingCompaction { tx, plan, fresh: false })),
                 Err(e) => Err(tx.fail(self, e).await),
             };
@@ -162,7 +162,7 @@ impl Table {
         // new slice); one that missed the plan fails its commit with a conflict. Writes that began
         // before it may still add logs to the slices it compacts: wait for them, then take their
         // logs in.
-        match settle(self, tx.time(), plan).await {
+        match settle(self, tx.time(), tx.epoch(), plan).await {
             Ok(plan) => Ok(Some(PendingCompaction { tx, plan, fresh: true })),
             Err(e) => Err(tx.fail(self, e).await),
         }
@@ -388,7 +388,7 @@ const SETTLE_POLL: std::time::Duration = std::time::Duration::from_millis(25);
 /// without seeing it). Returns the plan with every log that completed writes added to those
 /// slices, and records it when it changed (a write that committed while the plan was being made;
 /// a plan resumed later).
-async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Result<CompactionPlan> {
+async fn settle(table: &mut Table, time: &str, epoch: u32, mut plan: CompactionPlan) -> Result<CompactionPlan> {
     let mut watch = crate::commit::HeartbeatWatch::default();
     // The deltacommits later than `time` pending at the first look: those that appear afterwards
     // check their logs against this plan (`commit::conflicts`), which they can see.
@@ -433,7 +433,17 @@ async fn settle(table: &mut Table, time: &str, mut plan: CompactionPlan) -> Resu
     check_latest(table, time, &plan).await?;
     if changed {
         log::info!("{}: compaction {time} takes the logs that concurrent writes added", table.uri());
+        // This attempt may have stalled here past its heartbeat (a paused process): rolled back
+        // since, its plan run by another compactor and archived, the plan written again would
+        // bring a pending compaction back before the archived commits. So the attempt must
+        // still be running: its inflight file there, no fate recorded for it.
         let requested = Instant::new(time, Action::Compaction, State::Requested);
+        let inflight = table.timeline().path_of(&requested.with_state(State::Inflight));
+        let decided = crate::commit::fate_recorded(table, time, epoch).await?;
+        if decided || table.storage().head(&inflight).await?.is_none() {
+            let detail = format!("compaction {time} was rolled back while it waited for earlier writes");
+            return Err(Error::CommitConflict { instant: time.to_string(), detail });
+        }
         table.storage().put(&table.timeline().path_of(&requested), Bytes::from(plan.to_avro()?)).await?;
     }
     Ok(plan)
@@ -668,6 +678,16 @@ mod tests {
         let names: Vec<String> = t.storage().list_dir(".hoodie").await.unwrap().into_iter().map(|f| f.path).collect();
         assert!(!names.iter().any(|n| n.contains(first.as_str())), "{names:?}");
         assert_eq!(id_and_city(&t).await, rows, "every committed row still reads");
+        // A compactor that died between that create and its delete leaves the inflight file
+        // alone: it is no instant (pending, it would move the write timeline's start back before
+        // the archived commits), and nothing of the archived compaction is undone for it.
+        let lone = t.timeline().path_of(&listed.with_state(State::Inflight));
+        t.storage().put(&lone, Bytes::new()).await.unwrap();
+        t.reload().await.unwrap();
+        assert!(t.timeline().instants_at(&first).is_empty());
+        assert_eq!(id_and_city(&t).await, rows);
+        crate::commit::rollback_failed(&mut t).await.unwrap();
+        assert_eq!(id_and_city(&t).await, rows);
     }
 
     async fn id_and_city(table: &Table) -> Vec<(i64, String)> {

@@ -52,13 +52,28 @@ impl Table {
             partition_metadata,
             version: Some(rollback::METADATA_VERSION),
         };
-        let sp = Instant::new(time, Action::Savepoint, State::Inflight);
+        let sp = Instant::new(time.clone(), Action::Savepoint, State::Inflight);
         let storage = self.storage().clone();
         self.timeline().create(&storage, &sp, Bytes::new()).await?;
         crate::commit::failpoint("savepoint-after-inflight");
+        // An archival holds back at a savepoint it sees. One that listed the timeline before this
+        // inflight file existed may be deleting the commit now: it marked itself before that
+        // listing, so its marker is seen here. A savepoint of an archived commit would read as
+        // a savepoint of nothing (and hold archival back for ever).
+        let archival = crate::commit::archival_past(self, &time).await?;
+        let listed = crate::timeline::Timeline::load(&storage, self.config()).await?;
+        let kept = listed.completed_data().any(|i| i.time == time);
+        if archival.is_some() || !kept {
+            storage.delete(&self.timeline().path_of(&sp)).await?;
+            let by = archival.map_or_else(String::new, |cutoff| format!(" (an archival up to {cutoff})"));
+            return Err(Error::CommitConflict {
+                instant: time.clone(),
+                detail: format!("{time} is being archived{by}: savepoint a later commit"),
+            });
+        }
         let meta = meta.to_avro()?;
-        let done = crate::timeline::Timeline::load(&storage, self.config()).await?;
-        let savepointed = done.instants_at(&sp.time).iter().any(|i| i.action == Action::Savepoint && i.is_completed());
+        let savepointed =
+            listed.instants_at(&sp.time).iter().any(|i| i.action == Action::Savepoint && i.is_completed());
         if savepointed || !crate::commit::complete(self, &sp, Bytes::from(meta)).await? {
             return Err(Error::invalid_arg("instant", format!("{} is already savepointed", sp.time)));
         }
@@ -219,4 +234,39 @@ pub async fn finish_interrupted(table: &mut Table) -> Result<()> {
         finish(table, &r, &plan, &None).await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TableType;
+    use crate::table::TableOptions;
+    use crate::test_support::{id_city_rows, id_city_table};
+    use crate::write::{WriteConfig, WriteOperation};
+
+    /// An archival that listed the timeline before a savepoint's inflight file existed deletes
+    /// the commit without seeing the savepoint: its marker (made before that listing) makes the
+    /// savepoint give way, leaving nothing of itself.
+    #[tokio::test]
+    async fn a_savepoint_gives_way_to_an_archival_taking_its_commit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut t = id_city_table(dir.path(), TableType::CopyOnWrite, TableOptions::default()).await;
+        let config = WriteConfig::default();
+        for city in ["sf", "nyc", "la"] {
+            t.write(WriteOperation::Upsert, vec![id_city_rows(&[(1, city)])], &config).await.unwrap();
+        }
+        let times: Vec<String> = t.timeline().completed_data().map(|i| i.time.clone()).collect();
+        // An archival up to the second commit, under way.
+        t.storage().put(&crate::commit::archival_marker(&times[1]), Bytes::new()).await.unwrap();
+        for taken in &times[..2] {
+            let refused = t.savepoint(taken).await;
+            assert!(matches!(refused, Err(Error::CommitConflict { .. })), "{refused:?}");
+        }
+        t.reload().await.unwrap();
+        assert!(t.savepoints().is_empty());
+        assert!(!t.timeline().instants().iter().any(|i| i.action == Action::Savepoint), "nothing is left");
+        // A commit after the cutoff is savepointed.
+        t.savepoint(&times[2]).await.unwrap();
+        assert_eq!(t.savepoints(), vec![times[2].clone()]);
+    }
 }
