@@ -31,6 +31,10 @@ pub struct Timeline {
     /// instant removed and written again under the same name (a layout 1 compaction or metadata
     /// deltacommit run again at its own time) is a different file to what caches its contents.
     versions: Arc<BTreeMap<String, String>>,
+    /// Inflight files without their requested file, older than every completed commit: left by
+    /// a process that died between the two steps of [`Timeline::start`] for a plan archived since
+    /// it was listed. Not instants; `rollback_failed` deletes them once their heartbeat expired.
+    leftovers: Arc<Vec<Instant>>,
 }
 
 /// oxlake's markers of the instant times it rolled back, one empty file `<time>` each, written
@@ -116,13 +120,24 @@ impl Timeline {
                 }
             }
         }
-        // A compaction's inflight file without its plan is not an instant: it is what a compactor
-        // that took up a plan already completed and archived left when it died before deleting
-        // the inflight file it made (`Transaction::resume`). As a pending instant it would move
-        // the write timeline's start back before the commits archived with it, and their files
-        // would read as uncommitted. A running compaction always has its requested file.
-        let lone = |i: &Instant| i.action == Action::Compaction && i.state == State::Inflight;
-        by_time.retain(|key, i| !lone(i) || planned.contains(key));
+        // An inflight file without its plan, older than every completed commit, is not an
+        // instant: it is what a process that took up a plan already completed and archived left
+        // when it died before deleting the inflight file it made ([`Timeline::start`]). As a
+        // pending instant it would move the write timeline's start back before the commits
+        // archived with it, and their files would read as uncommitted. What `start` makes has a
+        // requested file (savepoints have none: they are not made so).
+        let first_done =
+            by_time.values().filter(|i| i.is_completed() && i.action.writes_data()).map(|i| i.time.clone()).min();
+        let started = |a: Action| a.writes_data() || matches!(a, Action::Compaction | Action::Clean | Action::Rollback);
+        let mut leftovers = Vec::new();
+        by_time.retain(|key, i| {
+            let lone = i.state == State::Inflight && started(i.action) && !planned.contains(key);
+            let left = lone && first_done.as_ref().is_some_and(|first| i.time < *first);
+            if left {
+                leftovers.push(i.clone());
+            }
+            !left
+        });
         Timeline {
             instants: by_time.into_values().collect(),
             dir,
@@ -130,6 +145,7 @@ impl Timeline {
             archived: None,
             rolled_back: Arc::default(),
             versions: Arc::default(),
+            leftovers: Arc::new(leftovers),
         }
     }
 
@@ -165,7 +181,14 @@ impl Timeline {
             archived: Some(Arc::new(details)),
             rolled_back: self.rolled_back.clone(),
             versions: self.versions.clone(),
+            leftovers: self.leftovers.clone(),
         }
+    }
+
+    /// Inflight files left without their plan by a process that died in [`Timeline::start`]
+    /// (see the field): not instants of this timeline.
+    pub fn leftovers(&self) -> &[Instant] {
+        &self.leftovers
     }
 
     /// Whether the archived timeline was added ([`Timeline::with_archived`]).
@@ -339,17 +362,18 @@ impl Timeline {
     /// `Some(true)` made now, `Some(false)` there already (another process took the plan up, or
     /// this one's earlier attempt), `None` the plan is gone: completed and archived (archival
     /// deletes the requested file before the inflight file) or removed since it was listed. Then
-    /// the inflight file just made is deleted again: left, it would be the only file of an
+    /// an inflight file just made is deleted again: left, it would be the only file of an
     /// instant older than the commits archived with it.
     pub async fn start(&self, storage: &Storage, instant: &Instant, content: Bytes) -> Result<Option<bool>> {
         let inflight = instant.with_state(State::Inflight);
-        if !self.create(storage, &inflight, content).await? {
-            return Ok(Some(false));
-        }
+        let made = self.create(storage, &inflight, content).await?;
         if storage.head(&self.path_of(&instant.with_state(State::Requested))).await?.is_some() {
-            return Ok(Some(true));
+            return Ok(Some(made));
         }
-        storage.delete(&self.path_of(&inflight)).await?;
+        // Found there already, the inflight file is another's, or an archival's to delete next.
+        if made {
+            storage.delete(&self.path_of(&inflight)).await?;
+        }
         Ok(None)
     }
 
@@ -421,6 +445,25 @@ mod tests {
         assert_eq!(t.latest_completed_data().unwrap().time, "20240102000000000");
         assert_eq!(t.pending().count(), 1);
         assert_eq!(t.last_time(), Some("20240103000000000"));
+    }
+
+    #[test]
+    fn an_inflight_file_without_its_plan_older_than_every_commit_is_no_instant() {
+        let t = tl(&[
+            // Left by processes that died inside `Timeline::start` for plans archived since.
+            "20240101000000000.compaction.inflight",
+            "20240101500000000.clean.inflight",
+            "20240102000000000.deltacommit.requested",
+            "20240102000000000.deltacommit.inflight",
+            "20240102000000000.deltacommit",
+            // Younger: a pending instant, rolled back as any.
+            "20240103000000000.compaction.inflight",
+        ]);
+        let got: Vec<_> = t.instants().iter().map(|i| (i.time.as_str(), i.state)).collect();
+        assert_eq!(got, vec![("20240102000000000", State::Completed), ("20240103000000000", State::Inflight)]);
+        let left: Vec<_> = t.leftovers().iter().map(|i| (i.time.as_str(), i.action)).collect();
+        assert_eq!(left, vec![("20240101000000000", Action::Compaction), ("20240101500000000", Action::Clean)]);
+        assert_eq!(t.write_timeline_start(), Some("20240102000000000"));
     }
 
     #[test]

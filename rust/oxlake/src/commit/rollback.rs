@@ -54,6 +54,18 @@ async fn settle_failed(table: &mut Table, complete_decided_writes: bool) -> Resu
     table.check_changeable()?;
     table.retire_apache_hudi_metadata_table().await?;
     let mut done = Vec::new();
+    for left in table.timeline().leftovers().to_vec() {
+        if is_expired(table, &left).await? {
+            table.storage().delete(&table.timeline().path_of(&left)).await?;
+            table.storage().delete(&heartbeat_path(&left.time)).await?;
+            log::info!(
+                "{}: removed the inflight file of {} {}, left without its plan by a process that died",
+                table.uri(),
+                left.action,
+                left.time
+            );
+        }
+    }
     if table.timeline().pending().any(|i| i.action == Action::Restore) {
         hook::recover(table).await?;
     }

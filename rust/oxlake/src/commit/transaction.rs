@@ -135,6 +135,7 @@ impl Transaction {
             detail: format!("{time} was taken for a failed write and rolled back before this write started"),
         };
         if fate::recorded(&storage, &time, 0).await?.is_some() {
+            storage.delete(&heartbeat_path(&time)).await?;
             return Err(rolled_back());
         }
         let mut tx = Transaction::starting(table, requested, 0);
@@ -142,6 +143,8 @@ impl Transaction {
         let marker = CommitMetadata { operation_type: None, ..Default::default() }
             .to_timeline_bytes(table.timeline().layout(), action)?;
         if table.timeline().start(&storage, &tx.instant, Bytes::from(marker)).await?.is_none() {
+            drop(tx);
+            storage.delete(&heartbeat_path(&time)).await?;
             return Err(rolled_back());
         }
         step_failpoint(table, "after-inflight");
@@ -1018,8 +1021,15 @@ mod tests {
         super::super::rollback::undo(&t, &target, &r_done.with_state(State::Requested), false).await.unwrap();
         t.reload().await.unwrap();
         assert_eq!(t.timeline().instants().iter().filter(|i| i.time == r.time).count(), 1);
-        // Archived since (its requested, inflight and completed files deleted, in that order):
-        // the slow process's undo makes no file of it again.
+        // Being archived (its requested file deleted, the others next): the slow process's undo
+        // finds the inflight file there, but not the plan, and does nothing.
+        t.storage().delete(&t.timeline().path_of(&r_done.with_state(State::Requested))).await.unwrap();
+        super::super::rollback::undo(&t, &target, &r_done.with_state(State::Requested), false).await.unwrap();
+        t.reload().await.unwrap();
+        let at_r: Vec<&Instant> = t.timeline().instants().iter().filter(|i| i.time == r.time).collect();
+        assert!(at_r.len() == 1 && at_r[0].is_completed(), "{at_r:?}");
+        // Archived (its requested, inflight and completed files deleted, in that order): the
+        // slow process's undo makes no file of it again.
         for state in [State::Requested, State::Inflight, State::Completed] {
             t.storage().delete(&t.timeline().path_of(&r_done.with_state(state))).await.unwrap();
         }
@@ -1028,9 +1038,10 @@ mod tests {
         assert!(t.timeline().instants_at(&r.time).is_empty(), "{:?}", t.timeline().instants());
     }
 
-    /// A writer paused between its claim and its heartbeat for longer than a heartbeat lasts was
-    /// taken for failed and rolled back: it gives its time up instead of starting at a later
-    /// attempt (archival may have passed the time since).
+    /// A writer paused between its claim and its heartbeat for longer than a heartbeat lasts is
+    /// taken for failed, and a rollback decides its fate: the writer finds the record and gives
+    /// its time up, whatever became of that rollback (finished, it would have started at the
+    /// next attempt, after archival may have passed the time).
     #[tokio::test]
     async fn a_claim_rolled_back_before_its_write_started_is_given_up() {
         let dir = tempfile::tempdir().unwrap();

@@ -171,6 +171,9 @@ impl Table {
                 b.action,
                 b.state
             );
+            // Nothing was deleted: its marker would only make claims and savepoints at or before
+            // the cutoff give way for as long as it is kept.
+            self.storage().delete(&marker).await?;
             return Ok(ArchiveResult { archived: Vec::new(), file: Some(file) });
         }
         for (i, path) in files.iter().filter(|(i, _)| i.state != State::Completed) {

@@ -656,7 +656,8 @@ mod tests {
     #[tokio::test]
     async fn a_plan_completed_and_archived_since_it_was_listed_is_not_taken_up_again() {
         let dir = tempfile::tempdir().unwrap();
-        let mut t = id_city_table(dir.path(), TableType::MergeOnRead, TableOptions::default()).await;
+        let options = TableOptions { heartbeat_interval: std::time::Duration::from_millis(20), ..Default::default() };
+        let mut t = id_city_table(dir.path(), TableType::MergeOnRead, options).await;
         let config = WriteConfig::default();
         let write = |rows: &[(i64, &str)]| vec![id_city_rows(rows)];
         t.write(WriteOperation::Insert, write(&[(1, "sf"), (2, "nyc")]), &config).await.unwrap();
@@ -685,8 +686,14 @@ mod tests {
         t.storage().put(&lone, Bytes::new()).await.unwrap();
         t.reload().await.unwrap();
         assert!(t.timeline().instants_at(&first).is_empty());
+        assert_eq!(t.timeline().leftovers().len(), 1);
         assert_eq!(id_and_city(&t).await, rows);
+        // Once its heartbeat expired, the next writer's recovery deletes the file, and only it.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
         crate::commit::rollback_failed(&mut t).await.unwrap();
+        assert!(t.storage().head(&lone).await.unwrap().is_none(), "the leftover is removed");
+        t.reload().await.unwrap();
+        assert!(t.timeline().leftovers().is_empty());
         assert_eq!(id_and_city(&t).await, rows);
     }
 

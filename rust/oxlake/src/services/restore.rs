@@ -54,17 +54,31 @@ impl Table {
         };
         let sp = Instant::new(time.clone(), Action::Savepoint, State::Inflight);
         let storage = self.storage().clone();
-        self.timeline().create(&storage, &sp, Bytes::new()).await?;
+        let made = self.timeline().create(&storage, &sp, Bytes::new()).await?;
         crate::commit::failpoint("savepoint-after-inflight");
         // An archival holds back at a savepoint it sees. One that listed the timeline before this
         // inflight file existed may be deleting the commit now: it marked itself before that
         // listing, so its marker is seen here. A savepoint of an archived commit would read as
         // a savepoint of nothing (and hold archival back for ever).
-        let archival = crate::commit::archival_past(self, &time).await?;
-        let listed = crate::timeline::Timeline::load(&storage, self.config()).await?;
+        let looked = async {
+            let archival = crate::commit::archival_past(self, &time).await?;
+            let listed = crate::timeline::Timeline::load(&storage, self.config()).await?;
+            Ok::<_, Error>((archival, listed))
+        };
+        let (archival, listed) = match looked.await {
+            Ok(found) => found,
+            Err(e) => {
+                if made {
+                    storage.delete(&self.timeline().path_of(&sp)).await?;
+                }
+                return Err(e);
+            }
+        };
         let kept = listed.completed_data().any(|i| i.time == time);
         if archival.is_some() || !kept {
-            storage.delete(&self.timeline().path_of(&sp)).await?;
+            if made {
+                storage.delete(&self.timeline().path_of(&sp)).await?;
+            }
             let by = archival.map_or_else(String::new, |cutoff| format!(" (an archival up to {cutoff})"));
             return Err(Error::CommitConflict {
                 instant: time.clone(),
