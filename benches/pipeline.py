@@ -16,6 +16,7 @@ of Spark's Python workers over the whole bench (sampled every 0.5 s).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import random
 import shutil
@@ -87,6 +88,12 @@ def main() -> int:
         "--stages",
         action="store_true",
         help="after each run, its Spark stages: seconds and the plan operators each ran (event log)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="write a cProfile of each incremental run's driver process into DIR "
+        "(the Spark work it waits for shows as socket reads)",
     )
     args = parser.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -173,10 +180,17 @@ def main() -> int:
         for name, path in [("incremental", work / "out"), ("full", work / "full")]:
             before = {p for p in path.rglob("*") if p.is_file()}
             driver = Driver(spark, Catalog(str(path)), {"roads": inputs}, tasks, incremental_path=args.path)
+            profile = cProfile.Profile() if args.profile and name == "incremental" else None
             with Peak() as peak:
                 start = time.perf_counter()
+                if profile:
+                    profile.enable()
                 report = driver.run(full=name == "full")
                 secs = time.perf_counter() - start
+            if profile:
+                profile.disable()
+                Path(args.profile).mkdir(parents=True, exist_ok=True)
+                profile.dump_stats(Path(args.profile) / f"{len(rows) // 2 + 1}-{change:g}-{spread}.prof")
             rows.append((spread, change, name, secs, size(path, before), report, peak.mib))
             print(rows[-1][:4], flush=True)
             if args.stages:
