@@ -4,6 +4,7 @@ graph rows; and the laws that let the Spark path apply them batch by batch."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import random
@@ -351,6 +352,93 @@ def test_graph_rows_ignore_the_order_and_repetition_of_pieces(
     for row in rules.graph_rows("T", "out", table).to_pylist():
         kept = rules.stored_pieces(row["payload"])
         assert kept == sorted(set(kept))
+
+
+def graph_rows_as_json_dumps_writes_them(task: str, side: str, pieces: pa.Table) -> list[dict[str, object]]:
+    """The oracle of `rules.graph_rows`: each key's distinct items in Arrow's order (strings and
+    bytes by their bytes, nulls last), written by `json.dumps` one key at a time, values in
+    base64."""
+    by, to = rules.SIDES[side]
+    listed = list(to) if side == "in" else [*to, "seq", "value"]
+    groups: dict[tuple[str, ...], set[tuple[object, ...]]] = {}
+    for row in pieces.to_pylist():
+        groups.setdefault(tuple(row[c] for c in by), set()).add(tuple(row[c] for c in listed))
+
+    def order(item: tuple[object, ...]) -> tuple[tuple[bool, object], ...]:
+        return tuple((x is None, x if x is not None else 0) for x in item)
+
+    def text(item: tuple[object, ...]) -> list[object]:
+        value = item[-1]
+        if side == "in":
+            return list(item)
+        encoded = None if value is None else base64.b64encode(value).decode("ascii")  # type: ignore[arg-type]
+        return [*item[:-1], encoded]
+
+    return [
+        {
+            "layer": STATE_LAYER,
+            "partition": rules.graph_name(task, side, key),
+            "payload": json.dumps(
+                [text(i) for i in sorted(items, key=order)], separators=(",", ":"), ensure_ascii=False
+            ).encode(),
+        }
+        for key, items in sorted(groups.items())
+    ]
+
+
+hostile = st.text(
+    alphabet=st.sampled_from(
+        ["x", "|", '"', "\\", "\n", "\x00", "\x1f", "\x7f", "é", "😀", "%", "/", "[", ","]
+    ),
+    max_size=3,
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            *(hostile for _ in range(5)), st.integers(0, 2), st.sampled_from([None, b"", b"\x00\xff", b"v"])
+        ),
+        max_size=12,
+    ),
+    st.sampled_from([1, 2, 3, 200_000]),
+)
+def test_graph_rows_are_what_json_dumps_writes_whatever_the_names(
+    edges: list[tuple[str, str, str, str, str, int, bytes | None]], cut: int
+) -> None:
+    """Names with quotes, backslashes, control characters, separators and any Unicode; values of
+    any bytes or none; repeated pieces; the rows turned into text in slices of any size: the
+    graph rows hold exactly what `json.dumps` writes, and decode back to their pieces."""
+    columns = [*rules.OUT_KEYS, *rules.IN_KEYS]
+    data: dict[str, pa.Array] = {
+        c: pa.array([e[i] for e in edges], pa.string()) for i, c in enumerate(columns)
+    }
+    data["seq"] = pa.array([e[5] for e in edges], pa.int32())
+    data["value"] = pa.array([e[6] for e in edges], pa.binary())
+    table = pa.table(data, schema=_spark.PIECES)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(rules, "_SLICE", cut)
+        for side in rules.SIDES:
+            got = rules.graph_rows("T", side, table)
+            assert got.schema == rules.CANDIDATES
+            assert got.to_pylist() == graph_rows_as_json_dumps_writes_them("T", side, table)
+    out = rules.graph_rows("T", "out", table)
+    keys = sorted({(e[0], e[1]) for e in edges})
+    named = pa.table(
+        {
+            "out_layer": pa.array([k[0] for k in keys], pa.string()),
+            "out_partition": pa.array([k[1] for k in keys], pa.string()),
+            "payload": out.column("payload"),
+        }
+    )
+    # Unpacked, the out rows give back each distinct piece once.
+    distinct = {tuple(r.values()) for r in table.to_pylist()}
+    unpacked = [tuple(r.values()) for r in rules.unpacked(named).to_pylist()]
+    assert sorted(map(repr, unpacked)) == sorted(map(repr, distinct))
+    fed = rules.fed_outputs(rules.graph_rows("T", "in", table)).to_pylist()
+    assert sorted((r["out_layer"], r["out_partition"]) for r in fed) == sorted(
+        d[:2] for d in {e[:5] for e in edges}
+    )
 
 
 names_strategy = st.text(alphabet=st.sampled_from(["x", "[", "]", '"', "\\", "é", ","]), max_size=3)

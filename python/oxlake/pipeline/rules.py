@@ -16,9 +16,16 @@ one batch or one task's rows at a time:
 from __future__ import annotations
 
 import base64
+import binascii
+import contextlib
+import gc
 import hashlib
+import itertools
 import json
+from collections.abc import Iterator
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -105,29 +112,78 @@ def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
     - per output partition ("out"), its pieces: a JSON list of `[catalog, layer, partition, seq,
       value (base64)]` in the order `reduce` takes them (`stored_pieces`), so that an incremental
       run reduces an output from the pieces of its unchanged inputs without mapping them again.
-    A piece repeated (same input and `seq`) is kept once."""
+    A piece repeated (same input and `seq`) is kept once. The JSON is what
+    `json.dumps(items, separators=(",", ":"), ensure_ascii=False)` writes, built by Arrow's
+    string kernels over many rows at once (`_json_lists`)."""
     by, to = SIDES[side]
     listed = list(to) if side == "in" else [*to, "seq", "value"]
     rows = pieces.select([*by, *listed]).sort_by([(c, "ascending") for c in [*by, *listed]])
-    columns = [rows.column(c).to_pylist() for c in listed]
-    if side == "out":
-        columns[-1] = [None if v is None else base64.b64encode(v).decode("ascii") for v in columns[-1]]
-    owners, items = _tuples(rows, by), list(zip(*columns, strict=True))
-    keys, payloads, start = [], [], 0
-    for i in range(1, len(items) + 1):
-        if i == len(items) or owners[i] != owners[start]:
-            group = [x for j, x in enumerate(items[start:i], start) if j == start or x != items[j - 1]]
-            keys.append(owners[start])
-            payloads.append(json.dumps(group, separators=(",", ":"), ensure_ascii=False).encode())
-            start = i
-    return pa.table(
-        [
-            pa.array([STATE_LAYER] * len(keys), pa.string()),
-            pa.array([graph_name(task, side, k) for k in keys], pa.string()),
-            pa.array(payloads, pa.binary()),
-        ],
-        schema=CANDIDATES,
-    )
+    if rows.num_rows == 0:
+        return CANDIDATES.empty_table()
+    # A row equal to the one before it is the same item of the same key again.
+    repeated = _as_before(rows, [*by, *listed])
+    rows = rows.filter(pa.chunked_array([[True], *pc.invert(repeated).chunks], pa.bool_())).combine_chunks()
+    starts = np.flatnonzero(~_as_before(rows, by).to_numpy(zero_copy_only=False)) + 1
+    bounds = np.concatenate([[0], starts, [rows.num_rows]])
+    # Slices of whole keys, each small enough for its text to stay far below Arrow's 2 GiB.
+    cuts = [0, *(i for i in range(1, len(bounds) - 1) if bounds[i] // _SLICE > bounds[i - 1] // _SLICE)]
+    parts = []
+    for lo, hi in zip(cuts, [*cuts[1:], len(bounds) - 1], strict=True):
+        offsets = pa.array(bounds[lo : hi + 1] - bounds[lo], pa.int32())
+        part = rows.slice(int(bounds[lo]), int(bounds[hi] - bounds[lo]))
+        items = pa.ListArray.from_arrays(offsets, _json_lists(part, listed, with_values=side == "out"))
+        payloads = pc.binary_join_element_wise("[", pc.binary_join(items, ","), "]", "")
+        heads = part.take(offsets.slice(0, len(offsets) - 1))
+        names = pc.binary_join_element_wise(task, side, *(heads.column(c) for c in by), "|")
+        layer = pa.array([STATE_LAYER] * heads.num_rows, pa.string())
+        parts.append(pa.table([layer, names, payloads.cast(pa.binary())], schema=CANDIDATES))
+    return pa.concat_tables(parts)
+
+
+#: The rows `graph_rows` turns into text at once (cut between keys).
+_SLICE = 200_000
+
+
+def _as_before(rows: pa.Table, columns: list[str]) -> pa.ChunkedArray:
+    """For each row but the first, whether it holds the values of the row before it in all of
+    `columns` (two nulls are the same value)."""
+    n = max(rows.num_rows - 1, 0)
+    same = pa.chunked_array([pa.repeat(True, n)])
+    for c in columns:
+        a, b = rows.column(c).slice(1), rows.column(c).slice(0, n)
+        equal = pc.or_(pc.fill_null(pc.equal(a, b), False), pc.and_(pc.is_null(a), pc.is_null(b)))
+        same = pc.and_(same, equal)
+    return same
+
+
+#: The characters `json.dumps(..., ensure_ascii=False)` escapes in a string.
+_ESCAPED = r'["\\\x00-\x1f]'
+
+
+def _json_lists(rows: pa.Table, columns: list[str], with_values: bool) -> pa.Array:
+    """Each row of `columns` as the JSON list `json.dumps(..., separators=(",", ":"),
+    ensure_ascii=False)` writes for it: strings, and with `with_values` an int `seq` then a
+    binary value in base64 (null as `null`). Strings holding a character JSON escapes go
+    through `json.dumps` itself; the others are quoted by Arrow's kernels."""
+    strings = columns[:-2] if with_values else columns
+    parts: list[pa.ChunkedArray] = []
+    for c in strings:
+        column = rows.column(c)
+        quoted = pc.fill_null(pc.binary_join_element_wise('"', column, '"', ""), "null")
+        special = pc.fill_null(pc.match_substring_regex(column, _ESCAPED), False)
+        if pc.any(special).as_py():
+            texts = zip(column.to_pylist(), quoted.to_pylist(), special.to_pylist(), strict=True)
+            escaped = [json.dumps(s, ensure_ascii=False) if e else q for s, q, e in texts]
+            quoted = pa.chunked_array([pa.array(escaped, pa.string())])
+        parts.append(quoted)
+    if with_values:
+        seq, values = rows.column(columns[-2]), rows.column(columns[-1])
+        base64s = [None if v is None else binascii.b2a_base64(v, newline=False) for v in values.to_pylist()]
+        encoded = pc.binary_join_element_wise('"', pa.array(base64s, pa.string()), '"', "")
+        parts += [pc.fill_null(pc.cast(seq, pa.string()), "null"), pc.fill_null(encoded, "null")]
+    inner = pc.binary_join_element_wise(*parts, ",")
+    joined = pc.binary_join_element_wise("[", inner, "]", "")
+    return joined.combine_chunks() if isinstance(joined, pa.ChunkedArray) else joined
 
 
 def edges(payload: bytes) -> list[tuple[str, ...]]:
@@ -147,8 +203,30 @@ def _decoded(value: str | None) -> bytes | None:
 
 def fed_outputs(rows: pa.Table) -> pa.Table:
     """(out_layer, out_partition) of every output the "in" graph rows (column `payload`) list."""
-    listed = [key for payload in rows.column("payload").to_pylist() if payload for key in edges(payload)]
-    return pa.table([pa.array([k[i] for k in listed], pa.string()) for i in (0, 1)], names=OUT_KEYS)
+    with _collection_paused():
+        listed = list(itertools.chain.from_iterable(_lists(rows.column("payload"))))
+        columns = [pa.array([key[i] for key in listed], pa.string()) for i in (0, 1)]
+    return pa.table(columns, names=OUT_KEYS)
+
+
+def _lists(payloads: pa.ChunkedArray | pa.Array) -> list[list[Any]]:
+    """The JSON lists of the non-empty `payloads` (graph rows), decoded in one call."""
+    present = [p for p in payloads.to_pylist() if p]
+    return json.loads(b"[" + b",".join(present) + b"]") if present else []
+
+
+@contextlib.contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while graph rows decode into many small lists
+    (they hold no cycles): the collections their allocation would set off cost more than the
+    decoding (0.44 s against 0.19 s for 165,000 kept pieces in a driver holding a run)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def pieces_at_most(rows: pa.Table) -> int:
@@ -164,15 +242,15 @@ def pieces_at_most(rows: pa.Table) -> int:
 
 def unpacked(rows: pa.Table) -> pa.Table:
     """PIECES of the "out" graph rows `rows` (columns out_layer, out_partition, payload)."""
-    listed: list[tuple[object, ...]] = []
-    for layer, partition, payload in zip(
-        *(rows.column(c).to_pylist() for c in [*OUT_KEYS, "payload"]), strict=True
-    ):
-        if payload:
-            listed.extend((layer, partition, *piece) for piece in json.loads(payload))
-    columns = [list(c) for c in zip(*listed, strict=True)] if listed else [[] for _ in PIECES.names]
-    columns[-1] = [_decoded(v) for v in columns[-1]]
-    return pa.table(columns, schema=PIECES)
+    payload = rows.column("payload")
+    rows = rows.filter(pc.fill_null(pc.greater(pc.binary_length(payload), 0), False))
+    with _collection_paused():
+        lists = _lists(rows.column("payload"))
+        owners = rows.select(OUT_KEYS).take(np.repeat(np.arange(len(lists)), [len(x) for x in lists]))
+        flat = list(itertools.chain.from_iterable(lists))
+        columns = [pa.array([piece[i] for piece in flat], PIECES.types[2 + i]) for i in range(4)]
+        values = [None if p[4] is None else binascii.a2b_base64(p[4]) for p in flat]
+    return pa.table([*owners.columns, *columns, pa.array(values, pa.binary())], schema=PIECES)
 
 
 def written(rows: pa.Table) -> pa.Table:
