@@ -686,6 +686,37 @@ def test_catalog_versions_snapshots_and_changes(tmp_path: Path) -> None:
     assert published(c) == {("segments", "a"): b"9", ("segments", "c"): b"4"}
 
 
+def test_a_read_by_key_returns_the_keys_asked_for_in_each_layer_and_no_other(tmp_path: Path) -> None:
+    """`Catalog.read` of keys in several layers (one read per layer): a partition asked for in
+    one layer is not returned from another that holds it too, whatever its name holds."""
+    c = Catalog.create(str(tmp_path / "c"))
+    names = ["a", "b/é", "100%|x", "😀,[", "null"]
+    rows = [(layer, name) for layer in ["one", "two", "_state"] for name in names]
+    c.table.upsert(
+        pa.table(
+            {
+                "layer": [layer for layer, _ in rows],
+                "partition": [name for _, name in rows],
+                "payload": pa.array([f"{layer}:{name}".encode() for layer, name in rows], pa.binary()),
+                "checksum": [None] * len(rows),
+            }
+        )
+    )
+    c.refresh()
+    wanted = [("one", "a"), ("two", "b/é"), ("two", "100%|x"), ("_state", "😀,["), ("one", "missing")]
+    got = c.read(wanted, columns=["payload"])
+    assert sorted(
+        zip(*(got.column(x).to_pylist() for x in ["layer", "partition", "payload"]), strict=True)
+    ) == [
+        ("_state", "😀,[", "_state:😀,[".encode()),
+        ("one", "a", b"one:a"),
+        ("two", "100%|x", b"two:100%|x"),
+        ("two", "b/é", "two:b/é".encode()),
+    ]
+    assert got.schema.names == ["layer", "partition", "payload"]
+    assert c.read([], columns=["payload"]).num_rows == 0
+
+
 STATS = pa.struct([("segments", pa.int64()), ("length", pa.float64())])
 TOTALS = pa.struct([("segments", pa.int64()), ("length", pa.float64()), ("tiles", pa.list_(pa.string()))])
 

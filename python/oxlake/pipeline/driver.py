@@ -136,8 +136,8 @@ class Driver:
             name: (c.instant_of(versions[name]) if versions and name in versions else c.latest())
             for name, c in self.inputs.items()
         }
-        states = self._states()
-        run = _Run(self, requested, listed)
+        states, published = self._states()
+        run = _Run(self, requested, listed, published)
         for task in self.tasks:
             _spark.ship(task)
             reason = self._full_reason(task, states.get(task.name), requested, since, full, reprocess, run)
@@ -174,14 +174,19 @@ class Driver:
                 out[(catalog, layer)] = c.structured[layer]
         return out
 
-    def _states(self) -> dict[str, dict[str, object]]:
-        """The state record of each task (its fingerprint and input versions), read by key."""
-        t = self.output.read([(STATE_LAYER, task.name) for task in self.tasks], columns=["payload"])
-        return {
-            p: json.loads(v)
-            for p, v in zip(t.column("partition").to_pylist(), t.column("payload").to_pylist(), strict=True)
-            if v
-        }
+    def _states(self) -> tuple[dict[str, dict[str, object]], dict[tuple[str, str], str | None]]:
+        """The state record of each task (its fingerprint and input versions), read by key; and
+        the published checksum of each record's key (None: none published)."""
+        keys = [(STATE_LAYER, task.name) for task in self.tasks]
+        t = self.output.read(keys, columns=["payload", "checksum"])
+        rows = zip(*(t.column(c).to_pylist() for c in ["partition", "payload", "checksum"]), strict=True)
+        published: dict[tuple[str, str], str | None] = dict.fromkeys(keys)
+        states = {}
+        for partition, payload, checksum in rows:
+            published[(STATE_LAYER, partition)] = checksum
+            if payload:
+                states[partition] = json.loads(payload)
+        return states, published
 
     def _full_reason(
         self,
@@ -279,7 +284,13 @@ class _Run:
     (`SparkPath`). The decided rows of the driver path are Arrow tables: a run of only those
     writes its commit from the driver, without a Spark job."""
 
-    def __init__(self, driver: Driver, requested: dict[str, str | None], listed: _spark.Listed) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        requested: dict[str, str | None],
+        listed: _spark.Listed,
+        published: dict[tuple[str, str], str | None],
+    ) -> None:
         self.d, self.requested = driver, requested
         self.listed = listed  # the output catalog's timeline before the run read it
         self.spark = driver.spark
@@ -289,7 +300,7 @@ class _Run:
         self.full_layers: set[str] = set()
         self.layer_rows: dict[str, DataFrame | pa.Table] = {}  # output layer -> its ROWS this run
         self.on_spark = SparkPath(driver, requested, self.layer_rows)
-        self.here = DriverPath(driver, requested, self.layer_rows, self.on_spark)
+        self.here = DriverPath(driver, requested, self.layer_rows, self.on_spark, published)
 
     def task(self, task: Compiler, reason: str | None, state: dict[str, object] | None) -> None:
         incremental = state is not None and reason is None

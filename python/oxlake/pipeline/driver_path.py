@@ -39,11 +39,15 @@ class DriverPath:
         requested: Mapping[str, str | None],
         layer_rows: Mapping[str, DataFrame | pa.Table],
         on_spark: SparkPath,
+        published: Mapping[tuple[str, str], str | None],
     ) -> None:
         self.d, self.requested, self.layer_rows, self.on_spark = driver, requested, layer_rows, on_spark
         self.spark = driver.spark
         self.out_types = driver.output.structured
         self._changes: dict[tuple[str, tuple[str, ...], str | None, str | None], pa.Table] = {}
+        #: The published checksums (None: not published) of the output catalog's keys this run
+        #: has read already (the tasks' state records, the graph rows): not read again to decide.
+        self._published = dict(published)
 
     def keyed(
         self, task: Compiler, types: _spark.InputTypes, state: dict[str, object], own: pa.Table
@@ -58,8 +62,16 @@ class DriverPath:
         states = rules.checksummed(pa.concat_tables([own.cast(rules.CANDIDATES), graph]))
         flags = pa.chunked_array([pa.repeat(True, compiled.num_rows), pa.repeat(False, states.num_rows)])
         candidates = pa.concat_tables([compiled, states]).append_column("compiled", flags)
-        published = self.d.output.read(_keys_of(candidates), columns=["checksum"])
-        old = published.rename_columns([*rules.KEYS, "old"])
+        keys = set(_keys_of(candidates))
+        read = self.d.output.read(keys - self._published.keys(), columns=["checksum"])
+        known = [(*k, v) for k in keys & self._published.keys() if (v := self._published[k]) is not None]
+        columns = [list(c) for c in zip(*known, strict=True)] if known else [[], [], []]
+        old = pa.concat_tables(
+            [
+                read.rename_columns([*rules.KEYS, "old"]).cast(_OLD),
+                pa.table([pa.array(c, pa.string()) for c in columns], schema=_OLD),
+            ]
+        )
         return rules.decide(task.name, candidates.join(old, rules.KEYS, join_type="left outer"))
 
     def changes(self, task: Compiler, state: dict[str, object]) -> pa.Table:
@@ -116,7 +128,9 @@ class DriverPath:
         """The recorded graph rows of a map-group task for the input ("in") or output ("out")
         `keys`, read by key: the keys' columns and `payload`, for the keys that have one."""
         by_name = {rules.graph_name(task.name, side, key): key for key in keys}
-        t = self.d.output.read([(STATE_LAYER, n) for n in by_name], columns=["payload"])
+        t = self.d.output.read([(STATE_LAYER, n) for n in by_name], columns=["payload", "checksum"])
+        self._published.update(dict.fromkeys((STATE_LAYER, n) for n in by_name))
+        self._published.update(zip(_keys_of(t), t.column("checksum").to_pylist(), strict=True))
         t = t.filter(pc.is_valid(t.column("payload")))
         found = [by_name[n] for n in t.column("partition").to_pylist()]
         by, _ = rules.SIDES[side]
@@ -128,7 +142,7 @@ class DriverPath:
     ) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
         """The outputs each of the input partitions `keys` fed (recorded graph), read by key."""
         t = self._graph_rows(task, "in", keys)
-        return {key: rules.edges(p) for key, p in zip(_keys(t), t.column("payload").to_pylist(), strict=True)}
+        return dict(zip(_keys(t), rules.edge_lists(t.column("payload")), strict=True))
 
     def _stored_pieces(self, task: Compiler, outputs: Iterable[tuple[str, str]], held: int) -> pa.Table:
         """The PIECES the `outputs` were reduced from when last compiled (their "out" graph
@@ -284,6 +298,9 @@ def _input_rows(catalog: str, t: pa.Table, structured: Mapping[str, pa.StructTyp
         }
     )
 
+
+#: The published checksums of candidates' keys.
+_OLD = pa.schema([("layer", pa.string()), ("partition", pa.string()), ("old", pa.string())])
 
 _INPUT_SCHEMA = pa.schema(
     [("catalog", pa.string()), ("layer", pa.string()), ("partition", pa.string()), ("payload", pa.binary())]

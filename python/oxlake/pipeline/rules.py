@@ -201,6 +201,12 @@ def _decoded(value: str | None) -> bytes | None:
     return None if value is None else base64.b64decode(value)
 
 
+def edge_lists(payloads: pa.ChunkedArray | pa.Array) -> list[list[tuple[str, ...]]]:
+    """The output keys each of the "in" graph rows `payloads` (none null or empty) lists."""
+    with _collection_paused():
+        return [[tuple(key) for key in keys] for keys in _lists(payloads)]
+
+
 def fed_outputs(rows: pa.Table) -> pa.Table:
     """(out_layer, out_partition) of every output the "in" graph rows (column `payload`) list."""
     with _collection_paused():
