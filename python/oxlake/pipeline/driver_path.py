@@ -72,7 +72,7 @@ class DriverPath:
                 pa.table([pa.array(c, pa.string()) for c in columns], schema=_OLD),
             ]
         )
-        return rules.decide(task.name, candidates.join(old, rules.KEYS, join_type="left outer"))
+        return rules.decide(task.name, _join(candidates, old, "left outer"))
 
     def changes(self, task: Compiler, state: dict[str, object]) -> pa.Table:
         """The input partitions changed since the recorded versions (INPUT rows, payload null
@@ -259,8 +259,17 @@ class DriverPath:
 def _with_vanished(affected: pa.Table, compiled: pa.Table) -> pa.Table:
     """The `compiled` rows, plus a `rules.vanished` one for each `affected` key (layer,
     partition) none of them has (so that a published one is deleted)."""
-    gone = affected.join(compiled.select(rules.KEYS), rules.KEYS, join_type="left anti")
+    gone = _join(affected, compiled.select(rules.KEYS), "left anti")
     return pa.concat_tables([compiled, rules.vanished(gone, compiled.schema)])
+
+
+def _join(left: pa.Table, right: pa.Table, how: str) -> pa.Table:
+    """`left` joined to `right` on (layer, partition). Acero's threads are used for large tables
+    only: for tens of thousands of rows, starting them costs several times the join (80,000
+    rows: 0.03 s on one thread, 0.08 to 0.45 s on this box's two; 1,500,000 rows: 0.8 s
+    against 0.6 s)."""
+    large = max(left.num_rows, right.num_rows) >= 500_000
+    return left.join(right, rules.KEYS, join_type=how, use_threads=large)
 
 
 def _key_table(keys: Iterable[tuple[str, str]]) -> pa.Table:
