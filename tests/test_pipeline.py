@@ -687,8 +687,8 @@ def test_catalog_versions_snapshots_and_changes(tmp_path: Path) -> None:
 
 
 def test_a_read_by_key_returns_the_keys_asked_for_in_each_layer_and_no_other(tmp_path: Path) -> None:
-    """`Catalog.read` of keys in several layers (one read per layer): a partition asked for in
-    one layer is not returned from another that holds it too, whatever its name holds."""
+    """`Catalog.read` of keys in several layers: a partition asked for in one layer is not
+    returned from another that holds it too, whatever its name holds."""
     c = Catalog.create(str(tmp_path / "c"))
     names = ["a", "b/é", "100%|x", "😀,[", "null"]
     rows = [(layer, name) for layer in ["one", "two", "_state"] for name in names]

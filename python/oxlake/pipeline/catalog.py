@@ -347,20 +347,15 @@ class Catalog:
         if not wanted or self.latest() is None:
             return pa.schema([self.table.schema.field(n) for n in names]).empty_table()
         as_of = self.instant_of(version) if version is not None else None
-        by_layer: dict[str, list[str]] = {}
-        for layer, partition in wanted:
-            by_layer.setdefault(layer, []).append(partition)
-        # One read per layer: a layer asked for a few partitions is pruned to the row groups
-        # holding them, which one set of partitions for all the layers would not allow.
-        reads = [
-            self.table.to_arrow(
-                columns=names,
-                filter=[("layer", "=", layer), ("partition", "in", sorted(parts))],
-                as_of=as_of,
-            )
-            for layer, parts in sorted(by_layer.items())
-        ]
-        return pa.concat_tables(reads)
+        layers = sorted({layer for layer, _ in wanted})
+        parts = sorted({p for _, p in wanted})
+        t = self.table.to_arrow(
+            columns=names, filter=[("layer", "in", layers), ("partition", "in", parts)], as_of=as_of
+        )
+        if len(layers) > 1:
+            pairs = zip(t.column("layer").to_pylist(), t.column("partition").to_pylist(), strict=True)
+            t = t.filter(pa.array([pair in wanted for pair in pairs], pa.bool_()))
+        return t
 
     def holds(self, layers: Iterable[str]) -> bool:
         """Whether any of `layers` holds a published partition. Reads those layers only, and

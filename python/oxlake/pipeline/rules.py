@@ -262,7 +262,3 @@ def unpacked(rows: pa.Table) -> pa.Table:
 def written(rows: pa.Table) -> pa.Table:
     """The ROWS a commit writes (op upsert or delete)."""
     return rows.filter(pc.is_in(rows.column("op"), value_set=pa.array(WRITES, pa.string())))
-
-
-def _tuples(rows: pa.Table, columns: list[str]) -> list[tuple[str, ...]]:
-    return list(zip(*(rows.column(c).to_pylist() for c in columns), strict=True))
