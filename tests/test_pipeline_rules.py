@@ -386,6 +386,16 @@ def graph_rows_as_json_dumps_writes_them(task: str, side: str, pieces: pa.Table)
     ]
 
 
+def test_graph_rows_refuse_a_piece_without_its_key() -> None:
+    """A piece whose output (or input) key is null has no graph row name: refused, not written
+    under a null name."""
+    table = pieces([("o", "1", "c", "l", "a")])
+    for column, side in [("out_partition", "out"), ("partition", "in")]:
+        broken = table.set_column(table.schema.get_field_index(column), column, pa.nulls(1, pa.string()))
+        with pytest.raises(ValueError, match=f"a piece without its {column}"):
+            rules.graph_rows("T", side, broken)
+
+
 hostile = st.text(
     alphabet=st.sampled_from(
         ["x", "|", '"', "\\", "\n", "\x00", "\x1f", "\x7f", "é", "😀", "%", "/", "[", ","]
@@ -402,13 +412,15 @@ hostile = st.text(
         max_size=12,
     ),
     st.sampled_from([1, 2, 3, 200_000]),
+    st.sampled_from([1, 40, 2**28]),
 )
 def test_graph_rows_are_what_json_dumps_writes_whatever_the_names(
-    edges: list[tuple[str, str, str, str, str, int, bytes | None]], cut: int
+    edges: list[tuple[str, str, str, str, str, int, bytes | None]], cut: int, cut_bytes: int
 ) -> None:
     """Names with quotes, backslashes, control characters, separators and any Unicode; values of
     any bytes or none; repeated pieces; the rows turned into text in slices of any size: the
-    graph rows hold exactly what `json.dumps` writes, and decode back to their pieces."""
+    graph rows hold exactly what `json.dumps` writes, and decode back to their pieces. Spark's
+    large string types are taken as strings."""
     columns = [*rules.OUT_KEYS, *rules.IN_KEYS]
     data: dict[str, pa.Array] = {
         c: pa.array([e[i] for e in edges], pa.string()) for i, c in enumerate(columns)
@@ -418,10 +430,20 @@ def test_graph_rows_are_what_json_dumps_writes_whatever_the_names(
     table = pa.table(data, schema=_spark.PIECES)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(rules, "_SLICE", cut)
+        patch.setattr(rules, "_SLICE_BYTES", cut_bytes)
+        large = table.cast(
+            pa.schema(
+                [
+                    pa.field(f.name, pa.large_string() if f.type == pa.string() else f.type)
+                    for f in table.schema
+                ]
+            )
+        )
         for side in rules.SIDES:
             got = rules.graph_rows("T", side, table)
             assert got.schema == rules.CANDIDATES
             assert got.to_pylist() == graph_rows_as_json_dumps_writes_them("T", side, table)
+            assert rules.graph_rows("T", side, large).equals(got)
     out = rules.graph_rows("T", "out", table)
     keys = sorted({(e[0], e[1]) for e in edges})
     named = pa.table(

@@ -117,16 +117,26 @@ def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
     string kernels over many rows at once (`_json_lists`)."""
     by, to = SIDES[side]
     listed = list(to) if side == "in" else [*to, "seq", "value"]
-    rows = pieces.select([*by, *listed]).sort_by([(c, "ascending") for c in [*by, *listed]])
+    types = {f.name: f.type for f in PIECES}  # Spark may hand large_string batches
+    rows = pieces.select([*by, *listed]).cast(pa.schema([(c, types[c]) for c in [*by, *listed]]))
+    rows = rows.sort_by([(c, "ascending") for c in [*by, *listed]])
     if rows.num_rows == 0:
         return CANDIDATES.empty_table()
+    for c in by:
+        if rows.column(c).null_count:
+            raise ValueError(f"graph rows of task {task!r}: a piece without its {c}")
     # A row equal to the one before it is the same item of the same key again.
     repeated = _as_before(rows, [*by, *listed])
     rows = rows.filter(pa.chunked_array([[True], *pc.invert(repeated).chunks], pa.bool_())).combine_chunks()
     starts = np.flatnonzero(~_as_before(rows, by).to_numpy(zero_copy_only=False)) + 1
     bounds = np.concatenate([[0], starts, [rows.num_rows]])
-    # Slices of whole keys, each small enough for its text to stay far below Arrow's 2 GiB.
-    cuts = [0, *(i for i in range(1, len(bounds) - 1) if bounds[i] // _SLICE > bounds[i - 1] // _SLICE)]
+    # Slices of whole keys, each small enough for its text to stay far below Arrow's 2 GiB for
+    # one array: at most _SLICE rows and about _SLICE_BYTES of names and values (escapes and
+    # base64 make the text at most six times that).
+    sizes = sum(pc.fill_null(pc.binary_length(rows.column(c)), 0).to_numpy() for c in listed if c != "seq")
+    before = np.concatenate([[0], np.cumsum(np.asarray(sizes, np.int64) + 16)])[bounds]
+    mark = np.maximum(bounds // _SLICE, before // _SLICE_BYTES)
+    cuts = [0, *(np.flatnonzero(mark[1:-1] > mark[:-2]) + 1).tolist()]
     parts = []
     for lo, hi in zip(cuts, [*cuts[1:], len(bounds) - 1], strict=True):
         offsets = pa.array(bounds[lo : hi + 1] - bounds[lo], pa.int32())
@@ -140,8 +150,10 @@ def graph_rows(task: str, side: str, pieces: pa.Table) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-#: The rows `graph_rows` turns into text at once (cut between keys).
+#: The rows, and the bytes of their names and values, `graph_rows` turns into text at once
+#: (cut between keys).
 _SLICE = 200_000
+_SLICE_BYTES = 256 * 2**20
 
 
 def _as_before(rows: pa.Table, columns: list[str]) -> pa.ChunkedArray:
