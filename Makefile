@@ -45,6 +45,24 @@ spark35-test: develop $(SPARK35)/.ready
 	PYTHONPATH=$(CURDIR)/python PYSPARK_PYTHON=$(CURDIR)/$(SPARK35)/bin/python \
 		$(SPARK35)/bin/python -m pytest -q -p no:cacheprovider tests/test_spark.py tests/test_streaming.py
 
+# Apache Hudi's own Spark engine against oxlake (docs/JAVA_HUDI.md): the Spark 3.5 bundles pinned by
+# version and sha256 in tests/java/bundles.lock, fetched with mvn into a cache outside the clone
+# ($OXLAKE_JAVA_CACHE, default ~/.cache/oxlake-java), then the round-trip suite in the Spark 3.5
+# venv, one pytest process per Hudi version (a JVM holds one bundle); JAVA_HUDI_VERSIONS=1.0.2 picks.
+.PHONY: java-deps java-test
+JAVA_HUDI_VERSIONS ?= $(shell $(PYTHON) tests/java/bundles.py versions)
+java-deps:
+	$(PYTHON) tests/java/bundles.py fetch $(JAVA_HUDI_VERSIONS)
+
+java-test: develop $(SPARK35)/.ready java-deps
+	@failed=""; for v in $(JAVA_HUDI_VERSIONS); do \
+		echo "== Java Hudi $$v (hudi-spark3.5-bundle_2.12, Spark $$($(SPARK35)/bin/python -c 'import pyspark; print(pyspark.__version__)'))"; \
+		OXLAKE_HUDI_VERSION=$$v PYTHONPATH=$(CURDIR)/python PYSPARK_PYTHON=$(CURDIR)/$(SPARK35)/bin/python \
+			$(SPARK35)/bin/python -m pytest -q -rfEsx -p no:cacheprovider --durations=5 tests/java \
+			|| failed="$$failed $$v"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "== the Java suite failed for Hudi$$failed" >&2; exit 1; fi
+
 # One abi3 wheel (CPython 3.11+, the lowest manylinux tag its symbols allow, checked by maturin's
 # auditwheel) and the sdist, into dist/; wheel-test installs the wheel in a new venv outside the
 # tree and runs the smoke suite there (tests/smoke/run).

@@ -10,6 +10,7 @@
 from oxlake._engine import MissingDependencyError
 from oxlake._native import (
     CommitConflictError,
+    CommitUnknownError,
     CorruptTableError,
     InvalidArgumentError,
     InvalidDataError,
@@ -50,6 +51,7 @@ __all__ = [
     "ClusteringResult",
     "Commit",
     "CommitConflictError",
+    "CommitUnknownError",
     "CompactionResult",
     "CorruptTableError",
     "FileGroup",

@@ -3,7 +3,7 @@
 Inspect: `oxlake show URI`, `oxlake timeline URI`, `oxlake history URI` (operations and metrics of
 the commits), `oxlake --version`. Table services: `oxlake compact URI`,
 `oxlake clean URI [--policy P] [--retain N]`, `oxlake rollback URI INSTANT`,
-`oxlake savepoint URI INSTANT`, `oxlake restore URI INSTANT`,
+`oxlake savepoint [--delete] URI INSTANT`, `oxlake restore URI INSTANT`,
 `oxlake cluster URI [--sort-by COL ...] [--target-file-size BYTES]`,
 `oxlake archive URI [--min-commits N --max-commits M]`; `oxlake timeline URI --archived` lists the
 archived instants too. Schema changes: `oxlake alter-schema URI --rename OLD=NEW --drop COL
@@ -111,6 +111,9 @@ def _rollback(table: Table, args: argparse.Namespace, progress: Progress) -> str
 
 
 def _savepoint(table: Table, args: argparse.Namespace, progress: Progress) -> str:
+    if args.delete:
+        table.delete_savepoint(args.instant)
+        return f"savepoint: savepoint {args.instant} deleted"
     table.savepoint(args.instant)
     return f"savepoint: {args.instant} savepointed"
 
@@ -390,6 +393,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub.choices["archive"].add_argument(
         "--max-commits", type=int, default=None, metavar="M", help="archive once the timeline holds more"
+    )
+    sub.choices["savepoint"].add_argument(
+        "--delete", action="store_true", help="delete the savepoint at INSTANT instead of making one"
     )
     sub.choices["upgrade"].add_argument("--to", type=int, default=8, choices=[8, 9], help="the table version")
     for name in ("timeline", "history"):

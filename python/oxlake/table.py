@@ -6,7 +6,7 @@ import datetime as _dt
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias, get_args
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol, TypeAlias, cast, get_args
 
 import pyarrow as pa
 
@@ -542,8 +542,22 @@ class Table:
         `restore` can bring the table back to it."""
         _native.savepoint(self._t, instant)
 
+    def outcome(self, instant: str) -> Literal["committed", "rolled_back", "pending"]:
+        """What became of the write at `instant`: the question a `CommitUnknownError` leaves
+        (its `instant`). A write whose writer is gone is settled first, as the next writer
+        would settle it (completed when it was decided committed, else rolled back), so
+        `committed` and `rolled_back` are final; `pending`: its writer is still at work."""
+        return cast(Literal["committed", "rolled_back", "pending"], _native.outcome(self._t, instant))
+
+    def delete_savepoint(self, instant: str) -> None:
+        """Deletes the savepoint `instant`: the cleaner may then remove the files only it kept,
+        and a restore may go past it."""
+        _native.delete_savepoint(self._t, instant)
+
     def restore(self, instant: str, *, progress: _native.Progress | None = None) -> str:
-        """Rolls back every commit after the savepoint `instant`; returns the restore instant."""
+        """Rolls back every commit after the savepoint `instant`; returns the restore instant.
+        A newer savepoint is refused (`InvalidArgumentError` naming it, the table untouched):
+        delete it first (`delete_savepoint`)."""
         return _native.restore(self._t, instant, progress)
 
     def archive(self, *, min_commits: int | None = None, max_commits: int | None = None) -> list[Instant]:

@@ -58,6 +58,17 @@ pub enum Error {
         detail: String,
     },
 
+    /// A write got past the point where its outcome is decided, but could not confirm which way
+    /// it went (the store failed while it completed): it may have committed, and a retry could
+    /// apply it twice. `Table::outcome` tells, once the store answers again.
+    #[error("the outcome of commit {instant} is unknown: {detail}")]
+    CommitUnknown {
+        /// This write's instant time: ask `Table::outcome` about it.
+        instant: String,
+        /// What failed, and what was decided as far as known.
+        detail: String,
+    },
+
     /// A table file could not be understood.
     #[error("corrupt table file {path}: {detail}")]
     CorruptTable {

@@ -79,6 +79,53 @@ pub fn check_column_names(schema: &Schema) -> Result<()> {
     }
 }
 
+/// Refuses column names Apache Hudi cannot write or read: every Hudi engine goes through an Avro
+/// schema, whose names are `[A-Za-z_][A-Za-z0-9_]*` (Avro's `Schema.Field` refuses others:
+/// `SchemaParseException: Illegal character`), at any depth. Checked where a name enters a table
+/// (create, a new column, a rename), not on writes to a table that has such a name already.
+pub fn check_avro_names(field: &Field, parent: &str) -> Result<()> {
+    let path = if parent.is_empty() { field.name().clone() } else { format!("{parent}.{}", field.name()) };
+    if !is_avro_name(field.name()) {
+        return Err(Error::SchemaMismatch {
+            detail: format!(
+                "column `{path}`: Apache Hudi's readers and writers (Avro schemas) take only names of ASCII letters, \
+                 digits and `_`, not starting with a digit: rename it (e.g. `{}`)",
+                avro_spelling(field.name())
+            ),
+        });
+    }
+    let mut inner = field.data_type();
+    loop {
+        match inner {
+            DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) | DataType::Map(c, _) => {
+                inner = c.data_type()
+            }
+            DataType::Dictionary(_, v) => inner = v,
+            _ => break,
+        }
+    }
+    if let DataType::Struct(children) = inner {
+        children.iter().try_for_each(|c| check_avro_names(c, &path))?;
+    }
+    Ok(())
+}
+
+/// Whether `name` is a valid Avro name.
+pub fn is_avro_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `name` with every character Avro refuses as `_` (a suggestion in errors).
+fn avro_spelling(name: &str) -> String {
+    let mut out: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if !out.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') {
+        out.insert(0, '_');
+    }
+    out
+}
+
 fn reserved(name: &str) -> Error {
     Error::SchemaMismatch {
         detail: format!(

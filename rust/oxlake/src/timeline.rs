@@ -329,6 +329,11 @@ impl Timeline {
             return Err(Error::corrupt(&path, "empty: a completed replacecommit names the file groups it replaced"));
         }
         if self.layout >= 2 {
+            // Java 1.x writes every completed commit as an Avro container: empty is damage (read
+            // as empty metadata, an incremental read would drop the commit's rows).
+            if instant.is_completed() && bytes.is_empty() {
+                return Err(Error::corrupt(&path, "empty: a completed commit records what it wrote"));
+            }
             return CommitMetadata::from_avro(&path, &bytes);
         }
         CommitMetadata::from_json(&path, &bytes)

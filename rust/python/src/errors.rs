@@ -16,6 +16,12 @@ create_exception!(
 );
 create_exception!(oxlake, InvalidArgumentError, OxlakeError, "An argument is not valid (bad filter, unknown option).");
 create_exception!(oxlake, CommitConflictError, OxlakeError, "Another writer changed the same file groups.");
+create_exception!(
+    oxlake,
+    CommitUnknownError,
+    OxlakeError,
+    "A write could not confirm whether it committed: ask `Table.outcome(e.instant)` before retrying."
+);
 create_exception!(oxlake, CorruptTableError, OxlakeError, "A table file could not be understood.");
 create_exception!(oxlake, UnsupportedError, OxlakeError, "The table uses a feature oxlake does not implement.");
 create_exception!(oxlake, StorageError, OxlakeError, "The object store failed.");
@@ -29,6 +35,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("InvalidDataError", py.get_type::<InvalidDataError>())?;
     m.add("InvalidArgumentError", py.get_type::<InvalidArgumentError>())?;
     m.add("CommitConflictError", py.get_type::<CommitConflictError>())?;
+    m.add("CommitUnknownError", py.get_type::<CommitUnknownError>())?;
     m.add("CorruptTableError", py.get_type::<CorruptTableError>())?;
     m.add("UnsupportedError", py.get_type::<UnsupportedError>())?;
     m.add("StorageError", py.get_type::<StorageError>())?;
@@ -46,6 +53,7 @@ pub fn class_name(e: &oxlake::Error) -> &'static str {
         E::InvalidData { .. } => "InvalidDataError",
         E::InvalidArgument { .. } => "InvalidArgumentError",
         E::CommitConflict { .. } => "CommitConflictError",
+        E::CommitUnknown { .. } => "CommitUnknownError",
         E::CorruptTable { .. } | E::Parquet(_) => "CorruptTableError",
         E::Unsupported { .. } => "UnsupportedError",
         E::Storage { .. } => "StorageError",
@@ -74,6 +82,16 @@ pub fn to_py(e: oxlake::Error) -> PyErr {
         E::CommitConflict { instant, .. } => {
             let err = CommitConflictError::new_err(msg);
             // The instant that won, for callers that retry or report.
+            Python::attach(|py| {
+                if let Err(e) = err.value(py).setattr("instant", instant.as_str()) {
+                    e.print(py);
+                }
+            });
+            err
+        }
+        E::CommitUnknown { instant, .. } => {
+            let err = CommitUnknownError::new_err(msg);
+            // The instant to ask `Table.outcome` about.
             Python::attach(|py| {
                 if let Err(e) = err.value(py).setattr("instant", instant.as_str()) {
                     e.print(py);

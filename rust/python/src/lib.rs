@@ -48,6 +48,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(services::rollback, m)?)?;
     m.add_function(wrap_pyfunction!(services::alter_schema, m)?)?;
     m.add_function(wrap_pyfunction!(services::savepoint, m)?)?;
+    m.add_function(wrap_pyfunction!(services::delete_savepoint, m)?)?;
+    m.add_function(wrap_pyfunction!(services::outcome, m)?)?;
     m.add_function(wrap_pyfunction!(services::archive, m)?)?;
     m.add_function(wrap_pyfunction!(services::upgrade, m)?)?;
     m.add_function(wrap_pyfunction!(services::set_archival, m)?)?;

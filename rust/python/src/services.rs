@@ -82,6 +82,21 @@ pub fn savepoint(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<(
     run(py, async move { inner.lock().await.savepoint(&instant).await })
 }
 
+/// What became of the write at `instant`: `committed`, `rolled_back` or `pending` (settled first
+/// where its writer is gone).
+#[pyfunction]
+pub fn outcome(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<&'static str> {
+    let inner = table.inner.clone();
+    run(py, async move { inner.lock().await.outcome(&instant).await.map(oxlake::commit::Outcome::name) })
+}
+
+/// Deletes the savepoint `instant`.
+#[pyfunction]
+pub fn delete_savepoint(py: Python<'_>, table: &PyTable, instant: String) -> PyResult<()> {
+    let inner = table.inner.clone();
+    run(py, async move { inner.lock().await.delete_savepoint(&instant).await })
+}
+
 /// Archives the oldest instants of the active timeline, keeping `min_commits..=max_commits`
 /// commits (the table's settings where not given); returns `(time, action)` of each instant
 /// archived.

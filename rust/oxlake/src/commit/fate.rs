@@ -24,7 +24,8 @@ use crate::format::instant::{Action, Instant, State};
 use crate::storage::Storage;
 use crate::table::Table;
 
-const FATE_DIR: &str = ".hoodie/oxlake/fate";
+/// Where the fate records are.
+pub(crate) const FATE_DIR: &str = ".hoodie/oxlake/fate";
 
 /// What was decided for one attempt at an instant time.
 #[derive(Clone, Debug, PartialEq, Eq)]

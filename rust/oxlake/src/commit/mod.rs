@@ -22,7 +22,8 @@
 //!
 //! Files: `transaction` (a write in progress, steps 1-5), `claims` (instant times, kept in the
 //! ten-minute buckets of `markers`), `heartbeat`,
-//! `conflicts` (step 3), `fate` (completed or rolled back, decided once), `rollback` (recovery and
+//! `conflicts` (step 3), `fate` (completed or rolled back, decided once), `outcome` (what became of
+//! a write, asked after the fact), `rollback` (recovery and
 //! deliberate rollbacks), `slice_claims` (which compaction takes a file slice), [`hook`] (what the
 //! layers built on the protocol do at step 3 and on recovery) and [`change`] (what an instant
 //! changed, as the hook is told).
@@ -35,6 +36,7 @@ mod fate;
 mod heartbeat;
 pub mod hook;
 mod markers;
+mod outcome;
 mod rollback;
 pub(crate) mod slice_claims;
 mod transaction;
@@ -42,9 +44,10 @@ mod transaction;
 pub use claims::PlanFn;
 pub(crate) use claims::{archival_marker, archival_past, claim, prune_claims};
 pub(crate) use completion::complete;
-pub(crate) use fate::current_epoch;
+pub(crate) use fate::{FATE_DIR, current_epoch};
 pub use heartbeat::TaskHeartbeat;
 pub(crate) use heartbeat::{HeartbeatWatch, beating, is_expired};
+pub use outcome::Outcome;
 pub(crate) use rollback::{Leftovers, remove_unreported_files, rollback_latest, rollback_pending, settle};
 pub use rollback::{rollback_completed, rollback_failed, rollback_failed_completing_decided, rollbacks};
 pub use transaction::{ReadState, Transaction};

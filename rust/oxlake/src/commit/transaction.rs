@@ -395,8 +395,20 @@ impl Transaction {
                 let detail = "the instant was completed by another writer".into();
                 return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
             }
-            // Undecided: nothing is visible, roll back as after any failure.
-            Err(e) => return Err(self.fail(table, e).await),
+            // Undecided: nothing is visible, roll back as after any failure. The record may have
+            // been written all the same (the store failed after taking it): then the rollback
+            // finds this commit decided, and the write is committed though it failed here.
+            Err(e) => {
+                let (time, epoch) = (self.instant.time.clone(), self.epoch);
+                let e = self.fail(table, e).await;
+                return Err(match fate::recorded(table.storage(), &time, epoch).await {
+                    Ok(Some(fate::Fate::Committed { .. })) => {
+                        unknown(&time, "it was decided committed, then failed", &e)
+                    }
+                    Ok(_) => e,
+                    Err(looked) => unknown(&time, &format!("its fate could not be read ({looked})"), &e),
+                });
+            }
         }
         step_failpoint(table, "after-fate");
         // From here the write is committed: a rollback that comes now completes it instead (a file
@@ -413,35 +425,56 @@ impl Transaction {
                 let pending = self.instant.with_state(State::Inflight);
                 let how = Undo::Deliberate { was_completed: false };
                 let retracted = fate::overrule(table.storage(), &time, self.epoch, &time).await;
-                let undone = match retracted {
-                    Ok(()) => rollback_at(table, &pending, None, how, Some(self.epoch)).await.map(drop),
-                    Err(e) => Err(e),
+                let outcome = match retracted {
+                    // Taken back: not committed (a rollback that fails here is finished by the
+                    // next writer, as the record says).
+                    Ok(()) => {
+                        if let Err(undo) = rollback_at(table, &pending, None, how, Some(self.epoch)).await {
+                            log::warn!(
+                                "{}: {time} taken back; its rollback is left to the next writer ({undo})",
+                                table.uri()
+                            );
+                        }
+                        e
+                    }
+                    // Still decided committed, as far as anyone can tell: the next writer completes it.
+                    Err(undo) => {
+                        let how =
+                            format!("its completed file could not be written nor its decision taken back ({undo})");
+                        unknown(&time, &how, &e)
+                    }
                 };
-                if let Err(undo) = undone {
-                    log::error!(
-                        "{}: {} {} could not be completed nor taken back ({undo}): the next writer completes it",
-                        table.uri(),
-                        self.instant.action,
-                        self.instant.time
-                    );
-                }
                 self.stop_heartbeat(table.storage()).await.ok();
-                return Err(e);
+                return Err(outcome);
             }
         }
         // A deliberate rollback of this instant (by a process that saw it completed after a
         // roll-forward) overrules the record before it deletes the completed file: a create that
         // came after that delete must not stand.
-        if fate::overruled(table.storage(), &self.instant.time, self.epoch).await? {
+        let overruled = match fate::overruled(table.storage(), &self.instant.time, self.epoch).await {
+            Ok(overruled) => overruled,
+            Err(e) => {
+                return Err(unknown(&self.instant.time, "it completed, but its record could not be read again", &e));
+            }
+        };
+        if overruled {
             table.storage().delete(&table.timeline().path_of(&completed)).await?;
             self.stop_heartbeat(table.storage()).await?;
             let detail = "this write was rolled back by another process as it completed".into();
             return Err(Error::CommitConflict { instant: self.instant.time.clone(), detail });
         }
         step_failpoint(table, "after-commit");
-        self.stop_heartbeat(table.storage()).await?;
-        conflicts::withdraw_intent(table.storage(), &self.instant.time).await?;
-        table.reload().await?;
+        // Committed: what is left is tidying, which the next writer does when it fails here (an
+        // error now would report a commit that landed as a failure).
+        let time = self.instant.time.clone();
+        let tidied = async {
+            self.stop_heartbeat(table.storage()).await?;
+            conflicts::withdraw_intent(table.storage(), &time).await?;
+            table.reload().await
+        };
+        if let Err(e) = tidied.await {
+            log::warn!("{}: {time} committed; tidying after it failed ({e}), left to the next writer", table.uri());
+        }
         Ok(completed)
     }
 
@@ -785,6 +818,17 @@ impl Transaction {
             h.abort();
         }
         storage.delete(&heartbeat_path(&self.instant.time)).await
+    }
+}
+
+/// The error of a write whose outcome is not known: `how` it got there, `cause` the failure.
+fn unknown(time: &str, how: &str, cause: &Error) -> Error {
+    Error::CommitUnknown {
+        instant: time.to_string(),
+        detail: format!(
+            "{how}: {cause}. It may be committed; `Table::outcome(\"{time}\")` tells, and completes or rolls it back \
+             when its writer is gone; do not write it again before"
+        ),
     }
 }
 

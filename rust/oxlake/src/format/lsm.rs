@@ -155,10 +155,11 @@ pub struct ManifestEntry {
 }
 
 impl Manifest {
-    /// Parses a manifest; empty text is an empty manifest, as Java reads it.
+    /// Parses a manifest. Empty text is damage, not an empty manifest: Java writes a manifest
+    /// only with the files of an archival (read as empty, it would drop the archived history).
     pub fn parse(path: &str, bytes: &[u8]) -> Result<Self> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return Ok(Manifest::default());
+            return Err(Error::corrupt(path, "archived timeline manifest: empty (a manifest names at least one file)"));
         }
         serde_json::from_slice(bytes).map_err(|e| Error::corrupt(path, format!("archived timeline manifest: {e}")))
     }
@@ -202,6 +203,6 @@ mod tests {
         let json = String::from_utf8(m.to_json().unwrap()).unwrap();
         assert!(json.contains("\"fileName\"") && json.contains("\"fileLen\""), "{json}");
         assert_eq!(Manifest::parse("m", json.as_bytes()).unwrap(), m);
-        assert_eq!(Manifest::parse("m", b"").unwrap(), Manifest::default());
+        assert!(matches!(Manifest::parse("m", b""), Err(Error::CorruptTable { .. })));
     }
 }

@@ -312,6 +312,7 @@ impl KeySpec {
     }
 
     fn path_of(&self, values: &[Option<&str>], row: usize) -> Result<String> {
+        const MAX_DIRECTORY_NAME: usize = 255;
         let mut segments = Vec::with_capacity(values.len());
         for (i, (name, v)) in self.partition_fields.iter().zip(values).enumerate() {
             let timestamp = self.kind(i) == PartitionKind::Timestamp;
@@ -352,6 +353,16 @@ impl KeySpec {
             if segment == "." || segment == ".." {
                 return Err(Error::invalid_data(format!(
                     "partition value `{segment}` of `{name}` (row {row}) cannot be a directory name"
+                )));
+            }
+            // File systems take names of at most 255 bytes (ext4, XFS, HDFS's default limit): a
+            // longer one would fail the write half-way with "File name too long".
+            if let Some(long) = segment.split('/').find(|d| d.len() > MAX_DIRECTORY_NAME) {
+                return Err(Error::invalid_data(format!(
+                    "partition value of `{name}` (row {row}) makes a directory name of {} bytes ({}...): at most \
+                     {MAX_DIRECTORY_NAME} are stored",
+                    long.len(),
+                    long.chars().take(40).collect::<String>()
                 )));
             }
             segments.push(segment);

@@ -529,8 +529,10 @@ fn decode_records(path: &str, block: &LogBlock, schema: &SchemaRef) -> Result<Ve
     Ok(out)
 }
 
-/// Every record of a log file's data blocks, of any instant, decoded into `schema` (the bounds of
-/// what the file may contribute to a read: the file-level indexes describe it).
+/// Every record of a log file's data blocks, of any instant, decoded into the columns of `schema`
+/// that the blocks were written with (the bounds of what the file may contribute to a read: the
+/// file-level indexes describe it as its writer did; a column added to the table since is not in
+/// the file). A column some blocks lack is null in their rows.
 pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
     let log = LogFile {
         name: LogFileName::parse(path.rsplit('/').next().unwrap_or(path))
@@ -538,11 +540,38 @@ pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> 
         path: path.to_string(),
         size: 0,
     };
+    let blocks = read_blocks(storage, std::slice::from_ref(&log), None).await?;
+    let mut written: HashSet<String> = HashSet::new();
+    for Located { path, block } in &blocks {
+        written.extend(written_columns(path, block)?);
+    }
+    let fields: Vec<_> = schema.fields().iter().filter(|f| written.contains(f.name())).cloned().collect();
+    let own: SchemaRef = Arc::new(arrow::datatypes::Schema::new(fields));
     let mut out = Vec::new();
-    for Located { path, block } in read_blocks(storage, std::slice::from_ref(&log), None).await? {
-        out.extend(decode_records(&path, &block, schema)?);
+    for Located { path, block } in &blocks {
+        out.extend(decode_records(path, block, &own)?);
     }
     Ok(out)
+}
+
+/// The top-level columns a data block was written with (none for other blocks).
+fn written_columns(path: &str, block: &LogBlock) -> Result<Vec<String>> {
+    match block.block_type {
+        BlockType::ParquetData => {
+            let reader = parquet_block_reader(path, &block.content)?;
+            Ok(reader.schema().fields().iter().map(|f| f.name().clone()).collect())
+        }
+        BlockType::AvroData => {
+            let writer = block
+                .header
+                .get(&HeaderKey::Schema)
+                .ok_or_else(|| Error::corrupt(path, "Avro data block without a schema header"))?;
+            let parsed: serde_json::Value = serde_json::from_str(writer).map_err(|e| Error::corrupt(path, e))?;
+            let fields = parsed["fields"].as_array().ok_or_else(|| Error::corrupt(path, "block schema: no fields"))?;
+            Ok(fields.iter().filter_map(|f| f["name"].as_str().map(str::to_string)).collect())
+        }
+        _ => Ok(Vec::new()),
+    }
 }
 
 /// The record keys of the data and delete blocks of some log files, each with whether its last

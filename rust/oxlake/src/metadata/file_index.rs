@@ -101,7 +101,9 @@ pub(crate) async fn file_entry(
         return base_file_entry(storage, path, size, stats, bloom).await.map_err(|e| e.in_file(path));
     }
     let batches = crate::log::file_records(storage, path, schema).await?;
-    log_entry(schema, &batches, stats, bloom)
+    // The columns the file was written with (see `log::file_records`).
+    let written = batches.first().map_or_else(|| schema.clone(), RecordBatch::schema);
+    log_entry(&written, &batches, stats, bloom)
 }
 
 /// The entry of a log file whose data records are `batches` (of the table `schema`): computed

@@ -14,6 +14,7 @@
 //! the two commits, a writer that ignores the metadata table) makes readers list storage instead,
 //! and the next writer builds it again ([`catch_up`]).
 
+mod damaged;
 mod entries;
 pub mod file_index;
 mod reader;
@@ -320,8 +321,6 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     // time oxlake rolled back did not, however old: a writer frozen past its heartbeat may complete
     // its metadata deltacommit after the rollback, into the slice of a later compaction.
     let completed = |time: &str| time == AT_CREATION || timeline.is_committed(time);
-    // A compaction of the metadata table carries the time of the data instant it follows,
-    // suffixed (see `sync::compact_if_due`).
     // The metadata table's own archived instants (older than its write timeline) completed too:
     // its archival passes data cleans and rollbacks still on the data timeline (Java's rule).
     let mdt_start = mdt.timeline().write_timeline_start().map(str::to_string);
@@ -329,7 +328,13 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     // What is withheld never reads as committed, nor what the data table rolled back: an orphan
     // deltacommit may be archived from the metadata table while its logs are still read.
     let rolled_back: Vec<String> = timeline.rolled_back().map(str::to_string).collect();
-    mdt.restrict_timeline(|i| completed(i.time.get(..17).unwrap_or(&i.time)), rolled_back);
+    // A compaction of the metadata table (its time that of the data instant it follows, suffixed:
+    // `sync::compact_if_due`) folded in only records of data instants completed when it ran, and
+    // stands once it completed, whatever happens to that data instant later: a rollback or a
+    // restore taking it back removes its files from the indexes with a deltacommit of its own.
+    // (Withheld with that instant, the compaction's slices were left behind while later writes
+    // went into them: every file written after such a restore was missing from `files`.)
+    mdt.restrict_timeline(|i| is_compaction(i) || completed(i.time.get(..17).unwrap_or(&i.time)), rolled_back);
     let have: HashSet<&str> = mdt.timeline().completed_data().map(|i| i.time.as_str()).collect();
     let pending_then: HashSet<&str> =
         mdt.config().raw.get(BUILT_PENDING_KEY).map(|p| p.split(',').collect()).unwrap_or_default();
@@ -353,6 +358,12 @@ async fn open_mdt(data: &Table) -> Result<Option<Arc<MetadataTable>>> {
     let upper = mdt.timeline().latest_completed_data().map(|i| i.time.clone());
     let view = FileSystemView::from_files(files, mdt.timeline(), true);
     Ok(Some(Arc::new(MetadataTable { table: mdt, view, listed, upper, built_at, missing, shards })))
+}
+
+/// Whether `i` is a compaction of the metadata table (pending, or completed as a commit: the
+/// metadata table's only commits).
+fn is_compaction(i: &Instant) -> bool {
+    matches!(i.action, Action::Compaction | Action::Commit)
 }
 
 /// How far the data table's archival may go (Apache Hudi's rule for its own metadata table):

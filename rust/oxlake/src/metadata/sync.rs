@@ -323,7 +323,18 @@ const COMPACT_AFTER_LOGS: usize = 10;
 /// later would have written its blocks into a slice the compaction leaves behind. Shard by shard,
 /// so memory holds one shard.
 async fn compact_if_due(data: &Table, current: &MetadataTable, syncing: &str) -> Result<()> {
-    let Some(latest) = data.timeline().latest_completed_data().map(|i| i.time.clone()) else { return Ok(()) };
+    // After the latest data instant, and after every deltacommit and compaction the metadata table
+    // holds: a rollback of the latest commit leaves a compaction (and the rollback's deltacommit)
+    // at times after the latest completed commit, and the new base files must supersede them.
+    let Some(data_latest) = data.timeline().latest_completed_data().map(|i| i.time.clone()) else { return Ok(()) };
+    let latest = current
+        .listed
+        .iter()
+        .filter(|i| i.is_completed() && i.time.as_str() < syncing)
+        .map(|i| i.time.get(..17).unwrap_or(&i.time).to_string())
+        .chain([data_latest])
+        .max()
+        .unwrap_or_default();
     let due = current
         .view
         .groups()

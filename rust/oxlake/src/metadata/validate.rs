@@ -1,4 +1,5 @@
-//! Validation: the metadata table against a full listing of storage and against the data.
+//! Validation: the metadata table against a full listing of storage and against the data, and
+//! the timeline's files against damage that reads as "nothing recorded" (`damaged`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -31,9 +32,13 @@ impl ValidationReport {
 impl Table {
     /// Compares the metadata table with a full listing of storage and with the data.
     pub async fn validate_metadata(&self) -> Result<ValidationReport> {
-        let Some(mdt) = self.metadata_table().await? else { return Ok(ValidationReport::default()) };
+        // Empty timeline files first: they are damage whether or not there is a metadata table.
+        let damaged = super::damaged::empty_timeline_files(self).await?;
+        let Some(mdt) = self.metadata_table().await? else {
+            return Ok(ValidationReport { differences: damaged, ..Default::default() });
+        };
         let mut report =
-            ValidationReport { present: true, missing_instants: mdt.missing.clone(), ..Default::default() };
+            ValidationReport { present: true, missing_instants: mdt.missing.clone(), differences: damaged };
         let mut listed = BTreeMap::new();
         let committed = crate::log::CommittedLogs::load(self.storage(), self.timeline()).await?;
         for f in data_files(self.storage().list_table().await?) {

@@ -28,6 +28,7 @@ use datafusion::logical_expr::{Expr, lit, when};
 
 use super::{HudiTableProvider, ScanOptions, ScanPlan, keyed};
 use crate::error::{Error, Result};
+use crate::read::Seen;
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
 use crate::table::Table;
 use crate::table::fs_view::FileGroupId;
@@ -56,6 +57,7 @@ pub struct ChangePlan {
 impl Table {
     /// Plans a change query; `None` when the table has no completed commit.
     pub async fn plan_changes(&self, opts: &ScanOptions) -> Result<Option<ChangePlan>> {
+        // Windows of requested times (on timeline layout 2 too: see docs/TIMELINE_FORMAT.md).
         let Some(latest) = self.timeline().latest_completed_data().map(|i| i.time.clone()) else {
             return Ok(None);
         };
@@ -64,13 +66,17 @@ impl Table {
             return Box::pin(self.with_archived_timeline().await?.plan_changes(opts)).await;
         }
         let (touched, together) = self.touched_and_rewritten(&self.instants_between(&start, &end)).await?;
+        let (seen_start, seen_end) = (Seen::RequestedBy(&start), Seen::RequestedBy(&end));
         let mut before = ScanPlan {
-            slices: self.slices_of(&touched, &start, "start").await?,
+            slices: self.slices_of(&touched, &start, seen_start, "start").await?,
             upper: start.clone(),
             commit_range: None,
         };
-        let mut after =
-            ScanPlan { slices: self.slices_of(&touched, &end, "end").await?, upper: end.clone(), commit_range: None };
+        let mut after = ScanPlan {
+            slices: self.slices_of(&touched, &end, seen_end, "end").await?,
+            upper: end.clone(),
+            commit_range: None,
+        };
         if self.config().populate_meta_fields {
             keyed::read_shared_bases_by_logged_keys(&mut before, &mut after);
         }

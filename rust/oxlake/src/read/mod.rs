@@ -258,6 +258,35 @@ impl ScanPlan {
     }
 }
 
+/// Which commits a read sees: its answer is a function of them alone, whatever completes later.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Seen<'a> {
+    /// Those requested at or before a time (time travel; windows on timeline layout 1).
+    RequestedBy(&'a str),
+    /// Those completed at or before a time (windows on timeline layout 2, of completion times): a
+    /// write requested before the window's end and completed after it is not seen, though its
+    /// requested time is older than commits that are.
+    CompletedBy(&'a str),
+}
+
+impl Seen<'_> {
+    /// Whether a completed data instant is seen.
+    pub(crate) fn sees(self, i: &Instant) -> bool {
+        match self {
+            Seen::RequestedBy(t) => i.time.as_str() <= t,
+            Seen::CompletedBy(t) => i.completion.as_deref().unwrap_or(&i.time) <= t,
+        }
+    }
+
+    /// What a window ending at `end` sees on a timeline of `by_completion` windows.
+    pub(crate) fn window_end(end: &str, by_completion: bool) -> Seen<'_> {
+        match by_completion {
+            true => Seen::CompletedBy(end),
+            false => Seen::RequestedBy(end),
+        }
+    }
+}
+
 impl Table {
     /// Chooses the file slices a query reads; no data file is opened.
     pub async fn plan_scan(&self, opts: &ScanOptions) -> Result<ScanPlan> {
@@ -311,7 +340,13 @@ impl Table {
                     ));
                 }
                 let with_logs = opts.query == QueryType::Snapshot;
-                let view = self.file_system_view().await?;
+                // As of an earlier instant, nothing requested after it is seen: on timeline layout 2
+                // a log of a write completed after a later compaction joins the compaction's slice,
+                // and read as of the write it would be missed (half the commit shown).
+                let view = match as_of < latest {
+                    true => self.file_system_view_seeing(|i| i.time <= as_of).await?,
+                    false => self.file_system_view().await?,
+                };
                 let replaced = self.replaced_file_groups(&as_of).await?;
                 if as_of < latest {
                     self.check_not_cleaned("as_of", &as_of, &view, &replaced).await?;
@@ -351,7 +386,8 @@ impl Table {
                     return Ok(ScanPlan::default());
                 };
                 let touched = self.touched_file_groups(&admitted).await?;
-                let mut slices = self.slices_of(&touched, &upper, "end").await?;
+                let seen = Seen::window_end(&end, by_completion);
+                let mut slices = self.slices_of(&touched, &upper, seen, "end").await?;
                 let window = match by_completion {
                     true => CommitWindow::Instants(admitted.iter().map(|i| i.time.clone()).collect()),
                     false => CommitWindow::Range(start, end),
@@ -405,16 +441,21 @@ impl Table {
         let timeline = self.timeline();
         let mut touched = HashSet::new();
         let mut emptied: HashSet<String> = HashSet::new();
+        let mut blank: Vec<&Instant> = Vec::new();
         for instant in instants {
             let meta = timeline.commit_metadata(self.storage(), instant).await?;
             if meta.compacted {
                 continue;
+            }
+            if meta == crate::format::commit::CommitMetadata::default() {
+                blank.push(instant);
             }
             emptied.extend(meta.write_stats().filter(|(_, s)| s.num_deletes > 0).map(|(p, _)| p.to_string()));
             emptied.extend(meta.replaced_file_groups().map(|(p, _)| p.to_string()));
             touched.extend(meta.write_stats().map(|(p, s)| (p.to_string(), s.file_id.clone())));
             touched.extend(meta.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())));
         }
+        self.check_blank_commits(&blank).await?;
         let mut together: BTreeMap<&str, Vec<FileGroupId>> = BTreeMap::new();
         for group in touched.iter().filter(|(p, _)| emptied.contains(p)) {
             together.entry(group.0.as_str()).or_default().push(group.clone());
@@ -423,10 +464,42 @@ impl Table {
         Ok((touched, together))
     }
 
-    /// The live slices, as of `as_of`, of the given file groups (with their log files); fails if a
-    /// clean removed some (`arg` names the argument that asked for `as_of`).
-    async fn slices_of(&self, groups: &HashSet<FileGroupId>, as_of: &str, arg: &str) -> Result<Vec<PlannedSlice>> {
+    /// Fails on a commit of `blank` (its completed file empty: Apache Hudi's layout 1 reads that as
+    /// a commit of nothing) that wrote files all the same: its file was emptied, and a window read
+    /// from it would drop the commit's rows.
+    async fn check_blank_commits(&self, blank: &[&Instant]) -> Result<()> {
+        if blank.is_empty() {
+            return Ok(());
+        }
         let view = self.file_system_view().await?;
+        let wrote = |time: &str| {
+            view.groups().flat_map(|g| g.slices.values()).any(|s| {
+                s.base.as_ref().is_some_and(|b| b.name.instant == time) || s.logs.iter().any(|l| l.name.instant == time)
+            })
+        };
+        match blank.iter().find(|i| wrote(&i.time)) {
+            Some(i) => Err(Error::corrupt(
+                self.timeline().path_of(i),
+                "empty, yet the table holds files this commit wrote: its metadata is lost",
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// The live slices, as of `as_of`, of the given file groups (with their log files) as a reader
+    /// who sees the commits `seen` names sees them; fails if a clean removed some (`arg` names the
+    /// argument that asked for `as_of`).
+    async fn slices_of(
+        &self,
+        groups: &HashSet<FileGroupId>,
+        as_of: &str,
+        seen: Seen<'_>,
+        arg: &str,
+    ) -> Result<Vec<PlannedSlice>> {
+        let view = match seen {
+            _ if self.timeline().completed_data().all(|i| seen.sees(i)) => self.file_system_view().await?,
+            _ => self.file_system_view_seeing(|i| seen.sees(i)).await?,
+        };
         let replaced = self.replaced_file_groups(as_of).await?;
         if self.timeline().latest_completed_data().is_some_and(|l| as_of < l.time.as_str()) {
             self.check_not_cleaned(arg, as_of, &view, &replaced).await?;

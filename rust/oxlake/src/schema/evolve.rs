@@ -133,6 +133,7 @@ fn evolve_fields(
             }
             SchemaMode::Merge => {
                 crate::schema::check_typed(i, parent)?;
+                crate::schema::check_avro_names(i, parent)?;
                 out.push(Arc::new(crate::schema::normalize_field(i)?))
             }
         }

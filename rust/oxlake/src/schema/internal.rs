@@ -496,6 +496,7 @@ pub fn apply(
                     return Err(mismatch("add_column: an empty column path".into()));
                 };
                 let field = Arc::new(crate::schema::normalize_field(&Field::new(name, data_type.clone(), true))?);
+                crate::schema::check_avro_names(&field, &parents.join("."))?;
                 if parents.is_empty() {
                     check_free(&fields, name)?;
                     fields.push(field.clone());
@@ -517,6 +518,7 @@ pub fn apply(
                 let i = top(&fields, name).ok_or_else(|| mismatch(format!("rename_column: no column `{name}`")))?;
                 check_mutable(name, "renamed")?;
                 check_free(&fields, new_name)?;
+                crate::schema::check_avro_names(&Field::new(new_name, DataType::Null, true), "")?;
                 fields[i] = Arc::new(fields[i].as_ref().clone().with_name(new_name));
                 if let Some(c) = ids.fields.iter_mut().find(|c| &c.name == name) {
                     c.name = new_name.clone();

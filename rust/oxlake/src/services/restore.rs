@@ -94,6 +94,20 @@ impl Table {
         self.reload().await
     }
 
+    /// Deletes the savepoint at `time` (its completed and inflight files, as Java's
+    /// `SavepointHelpers.deleteSavepoint` does): the cleaner may then remove what only it kept,
+    /// and a restore may go past it.
+    pub async fn delete_savepoint(&mut self, time: &str) -> Result<()> {
+        self.reload().await?;
+        self.check_changeable()?;
+        let time = instant::normalize_time(time)?;
+        if !self.savepoints().contains(&time) {
+            return Err(Error::invalid_arg("instant", format!("{time} is not a savepoint")));
+        }
+        remove_savepoint(self, &time).await?;
+        self.reload().await
+    }
+
     /// Restores the table to the savepoint at `time`: every data instant completed after it is
     /// rolled back. Returns the restore instant.
     pub async fn restore(&mut self, time: &str) -> Result<String> {
@@ -105,8 +119,24 @@ impl Table {
         self.reload().await?;
         crate::commit::rollback_failed(self).await?;
         let time = instant::normalize_time(time)?;
-        if !self.savepoints().contains(&time) {
+        let savepoints = self.savepoints();
+        if !savepoints.contains(&time) {
             return Err(Error::invalid_arg("instant", format!("{time} is not a savepoint")));
+        }
+        // A newer savepoint promises its snapshot stays: refused before anything is touched (Java's
+        // restore fails half-way on it, at the rollback of its commit).
+        let newer: Vec<&String> = savepoints.iter().filter(|s| **s > time).collect();
+        if !newer.is_empty() {
+            let names = newer.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ");
+            return Err(Error::invalid_arg(
+                "instant",
+                format!(
+                    "savepoint{} {names} newer than {time} would be undone by this restore: delete {} first \
+                     (`Table.delete_savepoint`, `oxlake savepoint --delete`)",
+                    if newer.len() > 1 { "s" } else { "" },
+                    if newer.len() > 1 { "them" } else { "it" },
+                ),
+            ));
         }
         let mut later: Vec<InstantInfo> = self
             .timeline()
@@ -153,6 +183,20 @@ async fn finish(
     table.timeline().create(&storage, &requested.with_state(State::Inflight), Bytes::new()).await?;
     for target in &plan.instants_to_rollback {
         table.reload().await?;
+        // A savepoint on a commit the plan takes back: one made while this restore ran, or left by
+        // an older oxlake that planned restores past newer savepoints (their restores then stayed
+        // pending for ever). The restore was asked for and has begun: it goes on past it.
+        if table.savepoints().contains(&target.commit_time) {
+            log::warn!(
+                "{}: restore {} to {} removes savepoint {}, which it takes back",
+                table.uri(),
+                requested.time,
+                plan.savepoint_to_restore_timestamp.as_deref().unwrap_or("?"),
+                target.commit_time
+            );
+            remove_savepoint(table, &target.commit_time).await?;
+            table.reload().await?;
+        }
         if table.timeline().completed_data().any(|i| i.time == target.commit_time) {
             rollback_latest(table, &target.commit_time).await?;
             crate::commit::failpoint("restore-after-rollback");
@@ -172,6 +216,20 @@ async fn finish(
     let meta = restore_metadata(table, requested, plan, started).await?;
     crate::commit::complete(table, requested, Bytes::from(meta)).await?;
     table.reload().await
+}
+
+/// Removes the savepoint at `time`: its completed file first (from then on it is no savepoint),
+/// then its inflight file.
+async fn remove_savepoint(table: &Table, time: &str) -> Result<()> {
+    let storage = table.storage();
+    let timeline = table.timeline();
+    for i in timeline.instants_at(time).iter().filter(|i| i.action == Action::Savepoint) {
+        // The timeline lists an instant once, in its latest state: every earlier file goes too.
+        storage.delete(&timeline.path_of(i)).await?;
+        storage.delete(&timeline.path_of(&i.with_state(State::Inflight))).await?;
+    }
+    log::info!("{}: savepoint {time} deleted", table.uri());
+    Ok(())
 }
 
 /// Removes a pending compaction plan: the files of a run that started are undone first (a

@@ -523,6 +523,12 @@ impl parquet::arrow::async_reader::AsyncFileReader for ParquetFile {
     ) -> futures::future::BoxFuture<'a, parquet::errors::Result<Arc<parquet::file::metadata::ParquetMetaData>>> {
         Box::pin(async move {
             let size = self.size;
+            // "PAR1", a footer length and "PAR1": an empty or truncated file is damage, not a
+            // store failure (the ranged read of its footer would fail as one).
+            if size < 12 {
+                let detail = format!("{size} bytes: too small for a Parquet file (at least 12)");
+                return Err(parquet::errors::ParquetError::General(detail));
+            }
             let mut reader =
                 parquet::file::metadata::ParquetMetaDataReader::new().with_prefetch_hint(Some(FOOTER_HINT));
             // The page index only when asked for (point lookups in the metadata table).

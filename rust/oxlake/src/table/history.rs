@@ -138,17 +138,31 @@ impl Table {
         replaced: &HashSet<FileGroupId>,
     ) -> Result<()> {
         let timeline = self.timeline();
-        let cleans: Vec<&Instant> =
-            timeline.instants().iter().filter(|i| i.action == Action::Clean && i.is_completed()).collect();
-        if cleans.is_empty() || self.savepoints().iter().any(|s| s == time) {
+        let any_clean = timeline.instants().iter().any(|i| i.action == Action::Clean);
+        if !any_clean || self.savepoints().iter().any(|s| s == time) {
             return Ok(());
         }
-        for clean in cleans {
+        // What completed cleans deleted, and what pending ones may have deleted already (a
+        // cleaner that died half-way: its files are gone, its clean completes with the next one).
+        let mut cleans: Vec<(String, Vec<String>)> = Vec::new();
+        for clean in timeline.instants().iter().filter(|i| i.action == Action::Clean && i.is_completed()) {
             let deleted = match timeline.clean_metadata(self.storage(), clean).await? {
                 Stored::Avro(m) => m.files(),
                 Stored::Legacy(p) => p.files_to_delete,
             };
-            for file in &deleted {
+            cleans.push((clean.time.clone(), deleted));
+        }
+        for (clean, planned) in super::pending::pending_cleans(self).await? {
+            let mut gone = Vec::new();
+            for file in planned {
+                if self.storage().head(&file).await?.is_none() {
+                    gone.push(file);
+                }
+            }
+            cleans.push((format!("{clean} (pending)"), gone));
+        }
+        for (clean, deleted) in &cleans {
+            for file in deleted {
                 let (partition, name) = file.rsplit_once('/').unwrap_or(("", file.as_str()));
                 let slice = BaseFileName::parse(name)
                     .map(|b| (b.file_id, b.instant))
@@ -170,9 +184,8 @@ impl Table {
                     return Err(Error::invalid_arg(
                         arg,
                         format!(
-                            "{time} is no longer readable: clean {} deleted {file}, which the table as of {time} \
+                            "{time} is no longer readable: clean {clean} deleted {file}, which the table as of {time} \
                              reads (retain more commits, or savepoint the instants to keep)",
-                            clean.time
                         ),
                     ));
                 }

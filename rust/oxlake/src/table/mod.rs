@@ -123,6 +123,7 @@ impl Table {
         let storage = Storage::open(uri, &options.storage_options)?;
         schema::check_column_names(&data_schema)?;
         data_schema.fields().iter().try_for_each(|f| schema::check_typed(f, ""))?;
+        data_schema.fields().iter().try_for_each(|f| schema::check_avro_names(f, ""))?;
         let data_schema = schema::normalize(&data_schema)?;
         check_fields(&create, &data_schema)?;
         let mut config = TableConfig::new(&create)?;
@@ -283,9 +284,36 @@ impl Table {
         self.view_of(Some(partitions)).await
     }
 
+    /// The committed file groups as a reader sees them who sees only the data instants `visible`
+    /// accepts (of the completed ones): time travel sees no commit requested after its instant, a
+    /// window of completion times none completed after its end. On timeline layout 2 a log joins
+    /// the slice of the latest base file *it sees*: a deltacommit requested before a compaction and
+    /// completed after it joins the compaction's slice on the whole timeline, the one before on a
+    /// view as of the deltacommit (which does not see the compaction).
+    pub(crate) async fn file_system_view_seeing(
+        &self,
+        visible: impl Fn(&Instant) -> bool + Sync,
+    ) -> Result<FileSystemView> {
+        let seen = |i: &Instant| !(i.is_completed() && i.action.writes_data()) || visible(i);
+        self.view_of_with(None, &seen).await
+    }
+
     async fn view_of(&self, partitions: Option<&BTreeSet<String>>) -> Result<FileSystemView> {
-        let view =
-            FileSystemView::from_files(self.files(partitions).await?, &self.timeline, self.config.is_partitioned());
+        self.view_of_with(partitions, &|_| true).await
+    }
+
+    async fn view_of_with(
+        &self,
+        partitions: Option<&BTreeSet<String>>,
+        seen: &(dyn Fn(&Instant) -> bool + Sync),
+    ) -> Result<FileSystemView> {
+        let restricted = |timeline: &Timeline| {
+            let mut timeline = timeline.clone();
+            timeline.retain(seen, []);
+            timeline
+        };
+        let partitioned = self.config.is_partitioned();
+        let view = FileSystemView::from_files(self.files(partitions).await?, &restricted(&self.timeline), partitioned);
         if !view.needs_archived_completions() {
             return Ok(view);
         }
@@ -293,7 +321,7 @@ impl Table {
         // falls in (Apache Hudi's completion-time view reads archived completion times too). Rare:
         // the files are listed again rather than copied on every read.
         let archived = self.with_archived_timeline().await?;
-        Ok(FileSystemView::from_files(self.files(partitions).await?, archived.timeline(), self.config.is_partitioned()))
+        Ok(FileSystemView::from_files(self.files(partitions).await?, &restricted(archived.timeline()), partitioned))
     }
 
     /// The table's files (of `partitions` and those nested in them, or all): from the file index

@@ -57,17 +57,24 @@ pub async fn pending_clustering_groups(table: &Table) -> Result<HashSet<FileGrou
 /// The files the pending cleans plan to delete (Java's Avro plans, and the JSON earlier oxlake
 /// versions wrote).
 pub async fn pending_clean_files(table: &Table) -> Result<HashSet<String>> {
-    let mut out = HashSet::new();
+    Ok(pending_cleans(table).await?.into_iter().flat_map(|(_, files)| files).collect())
+}
+
+/// Each pending clean's time and the files its plan deletes (some may be gone already: a cleaner
+/// that died after deleting them).
+pub async fn pending_cleans(table: &Table) -> Result<Vec<(String, Vec<String>)>> {
+    let mut out = Vec::new();
     for clean in table.timeline().pending().filter(|i| i.action == Action::Clean) {
         let path = table.timeline().path_of(&clean.with_state(State::Requested));
         let bytes = table.storage().get(&path).await?;
         if bytes.is_empty() {
             continue; // Java deletes an empty pending clean: nothing to delete
         }
-        match clean::read_plan(&path, &bytes)? {
-            Stored::Avro(p) => out.extend(p.files(&path)?),
-            Stored::Legacy(p) => out.extend(p.files_to_delete),
-        }
+        let files = match clean::read_plan(&path, &bytes)? {
+            Stored::Avro(p) => p.files(&path)?,
+            Stored::Legacy(p) => p.files_to_delete,
+        };
+        out.push((clean.time.clone(), files));
     }
     Ok(out)
 }

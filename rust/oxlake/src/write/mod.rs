@@ -367,7 +367,7 @@ impl Table {
         let mut config = config.clone();
         let (mut parts, mut incoming) = (Vec::new(), Some(first));
         while let Some(chunk) = incoming.take() {
-            let chunk = self.adopt_write_schema(op, Some(Arc::new(chunk))).await?;
+            let chunk = self.adopt_write_schema(op, Some(Arc::new(chunk)), config.schema_mode).await?;
             let mut files = self.write_files_in(op, chunk.as_ref(), instant, &config).await?;
             drop(chunk);
             config.first_file += files.stats.len();
@@ -422,7 +422,7 @@ impl Table {
             Some(read) => self.begin_write_read_from(op, read).await?,
             None => self.begin_write(op).await?,
         };
-        let incoming = match self.adopt_write_schema(op, incoming).await {
+        let incoming = match self.adopt_write_schema(op, incoming, config.schema_mode).await {
             Ok(incoming) => incoming,
             Err(e) => return Err(tx.fail(self, e).await),
         };
@@ -441,10 +441,14 @@ impl Table {
     /// write's instant is claimed (another write may have evolved it meanwhile: columns the input
     /// lacks are null in its rows). An evolving write marks the table's properties first (see
     /// `table::SCHEMA_EVOLVED_KEY`), so that every reader resolves the schema from the commits.
+    /// In `Strict` mode the input must match the schema as it is now: checked against a handle's
+    /// older view, a write would bring back a column another process renamed or dropped, or store
+    /// nulls in one it added.
     async fn adopt_write_schema(
         &mut self,
         op: WriteOperation,
         incoming: Option<Arc<Incoming>>,
+        mode: SchemaMode,
     ) -> Result<Option<Arc<Incoming>>> {
         let Some(incoming) = incoming else { return Ok(None) };
         let (current, mine) = (self.data_schema(), incoming.batch.schema());
@@ -453,6 +457,12 @@ impl Table {
         }
         let cfg = self.config();
         let fixed: Vec<String> = cfg.record_key_fields.iter().chain(&cfg.partition_fields).cloned().collect();
+        if mode == SchemaMode::Strict
+            && let Err(Error::SchemaMismatch { detail }) = schema::evolve::evolve(&current, &mine, mode, &fixed)
+        {
+            let detail = format!("{detail} (the table's schema as of this write, changed since this handle read it)");
+            return Err(Error::SchemaMismatch { detail });
+        }
         let target = schema::evolve::evolve(&current, &mine, SchemaMode::Merge, &fixed)?;
         if target != current && !self.config().raw.contains_key(crate::table::SCHEMA_EVOLVED_KEY) {
             self.set_properties(&[(crate::table::SCHEMA_EVOLVED_KEY, Some("true"))]).await?;
@@ -515,7 +525,7 @@ impl Table {
         }
         let before = self.data_schema();
         let incoming = match config.schema_mode {
-            SchemaMode::Merge => self.adopt_write_schema(op, incoming).await?,
+            SchemaMode::Merge => self.adopt_write_schema(op, incoming, SchemaMode::Merge).await?,
             SchemaMode::Strict => incoming,
         };
         let _beating = crate::commit::TaskHeartbeat::start(self, instant).await?;

@@ -467,7 +467,7 @@ impl Table {
     /// the write writes.
     async fn spilled_incoming(&mut self, s: &Streamed<'_>, run: &[SpillFile]) -> Result<Option<Arc<Incoming>>> {
         let Some(incoming) = prepare(self, s.op, read_run(run)?, s.config.schema_mode)? else { return Ok(None) };
-        self.adopt_write_schema(s.op, Some(Arc::new(incoming))).await
+        self.adopt_write_schema(s.op, Some(Arc::new(incoming)), s.config.schema_mode).await
     }
 
     /// One part's files, written with `op` as a task of their own (own write tokens), into
