@@ -94,20 +94,24 @@ pub fn check_avro_names(field: &Field, parent: &str) -> Result<()> {
             ),
         });
     }
-    let mut inner = field.data_type();
-    loop {
-        match inner {
-            DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) | DataType::Map(c, _) => {
-                inner = c.data_type()
-            }
-            DataType::Dictionary(_, v) => inner = v,
-            _ => break,
-        }
-    }
-    if let DataType::Struct(children) = inner {
+    if let DataType::Struct(children) = element_type(field.data_type()) {
         children.iter().try_for_each(|c| check_avro_names(c, &path))?;
     }
     Ok(())
+}
+
+/// The type inside lists, maps and dictionaries of `t` (`t` itself for others): where the fields
+/// of a nested struct are.
+fn element_type(mut t: &DataType) -> &DataType {
+    loop {
+        match t {
+            DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) | DataType::Map(c, _) => {
+                t = c.data_type()
+            }
+            DataType::Dictionary(_, v) => t = v,
+            _ => return t,
+        }
+    }
 }
 
 /// Whether `name` is a valid Avro name.
@@ -163,17 +167,7 @@ fn check_unique(fields: &Fields, parent: &str) -> Result<()> {
         if !seen.insert(f.name().as_str()) {
             return Err(Error::SchemaMismatch { detail: format!("column `{path}` appears more than once") });
         }
-        let mut inner = f.data_type();
-        loop {
-            match inner {
-                DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) | DataType::Map(c, _) => {
-                    inner = c.data_type()
-                }
-                DataType::Dictionary(_, v) => inner = v,
-                _ => break,
-            }
-        }
-        if let DataType::Struct(children) = inner {
+        if let DataType::Struct(children) = element_type(f.data_type()) {
             check_unique(children, &path)?;
         }
     }
