@@ -20,7 +20,7 @@ from typing import Any
 import oxlake
 import pyarrow as pa
 import pytest
-from conftest import SCHEMA, trips
+from conftest import SCHEMA, checkpoint, trips
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -66,7 +66,7 @@ def test_inserts_updates_and_deletes(table_path: str, table_type: str) -> None:
     t.delete(trips([3, 20]).select(["id", "city"]))
     c = t.upsert(trips([4, 21], ts=3, name="c"))
 
-    out = t.to_arrow(query="changes", start=a.instant, end=c.instant)
+    out = t.to_arrow(query="changes", start=checkpoint(a), end=checkpoint(c))
     assert out.schema.names == [*t.schema.names, "_change_type"]
     got = {r["id"]: r for r in out.to_pylist()}
     # 20 was inserted and deleted inside the window: no net change.
@@ -89,11 +89,11 @@ def test_inserts_updates_and_deletes(table_path: str, table_type: str) -> None:
     assert gone["name"] is None and gone["ts"] is None and gone["_hoodie_commit_time"] is None
 
     # From the beginning of time every live row is an insert.
-    first = t.to_arrow(query="changes", end=a.instant)
+    first = t.to_arrow(query="changes", end=checkpoint(a))
     assert sorted(first.column("_change_type").to_pylist()) == ["insert"] * 10
     # Untouched rows never appear; an empty window is empty.
-    assert t.to_arrow(query="changes", start=c.instant).num_rows == 0
-    assert t.to_arrow(query="changes", start=b.instant, end=b.instant).num_rows == 0
+    assert t.to_arrow(query="changes", start=checkpoint(c)).num_rows == 0
+    assert t.to_arrow(query="changes", start=checkpoint(b), end=checkpoint(b)).num_rows == 0
 
 
 @pytest.mark.parametrize("table_type", TABLE_TYPES)
@@ -102,19 +102,19 @@ def test_columns_filters_and_planned_files(table_path: str, table_type: str) -> 
     a = t.insert(trips(list(range(9))))
     t.upsert(trips([1, 2], ts=2, name="u"))
     t.delete(trips([4]).select(["id", "city"]))
-    out = t.to_arrow(query="changes", start=a.instant, columns=["id", "_change_type"])
+    out = t.to_arrow(query="changes", start=checkpoint(a), columns=["id", "_change_type"])
     assert sorted(out.to_pylist(), key=lambda r: r["id"]) == [
         {"id": 1, "_change_type": "update"},
         {"id": 2, "_change_type": "update"},
         {"id": 4, "_change_type": "delete"},
     ]
     # Partition filters hold for deletes too (their partition columns are kept).
-    nyc = t.to_arrow(query="changes", start=a.instant, filter=[("city", "=", "nyc")])
+    nyc = t.to_arrow(query="changes", start=checkpoint(a), filter=[("city", "=", "nyc")])
     assert sorted(nyc.column("id").to_pylist()) == [1, 4]
-    deletes = t.to_arrow(query="changes", start=a.instant, filter="_change_type = 'delete'")
+    deletes = t.to_arrow(query="changes", start=checkpoint(a), filter="_change_type = 'delete'")
     assert deletes.column("id").to_pylist() == [4]
     # Only the file groups the window touched are planned (sf holds none of 1, 2, 4).
-    planned = t.planned_files(query="changes", start=a.instant)
+    planned = t.planned_files(query="changes", start=checkpoint(a))
     assert planned and all("city=sf" not in p for p in planned)
 
 
@@ -124,7 +124,7 @@ def test_compaction_and_clustering_change_nothing(table_path: str) -> None:
     t.upsert(trips([1, 5], ts=2, name="u"))
     compacted = t.compact()
     assert compacted.instants
-    out = t.to_arrow(query="changes", start=a.instant)
+    out = t.to_arrow(query="changes", start=checkpoint(a))
     assert sorted(out.column("id").to_pylist()) == [1, 5]
     assert t.to_arrow(query="changes", start=compacted.instants[0]).num_rows == 0
 
@@ -136,7 +136,7 @@ def test_bad_arguments(table_path: str) -> None:
     with pytest.raises(oxlake.InvalidArgumentError, match="as_of"):
         t.to_arrow(query="changes", as_of=a.instant)
     with pytest.raises(oxlake.InvalidArgumentError, match="before start"):
-        t.to_arrow(query="changes", start=a.instant, end="20000101000000000")
+        t.to_arrow(query="changes", start=checkpoint(a), end="20000101000000000")
 
 
 def data_instants(t: oxlake.Table) -> list[str]:
@@ -184,16 +184,20 @@ def test_changes_turn_one_snapshot_into_another(
             t.insert_overwrite(trips(ids, ts=ts, name=f"o{ts}-"))
     instants = data_instants(t)
     snapshots = {i: state(t.to_arrow(as_of=i)) for i in instants}
+    # Windows bound completion times on versions 8 and 9; snapshots take requested times.
+    bound = {i.time: i.completion or i.time for i in t.timeline() if i.time in snapshots}
     pairs = [(None, i) for i in instants] + [(a, b) for k, a in enumerate(instants) for b in instants[k:]]
     for a, b in pairs:
         before = snapshots[a] if a else {}
-        assert apply(before, t.to_arrow(query="changes", start=a, end=b)) == snapshots[b], (a, b)
+        assert (
+            apply(before, t.to_arrow(query="changes", start=a and bound[a], end=bound[b])) == snapshots[b]
+        ), (a, b)
     # Split as finely as planning allows (a file group a split), the changes read by workers
     # are the same: a key that a clustering, an overwrite or a delete and a reinsert moved
     # between groups is not a delete in one split and an insert in another.
     for a in [None, *instants[:-1]] if instants else []:
         b = instants[-1]
-        splits = t.splits(query="changes", start=a, end=b, target_bytes=1)
+        splits = t.splits(query="changes", start=a and bound[a], end=bound[b], target_bytes=1)
         parts = pa.concat_tables([t.scan_split(s).to_arrow() for s in splits])
         assert apply(snapshots[a] if a else {}, parts) == snapshots[b], (a, b)
 
@@ -214,7 +218,7 @@ def test_a_change_of_keys_everywhere_in_a_large_table_stays_within_memory(table_
     # before the sort join failed here), and the files pass half of it: the sort join runs.
     files = [f for f in Path(table_path).rglob("*") if f.is_file() and ".hoodie" not in f.parts]
     assert sum(f.stat().st_size for f in files) >= 75_000_000
-    window = {"query": "changes", "start": a.instant, "end": c.instant}
+    window = {"query": "changes", "start": checkpoint(a), "end": checkpoint(c)}
     by_hash = t.to_arrow(**window).sort_by("_hoodie_record_key")
     by_sort = t.to_arrow(**window, memory_limit=150_000_000).sort_by("_hoodie_record_key")
     expected = {k: "update" for k in set(updated) - set(deleted)}
@@ -243,7 +247,7 @@ def test_a_change_of_one_large_file_group_is_read_in_parts(table_path: str, tabl
     t.delete(trips(rng.sample(range(n), 200)).select(["id", "city"]))
     # A version that loses to the base (an older ordering value) is no change.
     t.upsert(trips(rng.sample(range(n), 100), ts=0, name="old"))
-    window = {"query": "changes", "start": a.instant}
+    window = {"query": "changes", "start": checkpoint(a)}
     whole = t.to_arrow(**window)
     assert 0 < whole.num_rows < 600
     splits = t.splits(**window, min_splits=3)
@@ -286,24 +290,24 @@ def test_a_group_whose_base_the_window_kept_is_read_by_its_logs_keys(table_path:
     t.rollback(c.instant)
     t.upsert(trips(rng.sample(range(n), 40) + [n + 2], ts=4, name="kept"))
 
-    def law(start: str) -> None:
-        changes = t.to_arrow(query="changes", start=start)
-        assert apply(state(t.to_arrow(as_of=start)), changes) == state(t.to_arrow())
+    def law(start: oxlake.WriteResult) -> None:
+        changes = t.to_arrow(query="changes", start=checkpoint(start))
+        assert apply(state(t.to_arrow(as_of=start.instant)), changes) == state(t.to_arrow())
         assert not {"gone"} & {(x or "")[:4] for x in changes["name"].to_pylist()}
 
-    keyed = keyed_groups(t, a.instant)
+    keyed = keyed_groups(t, checkpoint(a))
     assert keyed.pop(large) == (True, True)
     assert set(keyed.values()) == {(False,)}  # the new keys' group, at the end only: read whole
-    law(a.instant)
-    law(b.instant)
+    law(a)
+    law(b)
     t.restore(b.instant)
-    assert keyed_groups(t, a.instant) == {large: (True, True)}
-    law(a.instant)
+    assert keyed_groups(t, checkpoint(a)) == {large: (True, True)}
+    law(a)
     t.upsert(trips([5, n + 3], ts=5, name="late"))
     t.compact()
-    assert keyed_groups(t, a.instant)[large] == (False, False)  # a new base file in the window
-    law(a.instant)
-    law(b.instant)
+    assert keyed_groups(t, checkpoint(a))[large] == (False, False)  # a new base file in the window
+    law(a)
+    law(b)
 
 
 def killed_upsert(table_path: str, ids: list[int], city: str | None = None) -> None:
@@ -352,8 +356,8 @@ def test_splits_read_by_logs_keys_survive_a_rollback_deleting_a_listed_log(table
     a = t.insert(trips(list(range(10))))
     b = t.upsert(trips([1, 2], ts=2, name="b"))
     killed_upsert(table_path, [3, 4])
-    splits = t.splits(query="changes", start=a.instant, end=b.instant, target_bytes=1)
-    assert set(keyed_groups(t, a.instant).values()) == {(True, True)}
+    splits = t.splits(query="changes", start=checkpoint(a), end=checkpoint(b), target_bytes=1)
+    assert set(keyed_groups(t, checkpoint(a)).values()) == {(True, True)}
     roll_back_the_killed_write(t)
     changes = pa.concat_tables([t.scan_split(s).to_arrow() for s in splits])
     assert sorted(zip(changes["id"].to_pylist(), changes["name"].to_pylist(), strict=True)) == [
@@ -373,8 +377,10 @@ def test_both_sides_read_the_same_keys_when_a_rollback_deletes_a_log_between_the
     a = t.insert(trips(list(range(10))))
     b = t.upsert(trips([1, 2], ts=2, name="b"))
     killed_upsert(table_path, [3, 4])
-    assert set(keyed_groups(t, a.instant).values()) == {(True, True)}
-    (tmp_path / "splits").write_bytes(pickle.dumps(t.splits(query="changes", start=a.instant, end=b.instant)))
+    assert set(keyed_groups(t, checkpoint(a)).values()) == {(True, True)}
+    (tmp_path / "splits").write_bytes(
+        pickle.dumps(t.splits(query="changes", start=checkpoint(a), end=checkpoint(b)))
+    )
     pause = tmp_path / "pause"
     pause.mkdir()
     reader = (
@@ -414,12 +420,12 @@ def test_an_update_in_the_default_partition_carries_its_null_partition_value(
     a = t.insert(trips([1, 2], city=""))
     t.upsert(trips([1], ts=3, name="b").set_column(2, "city", pa.array([None], pa.string())))
     t.delete(trips([2], city="").select(["id", "city"]))
-    changes = {r["id"]: r for r in t.to_arrow(query="changes", start=a.instant).to_pylist()}
+    changes = {r["id"]: r for r in t.to_arrow(query="changes", start=checkpoint(a)).to_pylist()}
     assert (changes[1]["_change_type"], changes[1]["city"], changes[1]["name"]) == ("update", None, "b1")
     assert (changes[2]["_change_type"], changes[2]["city"]) == ("delete", "")
-    assert apply(state(t.to_arrow(as_of=a.instant)), t.to_arrow(query="changes", start=a.instant)) == state(
-        t.to_arrow()
-    )
+    assert apply(
+        state(t.to_arrow(as_of=a.instant)), t.to_arrow(query="changes", start=checkpoint(a))
+    ) == state(t.to_arrow())
 
 
 @pytest.mark.parametrize("table_type", TABLE_TYPES)
@@ -437,8 +443,8 @@ def test_a_key_back_in_another_file_group_is_one_update_in_splits(
     else:
         t.insert_overwrite_table(trips([2], ts=2))
     t.insert(trips([1], ts=3, name="again"), target_file_size=1)
-    whole = t.to_arrow(query="changes", start=a.instant)
-    splits = t.splits(query="changes", start=a.instant, target_bytes=1)
+    whole = t.to_arrow(query="changes", start=checkpoint(a))
+    splits = t.splits(query="changes", start=checkpoint(a), target_bytes=1)
     for s in splits:
         part = t.scan_split(s).to_arrow()
         assert sorted(part.column("_change_type").to_pylist()) == sorted(

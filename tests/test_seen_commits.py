@@ -41,6 +41,11 @@ def values(t: pa.Table) -> dict[int, str]:
     return dict(zip(t["id"].to_pylist(), t["v"].to_pylist(), strict=True))
 
 
+def changes(t: pa.Table) -> dict[int, tuple[str, str]]:
+    kinds = t["_change_type"].to_pylist()
+    return {i: (k, v) for i, k, v in zip(t["id"].to_pylist(), kinds, t["v"].to_pylist(), strict=True)}
+
+
 def upsert_elsewhere(path: str, rows: list[tuple[int, str, int, str]]) -> str:
     """The code of an upsert of `rows` in another process (argv[1]: the table)."""
     as_dicts = [dict(zip(SCHEMA.names, r, strict=True)) for r in rows]
@@ -60,11 +65,13 @@ def test_a_window_ends_where_it_ends_whatever_completes_later(tmp_path: Path, ta
         t.upsert(batch((1, "sf", 5, "c1")))
         cx = checkpoint(t.upsert(batch((3, "sf", 5, "x3"))))
         pending = values(t.to_arrow(query="incremental", start=c0, end=cx))
+        pending_changes = changes(t.to_arrow(query="changes", start=c0, end=cx))
     assert pending == {1: "c1", 3: "x3"}
-    # What the window said before W completed is what it says after. (Change queries take
-    # windows of requested times, which W's falls in: not checked here.)
+    assert pending_changes == {1: ("update", "c1"), 3: ("update", "x3")}
+    # What the window said before W completed is what it says after.
     t = oxlake.Table(path)
     assert values(t.to_arrow(query="incremental", start=c0, end=cx)) == {1: "c1", 3: "x3"}
+    assert changes(t.to_arrow(query="changes", start=c0, end=cx)) == pending_changes
     if w.returncode == 0:
         assert values(t.to_arrow()) == {1: "w1", 2: "a2", 3: "x3"}
     else:

@@ -1032,7 +1032,10 @@ class Table:
         `datetime`/`date`/pandas `Timestamp`: one with a time zone is converted to the table's
         timeline zone (UTC unless `hoodie.table.timeline.timezone=LOCAL`), one without is taken
         in it. `as_of` a time between commits reads the table as of the last commit before it;
-        one before the table's first commit is an error.
+        one before the table's first commit is an error. Windows (`start`, `end`) of
+        incremental and change queries bound requested times on table version 6 and completion
+        times on versions 8 and 9 (`WriteResult.completion`, `Instant.completion`), as Apache
+        Hudi's own: continue after a write from its `completion` there.
         `memory_limit` bounds the bytes a scan holds (merge-on-read log records included); a
         slice whose logs exceed it is merged in several passes. Default: 1 GiB.
         """

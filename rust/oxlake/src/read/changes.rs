@@ -26,7 +26,7 @@ use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{Expr, lit, when};
 
-use super::{HudiTableProvider, ScanOptions, ScanPlan, keyed};
+use super::{CommitWindow, HudiTableProvider, ScanOptions, ScanPlan, keyed};
 use crate::error::{Error, Result};
 use crate::read::Seen;
 use crate::schema::{COMMIT_TIME, PARTITION_PATH, RECORD_KEY};
@@ -47,6 +47,9 @@ pub struct ChangePlan {
     pub start: String,
     /// End of the window, inclusive: an instant time (the latest completed commit when the query gives none).
     pub end: String,
+    /// The commits whose rows changed in the window: requested times in `(start, end]` on table
+    /// version 6, the instants completed in it on versions 8 and 9.
+    pub window: CommitWindow,
     /// File groups that a split must not part: those of a partition where a commit of the
     /// window deleted records or replaced groups (a key may have moved between them). Planning
     /// only.
@@ -57,30 +60,43 @@ pub struct ChangePlan {
 impl Table {
     /// Plans a change query; `None` when the table has no completed commit.
     pub async fn plan_changes(&self, opts: &ScanOptions) -> Result<Option<ChangePlan>> {
-        // Windows of requested times (on timeline layout 2 too: see docs/TIMELINE_FORMAT.md).
-        let Some(latest) = self.timeline().latest_completed_data().map(|i| i.time.clone()) else {
+        // Windows of requested times on version 6, of completion times on versions 8 and 9 (as
+        // incremental queries: docs/TIMELINE_FORMAT.md).
+        let Some((latest, by_completion)) = self.window_latest() else {
             return Ok(None);
         };
         let (start, end) = self.window(opts, latest)?;
         if self.reaches_archive(&start) {
             return Box::pin(self.with_archived_timeline().await?.plan_changes(opts)).await;
         }
-        let (touched, together) = self.touched_and_rewritten(&self.instants_between(&start, &end)).await?;
-        let (seen_start, seen_end) = (Seen::RequestedBy(&start), Seen::RequestedBy(&end));
+        let admitted = self.instants_in_window(&start, &end, by_completion);
+        let (touched, together) = self.touched_and_rewritten(&admitted).await?;
+        let (seen_start, seen_end) = (Seen::window_end(&start, by_completion), Seen::window_end(&end, by_completion));
+        // The instant each side's log blocks are read up to: the bound itself, or on versions 8
+        // and 9 the latest requested time among the commits completed by it.
+        let upper_of = |seen: Seen<'_>, bound: &str| match by_completion {
+            true => self.latest_seen(seen).unwrap_or_else(|| "0".repeat(17)),
+            false => bound.to_string(),
+        };
+        let (upper_start, upper_end) = (upper_of(seen_start, &start), upper_of(seen_end, &end));
         let mut before = ScanPlan {
-            slices: self.slices_of(&touched, &start, seen_start, "start").await?,
-            upper: start.clone(),
+            slices: self.slices_of(&touched, &upper_start, seen_start, "start").await?,
+            upper: upper_start,
             commit_range: None,
         };
         let mut after = ScanPlan {
-            slices: self.slices_of(&touched, &end, seen_end, "end").await?,
-            upper: end.clone(),
+            slices: self.slices_of(&touched, &upper_end, seen_end, "end").await?,
+            upper: upper_end,
             commit_range: None,
         };
         if self.config().populate_meta_fields {
             keyed::read_shared_bases_by_logged_keys(&mut before, &mut after);
         }
-        Ok(Some(ChangePlan { before, after, start, end, together }))
+        let window = match by_completion {
+            true => CommitWindow::Instants(admitted.iter().map(|i| i.time.clone()).collect()),
+            false => CommitWindow::Range(start.clone(), end.clone()),
+        };
+        Ok(Some(ChangePlan { before, after, start, end, window, together }))
     }
 
     /// Change queries need record keys.
@@ -127,8 +143,13 @@ impl Table {
             JoinType::Full,
             [s(PARTITION_PATH).eq(e(PARTITION_PATH)), s(RECORD_KEY).eq(e(RECORD_KEY))],
         )?;
-        let changed =
-            s(RECORD_KEY).is_null().or(e(RECORD_KEY).is_null()).or(e(COMMIT_TIME).gt(lit(plan.start.as_str())));
+        let written_in_window = match &plan.window {
+            CommitWindow::Range(start, _) => e(COMMIT_TIME).gt(lit(start.as_str())),
+            CommitWindow::Instants(times) => {
+                e(COMMIT_TIME).in_list(times.iter().map(|t| lit(t.as_str())).collect(), false)
+            }
+        };
+        let changed = s(RECORD_KEY).is_null().or(e(RECORD_KEY).is_null()).or(written_in_window);
         let kind = when(s(RECORD_KEY).is_null(), lit("insert"))
             .when(e(RECORD_KEY).is_null(), lit("delete"))
             .otherwise(lit("update"))?

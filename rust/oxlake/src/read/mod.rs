@@ -367,21 +367,11 @@ impl Table {
                 Err(Error::invalid_arg("query", "a change query reads two snapshots: see Table::plan_changes"))
             }
             QueryType::Incremental => {
-                // Version 6 windows bound requested times; versions 8 and 9 bound completion times.
-                let by_completion = timeline.latest_completed_data().is_some_and(|i| i.completion.is_some());
-                let latest = match by_completion {
-                    true => timeline.completed_data().filter_map(|i| i.completion.clone()).max().unwrap_or(latest),
-                    false => latest,
+                let Some((latest, by_completion)) = self.window_latest() else {
+                    return Ok(ScanPlan::default());
                 };
                 let (start, end) = self.window(opts, latest)?;
-                let admitted: Vec<Instant> = timeline
-                    .completed_data()
-                    .filter(|i| {
-                        let t = if by_completion { i.completion.as_deref().unwrap_or(&i.time) } else { &i.time };
-                        t > start.as_str() && t <= end.as_str()
-                    })
-                    .cloned()
-                    .collect();
+                let admitted = self.instants_in_window(&start, &end, by_completion);
                 let Some(upper) = admitted.iter().map(|i| i.time.clone()).max() else {
                     return Ok(ScanPlan::default());
                 };
@@ -415,13 +405,39 @@ impl Table {
         Ok((start, end))
     }
 
-    /// The completed data instants with requested time in `(start, end]`.
-    fn instants_between(&self, start: &str, end: &str) -> Vec<Instant> {
+    /// The latest bound a window may take, and whether windows bound completion times: version 6
+    /// windows bound requested times, versions 8 and 9 completion times. `None`: no commit yet.
+    fn window_latest(&self) -> Option<(String, bool)> {
+        let timeline = self.timeline();
+        let latest = timeline.latest_completed_data()?;
+        match latest.completion.is_some() {
+            true => {
+                let completions = timeline.completed_data().filter_map(|i| i.completion.clone());
+                Some((completions.max().unwrap_or_else(|| latest.time.clone()), true))
+            }
+            false => Some((latest.time.clone(), false)),
+        }
+    }
+
+    /// The completed data instants of the window `(start, end]`: by requested time, or by
+    /// completion time where windows bound completion times.
+    fn instants_in_window(&self, start: &str, end: &str, by_completion: bool) -> Vec<Instant> {
         self.timeline()
             .completed_data()
-            .filter(|i| i.time.as_str() > start && i.time.as_str() <= end)
+            .filter(|i| {
+                let t = match by_completion {
+                    true => i.completion.as_deref().unwrap_or(&i.time),
+                    false => &i.time,
+                };
+                t > start && t <= end
+            })
             .cloned()
             .collect()
+    }
+
+    /// The latest requested time among the completed data instants `seen` sees.
+    fn latest_seen(&self, seen: Seen<'_>) -> Option<String> {
+        self.timeline().completed_data().filter(|i| seen.sees(i)).map(|i| i.time.clone()).max()
     }
 
     /// The file groups the given commits wrote into or replaced. Compactions are skipped: they
@@ -500,7 +516,7 @@ impl Table {
             _ if self.timeline().completed_data().all(|i| seen.sees(i)) => self.file_system_view().await?,
             _ => self.file_system_view_seeing(|i| seen.sees(i)).await?,
         };
-        let replaced = self.replaced_file_groups(as_of).await?;
+        let replaced = self.replaced_file_groups_by(|i| seen.sees(i)).await?;
         if self.timeline().latest_completed_data().is_some_and(|l| as_of < l.time.as_str()) {
             self.check_not_cleaned(arg, as_of, &view, &replaced).await?;
         }

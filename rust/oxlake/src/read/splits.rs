@@ -230,16 +230,17 @@ impl Table {
             .map(|part| {
                 let (before, after): (Vec<_>, Vec<_>) = part.into_iter().unzip();
                 Split::Changes(Some(ChangePlan {
-                    before: side(before.into_iter().flatten().collect(), &plan.start),
-                    after: side(after.into_iter().flatten().collect(), &plan.end),
+                    before: side(before.into_iter().flatten().collect(), &plan.before.upper),
+                    after: side(after.into_iter().flatten().collect(), &plan.after.upper),
                     start: plan.start.clone(),
                     end: plan.end.clone(),
+                    window: plan.window.clone(),
                     together: Vec::new(),
                 }))
             })
             .collect();
         if splits.is_empty() {
-            let (before, after) = (side(Vec::new(), &plan.start), side(Vec::new(), &plan.end));
+            let (before, after) = (side(Vec::new(), &plan.before.upper), side(Vec::new(), &plan.after.upper));
             return Ok(vec![Split::Changes(Some(ChangePlan { before, after, ..plan }))]);
         }
         Ok(splits)

@@ -384,8 +384,16 @@ impl Table {
 
     /// File groups replaced by completed replacecommits up to `as_of`.
     pub async fn replaced_file_groups(&self, as_of: &str) -> Result<HashSet<FileGroupId>> {
+        self.replaced_file_groups_by(|i| i.time.as_str() <= as_of).await
+    }
+
+    /// The file groups that the completed replace commits `seen` picks replaced.
+    pub(crate) async fn replaced_file_groups_by(
+        &self,
+        seen: impl Fn(&Instant) -> bool,
+    ) -> Result<HashSet<FileGroupId>> {
         let mut out = HashSet::new();
-        for instant in self.timeline.completed_of(Action::ReplaceCommit).filter(|i| i.time.as_str() <= as_of) {
+        for instant in self.timeline.completed_of(Action::ReplaceCommit).filter(|i| seen(i)) {
             let meta = self.timeline.commit_metadata(&self.storage, instant).await?;
             out.extend(meta.replaced_file_groups().map(|(p, f)| (p.to_string(), f.to_string())));
         }
