@@ -29,7 +29,7 @@ use crate::format::instant::{Action, Instant, State};
 use crate::table::Table;
 use crate::timeline::Timeline;
 
-const DIR: &str = ".hoodie/oxlake/compacting";
+pub(crate) const DIR: &str = ".hoodie/oxlake/compacting";
 /// Generations of one slice's claim a compactor walks before it leaves the slice alone.
 const MAX_GENERATIONS: u32 = 8;
 /// Claims taken at once.

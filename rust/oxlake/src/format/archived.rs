@@ -220,6 +220,10 @@ pub struct ArchivedState {
 /// appending it) is skipped, as Java's reader does; a damaged block before the last one, or an
 /// entry without a time, action or state, is a `CorruptTable` error naming the file.
 pub fn read_file(path: &str, data: &Bytes) -> Result<Vec<ArchivedState>> {
+    // Java writes a block with every archive file it creates: an empty one lost its instants.
+    if data.is_empty() {
+        return Err(Error::corrupt(path, "empty archive file: the instants it archived are lost"));
+    }
     let parsed = log_block::parse_blocks(data);
     let mut out = Vec::new();
     let last = parsed.len().saturating_sub(1);

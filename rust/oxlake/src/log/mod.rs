@@ -532,8 +532,9 @@ fn decode_records(path: &str, block: &LogBlock, schema: &SchemaRef) -> Result<Ve
 /// Every record of a log file's data blocks, of any instant, decoded into the columns of `schema`
 /// that the blocks were written with (the bounds of what the file may contribute to a read: the
 /// file-level indexes describe it as its writer did; a column added to the table since is not in
-/// the file). A column some blocks lack is null in their rows.
-pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+/// the file). A column some blocks lack is null in their rows. With the records, the columns
+/// they were decoded into.
+pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let log = LogFile {
         name: LogFileName::parse(path.rsplit('/').next().unwrap_or(path))
             .ok_or_else(|| Error::corrupt(path, "not a log file name"))?,
@@ -551,17 +552,19 @@ pub async fn file_records(storage: &Storage, path: &str, schema: &SchemaRef) -> 
     for Located { path, block } in &blocks {
         out.extend(decode_records(path, block, &own)?);
     }
-    Ok(out)
+    Ok((own, out))
 }
 
-/// The top-level columns a data block was written with (none for other blocks).
+/// The top-level columns a data or delete block was written with (none for other blocks).
 fn written_columns(path: &str, block: &LogBlock) -> Result<Vec<String>> {
     match block.block_type {
         BlockType::ParquetData => {
             let reader = parquet_block_reader(path, &block.content)?;
             Ok(reader.schema().fields().iter().map(|f| f.name().clone()).collect())
         }
-        BlockType::AvroData => {
+        // A delete block names the schema of its writer too (a log of deletes alone has no other).
+        BlockType::Delete if !block.header.contains_key(&HeaderKey::Schema) => Ok(Vec::new()),
+        BlockType::AvroData | BlockType::Delete => {
             let writer = block
                 .header
                 .get(&HeaderKey::Schema)

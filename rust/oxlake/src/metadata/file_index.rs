@@ -100,9 +100,8 @@ pub(crate) async fn file_entry(
     if BaseFileName::parse(name).is_some() {
         return base_file_entry(storage, path, size, stats, bloom).await.map_err(|e| e.in_file(path));
     }
-    let batches = crate::log::file_records(storage, path, schema).await?;
     // The columns the file was written with (see `log::file_records`).
-    let written = batches.first().map_or_else(|| schema.clone(), RecordBatch::schema);
+    let (written, batches) = crate::log::file_records(storage, path, schema).await?;
     log_entry(&written, &batches, stats, bloom)
 }
 

@@ -37,6 +37,13 @@ impl Table {
         let Some(mdt) = self.metadata_table().await? else {
             return Ok(ValidationReport { differences: damaged, ..Default::default() });
         };
+        let mut damaged = damaged;
+        damaged.extend(
+            super::damaged::empty_timeline_files(&mdt.table)
+                .await?
+                .into_iter()
+                .map(|line| format!("metadata table: {line}")),
+        );
         let mut report =
             ValidationReport { present: true, missing_instants: mdt.missing.clone(), differences: damaged };
         let mut listed = BTreeMap::new();

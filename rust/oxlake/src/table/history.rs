@@ -216,7 +216,7 @@ pub async fn archive_files(table: &Table) -> Result<Vec<(u32, String)>> {
 
 /// The version of an archive file name `.commits_.archive.<version>_<token>` (Java globs
 /// `.commits_.archive*` and orders by this number).
-fn archive_version(name: &str) -> Option<u32> {
+pub(crate) fn archive_version(name: &str) -> Option<u32> {
     let prefix = format!(".{}_.{}.", archived::FILE_ID, archived::EXTENSION);
     let (version, token) = name.strip_prefix(&prefix)?.split_once('_')?;
     (!token.is_empty()).then_some(())?;
