@@ -116,3 +116,23 @@ def test_datafusion_python_reads_a_table_on_s3_through_oxlake_s_store(s3: Seawee
     ctx.register_table("trips", t)
     got = ctx.sql("select id from trips where city = 'nyc' and id < 10 order by id").to_arrow_table()
     assert got["id"].to_pylist() == [1, 4, 7]
+
+
+def test_a_folder_the_server_keeps_after_its_last_file_went_is_no_file(s3: SeaweedS3) -> None:
+    """SeaweedFS lists a folder emptied of its files (the compaction claims, forgotten once the
+    compaction completed) as an empty object of the folder's own name: no file, nothing damaged."""
+    opts = s3.storage_options()
+    t = oxlake.create_table(
+        "s3://lake/kept_folder",
+        SCHEMA,
+        record_key="id",
+        ordering_field="ts",
+        table_type="MERGE_ON_READ",
+        storage_options=opts,
+    )
+    for ts in range(3):
+        t.upsert(trips([1, 2], ts=ts))
+    assert t.compact().records == 2
+    report = t.validate()
+    assert report.ok, report.differences
+    assert [r["ts"] for r in rows(t.scan())] == [2, 2]

@@ -234,14 +234,14 @@ impl Storage {
     pub async fn list_dir(&self, rel_dir: &str) -> Result<Vec<FileInfo>> {
         let prefix = self.path(rel_dir);
         let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
-        Ok(listing.objects.into_iter().map(|m| self.file_info(&m)).collect())
+        Ok(Self::files_of(&prefix, listing.objects).map(|m| self.file_info(&m)).collect())
     }
 
     /// [`Self::list_dir`], each file with the store's version tag (its ETag) where it gives one.
     pub async fn list_dir_tagged(&self, rel_dir: &str) -> Result<Vec<(FileInfo, Option<String>)>> {
         let prefix = self.path(rel_dir);
         let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
-        Ok(listing.objects.into_iter().map(|m| (self.file_info(&m), m.e_tag.clone())).collect())
+        Ok(Self::files_of(&prefix, listing.objects).map(|m| (self.file_info(&m), m.e_tag.clone())).collect())
     }
 
     /// Lists the files inside a directory of flat files whose names sort after `after` (a name
@@ -257,21 +257,21 @@ impl Storage {
             .try_collect()
             .await
             .map_err(|e| Error::storage(rel_dir, e))?;
-        Ok(listed.iter().map(|m| self.file_info(m)).collect())
+        Ok(Self::files_of(&prefix, listed).map(|m| self.file_info(&m)).collect())
     }
 
     /// Lists the files directly inside a directory last modified before `before`.
     pub async fn list_dir_before(&self, rel_dir: &str, before: chrono::DateTime<chrono::Utc>) -> Result<Vec<FileInfo>> {
         let prefix = self.path(rel_dir);
         let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
-        Ok(listing.objects.iter().filter(|m| m.last_modified < before).map(|m| self.file_info(m)).collect())
+        Ok(Self::files_of(&prefix, listing.objects).filter(|m| m.last_modified < before).map(|m| self.file_info(&m)).collect())
     }
 
     /// Lists one level of a directory: the files directly inside it, and its sub-directories.
     pub async fn list_level(&self, rel_dir: &str) -> Result<(Vec<FileInfo>, Vec<String>)> {
         let prefix = self.path(rel_dir);
         let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
-        let files = listing.objects.iter().map(|m| self.file_info(m)).collect();
+        let files = Self::files_of(&prefix, listing.objects).map(|m| self.file_info(&m)).collect();
         Ok((files, listing.common_prefixes.iter().map(|p| self.relative(p)).collect()))
     }
 
@@ -298,7 +298,7 @@ impl Storage {
     pub async fn list_table(&self) -> Result<Vec<FileInfo>> {
         let prefix = self.path("");
         let root = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage("", e))?;
-        let mut files: Vec<FileInfo> = root.objects.iter().map(|m| self.file_info(m)).collect();
+        let mut files: Vec<FileInfo> = Self::files_of(&prefix, root.objects).map(|m| self.file_info(&m)).collect();
         let dirs: Vec<String> =
             root.common_prefixes.iter().map(|p| self.relative(p)).filter(|d| d != ".hoodie").collect();
         let nested: Vec<Vec<FileInfo>> = futures::stream::iter(dirs)
@@ -313,8 +313,15 @@ impl Storage {
     /// Lists every file under a directory, recursively.
     pub async fn list_recursive(&self, rel_dir: &str) -> Result<Vec<FileInfo>> {
         let prefix = self.path(rel_dir);
-        let listing = self.store.list(Some(&prefix)).map_ok(|m| self.file_info(&m)).try_collect::<Vec<_>>();
-        listing.await.map_err(|e| Error::storage(rel_dir, e))
+        let listing = self.store.list(Some(&prefix)).try_collect::<Vec<_>>();
+        let listed = listing.await.map_err(|e| Error::storage(rel_dir, e))?;
+        Ok(Self::files_of(&prefix, listed).map(|m| self.file_info(&m)).collect())
+    }
+
+    /// The files of a listing of `prefix`: an S3 server that keeps folders (SeaweedFS) lists a
+    /// folder emptied of its files as an object of its own name, which is no file.
+    fn files_of(prefix: &Path, listed: Vec<ObjectMeta>) -> impl Iterator<Item = ObjectMeta> + '_ {
+        listed.into_iter().filter(move |m| m.location != *prefix)
     }
 
     fn file_info(&self, meta: &ObjectMeta) -> FileInfo {
