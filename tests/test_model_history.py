@@ -737,11 +737,6 @@ def test_history_matches_the_model(
 # -- what oxlake gets wrong (each kept as the example that found it) ------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a copy-on-write write held across a rollback or restore of a commit it read lands, and "
-    "its rewrite of the file group brings back the rows of the commit undone",
-)
 @pytest.mark.parametrize("table_version", [6, 8])
 @settings(max_examples=1, deadline=None, phases=[Phase.explicit])
 @given(steps=st.just([]))

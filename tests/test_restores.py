@@ -1,7 +1,8 @@
 """Restores and rollbacks beside the metadata table, and savepoints several at a time (issue 71,
 defects 1 and 2): a restore far back, past the metadata table's compactions, keeps every later
 file in the `files` index; a restore past a newer savepoint is refused before anything is
-touched; savepoints can be deleted; a restore left pending across a savepoint is finished."""
+touched; savepoints can be deleted; a restore left pending across a savepoint is finished; a
+write that read a commit a rollback or restore undoes never brings its rows back."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import threading
+
 import oxlake
 import pyarrow as pa
 import pytest
+from conftest import paused
 
 SCHEMA = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("ts", pa.int64())])
 VERSIONS_AND_TYPES = [(v, t) for v in (6, 8) for t in ("copy_on_write", "merge_on_read")]
@@ -147,3 +151,85 @@ def test_a_restore_left_pending_across_a_savepoint_is_finished(tmp_path: Path) -
     assert ids(t) == [1, 7]
     assert not any(i.action == "savepoint" and i.time == b for i in t.timeline())
     assert all(i.state == "completed" for i in t.timeline() if i.action == "restore")
+
+
+# An upsert of key 0 (its file group also holds key 2), run in another process.
+UPSERT_ZERO = (
+    "import oxlake, pyarrow as pa, sys\n"
+    "s = pa.schema([pa.field('id', pa.int64(), nullable=False), pa.field('ts', pa.int64())])\n"
+    "try:\n"
+    "    oxlake.Table(sys.argv[1]).upsert(pa.table({'id': [0], 'ts': [5]}, schema=s))\n"
+    "    print('landed')\n"
+    "except oxlake.CommitConflictError as e:\n"
+    "    print('conflict', e)\n"
+)
+
+
+def rows_by_id(t: oxlake.Table) -> dict[int, int]:
+    got = t.to_arrow(columns=["id", "ts"]).to_pylist()
+    return {r["id"]: r["ts"] for r in got}
+
+
+@pytest.mark.parametrize("version", [6, 8])
+@pytest.mark.parametrize("undo", ["rollback", "restore"])
+def test_a_write_held_before_its_check_fails_beside_an_undo_of_what_it_read(
+    tmp_path: Path, version: int, undo: str
+) -> None:
+    """A copy-on-write upsert that read commit b (key 2 updated) rewrites b's file group: held
+    before its conflict check while b is rolled back (or restored past), it conflicts; landing,
+    its base file would bring b's row back."""
+    path = str(tmp_path / "t")
+    t = keyed_table(path, "copy_on_write", version)
+    a = t.upsert(pa.table({"id": [0, 2], "ts": [0, 0]}, schema=SCHEMA)).instant
+    t.savepoint(a)
+    b = upsert(t, 2, ts=1)
+    (tmp_path / "held").mkdir()
+    with paused(path, "before-commit", UPSERT_ZERO, tmp_path / "held") as held:
+        if undo == "rollback":
+            oxlake.Table(path).rollback(b)
+        else:
+            oxlake.Table(path).restore(a)
+    assert held.returncode == 0, held.err
+    assert held.out.startswith("conflict") and f"the commit {b}, which this write read" in held.out, held.out
+    t = oxlake.Table(path)
+    assert rows_by_id(t) == {0: 0, 2: 0}
+    assert t.validate().ok
+
+
+@pytest.mark.parametrize("version", [6, 8])
+@pytest.mark.parametrize("undo", ["rollback", "restore"])
+def test_an_undo_waits_for_a_write_past_its_check(tmp_path: Path, version: int, undo: str) -> None:
+    """The other order: the upsert passed its conflict check before the rollback or restore was on
+    the timeline, and is about to complete. The undo waits for it; then a rollback of b is refused
+    (b is no longer the latest commit) and a restore takes the upsert back too."""
+    path = str(tmp_path / "t")
+    t = keyed_table(path, "copy_on_write", version)
+    a = t.upsert(pa.table({"id": [0, 2], "ts": [0, 0]}, schema=SCHEMA)).instant
+    t.savepoint(a)
+    b = upsert(t, 2, ts=1)
+    outcome: list[object] = []
+
+    def run_undo() -> None:
+        try:
+            t = oxlake.Table(path)
+            outcome.append(t.rollback(b) if undo == "rollback" else t.restore(a))
+        except oxlake.OxlakeError as e:
+            outcome.append(e)
+
+    (tmp_path / "held").mkdir()
+    with paused(path, "after-metadata-sync", UPSERT_ZERO, tmp_path / "held") as held:
+        undoer = threading.Thread(target=run_undo)
+        undoer.start()
+        undoer.join(timeout=3)
+        assert undoer.is_alive(), f"the {undo} did not wait for the write completing: {outcome}"
+    undoer.join(timeout=120)
+    assert held.out.startswith("landed"), (held.out, held.err)
+    t = oxlake.Table(path)
+    if undo == "rollback":
+        assert isinstance(outcome[0], oxlake.InvalidArgumentError), outcome
+        assert "no longer the latest" in str(outcome[0])
+        assert rows_by_id(t) == {0: 5, 2: 1}
+    else:
+        assert isinstance(outcome[0], str), outcome
+        assert rows_by_id(t) == {0: 0, 2: 0}
+    assert t.validate().ok

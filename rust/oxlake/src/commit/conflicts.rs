@@ -195,6 +195,28 @@ pub(crate) async fn check_intents(table: &Table, time: &str, ours: &Footprint) -
     Ok(Verdict::Clear)
 }
 
+/// The earliest write before `time` that published its intent and is still pending, its writer
+/// alive: one that may be completing now (a rollback or restore at `time` waits for it).
+pub(crate) async fn committing_before(table: &Table, time: &str) -> Result<Option<Instant>> {
+    let mut others: Vec<String> = table
+        .storage()
+        .list_dir(INTENT_DIR)
+        .await?
+        .into_iter()
+        .filter_map(|f| f.path.rsplit('/').next().map(str::to_string))
+        .filter(|t| t.as_str() < time)
+        .collect();
+    others.sort();
+    for other in others {
+        if let Some(p) = table.timeline().pending().find(|i| i.time == other)
+            && !super::is_expired(table, p).await?
+        {
+            return Ok(Some(p.clone()));
+        }
+    }
+    Ok(None)
+}
+
 /// Whether any file of the instant `time` is on the timeline now (listed afresh: the table's view
 /// may predate it).
 async fn on_timeline(table: &Table, time: &str) -> Result<bool> {

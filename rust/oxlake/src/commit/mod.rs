@@ -24,7 +24,8 @@
 //! ten-minute buckets of `markers`), `heartbeat`,
 //! `conflicts` (step 3), `fate` (completed or rolled back, decided once), `outcome` (what became of
 //! a write, asked after the fact), `rollback` (recovery and
-//! deliberate rollbacks), `slice_claims` (which compaction takes a file slice), [`hook`] (what the
+//! deliberate rollbacks), `undone` (a write beside a rollback or restore of what it read),
+//! `slice_claims` (which compaction takes a file slice), [`hook`] (what the
 //! layers built on the protocol do at step 3 and on recovery) and [`change`] (what an instant
 //! changed, as the hook is told).
 
@@ -40,6 +41,7 @@ mod outcome;
 mod rollback;
 pub(crate) mod slice_claims;
 mod transaction;
+mod undone;
 
 pub use claims::PlanFn;
 pub(crate) use claims::{archival_marker, archival_past, claim, prune_claims};
@@ -51,6 +53,7 @@ pub use outcome::Outcome;
 pub(crate) use rollback::{Leftovers, remove_unreported_files, rollback_latest, rollback_pending, settle};
 pub use rollback::{rollback_completed, rollback_failed, rollback_failed_completing_decided, rollbacks};
 pub use transaction::{ReadState, Transaction};
+pub(crate) use undone::let_committing_writes_finish;
 
 pub(crate) use crate::failpoints::failpoint;
 use crate::failpoints::{armed, stop_at};

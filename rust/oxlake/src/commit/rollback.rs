@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use bytes::Bytes;
 
 use super::claims::claim;
-use super::heartbeat::{beating, heartbeat_path, is_expired};
+use super::heartbeat::{beating, heartbeat_path, is_expired, spawn_heartbeat};
 use super::{change, conflicts, fate, hook, step_failpoint};
 use crate::error::{Error, Result};
 use crate::format::commit::CommitMetadata;
@@ -210,6 +210,24 @@ pub(crate) async fn rollback_latest(table: &mut Table, time: &str) -> Result<Str
     let plan = rollback_plan(&time, action, true, rollback_requests(table, &meta))?;
     let requested = claim(table, Action::Rollback, |_| Ok(plan.clone())).await?;
     let r = requested.time.clone();
+    // A write that read the target and checked for conflicts before this rollback was on the
+    // timeline may be completing: its files carry the target's rows on (`undone`).
+    let beat = spawn_heartbeat(storage.clone(), r.clone(), table.options().heartbeat_interval);
+    let waited = super::let_committing_writes_finish(table, &r).await;
+    beat.abort();
+    waited?;
+    if let Some(newer) = table.timeline().latest_completed_data().filter(|l| l.time != time).cloned() {
+        storage.delete(&table.timeline().path_of(&requested)).await?;
+        storage.delete(&heartbeat_path(&r)).await?;
+        return Err(Error::invalid_arg(
+            "instant",
+            format!(
+                "{time} is no longer the latest completed commit: {} completed while this rollback began; \
+                 roll back newer ones first, or restore a savepoint",
+                newer.time
+            ),
+        ));
+    }
     // The commit recorded as the target's fate gives way to this rollback first: otherwise a
     // process finding the target pending would complete it again.
     let epoch = fate::current_epoch(table, &time).await?;

@@ -73,6 +73,9 @@ pub struct Transaction {
     /// the targets of interrupted rollbacks, which may have completed): no read saw anything of
     /// them.
     undone_at_begin: HashSet<String>,
+    /// The rollbacks and restores completed when the write began: any other that undoes a commit
+    /// of `seen` fails it (see [`super::undone`]).
+    undoers_finished: HashSet<String>,
 }
 
 #[derive(Serialize)]
@@ -164,6 +167,7 @@ impl Transaction {
             heartbeat: Some(beat),
             version: table.config().version,
             undone_at_begin: HashSet::new(),
+            undoers_finished: super::undone::finished_undoers(table),
             instant,
         }
     }
@@ -252,6 +256,7 @@ impl Transaction {
         // Cleans since the hand-over are not known: every completed one counts as possibly later.
         tx.seen = token.seen;
         tx.services = HashSet::new();
+        tx.undoers_finished = HashSet::new();
         Ok(tx)
     }
 
@@ -642,6 +647,9 @@ impl Transaction {
             if let Some(other) = conflicts::find_conflict(table, time, seen, metadata, keys, compare).await? {
                 return Err(conflict(&other, "completed since this write began"));
             }
+            if !appends_only {
+                self.check_nothing_read_is_undone(table).await?;
+            }
             if appends_only {
                 return Ok(());
             }
@@ -657,7 +665,7 @@ impl Transaction {
                     if let Some(other) = conflicts::find_conflict(table, time, seen, metadata, keys, compare).await? {
                         return Err(conflict(&other, "completed since this write began"));
                     }
-                    return Ok(());
+                    return self.check_nothing_read_is_undone(table).await;
                 }
                 conflicts::Verdict::GiveWay(other) => return Err(conflict(&other, "is committing")),
                 conflicts::Verdict::Gone(other) => {
@@ -675,6 +683,21 @@ impl Transaction {
                     conflicts::pause().await;
                 }
             }
+        }
+    }
+
+    /// Fails when a rollback or restore undoes a commit this write saw when it began: its files
+    /// carry that commit's rows on (see [`super::undone`]).
+    async fn check_nothing_read_is_undone(&self, table: &Table) -> Result<()> {
+        match super::undone::undoing_seen(table, &self.seen, &self.undoers_finished).await? {
+            None => Ok(()),
+            Some((undoer, target)) => Err(Error::CommitConflict {
+                instant: undoer.clone(),
+                detail: format!(
+                    "the commit {target}, which this write read, is undone by the rollback or restore {undoer} \
+                     since this write began"
+                ),
+            }),
         }
     }
 

@@ -179,6 +179,7 @@ async fn finish(
 ) -> Result<()> {
     let started = std::time::Instant::now();
     let storage = table.storage().clone();
+    let plan = &with_writes_completed_since(table, requested, plan).await?;
     progress::plan(progress, plan.instants_to_rollback.len() as u64, "commits");
     table.timeline().create(&storage, &requested.with_state(State::Inflight), Bytes::new()).await?;
     for target in &plan.instants_to_rollback {
@@ -216,6 +217,41 @@ async fn finish(
     let meta = restore_metadata(table, requested, plan, started).await?;
     crate::commit::complete(table, requested, Bytes::from(meta)).await?;
     table.reload().await
+}
+
+/// `plan` with the writes that completed after the savepoint while the restore began: a write
+/// that checked for conflicts before the restore's instant was on the timeline, and completed
+/// after its plan was made. Those the restore waits for first (`commit::undone`); a write that
+/// checks later sees the restore and fails. Every data instant between the savepoint and the
+/// restore goes, newest first.
+async fn with_writes_completed_since(
+    table: &mut Table,
+    requested: &Instant,
+    plan: &RestorePlan,
+) -> Result<RestorePlan> {
+    crate::commit::let_committing_writes_finish(table, &requested.time).await?;
+    let Some(savepoint) = plan.savepoint_to_restore_timestamp.as_deref() else { return Ok(plan.clone()) };
+    let planned: std::collections::HashSet<&str> =
+        plan.instants_to_rollback.iter().map(|i| i.commit_time.as_str()).collect();
+    let missed: Vec<InstantInfo> = table
+        .timeline()
+        .completed_data()
+        .filter(|i| i.time.as_str() > savepoint && i.time < requested.time && !planned.contains(i.time.as_str()))
+        .map(|i| InstantInfo { commit_time: i.time.clone(), action: i.action.to_string() })
+        .collect();
+    if missed.is_empty() {
+        return Ok(plan.clone());
+    }
+    log::info!(
+        "{}: restore {} also takes back {} write(s) completed as it began",
+        table.uri(),
+        requested.time,
+        missed.len()
+    );
+    let mut extended = plan.clone();
+    extended.instants_to_rollback.extend(missed);
+    extended.instants_to_rollback.sort_by(|a, b| b.commit_time.cmp(&a.commit_time));
+    Ok(extended)
 }
 
 /// Removes the savepoint at `time`: its completed file first (from then on it is no savepoint),

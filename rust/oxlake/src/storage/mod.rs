@@ -264,7 +264,10 @@ impl Storage {
     pub async fn list_dir_before(&self, rel_dir: &str, before: chrono::DateTime<chrono::Utc>) -> Result<Vec<FileInfo>> {
         let prefix = self.path(rel_dir);
         let listing = self.store.list_with_delimiter(Some(&prefix)).await.map_err(|e| Error::storage(rel_dir, e))?;
-        Ok(Self::files_of(&prefix, listing.objects).filter(|m| m.last_modified < before).map(|m| self.file_info(&m)).collect())
+        Ok(Self::files_of(&prefix, listing.objects)
+            .filter(|m| m.last_modified < before)
+            .map(|m| self.file_info(&m))
+            .collect())
     }
 
     /// Lists one level of a directory: the files directly inside it, and its sub-directories.
