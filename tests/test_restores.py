@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
-
 import threading
+from pathlib import Path
 
 import oxlake
 import pyarrow as pa

@@ -487,6 +487,24 @@ async fn file_entries(
     Ok(out)
 }
 
+/// The data files of completed instants: a write pending while the table is built adds its own
+/// files when it completes (its instant counts as missing until then), and a failed one never
+/// does. A log file counts when any of its blocks is committed; its blocks are read only when
+/// some instant is pending (otherwise every log block on storage is committed or rolled back).
+async fn committed_data_files(data: &Table) -> Result<Vec<FileInfo>> {
+    let listed = data_files(data.storage().list_table().await?);
+    let anything_pending = data.timeline().pending().next().is_some();
+    let committed = crate::log::CommittedLogs::load(data.storage(), data.timeline()).await?;
+    let mut files = Vec::with_capacity(listed.len());
+    for f in listed {
+        let is_base = BaseFileName::parse(f.path.rsplit('/').next().unwrap_or(&f.path)).is_some();
+        if (!is_base && !anything_pending) || data.is_committed_file(&f.path, &committed).await? {
+            files.push(f);
+        }
+    }
+    Ok(files)
+}
+
 /// Writes a new metadata table at `time`: one base file per shard of every index, keys sorted,
 /// in one deltacommit of the metadata table's own timeline. Everything is read from the data
 /// table before the old metadata table is removed.
@@ -499,7 +517,7 @@ async fn build(data: &Table, time: &str, config: &MetadataConfig) -> Result<()> 
     }
     let config = &config;
     let storage = data.storage();
-    let files = data_files(storage.list_table().await?);
+    let files = committed_data_files(data).await?;
     let mut by_index = file_entries(data, &files, &[], &config.shards).await?;
     let mut listing = entries::Entries::new(Index::Files);
     for f in &files {

@@ -121,7 +121,7 @@ impl Table {
     /// Whether a data file holds anything committed: a base file of a committed instant, a log
     /// file with a block of one. (A pending write's files are in storage, not yet in the index.)
     /// A log file that lost what a completed instant wrote into it is an error naming it.
-    async fn is_committed_file(&self, path: &str, committed: &crate::log::CommittedLogs) -> Result<bool> {
+    pub(super) async fn is_committed_file(&self, path: &str, committed: &crate::log::CommittedLogs) -> Result<bool> {
         let name = path.rsplit('/').next().unwrap_or(path);
         if let Some(base) = BaseFileName::parse(name) {
             return Ok(self.timeline().is_committed(&base.instant));
