@@ -978,3 +978,50 @@ def test_a_schema_change_overtaken_by_a_later_write_conflicts(table_path: str, t
         u.rename_column("n", "amount")
     got = sorted((r["id"], r["amount"]) for r in oxlake.Table(table_path).to_arrow().to_pylist())
     assert got == [(1, 1), (2, 2), (3, 3)]
+
+
+@pytest.mark.parametrize("change", ["add", "rename"])
+def test_a_schema_change_committing_beside_a_later_write_lands(
+    table_path: str, tmp_path: Path, change: str
+) -> None:
+    """A schema change past its intent (held before it reads the others') and a write of other
+    rows beginning after it, both committing at once: they meet only through the schema, so
+    neither gives way. The write waits for the earlier change and says so; the change lands,
+    then the write, against the changed schema: an added column reads null in its rows, a
+    renamed one it wrote by the old name is a conflict naming the column."""
+    import threading
+
+    from conftest import paused
+
+    t = make(table_path, "copy_on_write", WIDE)
+    t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
+    how = "u.add_column('extra', pa.string())" if change == "add" else "u.rename_column('n', 'amount')"
+    code = f"import sys, oxlake, pyarrow as pa; t = oxlake.Table(sys.argv[1])\nwith t.update_schema() as u:\n    {how}"
+    outcome: list[object] = []
+
+    def write() -> None:
+        try:
+            outcome.append(
+                oxlake.Table(table_path).upsert(batch([3], ts=2, n=pa.array([3], pa.int32()), x=["c"]))
+            )
+        except oxlake.OxlakeError as e:
+            outcome.append(e)
+
+    with paused(table_path, "before-intents", code, tmp_path) as proc:
+        writer = threading.Thread(target=write)
+        writer.start()
+        writer.join(timeout=3)
+        assert writer.is_alive(), f"the write did not wait for the schema change: {outcome}"
+    writer.join(timeout=120)
+    assert proc.returncode == 0, (proc.out, proc.err)
+    t = oxlake.Table(table_path)
+    if change == "add":
+        assert isinstance(outcome[0], oxlake.WriteResult), outcome
+        got = sorted((r["id"], r["extra"]) for r in t.to_arrow(columns=["id", "extra"]).to_pylist())
+        assert got == [(1, None), (2, None), (3, None)]
+    else:
+        assert isinstance(outcome[0], oxlake.CommitConflictError), outcome
+        assert "column `n` was renamed or dropped" in str(outcome[0])
+        got = sorted((r["id"], r["amount"]) for r in t.to_arrow(columns=["id", "amount"]).to_pylist())
+        assert got == [(1, 1), (2, 2)]
+    assert t.validate().ok

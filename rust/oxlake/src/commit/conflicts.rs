@@ -57,6 +57,10 @@ pub(crate) struct Footprint {
     /// `Transaction::reconcile_schema`).
     #[serde(default)]
     pub(crate) evolves_schema: bool,
+    /// The earlier write this one waits for because one of them changes the schema: it will not
+    /// complete before that one did (see [`check_intents`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) waits_for: Option<String>,
 }
 
 impl Footprint {
@@ -82,6 +86,7 @@ impl Footprint {
             key_hashes,
             key_partitions: key_partitions.map(str::to_string).collect(),
             evolves_schema: false,
+            waits_for: None,
         }
     }
 
@@ -174,7 +179,17 @@ pub(crate) async fn check_intents(table: &Table, time: &str, ours: &Footprint) -
         }
         let Some(bytes) = storage.get_opt(&intent_path(&other)).await? else { continue };
         let theirs: Footprint = serde_json::from_slice(&bytes).map_err(|e| Error::corrupt(intent_path(&other), e))?;
-        if !ours.meets(&theirs) && !ours.evolves_schema && !theirs.evolves_schema {
+        let touches_the_same_data = ours.meets(&theirs);
+        if !touches_the_same_data && !ours.evolves_schema && !theirs.evolves_schema {
+            continue;
+        }
+        // Two writes meeting only because one changes the schema both complete, in the order of
+        // their times (the latest commit's schema is the table's): the later one waits, saying
+        // so; the earlier one goes on once the later one says it waits. A later one that says
+        // nothing may have passed its check before this intent was published: it may be
+        // completing, and this one waits for that too.
+        let schema_only = !touches_the_same_data;
+        if schema_only && other.as_str() > time && theirs.waits_for.as_deref() == Some(time) {
             continue;
         }
         let pending = table.timeline().pending().find(|i| i.time == other).cloned();
@@ -190,7 +205,7 @@ pub(crate) async fn check_intents(table: &Table, time: &str, ours: &Footprint) -
             withdraw_intent(storage, &other).await?;
             continue;
         }
-        return Ok(if other.as_str() < time { Verdict::Wait(other) } else { Verdict::GiveWay(other) });
+        return Ok(if other.as_str() < time || schema_only { Verdict::Wait(other) } else { Verdict::GiveWay(other) });
     }
     Ok(Verdict::Clear)
 }

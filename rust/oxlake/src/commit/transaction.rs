@@ -677,6 +677,11 @@ impl Transaction {
                 }
                 conflicts::Verdict::Wait(other) => {
                     log::debug!("{time}: waiting for the overlapping commit of {other}");
+                    // Said in the intent: an earlier schema change goes on once it reads it.
+                    if other.as_str() < time && footprint.waits_for.as_deref() != Some(other.as_str()) {
+                        footprint.waits_for = Some(other.clone());
+                        conflicts::publish_intent(table.storage(), time, &footprint).await?;
+                    }
                     if let Some(p) = table.timeline().pending().find(|i| i.time == other).cloned() {
                         watch.check(table, &p, &format!("commit {time}")).await?;
                     }
@@ -783,7 +788,8 @@ impl Transaction {
                     return Err(Error::CommitConflict {
                         instant: later.time.clone(),
                         detail: format!(
-                            "instant {} completed first, without this schema change; try it again",
+                            "the later write {} completed first, with the schema before this change, and the \
+                             latest commit's schema is the table's; nothing was changed, try it again",
                             later.time
                         ),
                     });
