@@ -996,7 +996,10 @@ def test_a_schema_change_committing_beside_a_later_write_lands(
     t = make(table_path, "copy_on_write", WIDE)
     t.insert(batch([1, 2], n=pa.array([1, 2], pa.int32()), x=["a", "b"]))
     how = "u.add_column('extra', pa.string())" if change == "add" else "u.rename_column('n', 'amount')"
-    code = f"import sys, oxlake, pyarrow as pa; t = oxlake.Table(sys.argv[1])\nwith t.update_schema() as u:\n    {how}"
+    code = (
+        "import sys, oxlake, pyarrow as pa; t = oxlake.Table(sys.argv[1])\n"
+        f"with t.update_schema() as u:\n    {how}"
+    )
     outcome: list[object] = []
 
     def write() -> None:
