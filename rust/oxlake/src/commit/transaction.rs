@@ -113,6 +113,7 @@ impl Transaction {
     /// [`claim_with`]); `None` when the plan came out empty (no instant is created).
     pub async fn begin_planned(table: &mut Table, action: Action, plan: impl PlanFn) -> Result<Option<Self>> {
         table.reload().await?;
+        crate::table::history::repair_hadoop_checksums(table).await?;
         let undone = rollback_failed_writes(table).await?;
         if action != Action::Indexing {
             hook::catch_up(table).await?;

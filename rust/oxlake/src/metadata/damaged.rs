@@ -1,7 +1,9 @@
 //! Files under `.hoodie/` that are there but empty where Apache Hudi never leaves one empty: read
 //! as "nothing recorded", each would drop what it records (a commit's rows from windows, an
 //! archived history from time travel, a plan from its service). Readers refuse them where they
-//! read them; `validate` names them all, for the data table and its metadata table alike.
+//! read them; `validate` names them all, for the data table and its metadata table alike. It
+//! also names the files beside which Hadoop's checksum (Java Hudi's, on local disk) no longer
+//! matches: Java cannot read them.
 
 use crate::error::Result;
 use crate::format::instant::{Action, Instant, State};
@@ -72,4 +74,29 @@ fn is_archive_file(name: &str) -> bool {
 
 fn is_schema_commit(name: &str) -> bool {
     name.ends_with(crate::schema::internal::SCHEMA_COMMIT_SUFFIX)
+}
+
+/// One line per file of `.hoodie/`, the timeline and the archived timeline whose Hadoop checksum
+/// (`.NAME.crc` beside it, written by Java Hudi on local disk) no longer matches it: Java refuses
+/// to read such a file. oxlake removes the checksum of every file it replaces
+/// (`Storage::put`); one left by an older oxlake is removed by the next write.
+pub(crate) async fn stale_hadoop_checksums(table: &Table) -> Result<Vec<String>> {
+    let storage = table.storage();
+    let dirs = [".hoodie".to_string(), table.config().timeline_dir(), crate::table::history::history_dir(table)];
+    let mut out = Vec::new();
+    for dir in dirs.iter().collect::<std::collections::BTreeSet<_>>() {
+        for f in storage.list_dir(dir).await? {
+            let name = f.path.rsplit('/').next().unwrap_or(&f.path);
+            let Some(checked) = name.strip_prefix('.').and_then(|n| n.strip_suffix(".crc")) else { continue };
+            let checked = format!("{dir}/{checked}");
+            if storage.has_stale_hadoop_checksum(&checked).await? {
+                out.push(format!(
+                    "{checked}: the Hadoop checksum beside it ({}) no longer matches, so Java Hudi cannot read it; \
+                     the next write removes it",
+                    f.path
+                ));
+            }
+        }
+    }
+    Ok(out)
 }

@@ -33,11 +33,11 @@ impl Table {
     /// Compares the metadata table with a full listing of storage and with the data.
     pub async fn validate_metadata(&self) -> Result<ValidationReport> {
         // Empty timeline files first: they are damage whether or not there is a metadata table.
-        let damaged = super::damaged::empty_timeline_files(self).await?;
+        let mut damaged = super::damaged::empty_timeline_files(self).await?;
+        damaged.extend(super::damaged::stale_hadoop_checksums(self).await?);
         let Some(mdt) = self.metadata_table().await? else {
             return Ok(ValidationReport { differences: damaged, ..Default::default() });
         };
-        let mut damaged = damaged;
         damaged.extend(
             super::damaged::empty_timeline_files(&mdt.table)
                 .await?

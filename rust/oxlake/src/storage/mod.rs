@@ -8,6 +8,7 @@
 //! [`faults::FaultStore`], which injects the faults and latency the tests ask for.
 
 pub mod faults;
+mod hadoop_checksum;
 mod parquet_read;
 mod retry;
 pub(crate) mod spill;
@@ -198,8 +199,10 @@ impl Storage {
         }
     }
 
-    /// Writes a file, replacing any previous content.
+    /// Writes a file, replacing any previous content (and the Hadoop checksum beside it, see
+    /// [`hadoop_checksum`]).
     pub async fn put(&self, rel: &str, data: Bytes) -> Result<()> {
+        self.forget_hadoop_checksum(rel)?;
         let path = self.path(rel);
         self.store.put(&path, PutPayload::from(data)).await.map_err(|e| Error::storage(rel, e))?;
         Ok(())
@@ -221,8 +224,10 @@ impl Storage {
         }
     }
 
-    /// Deletes a file; a file that is already gone is not an error.
+    /// Deletes a file (and the Hadoop checksum beside it); a file that is already gone is not an
+    /// error.
     pub async fn delete(&self, rel: &str) -> Result<()> {
+        self.forget_hadoop_checksum(rel)?;
         let path = self.path(rel);
         match self.store.delete(&path).await.map_err(|e| Error::storage(rel, e)) {
             Ok(()) | Err(Error::Storage { source: object_store::Error::NotFound { .. }, .. }) => Ok(()),
@@ -285,6 +290,43 @@ impl Storage {
             // Not removed: still holds a file, or already gone; either way nothing to do.
             let _ = std::fs::remove_dir(format!("/{}", self.path(rel_dir)));
         }
+    }
+
+    /// The file's path on local disk; `None` on an object store.
+    fn local_path(&self, rel: &str) -> Option<String> {
+        (self.store_url.scheme() == "file").then(|| format!("/{}", self.path(rel)))
+    }
+
+    /// Removes the checksum Hadoop's local file system (Java Hudi's) keeps beside `rel`, before
+    /// `rel` is replaced or deleted: Java reads a file without one as it is, but refuses one
+    /// whose checksum no longer matches.
+    fn forget_hadoop_checksum(&self, rel: &str) -> Result<()> {
+        let Some(path) = self.local_path(rel) else { return Ok(()) };
+        match std::fs::remove_file(hadoop_checksum::checksum_path(&path)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::storage(rel, object_store::Error::Generic { store: "LocalFileSystem", source: Box::new(e) }))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the Hadoop checksum beside `rel` no longer matches it (a file Java wrote on local
+    /// disk, replaced by an oxlake older than the removal of checksums, or by hand). `false`
+    /// when either is missing or the checksum file is no checksum.
+    pub async fn has_stale_hadoop_checksum(&self, rel: &str) -> Result<bool> {
+        let Some(path) = self.local_path(rel) else { return Ok(false) };
+        let Ok(checksum) = std::fs::read(hadoop_checksum::checksum_path(&path)) else { return Ok(false) };
+        let Some(data) = self.get_opt(rel).await? else { return Ok(false) };
+        Ok(hadoop_checksum::matches(&data, &checksum) == Some(false))
+    }
+
+    /// Removes the Hadoop checksum beside `rel` if it no longer matches the file; whether it did.
+    pub async fn repair_hadoop_checksum(&self, rel: &str) -> Result<bool> {
+        if !self.has_stale_hadoop_checksum(rel).await? {
+            return Ok(false);
+        }
+        self.forget_hadoop_checksum(rel)?;
+        Ok(true)
     }
 
     /// Lists the sub-directories directly inside a directory, paths relative to the root.

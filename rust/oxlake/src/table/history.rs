@@ -245,6 +245,19 @@ pub fn history_dir(table: &Table) -> String {
     format!("{}/{}", cfg.timeline_dir(), cfg.folder(crate::config::keys::TIMELINE_HISTORY_PATH, "history"))
 }
 
+/// Removes the Hadoop checksums an older oxlake left stale beside the files Java Hudi wrote and
+/// oxlake rewrites in place (`hoodie.properties`, the LSM timeline's `_version_`): each keeps
+/// Java out of the table (see `Storage::put`). Every write starts with it.
+pub async fn repair_hadoop_checksums(table: &Table) -> Result<()> {
+    let version = format!("{}/{}", history_dir(table), crate::format::lsm::VERSION_FILE);
+    for rel in [crate::config::PROPERTIES_FILE, version.as_str()] {
+        if table.storage().repair_hadoop_checksum(rel).await? {
+            log::info!("{}: removed the stale Hadoop checksum beside {rel}", table.uri());
+        }
+    }
+    Ok(())
+}
+
 /// The latest manifest of the LSM timeline and its number (0 and empty when there is none):
 /// the one `_version_` names, else the greatest one listed, as Apache Hudi's `LSMTimeline` finds it;
 /// then any written after it.
