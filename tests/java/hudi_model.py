@@ -129,11 +129,13 @@ class Model:
         return Model(self.merge_mode, dict(self.rows), dict(self.written_by), list(self.steps))
 
 
-def new_write_instant(table: str | Path, before: Sequence[Instant]) -> Instant:
-    """The one write instant completed since `before` was listed (services such as Java's inline
-    clean may have completed instants of their own beside it)."""
+def new_write_instant(
+    table: str | Path, before: Sequence[Instant], actions: Sequence[str] = WRITE_ACTIONS
+) -> Instant:
+    """The one instant of `actions` completed since `before` was listed (services such as Java's
+    inline clean may have completed instants of their own beside it)."""
     seen = set(before)
-    new = [i for i in completed_instants(table) if i not in seen and i.action in WRITE_ACTIONS]
+    new = [i for i in completed_instants(table) if i not in seen and i.action in actions]
     assert len(new) == 1, f"expected one new write instant in {table}, found {new}"
     return new[0]
 

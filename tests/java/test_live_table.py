@@ -12,8 +12,8 @@ working on the same table at the same time, each checked against a model of the 
    travel read sees the instants requested by then (W is requested before C).
 2. A live Java write beside oxlake (issue 73): see `test_a_slow_java_write_beside_oxlake`.
 
-The stale `.hoodie/.hoodie.properties.crc` oxlake leaves (issue 73 item 0) is removed by hand
-before each Java step, as tests/java/test_round_trip.py does.
+No hand work between the engines: oxlake removes Hadoop's checksum of every file it replaces
+(issue 73 item 0).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from hudi_session import (  # noqa: F401 (hudi_fixture: the `hudi` fixture)
     java_write,
     requested_version,
 )
-from test_round_trip import arrow_rows, crc, spark_frame
+from test_round_trip import arrow_rows, spark_frame
 
 if requested_version() is None:  # the default `make test`: one skip, the reason naming the target
     pytest.skip(NO_VERSION, allow_module_level=True)
@@ -135,7 +135,6 @@ def across(hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     model = Model("event_time")
 
     def java(rows: list[Row], operation: str, **kw: Any) -> None:
-        crc(path).unlink(missing_ok=True)
         frame = spark_frame(hudi.spark, rows)
         java_write(frame, path, table_type="MERGE_ON_READ", operation=operation, partition="city", **kw)  # type: ignore[arg-type]
 
@@ -156,7 +155,6 @@ def across(hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     held = hold_upsert(path, W_ROWS, tmp / "w")
     try:
         pending = pending_times(path)
-        crc(path).unlink(missing_ok=True)
         before = completed_instants(path)
         compaction = call(
             hudi.spark,
@@ -178,7 +176,6 @@ def across(hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     model.record(w, "oxlake", "upsert 1, 3 (W, held across C)")
     model.record(c, "java", "run_compaction (C)")
     props = Path(path, ".hoodie", "hoodie.properties").read_text()
-    crc(path).unlink(missing_ok=True)
     yield Across(path, model.steps, w, c, before_w, pending_during_c, compaction, props)
 
 
@@ -289,12 +286,8 @@ LIVE_JAVA_ROLLED_BACK = (
     "than heartbeat_interval x 3 (30 s by default; 3 s here). It completes a `rollback` of Java's instant "
     "(`.hoodie/oxlake/rolled_back/<time>`, fate `rollback <rollback time>`), and Java's job then fails: "
     "HoodieUpsertException, caused by IllegalArgumentException: File .../<time>.commit.requested does "
-    "not exist! (Hudi 1.2.0: by HoodieIOException: Could not load Hoodie properties, oxlake having "
-    "rewritten hoodie.properties meanwhile to retire the metadata table Java's write had built)"
+    "not exist!"
 )
-#: Java versions whose slow write fails before it looks for its requested file: its tasks read
-#: hoodie.properties again, which oxlake rewrote meanwhile (issue 73 item 0's stale crc).
-JAVA_RELOADS_PROPERTIES = ("1.2.0",)
 #: oxlake's heartbeat interval in the slow-write test: Java's instant looks gone after 3 s.
 HEARTBEAT = 1.0
 
@@ -340,7 +333,7 @@ class Slow:
 
 @pytest.fixture(scope="module")
 def slow_java_write(hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) -> Slow:
-    """Java inserts 0-5, oxlake upserts 0 (the crc removed); Java's upsert of 1, 2 waits in its
+    """Java inserts 0-5, oxlake upserts 0; Java's upsert of 1, 2 waits in its
     Spark job (a Python UDF that holds the rows until `gate` goes) once its instant is
     requested; oxlake (heartbeat interval 1 s) upserts 3, 4 after 4 s; then Java goes on."""
     import threading
@@ -362,7 +355,6 @@ def slow_java_write(hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) ->
     a0 = trip_rows([0], ts=2, name="a")
     t.upsert(arrow_rows(t, a0))
     model.upsert(a0)
-    crc(path).unlink(missing_ok=True)
 
     gate = tmp / "gate"
     gate.touch()
@@ -412,7 +404,6 @@ def slow_java_write(hudi: JavaHudi, tmp_path_factory: pytest.TempPathFactory) ->
     if error is None:
         model.upsert(java_rows)
     model.upsert(o34)
-    crc(path).unlink(missing_ok=True)
     rollbacks = [i.time for i in oxlake.Table(path).timeline() if i.action == "rollback"]
     marks = Path(path, ".hoodie", "oxlake", "rolled_back")
     rolled_back = sorted(p.name for p in marks.iterdir()) if marks.is_dir() else []
@@ -442,12 +433,7 @@ def test_oxlake_rolls_back_a_live_java_write(hudi: JavaHudi, slow_java_write: Sl
     assert s.rolled_back == [s.java_time]
     assert len(s.rollbacks) == 1 and s.rollbacks[0] < s.oxlake_instant
     assert "HoodieUpsertException" in s.java_error, s.java_error
-    if hudi.version in JAVA_RELOADS_PROPERTIES:
-        # Java's write had built its metadata table again; oxlake's upsert retired it, rewriting
-        # hoodie.properties (the crc stale again) while Java's index lookup still ran.
-        assert "Could not load Hoodie properties" in s.java_error, s.java_error
-    else:
-        assert f"{s.java_time}.commit.requested does not exist" in s.java_error, s.java_error
+    assert f"{s.java_time}.commit.requested does not exist" in s.java_error, s.java_error
     assert s.java_time not in {i.time for i in completed_instants(s.path)}
     assert OxlakeReader(s.path).snapshot() == s.model.current()
     assert JavaReader(hudi.spark, s.path).snapshot() == s.model.current()

@@ -8,7 +8,7 @@ engines, at every completed instant and in every incremental window:
    value (which the table's merge mode decides: commit time on Hudi 0.15's version 6 tables,
    event time on 1.x);
 2. `oxlake`: oxlake upserts and deletes on a copy of Java's table, and compacts a merge-on-read
-   one, then the stale `.hoodie/.hoodie.properties.crc` is removed by hand (KNOWN_STALE_CRC);
+   one (Hadoop's checksum of `hoodie.properties` goes with each rewrite: no hand work between);
 3. `java-again`: Java upserts and deletes on top of a copy of phase 2, and compacts a
    merge-on-read table with `CALL run_compaction`.
 
@@ -44,14 +44,6 @@ from hudi_session import (  # noqa: F401 (hudi_fixture: the `hudi` fixture)
 
 if requested_version() is None:  # the default `make test`: one skip, the reason naming the target
     pytest.skip(NO_VERSION, allow_module_level=True)
-
-#: issue 73 item 0: oxlake rewrites `hoodie.properties` (retiring Java's metadata table) but leaves
-#: Hadoop's checksum of the old text beside it, so Java's `LocalFileSystem` refuses to read it.
-KNOWN_STALE_CRC = (
-    "issue 73 item 0: after oxlake's first write `.hoodie/.hoodie.properties.crc` is Hadoop's checksum "
-    "of the old hoodie.properties, and Java fails to load the table (HoodieIOException: Could not load "
-    "Hoodie properties, from a ChecksumException)"
-)
 
 
 @dataclass(frozen=True)
@@ -194,7 +186,9 @@ def java_step(hudi: JavaHudi, t: Built, operation: Operation, rows: list[Row], w
         t.model.delete(r["id"] for r in rows)
     else:
         t.model.upsert(rows)
-    t.model.record(new_write_instant(t.path, before), "java", what)
+    # A merge-on-read write may compact inline after it (a `commit`, which changes no row).
+    actions = [a for a in WRITE_ACTIONS if not (t.layout.mor and a == "commit")]
+    t.model.record(new_write_instant(t.path, before, actions), "java", what)
 
 
 def arrow_rows(table: oxlake.Table, rows: list[Row], columns: list[str] | None = None) -> pa.Table:
@@ -255,7 +249,7 @@ def java_table(hudi: JavaHudi, layout: Layout, tmp_path_factory: pytest.TempPath
 
 @pytest.fixture(scope="module")
 def oxlake_on_java(java_table: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """Phase 2: oxlake writes (and compacts) a copy of Java's table; the stale crc removed."""
+    """Phase 2: oxlake writes (and compacts) a copy of Java's table."""
     t = java_table.copy_to(tmp_path_factory.mktemp("oxlake") / java_table.name)
     first = len(t.model.steps)
     ups = trip_rows([2, 5], ts=5, name="ox") + trip_rows([20, 21], ts=5, name="ox")
@@ -268,7 +262,6 @@ def oxlake_on_java(java_table: Built, tmp_path_factory: pytest.TempPathFactory) 
         oxlake_step(t, "compaction", lambda ox: ox.compact())
     t.notes["first"] = first
     t.notes["stale_crc"] = stale_crc(t.path)
-    crc(t.path).unlink(missing_ok=True)
     return t
 
 
@@ -398,12 +391,11 @@ def test_read_optimized_after_compaction(
 @pytest.fixture(scope="module")
 def oxlake_lower_ordering(java_table: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
     """A copy of Java's table after oxlake's upsert of key 3 (updated by Java to `ts=2`) with
-    `ts=0`: the table's merge mode decides (the stale crc removed)."""
+    `ts=0`: the table's merge mode decides."""
     t = java_table.copy_to(tmp_path_factory.mktemp("lower") / java_table.name)
     low = trip_rows([3], ts=0, name="oxlow")
     t.model.upsert(low)
     oxlake_step(t, "upsert 3 with a lower ordering value", lambda ox: ox.upsert(arrow_rows(ox, low)))
-    crc(t.path).unlink(missing_ok=True)
     return t
 
 
@@ -420,15 +412,16 @@ def test_oxlake_upsert_of_a_lower_ordering_value(
     assert not problems, report(r, "an upsert of a lower ordering value", problems)
 
 
-def test_oxlake_leaves_a_stale_properties_crc(hudi: JavaHudi, layout: Layout, oxlake_on_java: Built) -> None:
-    """Pins the cause of KNOWN_STALE_CRC (the phases above remove the file by hand)."""
-    if not oxlake_on_java.notes["stale_crc"]:
-        pytest.fail("the .crc of hoodie.properties is no longer stale: remove KNOWN_STALE_CRC's xfails")
+def test_oxlake_leaves_no_stale_properties_crc(hudi: JavaHudi, layout: Layout, oxlake_on_java: Built) -> None:
+    """issue 73 item 0: oxlake rewrites `hoodie.properties` (retiring Java's metadata table) and
+    removes Hadoop's checksum of the old text beside it, which Java's `LocalFileSystem` would
+    refuse (`HoodieIOException: Could not load Hoodie properties`)."""
+    assert not oxlake_on_java.notes["stale_crc"]
 
 
 @pytest.fixture(scope="module")
-def stale_crc_table(java_table: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
-    """A copy of Java's table after one oxlake upsert, the `.crc` left as oxlake leaves it."""
+def table_oxlake_rewrote(java_table: Built, tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """A copy of Java's table after one oxlake upsert."""
     t = java_table.copy_to(tmp_path_factory.mktemp("crc") / java_table.name)
     ups = trip_rows([7], ts=9, name="ox")
     t.model.upsert(ups)
@@ -436,38 +429,16 @@ def stale_crc_table(java_table: Built, tmp_path_factory: pytest.TempPathFactory)
     return t
 
 
-class StaleCrcError(Exception):
-    """Java refused the table for the stale checksum of `hoodie.properties` (KNOWN_STALE_CRC)."""
+def test_java_reads_after_an_oxlake_write(hudi: JavaHudi, table_oxlake_rewrote: Built) -> None:
+    t = table_oxlake_rewrote
+    assert JavaReader(hudi.spark, t.path).snapshot() == t.model.current()
 
 
-def refused_for_the_crc(e: Exception, path: str) -> bool:
-    """Java's error when it cannot read `hoodie.properties` (`ConfigUtils.fetchConfigs` drops the
-    ChecksumException it caught), while the checksum beside it is stale."""
-    return "Could not load Hoodie properties" in str(e) and stale_crc(path)
-
-
-@pytest.mark.xfail(strict=True, raises=StaleCrcError, reason=KNOWN_STALE_CRC)
-def test_java_reads_after_oxlake_without_removing_the_crc(hudi: JavaHudi, stale_crc_table: Built) -> None:
-    try:
-        got = JavaReader(hudi.spark, stale_crc_table.path).snapshot()
-    except Exception as e:
-        if refused_for_the_crc(e, stale_crc_table.path):
-            raise StaleCrcError(str(e).splitlines()[0]) from e
-        raise
-    assert got == stale_crc_table.model.current()
-
-
-@pytest.mark.xfail(strict=True, raises=StaleCrcError, reason=KNOWN_STALE_CRC)
-def test_java_writes_after_oxlake_without_removing_the_crc(
-    hudi: JavaHudi, stale_crc_table: Built, tmp_path_factory: pytest.TempPathFactory
+def test_java_writes_after_an_oxlake_write(
+    hudi: JavaHudi, table_oxlake_rewrote: Built, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    t = stale_crc_table.copy_to(tmp_path_factory.mktemp("crcw") / stale_crc_table.name)
-    try:
-        java_step(hudi, t, "upsert", trip_rows([8], ts=9, name="jv"), "upsert 8")
-    except Exception as e:
-        if refused_for_the_crc(e, t.path):
-            raise StaleCrcError(str(e).splitlines()[0]) from e
-        raise
+    t = table_oxlake_rewrote.copy_to(tmp_path_factory.mktemp("crcw") / table_oxlake_rewrote.name)
+    java_step(hudi, t, "upsert", trip_rows([8], ts=9, name="jv"), "upsert 8")
     assert OxlakeReader(t.path).snapshot() == t.model.current()
 
 

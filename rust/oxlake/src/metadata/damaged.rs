@@ -82,6 +82,9 @@ fn is_schema_commit(name: &str) -> bool {
 /// (`Storage::put`); one left by an older oxlake is removed by the next write.
 pub(crate) async fn stale_hadoop_checksums(table: &Table) -> Result<Vec<String>> {
     let storage = table.storage();
+    if !storage.is_local() {
+        return Ok(Vec::new());
+    }
     let dirs = [".hoodie".to_string(), table.config().timeline_dir(), crate::table::history::history_dir(table)];
     let mut out = Vec::new();
     for dir in dirs.iter().collect::<std::collections::BTreeSet<_>>() {

@@ -292,9 +292,14 @@ impl Storage {
         }
     }
 
+    /// Whether the table is on local disk (where Java Hudi keeps Hadoop's checksum files).
+    pub fn is_local(&self) -> bool {
+        self.store_url.scheme() == "file"
+    }
+
     /// The file's path on local disk; `None` on an object store.
     fn local_path(&self, rel: &str) -> Option<String> {
-        (self.store_url.scheme() == "file").then(|| format!("/{}", self.path(rel)))
+        self.is_local().then(|| format!("/{}", self.path(rel)))
     }
 
     /// Removes the checksum Hadoop's local file system (Java Hudi's) keeps beside `rel`, before
